@@ -1,0 +1,27 @@
+// The weftrun subcommands: each registers itself on the CLI11 app from its own file.
+#pragma once
+
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace weft::launcher {
+
+// Each adds one subcommand; its callback stores the exit code in *exit_code.
+void add_topo_command(CLI::App& app, int* exit_code);   // cmd_topo.cpp
+void add_plan_command(CLI::App& app, int* exit_code);   // cmd_plan.cpp
+void add_check_command(CLI::App& app, int* exit_code);  // cmd_check.cpp
+void add_run_command(CLI::App& app, int* exit_code);    // cmd_run.cpp
+
+// `weftrun plan` as a function, so that `weftrun run` can print the plan where no GPU is found.
+struct PlanOptions {
+  std::string workload;  // YAML path
+  std::string topology;  // hwloc XML path; empty: WEFT_TOPO_FILE or the live machine
+  int nodes = 0;         // 0: the workload's layout.nodes
+  bool json = false;
+};
+int run_plan(const PlanOptions& options);
+
+}  // namespace weft::launcher

@@ -1,0 +1,150 @@
+// The one table of WEFT_* environment parameters, and typed accessors that validate them.
+#include "runtime/params.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <strings.h>
+
+#include "runtime/log.h"
+
+namespace weft {
+namespace {
+
+// Keep sorted by subsystem; each entry is the only place the parameter's default is written.
+const std::vector<ParamInfo> kParams = {
+    {"WEFT_DEBUG", ParamType::kString, "WARN", "", "log level: NONE, WARN, INFO or TRACE"},
+    {"WEFT_DEBUG_SUBSYS", ParamType::kString, "ALL", "",
+     "comma list of subsystems to log (INIT,CONFIG,TOPO,TUNE,BOOT,LAUNCH,TRANSPORT,PROXY,NET,KERNEL,BENCH, ALL, ^NAME)"},
+    {"WEFT_TOPO_FILE", ParamType::kString, "", "", "hwloc XML file to use instead of discovering the live machine"},
+    {"WEFT_GPU_ARCH", ParamType::kString, "auto", "",
+     "GPU model the tuner assumes when no GPU is visible: auto, h100 or h200"},
+    {"WEFT_BOOTSTRAP_TIMEOUT", ParamType::kDouble, "60", "s", "bound on every bootstrap call (fence, get, barrier)"},
+    {"WEFT_LAUNCH_KILL_GRACE", ParamType::kDouble, "5", "s",
+     "after one rank fails, how long the launcher waits before SIGKILL of the rest"},
+    {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
+    {"WEFT_PROXY_TIMEOUT", ParamType::kDouble, "30", "s", "bound on every proxy wait (completions, FIFO space)"},
+    {"WEFT_HEAP_BYTES", ParamType::kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload"},
+    {"WEFT_FIFO_DEPTH", ParamType::kInt, "1024", "commands", "GPU->proxy FIFO depth per channel (power of two)"},
+    {"WEFT_NET_BACKEND", ParamType::kString, "auto", "", "inter-node backend: auto, ibverbs or socket"},
+    {"WEFT_SIGNAL_MODE", ParamType::kString, "", "",
+     "signal ordering on the proxy path: serial, fenced or batched (overrides transport.signal_mode)"},
+    {"WEFT_SOCKET_IFNAME", ParamType::kString, "", "",
+     "network interface for the socket backend; empty = the route to the peer"},
+    {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},
+};
+
+bool parse_bool(const char* s, bool* out) {
+  if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) return *out = true, true;
+  if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off"))
+    return *out = false, true;
+  return false;
+}
+
+const ParamInfo* lookup(const char* name, ParamType want) {
+  const ParamInfo* p = find_param(name);
+  if (!p) {
+    WEFT_WARN(kInit, "internal: parameter %s is not declared in runtime/params.cpp", name);
+    return nullptr;
+  }
+  if (p->type != want) {
+    WEFT_WARN(kInit, "internal: parameter %s is a %s, read as a %s", name, to_string(p->type), to_string(want));
+    return nullptr;
+  }
+  return p;
+}
+
+const char* raw_value(const ParamInfo& p) {
+  const char* v = getenv(p.name);
+  return (v && *v) ? v : p.default_value;
+}
+
+Status bad_value(const ParamInfo& p, const char* v, const char* expected) {
+  WEFT_WARN(kInit, "%s='%s' is not %s (%s; default %s)", p.name, v, expected, p.doc, p.default_value);
+  return Status::kInvalidArgument;
+}
+
+}  // namespace
+
+const char* to_string(ParamType t) {
+  switch (t) {
+    case ParamType::kInt: return "int";
+    case ParamType::kDouble: return "float";
+    case ParamType::kString: return "string";
+    case ParamType::kBool: return "bool";
+  }
+  return "?";
+}
+
+const std::vector<ParamInfo>& all_params() { return kParams; }
+
+const ParamInfo* find_param(const std::string& name) {
+  for (const auto& p : kParams)
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+Status get_param(const char* name, int64_t* out) {
+  const ParamInfo* p = lookup(name, ParamType::kInt);
+  if (!p) return Status::kInternal;
+  const char* v = raw_value(*p);
+  errno = 0;
+  char* end = nullptr;
+  long long x = strtoll(v, &end, 0);
+  if (errno || end == v || *end) return bad_value(*p, v, "an integer");
+  *out = x;
+  return Status::kOk;
+}
+
+Status get_param(const char* name, double* out) {
+  const ParamInfo* p = lookup(name, ParamType::kDouble);
+  if (!p) return Status::kInternal;
+  const char* v = raw_value(*p);
+  errno = 0;
+  char* end = nullptr;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !(x == x)) return bad_value(*p, v, "a number");
+  *out = x;
+  return Status::kOk;
+}
+
+Status get_param(const char* name, bool* out) {
+  const ParamInfo* p = lookup(name, ParamType::kBool);
+  if (!p) return Status::kInternal;
+  const char* v = raw_value(*p);
+  if (!parse_bool(v, out)) return bad_value(*p, v, "a boolean (0/1, true/false)");
+  return Status::kOk;
+}
+
+Status get_param(const char* name, std::string* out) {
+  const ParamInfo* p = lookup(name, ParamType::kString);
+  if (!p) return Status::kInternal;
+  *out = raw_value(*p);
+  return Status::kOk;
+}
+
+int64_t param_int_or_default(const char* name) {
+  int64_t v = 0;
+  if (get_param(name, &v) == Status::kOk) return v;
+  const ParamInfo* p = find_param(name);
+  return p ? strtoll(p->default_value, nullptr, 0) : 0;
+}
+
+double param_double_or_default(const char* name) {
+  double v = 0;
+  if (get_param(name, &v) == Status::kOk) return v;
+  const ParamInfo* p = find_param(name);
+  return p ? strtod(p->default_value, nullptr) : 0;
+}
+
+void print_params(FILE* out) {
+  fprintf(out, "%-26s %-7s %-8s %-6s %s\n", "NAME", "TYPE", "DEFAULT", "UNIT", "DESCRIPTION");
+  for (const auto& p : kParams) {
+    const char* set = getenv(p.name);
+    fprintf(out, "%-26s %-7s %-8s %-6s %s%s%s%s\n", p.name, to_string(p.type),
+            *p.default_value ? p.default_value : "\"\"", p.unit, p.doc, set ? " [set: " : "", set ? set : "",
+            set ? "]" : "");
+  }
+}
+
+}  // namespace weft

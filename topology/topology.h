@@ -1,0 +1,61 @@
+// The machine as weft sees it: GPUs, NICs, NUMA nodes and the GPU->NIC mapping (no CUDA, no hwloc types).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace weft::topology {
+
+// How near a NIC is to a GPU in the PCI tree; smaller is nearer.
+enum class Proximity : int { kSameSwitch = 0, kSameHostBridge = 1, kSameNuma = 2, kOther = 3 };
+const char* to_string(Proximity p);
+
+struct Gpu {
+  int index = 0;            // order in the topology (PCI bus id order), matched to CUDA ordinals by bus id
+  std::string pci_bus_id;   // "0000:44:00.0", lower case
+  std::string name;         // OS device name if hwloc has one ("cuda0", "nvml0"), else the PCI model string
+  int numa_node = -1;       // OS index of the nearest NUMA node, -1 if unknown
+  std::string cpuset;       // hwloc bitmap list string of the nearest CPUs ("0-15,32-47")
+};
+
+struct Nic {
+  int index = 0;
+  std::string name;         // OpenFabrics device name ("mlx5_0")
+  std::string pci_bus_id;
+  int numa_node = -1;
+  std::string cpuset;
+};
+
+struct NumaNode {
+  int os_index = 0;
+  std::string cpuset;
+  uint64_t memory_bytes = 0;
+};
+
+struct Topology {
+  std::string source;       // "live" or the XML path
+  std::string hostname;
+  int cores = 0;
+  int pus = 0;
+  std::vector<Gpu> gpus;
+  std::vector<Nic> nics;
+  std::vector<NumaNode> numa_nodes;
+};
+
+struct GpuNicLink {
+  int gpu = 0;                    // index into Topology::gpus
+  std::vector<int> nearest_nics;  // every NIC at the best proximity (two rails -> two entries)
+  int primary_nic = -1;           // the one this GPU's proxy uses; -1: no NIC (socket backend)
+  Proximity proximity = Proximity::kOther;
+  std::string proxy_cpuset;       // CPUs for the proxy thread: the primary NIC's NUMA node
+};
+
+struct Mapping {
+  std::vector<GpuNicLink> gpus;   // one per Topology::gpus entry, same order
+  bool socket_fallback = false;   // no NIC at all: inter-node traffic uses the socket backend
+};
+
+}  // namespace weft::topology
