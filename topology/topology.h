@@ -59,3 +59,15 @@ struct Mapping {
 };
 
 }  // namespace weft::topology
+
+namespace weft::topology {
+
+// Implemented in topology/*.cpp.
+Status load_xml(const std::string& path, Topology* out);      // an hwloc v1/v2 XML export
+Status discover_live(Topology* out);                          // the machine weft runs on
+// `path` if non-empty, else WEFT_TOPO_FILE if set, else the live machine.
+Status load(const std::string& path, Topology* out);
+// Nearest NIC per GPU (same switch > same host bridge > same NUMA > other), NICs shared evenly.
+Mapping map_gpus_to_nics(const Topology& topo);
+
+}  // namespace weft::topology
