@@ -1,0 +1,40 @@
+// How a rank learns who it is and exchanges small blobs with its peers (PMIx behind it in production).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/status.h"
+
+namespace weft::bootstrap {
+
+using Blob = std::vector<uint8_t>;
+
+struct RankInfo {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;   // index among the ranks of this node
+  int local_size = 1;
+  int node = 0;         // node index, 0..num_nodes-1 (emulated nodes count as nodes)
+  int num_nodes = 1;
+  std::string hostname; // as the launcher reports it (differs per emulated node)
+  std::string nspace;   // job namespace (PMIx), for messages
+};
+
+// Every method is collective where it says so, bounded by WEFT_BOOTSTRAP_TIMEOUT, and on timeout
+// fails with a message naming the ranks that did not arrive.
+class Bootstrap {
+ public:
+  virtual ~Bootstrap() = default;
+  virtual const RankInfo& info() const = 0;
+  // Collective: every rank contributes `mine` under `key`; `all` receives every rank's blob in rank
+  // order (all[info().rank] == mine). Keys must be unique per exchange within a job.
+  virtual Status allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) = 0;
+  // Collective: returns once every rank has entered the barrier with the same tag.
+  virtual Status barrier(const std::string& tag) = 0;
+  // Tells the launcher this rank failed (it stops the job); `why` reaches the user.
+  virtual void abort(const std::string& why) = 0;
+};
+
+}  // namespace weft::bootstrap
