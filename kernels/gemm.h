@@ -1,0 +1,53 @@
+// Host API of the persistent sm_90a bf16 GEMM: validate + encode arguments, launch, helpers.
+//
+// Layout ("TN", both operands K-major, what wgmma reads without transposes):
+//   A: M x K row-major (lda >= K)      B: N x K row-major (ldb >= K)      C = A * B^T: M x N
+// bf16 in, fp32 accumulate; the epilogue decides what C is (bf16 store, fp32/bf16 add).
+// Any M, N >= 1 is handled (the copy engine zero-fills out-of-bounds loads, stores are
+// guarded); K and the leading dimensions must be multiples of 8 (16-byte rows for the copy
+// engine) and A, B 16-byte aligned — anything else is rejected with a message saying so.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/frame.h"
+#include "kernels/gemm_epilogues.h"
+#include "kernels/gemm_types.h"
+#include "runtime/status.h"
+
+namespace weft::kernels {
+
+// User-facing arguments (CUTLASS habit: Arguments apart from device-ready Params).
+struct GemmArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // bf16
+  int64_t lda = 0;          // elements; 0 = k
+  const void* b = nullptr;  // bf16
+  int64_t ldb = 0;          // elements; 0 = k
+  int32_t group_m = 8;      // raster group height in tiles (L2 reuse)
+  int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h)
+  int32_t first_shard = 0;  // shard computed first (rank-rotated order)
+};
+
+// Checks the arguments (logging the reason once) and builds the device-ready params: tensor
+// maps through the driver entry point (no -lcuda), tile schedule.
+Status make_gemm_params(const GemmArgs& args, GemmParams* out);
+
+// Dynamic shared memory one compute block needs, and the blocks-per-SM the kernel is built for.
+size_t gemm_shared_bytes();
+
+// SM count of the current device.
+Status device_sm_count(int* out);
+
+// Launches the standalone persistent GEMM: grid = frame.roles.total() blocks, the first
+// frame.roles.compute of them compute; the rest model SMs lent to other roles and exit.
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream);
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream);
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddBf16& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream);
+
+}  // namespace weft::kernels

@@ -1,0 +1,50 @@
+// Launch shape and device-ready arguments of the sm_90a GEMM main loop (host and device).
+#pragma once
+
+#include <cuda.h>  // CUtensorMap
+
+#include <cstdint>
+
+#include "kernels/tile_scheduler.h"
+
+namespace weft::kernels {
+
+// One fixed configuration, the one that measured best (docs/gemm.md).
+struct GemmConfig {
+  static constexpr int kTileM = 128;   // two consumer warpgroups x m64
+  static constexpr int kTileN = 256;   // wgmma n256
+  static constexpr int kTileK = 64;    // one 128-byte swizzled row of bf16
+  static constexpr int kStages = 4;    // smem ring depth: 4 x 48 KiB
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+};
+
+// Device-ready GEMM arguments: C (m x n) = A (m x k, K contiguous) * B (n x k, K contiguous)^T.
+struct GemmParams {
+  CUtensorMap tmap_a;  // box {kTileK, kTileM}, 128B swizzle, zero fill out of bounds
+  CUtensorMap tmap_b;  // box {kTileK, kTileN}
+  int32_t m = 0;
+  int32_t n = 0;
+  int32_t k = 0;
+  TileSchedule sched;
+};
+
+constexpr int32_t kFlagPerTile = 0;   // flags[m_block * n_blocks + n_block]
+constexpr int32_t kFlagPerShard = 1;  // flags[shard]
+
+// Producer-side wait before loading a tile's operands: flags[index] >= expected. No wait when
+// flags is null.
+struct FlagGate {
+  const uint64_t* flags = nullptr;
+  int32_t granularity = kFlagPerShard;
+  uint64_t expected = 0;
+};
+
+// After a tile's epilogue: flags[index] += add (release, system scope). Nothing when null.
+struct TileSignal {
+  uint64_t* flags = nullptr;
+  int32_t granularity = kFlagPerTile;
+  uint64_t add = 1;
+};
+
+}  // namespace weft::kernels

@@ -1,0 +1,267 @@
+// GPU tests of the persistent sm_90a GEMM: results against an fp32 reference on fresh random
+// data, every output written, every epilogue, the tile order on the device, the flag gate and
+// the timeout record. Exits 77 (skipped) where no Hopper GPU is visible.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "tests/kernels/gemm_testing.cuh"
+
+using namespace weft::kernels;
+using namespace weft::kernels::testing;
+using weft::RoleCounts;
+using weft::Status;
+
+namespace {
+
+int require_hopper() {
+  static int sms = -1;
+  if (sms < 0) sms = hopper_sm_count_or_explain();
+  if (sms == 0) std::exit(77);
+  return sms;
+}
+
+uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
+}
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(int64_t n) { WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T))); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+struct Problem {
+  int m, n, k;
+  DevBuf<__nv_bfloat16> a, b;
+  DevBuf<float> ref;
+  Problem(int m_, int n_, int k_)
+      : m(m_), n(n_), k(k_), a(int64_t(m_) * k_), b(int64_t(n_) * k_), ref(int64_t(m_) * n_) {
+    const uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    random_bf16(a.p, int64_t(m) * k, seed);
+    random_bf16(b.p, int64_t(n) * k, seed + 1);
+  }
+  GemmParams params(int group_m = 8, int shards = 1, int first = 0) const {
+    GemmArgs args;
+    args.m = m, args.n = n, args.k = k;
+    args.a = a.p, args.b = b.p;
+    args.group_m = group_m, args.num_shards = shards, args.first_shard = first;
+    GemmParams g;
+    REQUIRE(make_gemm_params(args, &g) == Status::kOk);
+    return g;
+  }
+};
+
+RoleCounts compute_only(int blocks) {
+  RoleCounts r;
+  r.compute = blocks;
+  return r;
+}
+
+// Runs C = A * B^T into a poisoned bf16 C and checks it against the fp32 reference.
+void check_store(int m, int n, int k, int compute_blocks, int idle_blocks = 0, int group_m = 8) {
+  CAPTURE(m);
+  CAPTURE(n);
+  CAPTURE(k);
+  CAPTURE(compute_blocks);
+  Problem pb(m, n, k);
+  DevBuf<__nv_bfloat16> c(int64_t(m) * n);
+  poison_bf16(c.p, int64_t(m) * n);
+  FrameHost frame;
+  REQUIRE(frame.create(0) == Status::kOk);
+  RoleCounts roles = compute_only(compute_blocks);
+  roles.intra_comm = idle_blocks;
+  FrameParams fp;
+  REQUIRE(frame.params(roles, &fp) == Status::kOk);
+  EpiStoreBf16 epi;
+  epi.c = c.p, epi.ldc = n, epi.paired = (n % 2 == 0);
+  REQUIRE(launch_gemm(pb.params(group_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  REQUIRE(frame.check("gemm test") == Status::kOk);
+  reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+  Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+  MESSAGE("gemm " << m << "x" << n << "x" << k << " blocks " << compute_blocks << ": rel err " << r.rel_err);
+  CHECK(r.bad == 0);
+  // bf16 output rounding alone gives ~1.1e-3; a wrong tile or k-slice gives O(1).
+  CHECK(r.rel_err < 4e-3);
+}
+
+}  // namespace
+
+TEST_CASE("gemm small: one tile and a partial tile (also the compute-sanitizer case)") {
+  const int sms = require_hopper();
+  (void)sms;
+  check_store(128, 256, 64, 2);
+  check_store(200, 300, 136, 3);
+}
+
+TEST_CASE("gemm tile multiples on all SMs and on few SMs (ring phases across many tiles)") {
+  const int sms = require_hopper();
+  check_store(1024, 1024, 1024, sms);
+  check_store(2048, 2048, 2048, sms);
+  check_store(1024, 2048, 4096, 5);
+  check_store(512, 768, 512, sms - 16, 16);  // SMs lent to another role do nothing here
+}
+
+TEST_CASE("gemm M, N, K that are not tile multiples are handled (K a multiple of 8)") {
+  const int sms = require_hopper();
+  check_store(1000, 777, 520, sms);  // odd N: unpaired stores
+  check_store(333, 1999, 1672, sms);
+  check_store(64, 64, 8, sms);       // smaller than one tile in every dimension
+  check_store(3000, 2944, 4104, 17, 0, 3);
+  check_store(129, 257, 72, sms);
+}
+
+TEST_CASE("gemm rejects K that is not a multiple of 8, saying why") {
+  require_hopper();
+  Problem pb(128, 128, 128);
+  GemmArgs args;
+  args.m = 128, args.n = 128, args.k = 100;
+  args.a = pb.a.p, args.b = pb.b.p;
+  GemmParams g;
+  CHECK(make_gemm_params(args, &g) == Status::kInvalidArgument);
+  args.k = 128;
+  args.lda = 130;
+  CHECK(make_gemm_params(args, &g) == Status::kInvalidArgument);
+}
+
+TEST_CASE("gemm add epilogues: fp32 and bf16 atomic adds into existing C") {
+  const int sms = require_hopper();
+  const int m = 1536, n = 1280, k = 1024;
+  Problem pb(m, n, k);
+  FrameHost frame;
+  REQUIRE(frame.create(0) == Status::kOk);
+  FrameParams fp;
+  REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+  const uint64_t seed = fresh_seed();
+  DevBuf<float> init(int64_t(m) * n);
+  random_f32(init.p, int64_t(m) * n, seed, 4.0f);
+  reference(pb.a.p, pb.b.p, init.p, pb.ref.p, m, n, k);
+
+  SUBCASE("fp32") {
+    DevBuf<float> c(int64_t(m) * n);
+    WEFT_CUDA_OK(cudaMemcpy(c.p, init.p, size_t(m) * n * 4, cudaMemcpyDeviceToDevice));
+    EpiAddF32 epi;
+    epi.c = c.p, epi.ldc = n;
+    REQUIRE(launch_gemm(pb.params(), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(frame.check("gemm add f32") == Status::kOk);
+    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+    MESSAGE("add f32 rel err " << r.rel_err);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 1e-5);  // fp32 all the way: only the summation order differs
+  }
+  SUBCASE("bf16") {
+    DevBuf<__nv_bfloat16> c(int64_t(m) * n);
+    std::vector<float> h(size_t(m) * n);
+    WEFT_CUDA_OK(cudaMemcpy(h.data(), init.p, h.size() * 4, cudaMemcpyDeviceToHost));
+    std::vector<__nv_bfloat16> hb(h.size());
+    for (size_t i = 0; i < h.size(); ++i) hb[i] = __float2bfloat16_rn(h[i]);
+    WEFT_CUDA_OK(cudaMemcpy(c.p, hb.data(), hb.size() * 2, cudaMemcpyHostToDevice));
+    EpiAddBf16 epi;
+    epi.c = c.p, epi.ldc = n;
+    REQUIRE(launch_gemm(pb.params(), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(frame.check("gemm add bf16") == Status::kOk);
+    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+    MESSAGE("add bf16 rel err " << r.rel_err);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 8e-3);  // init rounded to bf16, then the sum rounded again
+  }
+}
+
+TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly once") {
+  const int sms = require_hopper();
+  const int m = 2048, n = 1792, k = 512, shards = 4;
+  Problem pb(m, n, k);
+  const GemmParams g = pb.params(8, shards, 2);
+  const int64_t tiles = g.sched.num_tiles();
+  DevBuf<uint64_t> ready(shards), tile_flags(tiles), shard_flags(shards);
+  std::vector<uint64_t> h_ready(shards, 7);
+  WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
+  FrameHost frame;
+  REQUIRE(frame.create(1) == Status::kOk);
+  FrameParams fp;
+  REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+  DevBuf<__nv_bfloat16> c(int64_t(m) * n);
+
+  for (int gran : {kFlagPerTile, kFlagPerShard}) {
+    CAPTURE(gran);
+    poison_bf16(c.p, int64_t(m) * n);
+    uint64_t* flags = gran == kFlagPerTile ? tile_flags.p : shard_flags.p;
+    const int64_t nflags = gran == kFlagPerTile ? tiles : shards;
+    WEFT_CUDA_OK(cudaMemset(flags, 0, size_t(nflags) * 8));
+    EpiStoreBf16 epi;
+    epi.c = c.p, epi.ldc = n;
+    FlagGate gate{ready.p, kFlagPerShard, 7};
+    TileSignal sig{flags, gran, 3};
+    REQUIRE(launch_gemm(g, fp, epi, gate, sig, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(frame.check("gemm gated") == Status::kOk);
+    std::vector<uint64_t> h(static_cast<size_t>(nflags));
+    WEFT_CUDA_OK(cudaMemcpy(h.data(), flags, h.size() * 8, cudaMemcpyDeviceToHost));
+    const uint64_t want = gran == kFlagPerTile ? 3 : 3 * uint64_t(g.sched.tiles_per_shard());
+    for (size_t i = 0; i < h.size(); ++i) REQUIRE_MESSAGE(h[i] == want, "flag " << i);
+    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 4e-3);
+  }
+}
+
+TEST_CASE("gemm flag timeout: a shard flag that is never set ends the kernel with a record") {
+  const int sms = require_hopper();
+  const int m = 2048, n = 1024, k = 256, shards = 4;
+  Problem pb(m, n, k);
+  DevBuf<uint64_t> ready(shards);
+  // Shard 1 stays one short of the awaited value.
+  std::vector<uint64_t> h_ready = {5, 4, 5, 5};
+  WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
+  FrameHost frame;
+  REQUIRE(frame.create(3) == Status::kOk);
+  frame.set_timeout(0.2);
+  RoleCounts roles = compute_only(sms - 8);
+  roles.intra_comm = 8;
+  FrameParams fp;
+  REQUIRE(frame.params(roles, &fp) == Status::kOk);
+  DevBuf<__nv_bfloat16> c(int64_t(m) * n);
+  EpiStoreBf16 epi;
+  epi.c = c.p, epi.ldc = n;
+  FlagGate gate{ready.p, kFlagPerShard, 5};
+  cudaEvent_t t0, t1;
+  WEFT_CUDA_OK(cudaEventCreate(&t0));
+  WEFT_CUDA_OK(cudaEventCreate(&t1));
+  WEFT_CUDA_OK(cudaEventRecord(t0));
+  REQUIRE(launch_gemm(pb.params(8, shards, 0), fp, epi, gate, TileSignal{}, nullptr) == Status::kOk);
+  WEFT_CUDA_OK(cudaEventRecord(t1));
+  // The kernel must come back by itself (bounded waits), not hang.
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  float ms = 0;
+  WEFT_CUDA_OK(cudaEventElapsedTime(&ms, t0, t1));
+  MESSAGE("timed-out launch returned after " << ms << " ms");
+  CHECK(ms < 5000.f);
+  CHECK(frame.check("gemm timeout test") == Status::kTimeout);
+  const DeviceError& e = frame.record();
+  CHECK(e.status != 0);
+  CHECK(e.committed == 1);
+  CHECK(e.kind == int32_t(DeviceErrorKind::kFlagTimeout));
+  CHECK(e.rank == 3);
+  CHECK(e.role == int32_t(weft::Role::kCompute));
+  CHECK(e.block >= 0);
+  CHECK(e.block < sms - 8);
+  CHECK(e.flag_index == 1);
+  CHECK(e.flag_addr == reinterpret_cast<uint64_t>(ready.p + 1));
+  CHECK(e.expected == 5);
+  CHECK(e.seen == 4);
+  CHECK(e.waited_ns >= 200000000ull);
+  CHECK(e.tile_m / (m / 128 / shards) == 1);  // a tile of shard 1
+
+  // The device is still usable afterwards, and the record clears for the next launch.
+  check_store(256, 512, 128, sms);
+}

@@ -1,0 +1,118 @@
+// Host tests of the persistent tile scheduler's index math (kernels/tile_scheduler.h).
+#include <doctest/doctest.h>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "kernels/tile_scheduler.h"
+
+using weft::kernels::PersistentTileIter;
+using weft::kernels::TileCoord;
+using weft::kernels::TileSchedule;
+
+namespace {
+
+TileSchedule make(int64_t m, int64_t n, int group, int shards, int first) {
+  TileSchedule s;
+  const char* why = nullptr;
+  REQUIRE_MESSAGE(TileSchedule::make(m, n, 128, 256, group, shards, first, &s, &why), (why ? why : ""));
+  return s;
+}
+
+// Walks every block's iterator; returns per-tile visit counts (row-major m_block, n_block).
+std::vector<int> visits(const TileSchedule& s, int blocks) {
+  std::vector<int> count(std::size_t(s.num_tiles()), 0);
+  for (int b = 0; b < blocks; ++b)
+    for (PersistentTileIter it(s, b, blocks); it.valid(); it.advance()) {
+      TileCoord c = it.current();
+      REQUIRE(c.m_block >= 0);
+      REQUIRE(c.m_block < s.m_blocks);
+      REQUIRE(c.n_block >= 0);
+      REQUIRE(c.n_block < s.n_blocks);
+      REQUIRE(c.linear == it.linear());
+      // A tile's shard is the one holding its m_block.
+      REQUIRE(c.shard == c.m_block / s.shard_m_blocks());
+      ++count[std::size_t(c.m_block) * s.n_blocks + c.n_block];
+    }
+  return count;
+}
+
+}  // namespace
+
+TEST_CASE("every tile is visited exactly once for many shapes, groups, shards and block counts") {
+  const int64_t ms[] = {1, 127, 128, 129, 1000, 2048, 8192, 16384, 5 * 128 * 4};
+  const int64_t ns[] = {1, 255, 256, 257, 2048, 7168, 8192};
+  const int groups[] = {1, 3, 8, 16};
+  const int block_counts[] = {1, 7, 116, 124, 132, 1000};
+  int checked = 0;
+  for (int64_t m : ms)
+    for (int64_t n : ns)
+      for (int g : groups)
+        for (int shards : {1, 2, 4})
+          for (int blocks : block_counts) {
+            TileSchedule s;
+            const char* why = nullptr;
+            const int first = shards - 1;
+            if (!TileSchedule::make(m, n, 128, 256, g, shards, first, &s, &why)) {
+              // Only shard splits off the tile grid are refused.
+              CHECK(shards > 1);
+              continue;
+            }
+            std::vector<int> count = visits(s, blocks);
+            for (std::size_t t = 0; t < count.size(); ++t) REQUIRE_MESSAGE(count[t] == 1, "tile " << t << " m " << m
+                                                                                    << " n " << n << " g " << g
+                                                                                    << " shards " << shards
+                                                                                    << " blocks " << blocks);
+            ++checked;
+          }
+  CHECK(checked > 500);
+}
+
+TEST_CASE("rank-rotated order starts on the caller's shard and then wraps around") {
+  // 8192 rows in 4 shards of 2048 rows = 16 m-blocks each; 28 n-blocks (N = 7168).
+  for (int first = 0; first < 4; ++first) {
+    TileSchedule s = make(8192, 7168, 8, 4, first);
+    CHECK(s.tiles_per_shard() == 16 * 28);
+    for (int64_t t = 0; t < s.num_tiles(); ++t) {
+      TileCoord c = s.tile_at(t);
+      const int expect_shard = int((first + t / s.tiles_per_shard()) % 4);
+      REQUIRE(c.shard == expect_shard);
+      REQUIRE(c.m_block / 16 == expect_shard);
+    }
+  }
+  // With 132 blocks, the first wave of tiles all belongs to the first shard.
+  TileSchedule s = make(8192, 7168, 8, 4, 2);
+  for (int b = 0; b < 132; ++b) CHECK(PersistentTileIter(s, b, 132).current().shard == 2);
+}
+
+TEST_CASE("grouped rasterization walks group_m m-blocks down a column before moving right") {
+  TileSchedule s = make(128 * 10, 256 * 5, 4, 1, 0);
+  // First group: m 0..3 down column 0, then column 1.
+  for (int i = 0; i < 4; ++i) {
+    CHECK(s.tile_at(i).m_block == i);
+    CHECK(s.tile_at(i).n_block == 0);
+    CHECK(s.tile_at(4 + i).m_block == i);
+    CHECK(s.tile_at(4 + i).n_block == 1);
+  }
+  // Second group starts after 4 * 5 tiles at m 4.
+  CHECK(s.tile_at(20).m_block == 4);
+  CHECK(s.tile_at(20).n_block == 0);
+  // Last group has only 2 m-blocks (8, 9): it alternates between them.
+  CHECK(s.tile_at(40).m_block == 8);
+  CHECK(s.tile_at(41).m_block == 9);
+  CHECK(s.tile_at(41).n_block == 0);
+  CHECK(s.tile_at(42).n_block == 1);
+  CHECK(s.tile_at(49).m_block == 9);
+  CHECK(s.tile_at(49).n_block == 4);
+}
+
+TEST_CASE("a schedule whose shards do not fall on tile boundaries is refused with a reason") {
+  TileSchedule s;
+  const char* why = nullptr;
+  CHECK_FALSE(TileSchedule::make(1000, 256, 128, 256, 8, 4, 0, &s, &why));  // 250 rows per shard
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("multiple of the tile height") != std::string::npos);
+  CHECK_FALSE(TileSchedule::make(1024, 256, 128, 256, 8, 4, 4, &s, &why));  // first shard out of range
+  CHECK_FALSE(TileSchedule::make(0, 256, 128, 256, 8, 1, 0, &s, &why));
+}
