@@ -1,0 +1,133 @@
+// H100 / H200 constants for the tuner's analytic model, and how a run picks and overrides them.
+#include "runtime/machine_model.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "runtime/log.h"
+#include "runtime/params.h"
+
+namespace weft::runtime {
+namespace {
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The one list that ties YAML key names to fields.
+struct Field {
+  const char* key;
+  double MachineModel::*dbl;
+  int MachineModel::*integer;
+};
+const Field kFields[] = {
+    {"sm_count", nullptr, &MachineModel::sm_count},
+    {"tensor_tflops", &MachineModel::tensor_tflops, nullptr},
+    {"attention_tflops", &MachineModel::attention_tflops, nullptr},
+    {"hbm_gbps", &MachineModel::hbm_gbps, nullptr},
+    {"nvlink_gbps", &MachineModel::nvlink_gbps, nullptr},
+    {"nvlink_sm_gbps", &MachineModel::nvlink_sm_gbps, nullptr},
+    {"nic_gbps", &MachineModel::nic_gbps, nullptr},
+    {"pcie_gbps", &MachineModel::pcie_gbps, nullptr},
+    {"pcie_remote_gbps", &MachineModel::pcie_remote_gbps, nullptr},
+    {"socket_gbps", &MachineModel::socket_gbps, nullptr},
+    {"fifo_sm_gbps", &MachineModel::fifo_sm_gbps, nullptr},
+    {"reduce_sm_gbps", &MachineModel::reduce_sm_gbps, nullptr},
+    {"latency_us", &MachineModel::latency_us, nullptr},
+};
+
+}  // namespace
+
+MachineModel machine_model_h200() { return MachineModel{}; }
+
+MachineModel machine_model_h100() {
+  MachineModel m;
+  m.gpu = "h100";
+  m.sm_count = 132;        // H100 SXM
+  m.tensor_tflops = 800;   // measured cuBLAS range for dense bf16 on H100 SXM
+  m.attention_tflops = 590;  // the same attention/GEMM ratio as measured on H200
+  m.hbm_gbps = 3350;       // HBM3
+  // NVLink4 and ConnectX-7 are the same parts as on H200 systems.
+  return m;
+}
+
+Status machine_model_for(const std::string& gpu, MachineModel* out) {
+  std::string g = lower(gpu);
+  if (g.find("h200") != std::string::npos) {
+    *out = machine_model_h200();
+    return Status::kOk;
+  }
+  if (g.find("h100") != std::string::npos) {
+    *out = machine_model_h100();
+    return Status::kOk;
+  }
+  return Status::kInvalidArgument;
+}
+
+Status choose_machine_model(const std::string& workload_gpu, const std::vector<std::string>& topology_gpu_names,
+                            MachineModel* out, std::string* why) {
+  if (!workload_gpu.empty()) {
+    if (machine_model_for(workload_gpu, out) != Status::kOk) {
+      WEFT_WARN(kTune, "machine.gpu '%s' is not h100 or h200", workload_gpu.c_str());
+      return Status::kInvalidArgument;
+    }
+    *why = "machine.gpu in the workload";
+    return Status::kOk;
+  }
+  for (const auto& name : topology_gpu_names) {
+    if (machine_model_for(name, out) == Status::kOk) {
+      *why = "GPU '" + name + "' in the topology";
+      return Status::kOk;
+    }
+  }
+  std::string arch;
+  WEFT_CHECK(get_param("WEFT_GPU_ARCH", &arch));
+  std::string a = lower(arch);
+  if (a != "auto" && !a.empty()) {
+    if (machine_model_for(a, out) != Status::kOk) {
+      WEFT_WARN(kTune, "WEFT_GPU_ARCH='%s' is not auto, h100 or h200", arch.c_str());
+      return Status::kInvalidArgument;
+    }
+    *why = "WEFT_GPU_ARCH=" + arch;
+    return Status::kOk;
+  }
+  *out = machine_model_h200();
+  *why = topology_gpu_names.empty() ? "no GPU in the topology: default H200 (set WEFT_GPU_ARCH=h100 to change)"
+                                    : "GPU model not recognised in the topology: default H200";
+  return Status::kOk;
+}
+
+const std::vector<std::string>& machine_model_keys() {
+  static const std::vector<std::string> keys = [] {
+    std::vector<std::string> k;
+    for (const auto& f : kFields) k.push_back(f.key);
+    return k;
+  }();
+  return keys;
+}
+
+Status set_machine_model_value(MachineModel* m, const std::string& key, double value, std::string* error) {
+  for (const auto& f : kFields) {
+    if (key != f.key) continue;
+    if (!(value > 0) || !std::isfinite(value)) {
+      *error = "expected a number > 0";
+      return Status::kInvalidArgument;
+    }
+    if (f.integer) {
+      if (value != std::floor(value) || value > 1024) {
+        *error = "expected a whole number of SMs between 1 and 1024";
+        return Status::kInvalidArgument;
+      }
+      m->*f.integer = static_cast<int>(value);
+    } else {
+      m->*f.dbl = value;
+    }
+    return Status::kOk;
+  }
+  *error = "unknown machine model key";
+  return Status::kInvalidArgument;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,128 @@
+// A YAML workload file as a validated struct: op, shape, layout, roles, transport, run settings.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/roles.h"
+#include "runtime/status.h"
+
+namespace weft::runtime {
+
+enum class Op : int { kAgGemm = 0, kGemmRs, kGemmAr, kMoe, kRingAttention };
+enum class DType : int { kBf16 = 0, kFp16, kFp8 };  // kFp8 is e4m3
+enum class InterNode : int { kAuto = 0, kIbverbs, kSocket };
+enum class SignalMode : int { kSerial = 0, kFenced, kBatched };
+
+const char* to_string(Op op);  // "ag_gemm", the spelling used in YAML
+const char* to_string(DType t);
+const char* to_string(InterNode t);
+const char* to_string(SignalMode m);
+int dtype_bytes(DType t);
+bool is_gemm_op(Op op);  // ag_gemm, gemm_rs, gemm_ar
+
+// Where a value came from in the YAML file (1-based; 0 = not from the file).
+struct SourceLoc {
+  int line = 0;
+  int column = 0;
+};
+
+// Global problem sizes. GEMM: C[m,n] = A[m,k] * B[k,n].
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+struct MoeShape {
+  int64_t tokens = 0;   // global tokens in the batch (each rank holds tokens / world)
+  int64_t hidden = 0;   // model dimension
+  int64_t ffn = 0;      // expert intermediate dimension (gated: gate and up are each hidden x ffn)
+  int64_t experts = 0;  // global experts (each rank holds experts / world)
+  int64_t topk = 0;     // experts per token
+};
+struct AttentionShape {
+  int64_t seq = 0;       // global sequence length (each rank holds seq / world queries, keys, values)
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  bool causal = true;
+};
+
+struct Layout {
+  int nodes = 1;
+  int gpus_per_node = 1;
+};
+
+struct RoleSpec {
+  bool automatic = true;  // `roles: auto`: the tuner decides
+  RoleCounts counts;      // explicit counts when !automatic
+};
+
+struct TransportSpec {
+  InterNode inter_node = InterNode::kAuto;
+  SignalMode signal_mode = SignalMode::kBatched;
+};
+
+struct RunSpec {
+  int warmup = 5;
+  int iters = 50;
+  bool validate = true;
+};
+
+// The GEMM one rank runs, and what it holds before and after communication.
+struct GemmShard {
+  int64_t m = 0, n = 0, k = 0;  // the local GEMM
+  int64_t a_rows = 0;           // rows of A this rank holds before communication
+  int64_t c_rows = 0;           // rows of C this rank holds after communication
+  int64_t c_cols = 0;           // columns of C this rank holds after communication
+};
+
+struct Workload {
+  std::string name;       // default: the file name without extension
+  std::string source;     // the file it came from
+  Op op = Op::kAgGemm;
+  DType dtype = DType::kBf16;
+  GemmShape gemm;         // ag_gemm, gemm_rs, gemm_ar
+  MoeShape moe;           // moe
+  AttentionShape attention;  // ring_attention
+  Layout layout;
+  RoleSpec roles;
+  TransportSpec transport;
+  RunSpec run;
+  std::string gpu;        // `machine.gpu`: "", "h100" or "h200"
+  // `machine:` overrides of MachineModel constants, by key (see machine_model.h), in file order.
+  std::vector<std::pair<std::string, double>> machine_overrides;
+  // Where each key's value is in the file ("shape.m", "roles", "roles.compute"), so that errors found
+  // later (a different --nodes, the tuner's SM count) still point at the line.
+  std::map<std::string, SourceLoc> locations;
+
+  SourceLoc loc_of(const std::string& key) const;
+  // "file:line:col: key: what" (file:1:1 when the key is not in the file).
+  std::string error_at(const std::string& key, const std::string& what) const;
+
+  int world_size() const { return layout.nodes * layout.gpus_per_node; }
+  // Per-rank shards under this workload's layout (GEMM ops only; zeros otherwise):
+  //  ag_gemm: A[m,k] gathered along rows (m/world rows each); each rank computes the m x n/world block.
+  //  gemm_rs: k split (k/world each); C[m,n] partial sums reduce-scattered by rows (m/world each).
+  //  gemm_ar: k split (k/world each); C[m,n] all-reduced (every rank holds all of it).
+  GemmShard gemm_shard() const;
+  int64_t moe_tokens_per_rank() const { return moe.tokens / world_size(); }
+  int64_t moe_experts_per_rank() const { return moe.experts / world_size(); }
+  int64_t attention_seq_per_rank() const { return attention.seq / world_size(); }
+};
+
+// Reads and validates a workload file. On error returns kInvalidArgument (kNotFound when the file
+// cannot be read) and sets *error to one line "file:line:col: key: what was expected".
+Status load_workload(const std::string& path, Workload* out, std::string* error);
+// The same from text already in memory; `filename` is used in messages.
+Status parse_workload(const std::string& yaml_text, const std::string& filename, Workload* out,
+                      std::string* error);
+
+// Re-checks the sizes against a different layout (`weftrun plan --nodes N`): divisibility by the
+// world size where the op needs it. Sets *error as parse_workload does.
+Status validate_layout(const Workload& w, const Layout& layout, std::string* error);
+
+// Levenshtein distance, for "did you mean" suggestions.
+int edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace weft::runtime
