@@ -14,19 +14,25 @@ enum class Proximity : int { kSameSwitch = 0, kSameHostBridge = 1, kSameNuma = 2
 const char* to_string(Proximity p);
 
 struct Gpu {
-  int index = 0;            // order in the topology (PCI bus id order), matched to CUDA ordinals by bus id
-  std::string pci_bus_id;   // "0000:44:00.0", lower case
-  std::string name;         // OS device name if hwloc has one ("cuda0", "nvml0"), else the PCI model string
-  int numa_node = -1;       // OS index of the nearest NUMA node, -1 if unknown
-  std::string cpuset;       // hwloc bitmap list string of the nearest CPUs ("0-15,32-47")
+  int index = 0;           // order in the topology (PCI bus id order), matched to CUDA ordinals by bus id
+  std::string pci_bus_id;  // "0000:44:00.0", lower case
+  std::string name;        // OS device name if hwloc has one ("cuda0", "nvml0"), else the PCI model string
+  int numa_node = -1;      // OS index of the nearest NUMA node, -1 if unknown
+  std::string cpuset;      // hwloc bitmap list string of the nearest CPUs ("0-15,32-47")
+  std::string pci_id;      // "10de:20b0" (vendor:device), empty if unknown
+  // The object's ancestors in the hwloc tree, root first, one stable label each ("Package#0",
+  // "HostBridge 0000:[40-4f]", "PCIBridge 0000:41:00.0"). The mapping compares these to find the
+  // nearest NIC; a hand-built Topology may leave them empty (then only NUMA nodes are compared).
+  std::vector<std::string> ancestors;
 };
 
 struct Nic {
   int index = 0;
-  std::string name;         // OpenFabrics device name ("mlx5_0")
+  std::string name;  // OpenFabrics device name ("mlx5_0")
   std::string pci_bus_id;
   int numa_node = -1;
   std::string cpuset;
+  std::vector<std::string> ancestors;  // as in Gpu
 };
 
 struct NumaNode {
@@ -36,7 +42,7 @@ struct NumaNode {
 };
 
 struct Topology {
-  std::string source;       // "live" or the XML path
+  std::string source;  // "live" or the XML path
   std::string hostname;
   int cores = 0;
   int pus = 0;
@@ -50,12 +56,12 @@ struct GpuNicLink {
   std::vector<int> nearest_nics;  // every NIC at the best proximity (two rails -> two entries)
   int primary_nic = -1;           // the one this GPU's proxy uses; -1: no NIC (socket backend)
   Proximity proximity = Proximity::kOther;
-  std::string proxy_cpuset;       // CPUs for the proxy thread: the primary NIC's NUMA node
+  std::string proxy_cpuset;  // CPUs for the proxy thread: the primary NIC's NUMA node, else the GPU's
 };
 
 struct Mapping {
-  std::vector<GpuNicLink> gpus;   // one per Topology::gpus entry, same order
-  bool socket_fallback = false;   // no NIC at all: inter-node traffic uses the socket backend
+  std::vector<GpuNicLink> gpus;  // one per Topology::gpus entry, same order
+  bool socket_fallback = false;  // no NIC at all: inter-node traffic uses the socket backend
 };
 
 }  // namespace weft::topology
@@ -63,11 +69,21 @@ struct Mapping {
 namespace weft::topology {
 
 // Implemented in topology/*.cpp.
-Status load_xml(const std::string& path, Topology* out);      // an hwloc v1/v2 XML export
-Status discover_live(Topology* out);                          // the machine weft runs on
+Status load_xml(const std::string& path, Topology* out);  // an hwloc v1/v2 XML export
+Status discover_live(Topology* out);                      // the machine weft runs on
 // `path` if non-empty, else WEFT_TOPO_FILE if set, else the live machine.
 Status load(const std::string& path, Topology* out);
 // Nearest NIC per GPU (same switch > same host bridge > same NUMA > other), NICs shared evenly.
 Mapping map_gpus_to_nics(const Topology& topo);
+
+// How near `nic` is to `gpu`: the deepest common ancestor in the PCI tree decides, NUMA otherwise.
+Proximity nic_proximity(const Gpu& gpu, const Nic& nic);
+// "0000:44:00.0" from any spelling CUDA, NVML or lspci use ("00000000:44:00.0", "44:00.0",
+// upper case); empty if `id` is not a PCI bus id.
+std::string normalize_pci_bus_id(const std::string& id);
+// Index into topo.gpus of the GPU at `pci_bus_id` (any spelling), -1 if none: matches CUDA ordinals.
+int find_gpu(const Topology& topo, const std::string& pci_bus_id);
+// The cpuset of NUMA node `os_index`, empty if the topology has no such node.
+std::string numa_cpuset(const Topology& topo, int os_index);
 
 }  // namespace weft::topology

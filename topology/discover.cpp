@@ -1,0 +1,270 @@
+// Reads a machine into weft's Topology through hwloc 2.x: the live machine or an hwloc v1/v2 XML export.
+#include <hwloc.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "topology/topology.h"
+
+namespace weft::topology {
+namespace {
+
+constexpr uint16_t kNvidiaVendor = 0x10de;
+constexpr uint16_t kClassVga = 0x0300;
+constexpr uint16_t kClass3d = 0x0302;
+
+// Owns an hwloc topology handle for the duration of one load.
+class HwlocHandle {
+ public:
+  HwlocHandle() = default;
+  ~HwlocHandle() {
+    if (topo_) hwloc_topology_destroy(topo_);
+  }
+  HwlocHandle(const HwlocHandle&) = delete;
+  HwlocHandle& operator=(const HwlocHandle&) = delete;
+  hwloc_topology_t* out() { return &topo_; }
+  hwloc_topology_t get() const { return topo_; }
+
+ private:
+  hwloc_topology_t topo_ = nullptr;
+};
+
+std::string bitmap_list(hwloc_const_bitmap_t bitmap) {
+  if (!bitmap) return "";
+  char* text = nullptr;
+  if (hwloc_bitmap_list_asprintf(&text, bitmap) < 0 || !text) return "";
+  std::string out(text);
+  free(text);
+  return out;
+}
+
+std::string format_bus_id(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
+  char buf[32];
+  snprintf(buf, sizeof buf, "%04x:%02x:%02x.%x", static_cast<unsigned>(pci.domain), pci.bus, pci.dev, pci.func);
+  return buf;
+}
+
+// A label for one ancestor that is unique among the objects at the same tree depth, so that two
+// paths can be compared position by position.
+std::string ancestor_label(hwloc_obj_t obj) {
+  char buf[96];
+  if (obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+    const auto& down = obj->attr->bridge.downstream.pci;
+    snprintf(buf, sizeof buf, "HostBridge %04x:[%02x-%02x]", static_cast<unsigned>(down.domain), down.secondary_bus,
+             down.subordinate_bus);
+    return buf;
+  }
+  if (obj->type == HWLOC_OBJ_BRIDGE) return "PCIBridge " + format_bus_id(obj->attr->bridge.upstream.pci);
+  if (obj->type == HWLOC_OBJ_PCI_DEVICE) return "PCIDev " + format_bus_id(obj->attr->pcidev);
+  char type[64];
+  hwloc_obj_type_snprintf(type, sizeof type, obj, 0);
+  snprintf(buf, sizeof buf, "%s#%u", type, obj->logical_index);
+  return buf;
+}
+
+std::vector<std::string> ancestors_of(hwloc_obj_t obj) {
+  std::vector<std::string> path;
+  for (hwloc_obj_t p = obj->parent; p; p = p->parent) path.push_back(ancestor_label(p));
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// The NUMA node (OS index) an I/O object is attached to; -1 when its locality spans several nodes.
+int numa_of(hwloc_topology_t topo, hwloc_obj_t io, std::string* cpuset) {
+  hwloc_obj_t local = hwloc_get_non_io_ancestor_obj(topo, io);
+  if (!local) return -1;
+  *cpuset = bitmap_list(local->cpuset);
+  if (!local->nodeset || hwloc_bitmap_weight(local->nodeset) != 1) return -1;
+  return hwloc_bitmap_first(local->nodeset);
+}
+
+hwloc_obj_t pci_parent(hwloc_obj_t osdev) {
+  for (hwloc_obj_t p = osdev->parent; p; p = p->parent) {
+    if (p->type == HWLOC_OBJ_PCI_DEVICE) return p;
+    if (p->type != HWLOC_OBJ_OS_DEVICE) return nullptr;
+  }
+  return nullptr;
+}
+
+bool starts_with(const char* s, const char* prefix) { return s && strncmp(s, prefix, strlen(prefix)) == 0; }
+
+// CUDA ("cuda0") and NVML ("nvml0") OS devices name NVIDIA GPUs; DRM devices ("card0", "renderD128")
+// name any display adapter, so they are not used.
+bool is_nvidia_osdev(hwloc_obj_t osdev) {
+  return starts_with(osdev->name, "cuda") || starts_with(osdev->name, "nvml") ||
+         (osdev->subtype && (!strcmp(osdev->subtype, "CUDA") || !strcmp(osdev->subtype, "NVML")));
+}
+
+bool is_nvidia_gpu_function(hwloc_obj_t pci) {
+  const auto& a = pci->attr->pcidev;
+  return a.vendor_id == kNvidiaVendor && (a.class_id == kClassVga || a.class_id == kClass3d);
+}
+
+std::string pci_model(hwloc_obj_t pci) {
+  const char* device = hwloc_obj_get_info_by_name(pci, "PCIDevice");
+  if (device && *device) return device;
+  char buf[16];
+  snprintf(buf, sizeof buf, "%04x:%04x", pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id);
+  return buf;
+}
+
+void collect_gpus(hwloc_topology_t topo, Topology* out) {
+  // PCI function -> OS device name; one GPU may carry both a CUDA and an NVML device: count it once.
+  std::map<hwloc_obj_t, std::string> os_names;
+  for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os; os = hwloc_get_next_osdev(topo, os)) {
+    if (!is_nvidia_osdev(os)) continue;
+    hwloc_obj_t pci = pci_parent(os);
+    if (!pci) {
+      WEFT_INFO(kTopo, "GPU OS device %s has no PCI parent in the topology; it cannot be matched by bus id, skipped",
+                os->name ? os->name : "?");
+      continue;
+    }
+    std::string& name = os_names[pci];
+    if (name.empty() || (starts_with(os->name, "cuda") && !starts_with(name.c_str(), "cuda"))) name = os->name;
+  }
+  for (hwloc_obj_t pci = hwloc_get_next_pcidev(topo, nullptr); pci; pci = hwloc_get_next_pcidev(topo, pci)) {
+    auto named = os_names.find(pci);
+    if (named == os_names.end() && !is_nvidia_gpu_function(pci)) continue;
+    Gpu gpu;
+    gpu.pci_bus_id = format_bus_id(pci->attr->pcidev);
+    gpu.name = named != os_names.end() ? named->second : pci_model(pci);
+    char id[16];
+    snprintf(id, sizeof id, "%04x:%04x", pci->attr->pcidev.vendor_id, pci->attr->pcidev.device_id);
+    gpu.pci_id = id;
+    gpu.numa_node = numa_of(topo, pci, &gpu.cpuset);
+    gpu.ancestors = ancestors_of(pci);
+    out->gpus.push_back(std::move(gpu));
+  }
+  std::sort(out->gpus.begin(), out->gpus.end(), [](const Gpu& a, const Gpu& b) { return a.pci_bus_id < b.pci_bus_id; });
+  for (size_t i = 0; i < out->gpus.size(); ++i) out->gpus[i].index = static_cast<int>(i);
+}
+
+void collect_nics(hwloc_topology_t topo, Topology* out) {
+  for (hwloc_obj_t os = hwloc_get_next_osdev(topo, nullptr); os; os = hwloc_get_next_osdev(topo, os)) {
+    if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
+    Nic nic;
+    nic.name = os->name ? os->name : "";
+    hwloc_obj_t pci = pci_parent(os);
+    if (pci) nic.pci_bus_id = format_bus_id(pci->attr->pcidev);
+    nic.numa_node = numa_of(topo, pci ? pci : os, &nic.cpuset);
+    nic.ancestors = ancestors_of(pci ? pci : os);
+    out->nics.push_back(std::move(nic));
+  }
+  std::sort(out->nics.begin(), out->nics.end(), [](const Nic& a, const Nic& b) {
+    return a.pci_bus_id != b.pci_bus_id ? a.pci_bus_id < b.pci_bus_id : a.name < b.name;
+  });
+  for (size_t i = 0; i < out->nics.size(); ++i) out->nics[i].index = static_cast<int>(i);
+}
+
+void collect_numa(hwloc_topology_t topo, Topology* out) {
+  hwloc_obj_t node = nullptr;
+  while ((node = hwloc_get_next_obj_by_type(topo, HWLOC_OBJ_NUMANODE, node))) {
+    NumaNode n;
+    n.os_index = static_cast<int>(node->os_index);
+    n.cpuset = bitmap_list(node->cpuset);
+    n.memory_bytes = node->attr ? node->attr->numanode.local_memory : 0;
+    out->numa_nodes.push_back(std::move(n));
+  }
+  std::sort(out->numa_nodes.begin(), out->numa_nodes.end(),
+            [](const NumaNode& a, const NumaNode& b) { return a.os_index < b.os_index; });
+}
+
+// Fills `out` from a loaded hwloc topology.
+void convert(hwloc_topology_t topo, const std::string& source, Topology* out) {
+  *out = Topology{};
+  out->source = source;
+  hwloc_obj_t root = hwloc_get_root_obj(topo);
+  const char* host = hwloc_obj_get_info_by_name(root, "HostName");
+  if (host) {
+    out->hostname = host;
+  } else if (source == "live") {
+    char buf[256] = "";
+    if (gethostname(buf, sizeof buf - 1) == 0) out->hostname = buf;
+  }
+  out->cores = std::max(0, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE));
+  out->pus = std::max(0, hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_PU));
+  collect_gpus(topo, out);
+  collect_nics(topo, out);
+  collect_numa(topo, out);
+  WEFT_INFO(kTopo, "topology from %s: %zu GPUs, %zu NICs, %zu NUMA nodes, %d cores, %d PUs", source.c_str(),
+            out->gpus.size(), out->nics.size(), out->numa_nodes.size(), out->cores, out->pus);
+}
+
+// Creates a topology handle that keeps every I/O object (hwloc drops them by default).
+Status init_handle(HwlocHandle* h, const char* what) {
+  if (hwloc_topology_init(h->out()) != 0) {
+    WEFT_WARN(kTopo, "hwloc_topology_init failed for %s: %s", what, strerror(errno));
+    return Status::kSystemError;
+  }
+  hwloc_topology_set_io_types_filter(h->get(), HWLOC_TYPE_FILTER_KEEP_ALL);
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status load_xml(const std::string& path, Topology* out) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) {
+    int err = errno;
+    WEFT_WARN(kTopo, "cannot read hwloc XML topology '%s': %s", path.c_str(), strerror(err));
+    return err == ENOENT ? Status::kNotFound : Status::kSystemError;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    WEFT_WARN(kTopo, "hwloc XML topology '%s' is not a regular file", path.c_str());
+    return Status::kInvalidArgument;
+  }
+  if (st.st_size == 0) {
+    WEFT_WARN(kTopo, "hwloc XML topology '%s' is empty", path.c_str());
+    return Status::kInvalidArgument;
+  }
+  if (access(path.c_str(), R_OK) != 0) {
+    int err = errno;
+    WEFT_WARN(kTopo, "cannot read hwloc XML topology '%s': %s", path.c_str(), strerror(err));
+    return Status::kSystemError;
+  }
+  HwlocHandle h;
+  WEFT_CHECK(init_handle(&h, path.c_str()));
+  // hwloc parses the file in hwloc_topology_load; set_xml only records the path.
+  if (hwloc_topology_set_xml(h.get(), path.c_str()) != 0 || hwloc_topology_load(h.get()) != 0) {
+    WEFT_WARN(kTopo,
+              "'%s' is not an hwloc XML topology (hwloc reads the XML of hwloc 1.x and 2.x, "
+              "written by 'lstopo --of xml FILE')",
+              path.c_str());
+    return Status::kInvalidArgument;
+  }
+  convert(h.get(), path, out);
+  return Status::kOk;
+}
+
+Status discover_live(Topology* out) {
+  HwlocHandle h;
+  WEFT_CHECK(init_handle(&h, "the live machine"));
+  if (hwloc_topology_load(h.get()) != 0) {
+    WEFT_WARN(kTopo, "hwloc could not discover this machine's topology: %s", strerror(errno));
+    return Status::kSystemError;
+  }
+  convert(h.get(), "live", out);
+  return Status::kOk;
+}
+
+Status load(const std::string& path, Topology* out) {
+  if (!path.empty()) return load_xml(path, out);
+  std::string from_env;
+  WEFT_CHECK(get_param("WEFT_TOPO_FILE", &from_env));
+  if (!from_env.empty()) {
+    WEFT_INFO(kTopo, "topology from WEFT_TOPO_FILE=%s", from_env.c_str());
+    return load_xml(from_env, out);
+  }
+  return discover_live(out);
+}
+
+}  // namespace weft::topology
