@@ -49,13 +49,14 @@ __device__ __forceinline__ void flag_add_release(uint64_t* p, uint64_t v) {
 }
 
 __device__ __forceinline__ bool frame_aborted(const FrameParams& f) {
-  return *reinterpret_cast<volatile const int32_t*>(f.error_claim) != 0;
+  return f.error_claim && *reinterpret_cast<volatile const int32_t*>(f.error_claim) != 0;
 }
 
 // Fills the error record if this is the first failure of the launch. Safe from any one thread.
 __device__ inline void frame_record_error(const FrameParams& f, DeviceErrorKind kind, Role role, int32_t tile_m,
                                           int32_t tile_n, int32_t flag_index, const void* addr, uint64_t expected,
                                           uint64_t seen, uint64_t waited_ns) {
+  if (!f.error_claim || !f.error) __trap();  // launched without a FrameHost: nowhere to report
   if (atomicCAS(f.error_claim, 0, 1) != 0) return;
   volatile DeviceError* e = f.error;
   e->kind = int32_t(kind);
