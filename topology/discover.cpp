@@ -248,6 +248,10 @@ Status load_xml(const std::string& path, Topology* out) {
 Status discover_live(Topology* out) {
   HwlocHandle h;
   WEFT_CHECK(init_handle(&h, "the live machine"));
+  // hwloc's CUDA and OpenCL plugins (where installed) create a CUDA context in this process, which
+  // must not happen in a launcher that forks ranks afterwards; NVIDIA GPUs are found by PCI class.
+  for (const char* plugin : {"cuda", "opencl"})
+    hwloc_topology_set_components(h.get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, plugin);
   if (hwloc_topology_load(h.get()) != 0) {
     WEFT_WARN(kTopo, "hwloc could not discover this machine's topology: %s", strerror(errno));
     return Status::kSystemError;
