@@ -106,10 +106,12 @@ int run_topo(const std::string& path, bool json) {
   Topology t;
   Status s = topology::load(path, &t);
   if (s != Status::kOk) {
-    std::string what = path;
-    if (what.empty()) get_param("WEFT_TOPO_FILE", &what);
+    std::string what = path.empty() ? "" : "'" + path + "'";
+    std::string env;
+    if (what.empty() && get_param("WEFT_TOPO_FILE", &env) == Status::kOk && !env.empty())
+      what = "'" + env + "' (WEFT_TOPO_FILE)";
     fprintf(stderr, "weftrun topo: cannot load the topology from %s: %s\n",
-            what.empty() ? "the live machine" : ("'" + what + "'").c_str(), to_string(s));
+            what.empty() ? "the live machine" : what.c_str(), to_string(s));
     return 1;
   }
   Mapping m = topology::map_gpus_to_nics(t);

@@ -74,6 +74,9 @@ Status discover_live(Topology* out);                      // the machine weft ru
 // `path` if non-empty, else WEFT_TOPO_FILE if set, else the live machine.
 Status load(const std::string& path, Topology* out);
 // Nearest NIC per GPU (same switch > same host bridge > same NUMA > other), NICs shared evenly.
+// Every NIC of the best class is listed in nearest_nics; the primary is chosen greedily, GPUs with
+// the fewest candidates first, each taking its least loaded candidate (ties: the NIC that meets the
+// GPU deeper in the tree, i.e. on its own socket; then the lowest NIC index). Deterministic.
 Mapping map_gpus_to_nics(const Topology& topo);
 
 // How near `nic` is to `gpu`: the deepest common ancestor in the PCI tree decides, NUMA otherwise.
