@@ -50,32 +50,62 @@ Status encode_operand(const char* name, const void* ptr, int64_t rows, int64_t c
   return Status::kOk;
 }
 
-template <class Epilogue>
-Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
-              const TileSignal& signal, cudaStream_t stream) {
-  auto kernel = gemm_persistent_kernel<Epilogue>;
+template <int kCluster, class Epilogue>
+Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
+                      const TileSignal& signal, cudaStream_t stream) {
+  auto kernel = gemm_persistent_kernel<kCluster, Epilogue>;
   const int smem = int(gemm_smem_bytes());
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (err == cudaSuccess) {
-    GemmKernelParams<Epilogue> p;
-    p.gemm = g;
-    p.frame = frame;
-    p.epi = epi;
-    p.gate = gate;
-    p.signal = signal;
-    if (frame.roles.compute <= 0 || frame.roles.total() <= 0) {
-      WEFT_WARN(kKernel, "gemm: rank %d launch with %d compute blocks of %d", frame.rank, frame.roles.compute,
-                frame.roles.total());
-      return Status::kInvalidArgument;
-    }
-    kernel<<<frame.roles.total(), GemmConfig::kThreads, smem, stream>>>(p);
-    err = cudaGetLastError();
+  if (frame.roles.compute <= 0 || frame.roles.compute % kCluster || frame.roles.total() % kCluster) {
+    WEFT_WARN(kKernel,
+              "gemm: rank %d: %d compute blocks of %d; with clusters of %d CTAs both must be positive multiples of %d",
+              frame.rank, frame.roles.compute, frame.roles.total(), kCluster, kCluster);
+    return Status::kInvalidArgument;
   }
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  GemmKernelParams<Epilogue> p;
+  p.gemm = g;
+  p.frame = frame;
+  p.epi = epi;
+  p.gate = gate;
+  p.signal = signal;
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(unsigned(frame.roles.total()));
+  cfg.blockDim = dim3(GemmConfig::kThreads);
+  cfg.dynamicSmemBytes = size_t(smem);
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = kCluster;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  if (err == cudaSuccess) {
+    // A persistent grid whose clusters cannot all be resident at once serialises (and flag waits
+    // between blocks could time out): say so once.
+    static bool warned = false;
+    int max_clusters = 0;
+    if (!warned && cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg) == cudaSuccess &&
+        max_clusters * kCluster < frame.roles.total()) {
+      warned = true;
+      WEFT_WARN(kKernel, "gemm: rank %d: only %d clusters of %d CTAs fit at once, the grid has %d blocks",
+                frame.rank, max_clusters, kCluster, frame.roles.total());
+    }
+    err = cudaLaunchKernelEx(&cfg, kernel, p);
+  }
+  if (err == cudaSuccess) err = cudaGetLastError();
   if (err != cudaSuccess) {
     WEFT_WARN(kKernel, "gemm: rank %d launch failed: %s", frame.rank, cudaGetErrorString(err));
     return Status::kCudaError;
   }
   return Status::kOk;
+}
+
+template <class Epilogue>
+Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
+              const TileSignal& signal, cudaStream_t stream) {
+  if (g.cluster_m == 2) return launch_cluster<2>(g, frame, epi, gate, signal, stream);
+  return launch_cluster<1>(g, frame, epi, gate, signal, stream);
 }
 
 }  // namespace
@@ -101,7 +131,12 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
               (long long)args.n, (long long)args.k, (long long)lda, (long long)ldb, why);
     return Status::kInvalidArgument;
   }
-  if (!TileSchedule::make(args.m, args.n, GemmConfig::kTileM, GemmConfig::kTileN, args.group_m, args.num_shards,
+  if (args.cluster_m != 1 && args.cluster_m != 2) {
+    WEFT_WARN(kKernel, "gemm: cluster_m must be 1 or 2, not %d", args.cluster_m);
+    return Status::kInvalidArgument;
+  }
+  if (!TileSchedule::make(args.m, args.n, GemmConfig::kTileM * args.cluster_m, GemmConfig::kTileN, args.group_m,
+                          args.num_shards,
                           args.first_shard, &out->sched, &why)) {
     WEFT_WARN(kKernel, "gemm %lld x %lld x %lld: bad tile schedule (%d shards, first %d, group %d): %s",
               (long long)args.m, (long long)args.n, (long long)args.k, args.num_shards, args.first_shard,
@@ -109,7 +144,10 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
     return Status::kInvalidArgument;
   }
   WEFT_CHECK(encode_operand("A", args.a, args.m, args.k, lda, GemmConfig::kTileM, &out->tmap_a));
-  WEFT_CHECK(encode_operand("B", args.b, args.n, args.k, ldb, GemmConfig::kTileN, &out->tmap_b));
+  WEFT_CHECK(encode_operand("B", args.b, args.n, args.k, ldb, GemmConfig::kTileN / args.cluster_m, &out->tmap_b));
+  out->cluster_m = args.cluster_m;
+  out->cta_m_blocks = int32_t((args.m + GemmConfig::kTileM - 1) / GemmConfig::kTileM);
+  out->n_blocks = int32_t((args.n + GemmConfig::kTileN - 1) / GemmConfig::kTileN);
   out->m = int32_t(args.m);
   out->n = int32_t(args.n);
   out->k = int32_t(args.k);

@@ -26,8 +26,10 @@ struct GemmArgs {
   int64_t lda = 0;          // elements; 0 = k
   const void* b = nullptr;  // bf16
   int64_t ldb = 0;          // elements; 0 = k
-  int32_t group_m = 8;      // raster group height in tiles (L2 reuse)
-  int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h)
+  int32_t cluster_m = 2;    // CTAs per cluster along M sharing B through TMA multicast (1 or 2)
+  int32_t group_m = 8;      // raster group height in cluster tiles (L2 reuse)
+  int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h); M / num_shards
+                            // must be a multiple of cluster_m * 128 rows
   int32_t first_shard = 0;  // shard computed first (rank-rotated order)
 };
 
@@ -41,8 +43,9 @@ size_t gemm_shared_bytes();
 // SM count of the current device.
 Status device_sm_count(int* out);
 
-// Launches the standalone persistent GEMM: grid = frame.roles.total() blocks, the first
-// frame.roles.compute of them compute; the rest model SMs lent to other roles and exit.
+// Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
+// g.cluster_m, the first frame.roles.compute of them compute (both counts multiples of
+// cluster_m); the rest model SMs lent to other roles and exit.
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream);
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,

@@ -60,90 +60,90 @@ __device__ __forceinline__ bool wait_barrier(uint64_t* bar, uint32_t phase, cons
   return true;
 }
 
-__device__ __forceinline__ int32_t flag_index(int32_t granularity, const TileSchedule& s, const TileCoord& c) {
-  return granularity == kFlagPerShard ? c.shard : c.m_block * s.n_blocks + c.n_block;
+__device__ __forceinline__ int32_t flag_index(int32_t granularity, const GemmParams& g, const TileCoord& c) {
+  return granularity == kFlagPerShard ? c.shard : c.m_block * g.n_blocks + c.n_block;
 }
 
-}  // namespace gemm_detail
+// Releases a ring stage: one arrival per consumer warp on the stage's `empty` barrier of every
+// CTA of the cluster (each CTA's producer multicasts into all of them).
+template <int kCluster>
+__device__ __forceinline__ void release_stage(uint64_t* bar) {
+  if constexpr (kCluster == 1) {
+    sm90::mbar_arrive(bar);
+  } else {
+#pragma unroll
+    for (uint32_t r = 0; r < kCluster; ++r) sm90::mbar_arrive_cluster(bar, r);
+  }
+}
 
-constexpr size_t gemm_smem_bytes() { return sizeof(gemm_detail::SharedStorage) + 1024; }
+// The CTA's own 128-row tile inside the cluster tile `cc`.
+template <int kCluster>
+__device__ __forceinline__ TileCoord cta_tile(const TileCoord& cc, uint32_t cta) {
+  TileCoord c = cc;
+  c.m_block = cc.m_block * kCluster + int32_t(cta);
+  return c;
+}
 
-// The compute role of a persistent GEMM block. All 384 threads of the block call it; it returns
-// when this block's tiles are done or the launch was abandoned after a timeout.
-//   block_in_role / blocks_in_role: this block's index among the compute blocks and their count.
-//   smem_raw: the kernel's dynamic shared memory (at least gemm_smem_bytes()).
-template <class Epilogue>
-__device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
-                                                   const FlagGate& gate, const TileSignal& signal,
-                                                   int32_t block_in_role, int32_t blocks_in_role,
-                                                   uint8_t* smem_raw) {
+template <int kCluster>
+__device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const FlagGate& gate,
+                                              SharedStorage& s, uint32_t cta, int32_t cluster_idx,
+                                              int32_t clusters) {
   using Cfg = GemmConfig;
-  using gemm_detail::SharedStorage;
-  SharedStorage& s = *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  const int32_t warpgroup = threadIdx.x / 128;
+  constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
+  constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
   const int32_t k_iters = (g.k + Cfg::kTileK - 1) / Cfg::kTileK;
-
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < Cfg::kStages; ++i) {
-      sm90::mbar_init(&s.full[i], 1);
-      sm90::mbar_init(&s.empty[i], Cfg::kConsumers * 4);
+  uint32_t it = 0;
+  for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
+    const TileCoord c = cta_tile<kCluster>(t.current(), cta);
+    bool ok = true;
+    if (gate.flags && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks)) {
+      const int32_t idx = flag_index(gate.granularity, g, c);
+      ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
+      // The data behind the flag is read by the copy engine (async proxy) next.
+      asm volatile("fence.proxy.async.global;" ::: "memory");
     }
-    s.abort = 0;
-    sm90::fence_barrier_init();
-    sm90::tma_prefetch_desc(&g.tmap_a);
-    sm90::tma_prefetch_desc(&g.tmap_b);
-  }
-  __syncthreads();
-
-  if (warpgroup == 0) {
-    // ---------------- producer ----------------
-    sm90::setmaxnreg_dec<40>();
-    if (threadIdx.x != 0) return;
-    uint32_t it = 0;
-    constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
-    for (PersistentTileIter t(g.sched, block_in_role, blocks_in_role); t.valid(); t.advance()) {
-      const TileCoord c = t.current();
-      bool ok = true;
-      if (gate.flags) {
-        const int32_t idx = gemm_detail::flag_index(gate.granularity, g.sched, c);
-        ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
-        // The data behind the flag is read by the copy engine (async proxy) next.
-        asm volatile("fence.proxy.async.global;" ::: "memory");
-      }
-      if (!ok) {
-        // Wake the consumers on the next stage with an empty arrival; they see `abort` and leave.
-        const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-        if (!gemm_detail::wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
-        s.abort = 1;
-        sm90::mbar_arrive(&s.full[stage]);
-        return;
-      }
-      const int32_t row_a = c.m_block * Cfg::kTileM;
-      const int32_t row_b = c.n_block * Cfg::kTileN;
-      for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
-        const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-        if (!gemm_detail::wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
-        sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
-        sm90::tma_load_2d(s.a[stage], &g.tmap_a, &s.full[stage], kb * Cfg::kTileK, row_a);
+    if (!ok) {
+      // Wake this CTA's consumers with an empty arrival on the next stage; they see `abort`.
+      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+      s.abort = 1;
+      sm90::mbar_arrive(&s.full[stage]);
+      return;
+    }
+    const int32_t row_a = c.m_block * Cfg::kTileM;
+    const int32_t row_b = c.n_block * Cfg::kTileN + int32_t(cta) * kBRows;
+    for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
+      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+      // A (own) + all of B (own part + the peers' multicast parts) land on this barrier.
+      sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
+      sm90::tma_load_2d(s.a[stage], &g.tmap_a, &s.full[stage], kb * Cfg::kTileK, row_a);
+      if constexpr (kCluster == 1) {
         sm90::tma_load_2d(s.b[stage], &g.tmap_b, &s.full[stage], kb * Cfg::kTileK, row_b);
+      } else {
+        sm90::tma_load_2d_multicast(s.b[stage] + cta * kBRows * Cfg::kTileK, &g.tmap_b, &s.full[stage],
+                                    kb * Cfg::kTileK, row_b, uint16_t((1u << kCluster) - 1));
       }
     }
-    return;
   }
+}
 
-  // ---------------- consumers ----------------
-  sm90::setmaxnreg_inc<232>();
-  const int32_t consumer = warpgroup - 1;     // which 64-row half of the tile
+template <int kCluster, class Epilogue>
+__device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
+                                              const TileSignal& signal, SharedStorage& s, uint32_t cta,
+                                              int32_t cluster_idx, int32_t clusters) {
+  using Cfg = GemmConfig;
+  const int32_t k_iters = (g.k + Cfg::kTileK - 1) / Cfg::kTileK;
+  const int32_t consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const int32_t t128 = threadIdx.x % 128;
   const int32_t warp = t128 / 32, lane = t128 % 32;
   float acc[128];
   uint32_t it = 0;
-  for (PersistentTileIter t(g.sched, block_in_role, blocks_in_role); t.valid(); t.advance()) {
-    const TileCoord c = t.current();
+  for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
+    const TileCoord c = cta_tile<kCluster>(t.current(), cta);
     for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      if (!gemm_detail::wait_barrier(&s.full[stage], phase, f, c) ||
-          *reinterpret_cast<volatile int32_t*>(&s.abort)) {
+      if (!wait_barrier(&s.full[stage], phase, f, c) || *reinterpret_cast<volatile int32_t*>(&s.abort)) {
         sm90::wgmma_wait<0>();  // leave nothing in flight (else the compiler waits on every path)
         return;
       }
@@ -158,10 +158,11 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
       sm90::wgmma_commit();
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
-      if (kb > 0 && lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
+      if (kb > 0 && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
-    if (lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
+    if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+    if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's second tile hangs past M
 
     // Epilogue straight from the accumulator fragment: thread holds, for j in [0, 32),
     // rows r and r+8, columns 8j + 2*(lane%4) + {0, 1}.
@@ -181,9 +182,60 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
       sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
       if (t128 == 0 && consumer == 0) {
         __threadfence_system();
-        flag_add_release(signal.flags + gemm_detail::flag_index(signal.granularity, g.sched, c), signal.add);
+        flag_add_release(signal.flags + flag_index(signal.granularity, g, c), signal.add);
       }
     }
+  }
+}
+
+}  // namespace gemm_detail
+
+constexpr size_t gemm_smem_bytes() { return sizeof(gemm_detail::SharedStorage) + 1024; }
+
+// The compute role of a persistent GEMM block. All 384 threads of the block call it; it returns
+// when this block's tiles are done or the launch was abandoned after a timeout.
+//   kCluster: GemmParams::cluster_m (1 or 2); the launch must use clusters of that many CTAs
+//     along x, compute blocks must start at block 0 and come in whole clusters.
+//   block_in_role / blocks_in_role: this block's index among the compute blocks and their count.
+//   smem_raw: the kernel's dynamic shared memory (at least gemm_smem_bytes()).
+template <int kCluster, class Epilogue>
+__device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
+                                                   const FlagGate& gate, const TileSignal& signal,
+                                                   int32_t block_in_role, int32_t blocks_in_role,
+                                                   uint8_t* smem_raw) {
+  static_assert(kCluster == 1 || kCluster == 2, "cluster of 1 or 2 CTAs along M");
+  using Cfg = GemmConfig;
+  using gemm_detail::SharedStorage;
+  SharedStorage& s =
+      *reinterpret_cast<SharedStorage*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const uint32_t cta = kCluster > 1 ? sm90::cluster_ctarank() : 0;
+  const int32_t cluster_idx = block_in_role / kCluster, clusters = blocks_in_role / kCluster;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < Cfg::kStages; ++i) {
+      sm90::mbar_init(&s.full[i], 1);
+      sm90::mbar_init(&s.empty[i], Cfg::kConsumers * 4 * kCluster);
+    }
+    s.abort = 0;
+    sm90::fence_barrier_init();
+    sm90::tma_prefetch_desc(&g.tmap_a);
+    sm90::tma_prefetch_desc(&g.tmap_b);
+  }
+  // Peers arrive on (and multicast into) this CTA's barriers: all must be initialised first.
+  if constexpr (kCluster > 1) sm90::cluster_sync();
+  else __syncthreads();
+
+  // No thread leaves before the cluster's final barrier: a peer may still arrive on this CTA's
+  // barriers or write into its shared memory until then.
+  if (threadIdx.x < 128) {
+    sm90::setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) gemm_detail::producer_loop<kCluster>(g, f, gate, s, cta, cluster_idx, clusters);
+    __syncwarp();
+    if constexpr (kCluster > 1) sm90::cluster_sync();
+  } else {
+    sm90::setmaxnreg_inc<232>();
+    gemm_detail::consumer_loop<kCluster>(g, f, epi, signal, s, cta, cluster_idx, clusters);
+    if constexpr (kCluster > 1) sm90::cluster_sync();
   }
 }
 
@@ -198,13 +250,13 @@ struct GemmKernelParams {
   TileSignal signal;
 };
 
-template <class Epilogue>
+template <int kCluster, class Epilogue>
 __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
     gemm_persistent_kernel(const __grid_constant__ GemmKernelParams<Epilogue> p) {
   extern __shared__ uint8_t gemm_smem[];
   if (p.frame.roles.role_of(blockIdx.x) == Role::kCompute) {
-    gemm_compute_block(p.gemm, p.frame, p.epi, p.gate, p.signal, int32_t(blockIdx.x), p.frame.roles.compute,
-                       gemm_smem);
+    gemm_compute_block<kCluster>(p.gemm, p.frame, p.epi, p.gate, p.signal, int32_t(blockIdx.x),
+                                 p.frame.roles.compute, gemm_smem);
   }
 }
 

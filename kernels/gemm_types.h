@@ -26,9 +26,13 @@ struct GemmParams {
   int32_t m = 0;
   int32_t n = 0;
   int32_t k = 0;
-  TileSchedule sched;
+  int32_t cluster_m = 2;     // CTAs per cluster along M; they share (multicast) the B tile
+  int32_t cta_m_blocks = 0;  // ceil(m / kTileM): rows of per-tile flags
+  int32_t n_blocks = 0;      // ceil(n / kTileN)
+  TileSchedule sched;        // over cluster tiles of (cluster_m * kTileM) x kTileN
 };
 
+// Flags are indexed by 128-row CTA tiles: m_block = row / kTileM (not the cluster tile).
 constexpr int32_t kFlagPerTile = 0;   // flags[m_block * n_blocks + n_block]
 constexpr int32_t kFlagPerShard = 1;  // flags[shard]
 

@@ -47,11 +47,12 @@ struct Problem {
     random_bf16(a.p, int64_t(m) * k, seed);
     random_bf16(b.p, int64_t(n) * k, seed + 1);
   }
-  GemmParams params(int group_m = 8, int shards = 1, int first = 0) const {
+  GemmParams params(int group_m = 8, int shards = 1, int first = 0, int cluster_m = 2) const {
     GemmArgs args;
     args.m = m, args.n = n, args.k = k;
     args.a = a.p, args.b = b.p;
     args.group_m = group_m, args.num_shards = shards, args.first_shard = first;
+    args.cluster_m = cluster_m;
     GemmParams g;
     REQUIRE(make_gemm_params(args, &g) == Status::kOk);
     return g;
@@ -65,7 +66,8 @@ RoleCounts compute_only(int blocks) {
 }
 
 // Runs C = A * B^T into a poisoned bf16 C and checks it against the fp32 reference.
-void check_store(int m, int n, int k, int compute_blocks, int idle_blocks = 0, int group_m = 8) {
+void check_store_cluster(int m, int n, int k, int compute_blocks, int idle_blocks, int group_m, int cluster_m) {
+  CAPTURE(cluster_m);
   CAPTURE(m);
   CAPTURE(n);
   CAPTURE(k);
@@ -81,15 +83,24 @@ void check_store(int m, int n, int k, int compute_blocks, int idle_blocks = 0, i
   REQUIRE(frame.params(roles, &fp) == Status::kOk);
   EpiStoreBf16 epi;
   epi.c = c.p, epi.ldc = n, epi.paired = (n % 2 == 0);
-  REQUIRE(launch_gemm(pb.params(group_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+  REQUIRE(launch_gemm(pb.params(group_m, 1, 0, cluster_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) ==
+          Status::kOk);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(frame.check("gemm test") == Status::kOk);
   reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
   Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
-  MESSAGE("gemm " << m << "x" << n << "x" << k << " blocks " << compute_blocks << ": rel err " << r.rel_err);
+  MESSAGE("gemm " << m << "x" << n << "x" << k << " blocks " << compute_blocks << " cluster " << cluster_m
+                   << ": rel err " << r.rel_err);
   CHECK(r.bad == 0);
-  // bf16 output rounding alone gives ~1.1e-3; a wrong tile or k-slice gives O(1).
+  // bf16 output rounding alone gives ~1.7e-3; a wrong tile or k-slice gives O(1).
   CHECK(r.rel_err < 4e-3);
+}
+
+// Both the 2-CTA cluster (B multicast, the default) and the single-CTA variant. Block counts
+// are rounded down to whole clusters.
+void check_store(int m, int n, int k, int compute_blocks, int idle_blocks = 0, int group_m = 8) {
+  check_store_cluster(m, n, k, compute_blocks & ~1, idle_blocks & ~1, group_m, 2);
+  check_store_cluster(m, n, k, compute_blocks, idle_blocks, group_m, 1);
 }
 
 }  // namespace
@@ -106,6 +117,7 @@ TEST_CASE("gemm tile multiples on all SMs and on few SMs (ring phases across man
   check_store(1024, 1024, 1024, sms);
   check_store(2048, 2048, 2048, sms);
   check_store(1024, 2048, 4096, 5);
+  check_store(384, 512, 256, 2);  // odd number of 128-row tiles: the cluster's second tile is empty
   check_store(512, 768, 512, sms - 16, 16);  // SMs lent to another role do nothing here
 }
 
@@ -181,7 +193,7 @@ TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly
   const int m = 2048, n = 1792, k = 512, shards = 4;
   Problem pb(m, n, k);
   const GemmParams g = pb.params(8, shards, 2);
-  const int64_t tiles = g.sched.num_tiles();
+  const int64_t tiles = int64_t(g.cta_m_blocks) * g.n_blocks;  // flags are per 128-row tile
   DevBuf<uint64_t> ready(shards), tile_flags(tiles), shard_flags(shards);
   std::vector<uint64_t> h_ready(shards, 7);
   WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
@@ -206,7 +218,7 @@ TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly
     REQUIRE(frame.check("gemm gated") == Status::kOk);
     std::vector<uint64_t> h(static_cast<size_t>(nflags));
     WEFT_CUDA_OK(cudaMemcpy(h.data(), flags, h.size() * 8, cudaMemcpyDeviceToHost));
-    const uint64_t want = gran == kFlagPerTile ? 3 : 3 * uint64_t(g.sched.tiles_per_shard());
+    const uint64_t want = gran == kFlagPerTile ? 3 : 3 * uint64_t(m / shards / 128) * g.n_blocks;
     for (size_t i = 0; i < h.size(); ++i) REQUIRE_MESSAGE(h[i] == want, "flag " << i);
     reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
     Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
