@@ -1,26 +1,78 @@
-// weftrun plan: placeholder registration until its implementation lands.
+// weftrun plan: read a workload, look at the machine (or an hwloc XML), print the tuner's plan.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 
 #include "launcher/commands.h"
+#include "runtime/log.h"
+#include "runtime/tuner.h"
+#include "runtime/workload.h"
+#include "topology/topology.h"
 
 namespace weft::launcher {
+
+namespace {
+constexpr int kExitBadInput = 2;  // the workload or a flag is wrong; the message says where
+constexpr int kExitFailed = 1;    // something else (an unreadable topology)
+}  // namespace
 
 void add_plan_command(CLI::App& app, int* exit_code) {
-  auto* sub = app.add_subcommand("plan", "(not available in this build yet)");
-  sub->allow_extras();
-  sub->callback([exit_code] {
-    fprintf(stderr, "weftrun plan: not available in this build yet\n");
-    *exit_code = 3;
-  });
+  auto* sub = app.add_subcommand("plan", "print the SM roles, tiles and predicted times for a workload");
+  auto opts = std::make_shared<PlanOptions>();
+  sub->add_option("workload", opts->workload, "workload YAML file (see configs/README.md)")->required();
+  sub->add_option("--topology", opts->topology, "hwloc XML of the node to plan for (default: WEFT_TOPO_FILE, else this machine)");
+  sub->add_option("--nodes", opts->nodes, "plan for N such nodes instead of the workload's layout.nodes")
+      ->check(CLI::Range(1, 65536));
+  sub->add_flag("--json", opts->json, "print the plan as JSON");
+  sub->callback([opts, exit_code] { *exit_code = run_plan(*opts); });
 }
 
-}  // namespace weft::launcher
-
-namespace weft::launcher {
-int run_plan(const PlanOptions&) {
-  fprintf(stderr, "weftrun plan: not available in this build yet\n");
-  return 3;
+int run_plan(const PlanOptions& options) {
+  try {
+    runtime::Workload w;
+    std::string error;
+    if (runtime::load_workload(options.workload, &w, &error) != Status::kOk) {
+      fprintf(stderr, "weftrun plan: %s\n", error.c_str());
+      return kExitBadInput;
+    }
+    runtime::Layout layout = w.layout;
+    if (options.nodes > 0) {
+      layout.nodes = options.nodes;
+      if (runtime::validate_layout(w, layout, &error) != Status::kOk) {
+        fprintf(stderr, "weftrun plan: %s (with --nodes %d)\n", error.c_str(), options.nodes);
+        return kExitBadInput;
+      }
+    }
+    topology::Topology topo;
+    std::vector<std::string> notes;
+    if (topology::load(options.topology, &topo) != Status::kOk) {
+      if (!options.topology.empty()) {
+        fprintf(stderr, "weftrun plan: cannot read the topology %s (WEFT_DEBUG=INFO says why)\n",
+                options.topology.c_str());
+        return kExitFailed;
+      }
+      // Planning needs no live machine: go on with the model's defaults, and say so.
+      topo = topology::Topology{};
+      notes.push_back("this machine's topology could not be read: planned without it");
+    }
+    const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
+    runtime::Plan plan;
+    if (runtime::make_plan(w, layout, topo, mapping, &plan, &error) != Status::kOk) {
+      fprintf(stderr, "weftrun plan: %s\n", error.c_str());
+      return kExitBadInput;
+    }
+    plan.notes.insert(plan.notes.end(), notes.begin(), notes.end());
+    const std::string text = options.json ? runtime::format_plan_json(plan) : runtime::format_plan_table(plan);
+    fputs(text.c_str(), stdout);
+    fputc('\n', stdout);
+    return 0;
+  } catch (const std::exception& e) {
+    // Nothing below should throw; if it does, the user gets a message and an exit code, not abort().
+    WEFT_WARN(kConfig, "weftrun plan: internal error: %s", e.what());
+    fprintf(stderr, "weftrun plan: internal error: %s\n", e.what());
+    return kExitFailed;
+  }
 }
+
 }  // namespace weft::launcher

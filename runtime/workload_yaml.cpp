@@ -1,6 +1,7 @@
 // parse_workload: YAML text -> Workload, with one "file:line:col: key: what was expected" per error.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -93,6 +94,7 @@ class Reader {
   }
 
   bool check_bytes();
+  void unclosed_bracket(size_t end, int* line, int* col) const;
   bool check_tabs();
   bool check_duplicates(const YAML::Node& n, const std::string& path);
   bool check_keys(const YAML::Node& map, const std::string& path, const Keys& allowed, const std::string& what);
@@ -116,6 +118,31 @@ class Reader {
   Workload* w_;
   std::string* error_;
 };
+
+void Reader::unclosed_bracket(size_t end, int* line, int* col) const {
+  // Brackets inside quotes or comments are not counted; good enough to point at the right line.
+  std::vector<size_t> open;
+  bool comment = false;
+  char quote = 0;
+  for (size_t i = 0; i < end && i < text_.size(); ++i) {
+    char c = text_[i];
+    if (c == '\n') comment = false;
+    if (comment) continue;
+    if (quote) {
+      if (c == quote) quote = 0;
+      continue;
+    }
+    if (c == '#') comment = true;
+    else if (c == '"' || c == '\'') quote = c;
+    else if (c == '{' || c == '[') open.push_back(i);
+    else if ((c == '}' || c == ']') && !open.empty()) open.pop_back();
+  }
+  if (open.empty()) return;
+  const size_t at = open.back();
+  const size_t bol = text_.rfind('\n', at);  // text_[at] is the bracket, so this is the line before
+  *line = static_cast<int>(std::count(text_.begin(), text_.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  *col = static_cast<int>(bol == std::string::npos ? at : at - bol - 1);
+}
 
 bool Reader::check_bytes() {
   int line = 0, col = 0;
@@ -446,7 +473,12 @@ bool Reader::run() {
     docs = YAML::LoadAll(text_);
   } catch (const YAML::Exception& e) {
     int line = e.mark.line < 0 ? 0 : e.mark.line, col = e.mark.column < 0 ? 0 : e.mark.column;
-    return fail_at(line, col, key_on_line(text_, line + 1), "YAML syntax error (" + e.msg + ")");
+    // yaml-cpp finds an unclosed { or [ only at the end of the file: point at the bracket instead.
+    if (e.msg.find("flow") != std::string::npos && e.msg.find("not found") != std::string::npos)
+      unclosed_bracket(e.mark.pos < 0 ? text_.size() : static_cast<size_t>(e.mark.pos), &line, &col);
+    std::string key = key_on_line(text_, line + 1);
+    for (int l = line; key == "(syntax)" && l > 0; --l) key = key_on_line(text_, l);  // the key above
+    return fail_at(line, col, key, "YAML syntax error (" + e.msg + ")");
   }
   if (docs.empty() || docs[0].IsNull())
     return fail_at(0, 0, "(file)", "empty; expected a YAML map with at least 'op' and 'shape'");

@@ -173,6 +173,9 @@ TEST_CASE("YAML syntax errors name the line and the key there") {
   std::string e = error_of("op: ag_gemm\nshape: {m: 1, n: 2\nlayout: {nodes: 1}\n");
   CHECK(starts_with(e, "w.yaml:"));
   CHECK(contains(e, "YAML syntax error"));
+  // An unclosed bracket is found at the end of the file; the message points at the bracket.
+  e = error_of("op: ag_gemm\nshape: {m: 8192, n: [1], k: 8192\n\n");
+  CHECK(starts_with(e, "w.yaml:2:8: shape: YAML syntax error"));
   e = error_of("op: ag_gemm\nshape: [1, 2\n");
   CHECK(contains(e, "YAML syntax error"));
   e = error_of("op: ag_gemm\n  shape: bad: indentation\n");

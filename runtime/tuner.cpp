@@ -1,0 +1,348 @@
+// The analytic model (work per rank, link rates, time per role) and the search over SM role counts.
+#include "runtime/tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "runtime/log.h"
+
+namespace weft::runtime {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kGB = 1e9;
+constexpr int64_t kMinInterChunk = 1 << 20;  // NIC messages below ~1 MiB lose bandwidth to per-message cost
+
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+// Time for `bytes` at `gbps`, with no SMs (`sms` == 0) meaning never when there is work.
+double transfer_time(double bytes, double gbps) {
+  if (bytes <= 0) return 0;
+  if (gbps <= 0) return kInf;
+  return bytes / (gbps * kGB);
+}
+
+}  // namespace
+
+Demand compute_demand(const Workload& w, const Layout& layout, const MachineModel& model, const Plan& tiles) {
+  Demand d;
+  const double e = dtype_bytes(w.dtype);
+  const double N = layout.nodes, G = layout.gpus_per_node, W = N * G;
+  const double tm = tiles.tile_m, tn = tiles.tile_n;
+  d.tflops = (w.op == Op::kRingAttention ? model.attention_tflops : model.tensor_tflops) *
+             (w.dtype == DType::kFp8 ? 2.0 : 1.0);
+  switch (w.op) {
+    case Op::kAgGemm:
+    case Op::kGemmRs:
+    case Op::kGemmAr: {
+      Workload at = w;
+      at.layout = layout;
+      const GemmShard s = at.gemm_shard();
+      const double m = s.m, n = s.n, k = s.k;
+      d.groups.push_back({ceil_div(m, tm) * ceil_div(n, tn), 2.0 * tm * tn * k});
+      d.flops = 2.0 * m * n * k;
+      d.hbm_bytes = (m * k + k * n + m * n) * e;
+      const double full_c = double(w.gemm.m) * w.gemm.n * e;
+      if (w.op == Op::kAgGemm) {
+        // Hierarchical all-gather of A: shards cross the NIC between rail peers (same local rank),
+        // then every shard a GPU holds (its own and its rail's) goes to its G-1 NVLink peers.
+        const double shard = double(w.gemm.m) / W * w.gemm.k * e;
+        d.nic_out = d.nic_in = (N - 1) * shard;
+        d.nvlink_out = d.nvlink_in = (G - 1) * N * shard;
+        d.intra_chunk = static_cast<int64_t>(tm * w.gemm.k * e);  // one tile row of A
+      } else {
+        // Reduce-scatter inside the node first (NVLink), so only 1/G of C crosses the NIC.
+        const double passes = w.op == Op::kGemmAr ? 2 : 1;  // all-reduce = reduce-scatter + all-gather
+        d.nvlink_out = d.nvlink_in = passes * (G - 1) / G * full_c;
+        d.nic_out = d.nic_in = passes * (N - 1) / W * full_c;
+        d.reduce_bytes = (N - 1) / W * full_c;
+        d.intra_chunk = static_cast<int64_t>(tm * tn * e);  // one output tile
+      }
+      break;
+    }
+    case Op::kMoe: {
+      const auto& m = w.moe;
+      const double tokens_local = double(m.tokens) / W, experts_local = double(m.experts) / W;
+      const double copies = tokens_local * m.topk;                       // token-expert pairs per rank
+      const double rows_per_expert = std::ceil(double(m.tokens) * m.topk / m.experts);  // balanced routing
+      const double h = m.hidden, f = m.ffn;
+      // Gated FFN per expert: [rows, h] x [h, 2f] (gate and up), then [rows, f] x [f, h] (down).
+      d.groups.push_back({experts_local * ceil_div(rows_per_expert, tm) * ceil_div(2 * f, tn), 2.0 * tm * tn * h});
+      d.groups.push_back({experts_local * ceil_div(rows_per_expert, tm) * ceil_div(h, tn), 2.0 * tm * tn * f});
+      d.flops = 2.0 * copies * 3 * h * f;
+      d.hbm_bytes = (experts_local * 3 * h * f + 2 * copies * h + copies * 2 * f) * e;
+      // Dispatch and combine: every copy goes to a uniformly chosen expert; (G-1)/W of them to a
+      // GPU in this node, (W-G)/W to another node.
+      const double row = h * e;
+      d.nvlink_out = d.nvlink_in = 2 * copies * row * (G - 1) / W;
+      d.nic_out = d.nic_in = 2 * copies * row * (W - G) / W;
+      d.intra_chunk = static_cast<int64_t>(tm * row);
+      break;
+    }
+    case Op::kRingAttention: {
+      const auto& a = w.attention;
+      const double s_local = double(a.seq) / W, causal = a.causal ? 0.5 : 1.0;  // balanced (striped) causal ring
+      d.groups.push_back({ceil_div(s_local, tm) * a.heads, 4.0 * tm * double(a.seq) * a.head_dim * causal});
+      d.flops = 4.0 * s_local * double(a.seq) * a.heads * a.head_dim * causal;
+      d.hbm_bytes = (2 * s_local + 2 * double(a.seq)) * a.heads * a.head_dim * e;
+      // K and V of one shard go round the ring W-1 times. On the busiest rank all of them cross
+      // NVLink (inside a node) or the NIC (the rank before a node boundary).
+      const double kv = 2 * s_local * a.heads * a.head_dim * e;
+      if (G > 1) d.nvlink_out = d.nvlink_in = (W - 1) * kv;
+      if (N > 1) d.nic_out = d.nic_in = (W - 1) * kv;
+      d.intra_chunk = static_cast<int64_t>(2 * std::min<double>(tn, s_local) * a.heads * a.head_dim * e);
+      break;
+    }
+  }
+  if (d.intra_chunk < 1) d.intra_chunk = 1;
+  d.inter_chunk = d.intra_chunk * static_cast<int64_t>(std::ceil(double(kMinInterChunk) / d.intra_chunk));
+  if (d.nic_out > 0 && d.inter_chunk > d.nic_out) d.inter_chunk = static_cast<int64_t>(d.nic_out);
+  return d;
+}
+
+Status link_rates(const Workload& w, const Layout& layout, const topology::Topology& topo,
+                  const topology::Mapping& mapping, const MachineModel& model, LinkRates* out, std::string* error) {
+  LinkRates r;
+  const int G = layout.gpus_per_node;
+  r.nvlink_gbps = G > 1 ? model.nvlink_gbps : 0;
+  if (!topo.gpus.empty() && static_cast<int>(topo.gpus.size()) < G) {
+    std::ostringstream os;
+    os << G << " GPUs per node, but the topology (" << topo.source << ") has " << topo.gpus.size()
+       << "; expected at most " << topo.gpus.size();
+    *error = w.error_at("layout.gpus_per_node", os.str());
+    return Status::kInvalidArgument;
+  }
+  if (layout.nodes == 1) {
+    r.inter_backend = "none";
+  } else if (topo.gpus.empty()) {
+    // No GPU to map: assume the usual GPU server, one NIC per GPU behind the same PCIe switch.
+    r.nics_per_node = G;
+    r.pcie_gbps = model.pcie_gbps;
+    r.nic_gbps = std::min(model.nic_gbps, model.pcie_gbps);
+    r.inter_backend = w.transport.inter_node == InterNode::kSocket ? "socket" : "ibverbs";
+  } else {
+    // The node's ranks use GPUs 0..G-1 in bus id order; each shares its primary NIC's bandwidth
+    // with the other ranks mapped to it. The slowest GPU sets the pace.
+    std::map<int, int> users;
+    bool any_without = false;
+    for (int g = 0; g < G; ++g) {
+      int nic = g < static_cast<int>(mapping.gpus.size()) ? mapping.gpus[g].primary_nic : -1;
+      if (nic < 0) any_without = true;
+      else users[nic]++;
+    }
+    r.nics_per_node = static_cast<int>(users.size());
+    const bool socket = any_without || w.transport.inter_node == InterNode::kSocket;
+    if (socket && w.transport.inter_node == InterNode::kIbverbs) {
+      *error = w.error_at("transport.inter_node",
+                          "ibverbs, but the topology (" + topo.source +
+                              ") has no RDMA NIC for every GPU; expected auto or socket on this machine");
+      return Status::kInvalidArgument;
+    }
+    if (socket) {
+      r.inter_backend = "socket";
+      r.nic_gbps = model.socket_gbps / G;  // one host network stack for all the node's GPUs
+      r.pcie_gbps = 0;
+    } else {
+      r.inter_backend = "ibverbs";
+      double worst = kInf, worst_pcie = kInf;
+      for (int g = 0; g < G; ++g) {
+        const auto& link = mapping.gpus[g];
+        double pcie = link.proximity <= topology::Proximity::kSameHostBridge ? model.pcie_gbps : model.pcie_remote_gbps;
+        double nic = model.nic_gbps / users[link.primary_nic];
+        worst = std::min(worst, std::min(nic, pcie));
+        worst_pcie = std::min(worst_pcie, pcie);
+      }
+      r.nic_gbps = worst;
+      r.pcie_gbps = worst_pcie;
+    }
+  }
+  *out = r;
+  return Status::kOk;
+}
+
+void predict(const Demand& d, const LinkRates& r, const MachineModel& model, const RoleCounts& c, Plan* plan) {
+  const double per_sm_tflops = d.tflops / model.sm_count;
+  double compute = 0;
+  if (c.compute <= 0) {
+    compute = d.flops > 0 ? kInf : 0;
+  } else {
+    for (const auto& g : d.groups)
+      compute += std::ceil(g.tiles / c.compute) * g.tile_flops / (per_sm_tflops * 1e12);
+    compute = std::max(compute, transfer_time(d.hbm_bytes, model.hbm_gbps * c.compute / model.sm_count));
+  }
+  const double nv = std::max(d.nvlink_out, d.nvlink_in);
+  const double nic = std::max(d.nic_out, d.nic_in);
+  const double intra = transfer_time(nv, std::min(r.nvlink_gbps, c.intra_comm * model.nvlink_sm_gbps));
+  const double send = transfer_time(nic, std::min(r.nic_gbps, c.inter_send * model.fifo_sm_gbps));
+  const double reduce = transfer_time(d.reduce_bytes, c.inter_reduce * model.reduce_sm_gbps);
+  plan->role_time_s = {compute, intra, send, reduce};
+
+  // What cannot overlap: one signal round, the first (or last) chunk on each link in use.
+  double tail = model.latency_us * 1e-6;
+  if (nv > 0) tail += transfer_time(std::min<double>(d.intra_chunk, nv), r.nvlink_gbps);
+  if (nic > 0) tail += transfer_time(std::min<double>(d.inter_chunk, nic), r.nic_gbps) + model.latency_us * 1e-6;
+  plan->tail_s = tail;
+  int worst = 0;
+  for (int i = 1; i < kNumRoles; ++i)
+    if (plan->role_time_s[i] > plan->role_time_s[worst]) worst = i;
+  plan->makespan_s = plan->role_time_s[worst] + tail;
+  plan->limited_by = to_string(static_cast<Role>(worst));
+}
+
+RoleCounts best_roles(const Demand& d, const LinkRates& rates, const MachineModel& model) {
+  // Exhaustive over the comm counts (a few hundred thousand cheap evaluations); ties go to the
+  // fewest communication SMs, so adding bytes can only add communication SMs.
+  const int S = model.sm_count;
+  const bool nv = std::max(d.nvlink_out, d.nvlink_in) > 0, nic = std::max(d.nic_out, d.nic_in) > 0,
+             red = d.reduce_bytes > 0;
+  const int max_send = std::max(1, std::min(S / 4, 32)), max_red = std::max(1, std::min(S / 2, 64));
+  RoleCounts best{S, 0, 0, 0};
+  double best_time = 0;
+  bool have = false;
+  Plan trial;
+  for (int i = nv ? 1 : 0; i <= (nv ? S - 1 : 0); ++i)
+    for (int s = nic ? 1 : 0; s <= (nic ? max_send : 0); ++s)
+      for (int r = red ? 1 : 0; r <= (red ? max_red : 0); ++r) {
+        const int c = S - i - s - r;
+        if (c < 1) continue;
+        const RoleCounts rc{c, i, s, r};
+        predict(d, rates, model, rc, &trial);
+        if (!have || trial.makespan_s < best_time ||
+            (trial.makespan_s == best_time && i + s + r < best.total() - best.compute)) {
+          best = rc;
+          best_time = trial.makespan_s;
+          have = true;
+        }
+      }
+  return best;
+}
+
+namespace {
+
+// Explicit counts: the kernel would wait forever on work no SM does, so refuse those.
+Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, const MachineModel& model,
+                      Plan* plan, std::string* error) {
+  const RoleCounts& c = w.roles.counts;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    *error = w.error_at(key, what);
+    return Status::kInvalidArgument;
+  };
+  if (c.total() > model.sm_count || c.compute < 1) {
+    std::ostringstream os;
+    os << "counts sum to " << c.total() << " with " << c.compute << " compute; expected at most " << model.sm_count
+       << " SMs (" << model.gpu << ") with at least 1 compute SM";
+    return fail("roles", os.str());
+  }
+  const std::string op = to_string(w.op);
+  if (layout.nodes == 1 && c.inter_send > 0) return fail("roles.inter_send", "expected 0 on a single node (no inter-node traffic)");
+  if (layout.nodes == 1 && c.inter_reduce > 0) return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
+  if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0)
+    return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
+  if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)
+    return fail("roles.inter_send", "0, but " + op + " sends data between nodes; expected at least 1");
+  if (d.reduce_bytes > 0 && c.inter_reduce == 0)
+    return fail("roles.inter_reduce", "0, but " + op + " folds partial sums from other nodes; expected at least 1");
+  if (d.reduce_bytes == 0 && c.inter_reduce > 0)
+    return fail("roles.inter_reduce", op + " has nothing to reduce across nodes; expected 0");
+  if (layout.gpus_per_node == 1 && c.intra_comm > 0)
+    plan->notes.push_back("roles.intra_comm: one GPU per node, the intra_comm SMs will idle");
+  if (c.total() < model.sm_count)
+    plan->notes.push_back("explicit roles use " + std::to_string(c.total()) + " of " + std::to_string(model.sm_count) +
+                          " SMs; the rest idle");
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
+            const MachineModel& model, Plan* out, std::string* error) {
+  Plan p;
+  p.workload = w.name;
+  p.source = w.source;
+  p.op = w.op;
+  p.dtype = w.dtype;
+  p.nodes = layout.nodes;
+  p.gpus_per_node = layout.gpus_per_node;
+  p.world_size = layout.nodes * layout.gpus_per_node;
+  p.gpu = model.gpu;
+  p.sm_count = model.sm_count;
+  p.gpu_assumed = topo.gpus.empty();
+  if (w.op == Op::kRingAttention) {
+    p.tile_m = 128;
+    p.tile_n = 128;
+    p.tile_k = static_cast<int>(w.attention.head_dim);
+  }
+  WEFT_CHECK(validate_layout(w, layout, error));
+  LinkRates rates;
+  WEFT_CHECK(link_rates(w, layout, topo, mapping, model, &rates, error));
+  p.inter_backend = rates.inter_backend;
+  p.nics_per_node = rates.nics_per_node;
+  const Demand d = compute_demand(w, layout, model, p);
+  p.flops = d.flops;
+  p.intra_chunk_bytes = d.intra_chunk;
+  p.inter_chunk_bytes = d.nic_out > 0 ? d.inter_chunk : 0;
+
+  const int S = model.sm_count;
+  if (!w.roles.automatic) {
+    WEFT_CHECK(check_explicit(w, layout, d, model, &p, error));
+    p.roles = w.roles.counts;
+    p.roles_explicit = true;
+    predict(d, rates, model, p.roles, &p);
+  } else {
+    p.roles = best_roles(d, rates, model);
+    predict(d, rates, model, p.roles, &p);
+  }
+
+  // Bounds: all SMs on compute; the busiest link alone at full speed.
+  Plan alone;
+  predict(d, rates, model, RoleCounts{S, 0, 0, 0}, &alone);
+  p.compute_alone_s = alone.role_time_s[0];
+  const double nvb = std::max(d.nvlink_out, d.nvlink_in), nicb = std::max(d.nic_out, d.nic_in);
+  p.links = {
+      {"nvlink", d.nvlink_out, d.nvlink_in, rates.nvlink_gbps, transfer_time(nvb, rates.nvlink_gbps)},
+      {"nic", d.nic_out, d.nic_in, rates.nic_gbps, transfer_time(nicb, rates.nic_gbps)},
+      {"pcie", d.nic_out, d.nic_in, rates.pcie_gbps, transfer_time(nicb, rates.pcie_gbps)},
+  };
+  p.comm_alone_s = 0;
+  for (const auto& l : p.links) p.comm_alone_s = std::max(p.comm_alone_s, l.time_s);
+  p.bound_s = std::max(p.compute_alone_s, p.comm_alone_s);
+  if (p.gpu_assumed && layout.nodes > 1)
+    p.notes.push_back("no GPU in the topology: assumed one " + std::to_string(int(model.nic_gbps * 8)) +
+                      " Gb/s NIC per GPU");
+  if (rates.inter_backend == "socket")
+    p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
+  WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
+            p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),
+            p.bound_s * 1e6);
+  *out = std::move(p);
+  return Status::kOk;
+}
+
+Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
+                 const topology::Mapping& mapping, Plan* out, std::string* error) {
+  std::vector<std::string> names;
+  for (const auto& g : topo.gpus) names.push_back(g.name);
+  MachineModel model;
+  std::string why;
+  if (choose_machine_model(w.gpu, names, &model, &why) != Status::kOk) {
+    *error = w.error_at("machine.gpu", "expected h100 or h200 (or WEFT_GPU_ARCH=auto|h100|h200)");
+    return Status::kInvalidArgument;
+  }
+  for (const auto& o : w.machine_overrides) {
+    std::string err;
+    if (set_machine_model_value(&model, o.first, o.second, &err) != Status::kOk) {
+      *error = w.error_at("machine." + o.first, err);
+      return Status::kInvalidArgument;
+    }
+  }
+  WEFT_CHECK(tune(w, layout, topo, mapping, model, out, error));
+  out->gpu_reason = why;
+  if (!w.machine_overrides.empty()) out->gpu_reason += " (with machine: overrides)";
+  return Status::kOk;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,359 @@
+// The tuner's properties: counts sum to the SM count, comm SMs grow with bytes, no inter-node roles on
+// one node, explicit counts respected and checked, predictions monotone in problem size.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <dirent.h>
+#include <string>
+#include <vector>
+
+#include "runtime/tuner.h"
+#include "runtime/workload.h"
+
+using weft::RoleCounts;
+using weft::Status;
+using namespace weft::runtime;
+namespace topo = weft::topology;
+
+namespace {
+
+Workload parse(const std::string& text) {
+  Workload w;
+  std::string err;
+  REQUIRE_MESSAGE(parse_workload(text, "t.yaml", &w, &err) == Status::kOk, err);
+  return w;
+}
+
+Plan plan_for(const Workload& w, const MachineModel& m = machine_model_h200(), const topo::Topology& t = {},
+              const topo::Mapping& map = {}) {
+  Plan p;
+  std::string err;
+  REQUIRE_MESSAGE(tune(w, w.layout, t, map, m, &p, &err) == Status::kOk, err);
+  return p;
+}
+
+int comm_sms(const RoleCounts& c) { return c.intra_comm + c.inter_send + c.inter_reduce; }
+
+std::vector<Workload> examples() {
+  std::vector<Workload> out;
+  std::string dir = std::string(WEFT_SOURCE_DIR) + "/configs/examples";
+  DIR* d = opendir(dir.c_str());
+  REQUIRE(d != nullptr);
+  while (dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n.size() < 6 || n.substr(n.size() - 5) != ".yaml") continue;
+    Workload w;
+    std::string err;
+    REQUIRE_MESSAGE(load_workload(dir + "/" + n, &w, &err) == Status::kOk, err);
+    out.push_back(w);
+  }
+  closedir(d);
+  return out;
+}
+
+std::string text_for(const std::string& op, const std::string& shape, int nodes, int gpus) {
+  return "op: " + op + "\nshape: " + shape + "\nlayout: {nodes: " + std::to_string(nodes) +
+         ", gpus_per_node: " + std::to_string(gpus) + "}\n";
+}
+
+// A node of 4 GPUs; NICs as given (`nic_of[g]` = primary NIC index, -1 none).
+void make_node(const std::vector<int>& nic_of, int nics, topo::Topology* t, topo::Mapping* m) {
+  t->source = "test-node";
+  for (size_t g = 0; g < nic_of.size(); ++g) {
+    topo::Gpu gpu;
+    gpu.index = static_cast<int>(g);
+    gpu.name = "NVIDIA H100 80GB HBM3";
+    t->gpus.push_back(gpu);
+    topo::GpuNicLink l;
+    l.gpu = static_cast<int>(g);
+    l.primary_nic = nic_of[g];
+    if (nic_of[g] >= 0) l.nearest_nics = {nic_of[g]};
+    l.proximity = topo::Proximity::kSameSwitch;
+    m->gpus.push_back(l);
+  }
+  for (int n = 0; n < nics; ++n) {
+    topo::Nic nic;
+    nic.index = n;
+    nic.name = "mlx5_" + std::to_string(n);
+    t->nics.push_back(nic);
+  }
+  m->socket_fallback = nics == 0;
+}
+
+}  // namespace
+
+TEST_CASE("tuned counts use every SM, give every role with work at least one SM, and beat the bound never") {
+  for (const auto& arch : {machine_model_h200(), machine_model_h100()}) {
+    for (const auto& w : examples()) {
+      if (!w.roles.automatic) continue;
+      Plan p = plan_for(w, arch);
+      INFO(w.name, " on ", arch.gpu);
+      CHECK(p.roles.total() == arch.sm_count);
+      CHECK(p.roles.compute >= 1);
+      const auto* nv = p.link("nvlink");
+      const auto* nic = p.link("nic");
+      REQUIRE(nv != nullptr);
+      REQUIRE(nic != nullptr);
+      CHECK((nv->bytes_out > 0) == (p.roles.intra_comm > 0));
+      CHECK((nic->bytes_out > 0) == (p.roles.inter_send > 0));
+      CHECK(std::isfinite(p.makespan_s));
+      CHECK(p.makespan_s >= p.bound_s);
+      for (double t : p.role_time_s) CHECK(p.makespan_s >= t);
+      CHECK(p.flops > 0);
+    }
+  }
+}
+
+TEST_CASE("one GPU: nothing to move, every SM computes") {
+  Plan p = plan_for(parse(text_for("ag_gemm", "{m: 4096, n: 4096, k: 4096}", 1, 1)));
+  CHECK(p.roles.compute == 132);
+  CHECK(comm_sms(p.roles) == 0);
+  CHECK(p.link("nvlink")->bytes_in == 0);
+}
+
+TEST_CASE("no inter-node roles on one node; inter-node roles on two") {
+  const std::vector<std::pair<std::string, std::string>> ops = {
+      {"ag_gemm", "{m: 8192, n: 28672, k: 8192}"},
+      {"gemm_rs", "{m: 8192, n: 8192, k: 7168}"},
+      {"gemm_ar", "{m: 8192, n: 8192, k: 7168}"},
+      {"moe", "{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}"},
+      {"ring_attention", "{seq: 32768, heads: 32, head_dim: 128}"}};
+  for (const auto& [op, shape] : ops) {
+    INFO(op);
+    Plan one = plan_for(parse(text_for(op, shape, 1, 4)));
+    CHECK(one.roles.inter_send == 0);
+    CHECK(one.roles.inter_reduce == 0);
+    CHECK(one.link("nic")->bytes_out == 0);
+    CHECK(one.inter_backend == "none");
+    Plan two = plan_for(parse(text_for(op, shape, 2, 4)));
+    CHECK(two.roles.inter_send >= 1);
+    CHECK(two.link("nic")->bytes_out > 0);
+    // Only the reducing ops fold partial sums from other nodes.
+    CHECK((two.roles.inter_reduce > 0) == (op == "gemm_rs" || op == "gemm_ar"));
+    CHECK(two.roles.total() == 132);
+  }
+}
+
+TEST_CASE("more bytes never give fewer communication SMs") {
+  const MachineModel m = machine_model_h200();
+  LinkRates r;
+  r.nvlink_gbps = m.nvlink_gbps;
+  r.nic_gbps = m.nic_gbps;
+  r.pcie_gbps = m.pcie_gbps;
+  Demand base;
+  base.groups.push_back({1792, 2.0 * 128 * 256 * 8192});
+  base.flops = 1792 * 2.0 * 128 * 256 * 8192;
+  base.tflops = m.tensor_tflops;
+  base.intra_chunk = 2 << 20;
+  base.inter_chunk = 2 << 20;
+  for (int which = 0; which < 3; ++which) {
+    int prev = -1, prev_role = -1;
+    for (double bytes = 1 << 20; bytes < 64e9; bytes *= 1.37) {
+      Demand d = base;
+      d.nvlink_out = d.nvlink_in = which == 0 ? bytes : 50e6;
+      d.nic_out = d.nic_in = which == 1 ? bytes : 5e6;
+      d.reduce_bytes = which == 2 ? bytes : 5e6;
+      RoleCounts c = best_roles(d, r, m);
+      CHECK(c.total() == m.sm_count);
+      const int role = which == 0 ? c.intra_comm : which == 1 ? c.inter_send : c.inter_reduce;
+      INFO("link ", which, " bytes ", bytes);
+      CHECK(role >= prev_role);
+      // With one link carrying the bytes, that holds for all communication SMs too. (When the NIC
+      // becomes the bottleneck, the makespan grows and the other roles may give SMs back.)
+      if (which == 0) CHECK(comm_sms(c) >= prev);
+      prev = comm_sms(c);
+      prev_role = role;
+    }
+    // A lot of bytes does pull SMs to the role that moves them (one SM already feeds a whole NIC).
+    CHECK(prev_role >= (which == 1 ? 1 : 8));
+  }
+  // And through whole workloads: a wider gathered A (more k at the same GEMM work per byte) or a
+  // slower link never lowers intra_comm.
+  int prev = 0;
+  for (double gbps : {395.0, 300.0, 200.0, 100.0, 50.0}) {
+    MachineModel slow = m;
+    slow.nvlink_gbps = gbps;
+    slow.nvlink_sm_gbps = gbps / 16;
+    Plan p = plan_for(parse(text_for("ag_gemm", "{m: 16384, n: 8192, k: 8192}", 1, 4)), slow);
+    CHECK(p.roles.intra_comm >= prev);
+    prev = p.roles.intra_comm;
+  }
+}
+
+TEST_CASE("predicted makespan is monotone in the problem size") {
+  const std::vector<std::pair<std::string, std::string>> shapes = {
+      {"ag_gemm", "{m: %d, n: 28672, k: 8192}"},   {"gemm_rs", "{m: %d, n: 8192, k: 7168}"},
+      {"gemm_ar", "{m: %d, n: 8192, k: 7168}"},    {"moe", "{tokens: %d, hidden: 4096, ffn: 14336, experts: 8, topk: 2}"},
+      {"ring_attention", "{seq: %d, heads: 32, head_dim: 128}"}};
+  for (int nodes : {1, 2}) {
+    for (const auto& [op, fmt] : shapes) {
+      double prev = 0;
+      for (int size = 256; size <= 65536; size += size / 2 + 256 - (size / 2) % 256) {
+        char shape[128];
+        snprintf(shape, sizeof(shape), fmt.c_str(), size);
+        Plan p = plan_for(parse(text_for(op, shape, nodes, 4)));
+        INFO(op, " size ", size, " nodes ", nodes);
+        CHECK(p.makespan_s >= prev);
+        CHECK(p.compute_alone_s > 0);
+        prev = p.makespan_s;
+      }
+    }
+  }
+  // In k too, and in n.
+  double prev = 0;
+  for (int k = 1024; k <= 32768; k *= 2) {
+    Plan p = plan_for(parse(text_for("gemm_rs", "{m: 4096, n: 8192, k: " + std::to_string(k) + "}", 1, 4)));
+    CHECK(p.makespan_s >= prev);
+    prev = p.makespan_s;
+  }
+}
+
+TEST_CASE("explicit counts are used as given, and checked against the machine and layout") {
+  Workload w = parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 2, 4) +
+                     "roles: {compute: 110, intra_comm: 16, inter_send: 2, inter_reduce: 4}\n");
+  Plan p = plan_for(w);
+  CHECK(p.roles_explicit);
+  CHECK(p.roles.compute == 110);
+  CHECK(p.roles.intra_comm == 16);
+  CHECK(p.roles.inter_send == 2);
+  CHECK(p.roles.inter_reduce == 4);
+  Plan tuned = plan_for(parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 2, 4)));
+  CHECK(tuned.makespan_s <= p.makespan_s);  // the tuner's choice is at least as good as a hand pick
+
+  std::string err;
+  // The same counts on one node: inter-node roles have nothing to do.
+  Workload one = parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 1, 4) +
+                       "roles: {compute: 110, intra_comm: 16, inter_send: 2}\n");
+  CHECK(tune(one, one.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  CHECK(err.rfind("t.yaml:4:51: roles.inter_send: expected 0 on a single node", 0) == 0);
+  // No intra_comm SM while 4 GPUs must exchange data would hang: refused.
+  Workload none = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 132}\n");
+  CHECK(tune(none, none.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  CHECK(err.find("roles.intra_comm: 0, but ag_gemm moves data between the node's GPUs") != std::string::npos);
+  // inter_reduce for an op with nothing to reduce.
+  Workload ag = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 4) +
+                      "roles: {compute: 120, intra_comm: 8, inter_send: 2, inter_reduce: 2}\n");
+  CHECK(tune(ag, ag.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  CHECK(err.find("roles.inter_reduce: ag_gemm has nothing to reduce") != std::string::npos);
+  // More SMs than the GPU the plan is for has.
+  MachineModel small = machine_model_h100();
+  small.sm_count = 114;
+  Workload big = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 116, intra_comm: 16}\n");
+  CHECK(tune(big, big.layout, {}, {}, small, &p, &err) == Status::kInvalidArgument);
+  CHECK(err.find("roles: counts sum to 132 with 116 compute; expected at most 114 SMs") != std::string::npos);
+  // Fewer than all SMs is allowed, and said.
+  Workload few = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 100, intra_comm: 8}\n");
+  p = plan_for(few);
+  CHECK(p.roles.total() == 108);
+  REQUIRE(!p.notes.empty());
+  CHECK(p.notes.back().find("108 of 132 SMs") != std::string::npos);
+}
+
+TEST_CASE("the model reproduces the measured H200 single-GPU GEMM times within 30%") {
+  // BASELINES.md: cuBLAS on one rank's share, 4x H200.
+  struct Case {
+    const char* file;
+    double gemm_ms;
+  } cases[] = {{"ag_gemm_llama70b.yaml", 1.117}, {"ag_gemm_m2048.yaml", 0.376}, {"gemm_rs_m8192.yaml", 0.358}};
+  for (const auto& c : cases) {
+    Workload w;
+    std::string err;
+    REQUIRE(load_workload(std::string(WEFT_SOURCE_DIR) + "/configs/examples/" + c.file, &w, &err) == Status::kOk);
+    Plan p = plan_for(w);
+    INFO(c.file, " predicted ", p.compute_alone_s * 1e3, " ms");
+    CHECK(p.compute_alone_s * 1e3 == doctest::Approx(c.gemm_ms).epsilon(0.3));
+  }
+  // H100 computes slower than H200 on the same work.
+  Workload w = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4));
+  CHECK(plan_for(w, machine_model_h100()).compute_alone_s > plan_for(w, machine_model_h200()).compute_alone_s);
+}
+
+TEST_CASE("bytes per link follow the op's data movement") {
+  // ag_gemm on 4 GPUs: each receives the 3 other shards of A (2048 x 8192 bf16 = 32 MiB each).
+  Plan p = plan_for(parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4)));
+  CHECK(p.link("nvlink")->bytes_in == doctest::Approx(3.0 * 2048 * 8192 * 2));
+  // 2 x 2: one shard over the NIC from the rail peer, then two (own + rail) to the NVLink peer.
+  Plan q = plan_for(parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 2)));
+  CHECK(q.link("nic")->bytes_in == doctest::Approx(2048.0 * 8192 * 2));
+  CHECK(q.link("nvlink")->bytes_out == doctest::Approx(2.0 * 2048 * 8192 * 2));
+  // gemm_ar moves twice what gemm_rs does.
+  Plan rs = plan_for(parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 1, 4)));
+  Plan ar = plan_for(parse(text_for("gemm_ar", "{m: 8192, n: 8192, k: 7168}", 1, 4)));
+  CHECK(ar.link("nvlink")->bytes_out == doctest::Approx(2 * rs.link("nvlink")->bytes_out));
+  CHECK(rs.tile_m == 128);
+  CHECK(rs.tile_n == 256);
+  CHECK(rs.tile_k == 64);
+  CHECK(rs.intra_chunk_bytes == 128 * 256 * 2);
+}
+
+TEST_CASE("the topology's NICs set the inter-node bandwidth; no NIC means the socket backend") {
+  Workload w = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 4));
+  topo::Topology t4, t2, t0;
+  topo::Mapping m4, m2, m0;
+  make_node({0, 1, 2, 3}, 4, &t4, &m4);
+  make_node({0, 0, 1, 1}, 2, &t2, &m2);
+  make_node({-1, -1, -1, -1}, 0, &t0, &m0);
+  Plan p4 = plan_for(w, machine_model_h200(), t4, m4);
+  Plan p2 = plan_for(w, machine_model_h200(), t2, m2);
+  Plan p0 = plan_for(w, machine_model_h200(), t0, m0);
+  CHECK(p4.nics_per_node == 4);
+  CHECK(p2.nics_per_node == 2);
+  CHECK(p2.link("nic")->gbps == doctest::Approx(p4.link("nic")->gbps / 2));
+  CHECK(p2.makespan_s >= p4.makespan_s);
+  CHECK(p4.inter_backend == "ibverbs");
+  CHECK(p0.inter_backend == "socket");
+  CHECK(p0.link("nic")->gbps < p2.link("nic")->gbps);
+  CHECK_FALSE(p4.gpu_assumed);
+  // Asking for ibverbs where there is no NIC is an error at that key.
+  Workload ib = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 4) + "transport: {inter_node: ibverbs}\n");
+  Plan p;
+  std::string err;
+  CHECK(tune(ib, ib.layout, t0, m0, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  INFO(err);
+  CHECK(err.find("t.yaml:4:25: transport.inter_node: ibverbs, but the topology") == 0);
+  // A layout wider than the node is refused.
+  Workload wide = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 8));
+  CHECK(tune(wide, wide.layout, t4, m4, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  CHECK(err.find("layout.gpus_per_node: 8 GPUs per node, but the topology (test-node) has 4") != std::string::npos);
+}
+
+TEST_CASE("make_plan picks the model from the workload, the topology's GPU names, WEFT_GPU_ARCH") {
+  unsetenv("WEFT_GPU_ARCH");
+  Workload w = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4));
+  Plan p;
+  std::string err;
+  REQUIRE(make_plan(w, w.layout, {}, {}, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h200");
+  CHECK(p.gpu_assumed);
+  setenv("WEFT_GPU_ARCH", "h100", 1);
+  REQUIRE(make_plan(w, w.layout, {}, {}, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h100");
+  setenv("WEFT_GPU_ARCH", "v100", 1);
+  CHECK(make_plan(w, w.layout, {}, {}, &p, &err) == Status::kInvalidArgument);
+  unsetenv("WEFT_GPU_ARCH");
+  topo::Topology t;
+  topo::Mapping m;
+  make_node({0, 1, 2, 3}, 4, &t, &m);  // GPUs named "NVIDIA H100 80GB HBM3"
+  REQUIRE(make_plan(w, w.layout, t, m, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h100");
+  CHECK_FALSE(p.gpu_assumed);
+  Workload o = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "machine: {gpu: h200, tensor_tflops: 400}\n");
+  REQUIRE(make_plan(o, o.layout, t, m, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h200");
+  Plan fast;
+  REQUIRE(make_plan(parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "machine: {gpu: h200}\n"),
+                    o.layout, t, m, &fast, &err) == Status::kOk);
+  CHECK(p.compute_alone_s == doctest::Approx(fast.compute_alone_s * 861 / 400));
+}
+
+TEST_CASE("JSON and table output carry the plan") {
+  Plan p = plan_for(parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 2, 4)));
+  std::string j = format_plan_json(p);
+  CHECK(j.find("\"inter_reduce\": " + std::to_string(p.roles.inter_reduce)) != std::string::npos);
+  CHECK(j.find("\"makespan_us\"") != std::string::npos);
+  std::string t = format_plan_table(p);
+  CHECK(t.find("makespan") != std::string::npos);
+  CHECK(t.find("nvlink") != std::string::npos);
+  CHECK(t.find("inter_reduce") != std::string::npos);
+}
