@@ -1,0 +1,2 @@
+// placeholder
+#include <doctest/doctest.h>

@@ -1,0 +1,18 @@
+// ibverbs entry points for builds without libibverbs: the backend reports itself unavailable.
+#include "runtime/log.h"
+#include "transport/net_backend.h"
+
+namespace weft::transport {
+
+bool ibverbs_device_present(std::string* why) {
+  *why = "weft was built without libibverbs";
+  return false;
+}
+
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>*) {
+  WEFT_WARN(kNet, "rank %d: the ibverbs backend is not in this build (libibverbs was not found at configure time)",
+            config.rank);
+  return Status::kUnsupported;
+}
+
+}  // namespace weft::transport

@@ -1,0 +1,120 @@
+// The inter-node net backend interface (socket, ibverbs, in-process loopback) and the registry that picks one.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "runtime/status.h"
+
+namespace weft::transport {
+
+enum class MemKind : int { kHost = 0, kDevice = 1 };
+
+// Copies between host memory and a device-memory region (supplied by weft_transport_cuda); the
+// socket backend stages through host memory with them when the registered region is on the GPU.
+struct DeviceCopyHooks {
+  Status (*to_region)(void* dst_in_region, const void* host_src, uint64_t bytes) = nullptr;
+  Status (*from_region)(void* host_dst, const void* src_in_region, uint64_t bytes) = nullptr;
+};
+
+// The one memory region a backend serves: the rank's symmetric heap. Offsets index into it.
+struct Region {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+  MemKind kind = MemKind::kHost;
+  int dmabuf_fd = -1;  // device heap exported as dma-buf, when available (ibverbs)
+};
+
+// Per-backend endpoint information, published through the bootstrap (the modex blob).
+struct SocketPeerInfo {
+  std::vector<uint32_t> ipv4;  // addresses to try, network byte order, preferred first
+  uint16_t port = 0;
+};
+struct IbvPeerInfo {
+  uint16_t lid = 0;
+  uint8_t port_num = 1;
+  uint8_t mtu = 0;                 // enum ibv_mtu
+  std::array<uint8_t, 16> gid{};   // RoCE / global routing
+  uint64_t heap_addr = 0;          // remote virtual address of offset 0
+  uint32_t rkey = 0;
+  std::vector<uint32_t> qpn;       // one RC QP per peer rank: qpn[r] is the QP facing rank r
+  std::vector<uint32_t> psn;
+};
+struct LoopbackPeerInfo {
+  uint64_t fabric = 0;  // in-process fabric id
+  int32_t pid = 0;      // loopback connects ranks of one process only
+};
+using PeerInfo = std::variant<SocketPeerInfo, IbvPeerInfo, LoopbackPeerInfo>;
+
+// Versioned serialisation of PeerInfo (kind, version and every length are checked on decode).
+bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info);
+Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node, PeerInfo* info);
+
+struct Completion {
+  uint64_t wr_id = 0;
+  int peer = -1;
+};
+
+struct BackendConfig {
+  int rank = 0;
+  int size = 1;
+  int channel = 0;
+  uint64_t secret = 0;          // job secret: every socket message carries it
+  double timeout_s = 30;        // WEFT_PROXY_TIMEOUT
+  std::string socket_ifname;    // WEFT_SOCKET_IFNAME
+  std::string nic_name;         // ibverbs device for this channel ("mlx5_0"); "" = the first
+  DeviceCopyHooks copy_hooks;
+};
+
+// Post flags, chosen by the proxy from the signal mode.
+struct PostFlags {
+  bool fence = false;            // NIC-side ordering: wait for earlier ops to this peer (IBV_SEND_FENCE)
+  bool need_completion = false;  // the proxy will wait for this op: report it without later posts
+};
+
+// One backend instance serves one channel of one rank. Nothing here blocks longer than
+// BackendConfig::timeout_s, and nothing throws; a failed call logs once and returns its Status.
+class NetBackend {
+ public:
+  virtual ~NetBackend() = default;
+  virtual const char* name() const = 0;
+  // Once, before local_info: the symmetric heap.
+  virtual Status register_region(const Region& region) = 0;
+  virtual Status local_info(PeerInfo* out) = 0;
+  virtual Status connect(int peer, const PeerInfo& info) = 0;
+  // Room for one more post to `peer` right now (otherwise poll first).
+  virtual bool can_post(int peer) const = 0;
+  virtual Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags flags,
+                          uint64_t wr_id) = 0;
+  // Stores `value` at the peer's flag_offset (8 bytes), visible only after this rank's earlier puts
+  // to that peer (stream order for sockets; with flags.fence on RC QPs).
+  virtual Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags flags, uint64_t wr_id) = 0;
+  // Makes progress on sends and receives; appends completed posts (each post completes once).
+  virtual Status poll(std::vector<Completion>* done) = 0;
+  // Idle: sleeps up to max_s, waking early on network activity.
+  virtual void wait_activity(double max_s) = 0;
+  // Graceful end: flushes posted work (bounded), tells peers, releases resources.
+  virtual Status close() = 0;
+  // The first error, with the rank/peer it names ("" if none).
+  virtual std::string error_message() const = 0;
+};
+
+// WEFT_NET_BACKEND names: "auto" (ibverbs if an RDMA device is present, else socket), "ibverbs",
+// "socket", and "loopback" (ranks of one process; tests).
+Status resolve_backend_name(const std::string& requested, std::string* resolved);
+Status make_backend(const std::string& resolved_name, const BackendConfig& config, std::unique_ptr<NetBackend>* out);
+
+// Factories (socket_backend.cpp, ibverbs_backend.cpp, loopback_backend.cpp).
+std::unique_ptr<NetBackend> make_socket_backend(const BackendConfig& config);
+std::unique_ptr<NetBackend> make_loopback_backend(const BackendConfig& config);
+// kUnsupported (with a logged reason) where weft was built without libibverbs or no device opens.
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out);
+// True when libibverbs lists at least one RDMA device; *why says why not.
+bool ibverbs_device_present(std::string* why);
+
+}  // namespace weft::transport

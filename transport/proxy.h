@@ -1,0 +1,100 @@
+// The proxy thread of one NIC channel: drains the GPU->proxy FIFO into a net backend under a Perseus signal mode.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime/status.h"
+#include "transport/fifo.h"
+#include "transport/net_backend.h"
+#include "transport/signal_plan.h"
+
+namespace weft::transport {
+
+// How a signal is ordered after the puts it covers (Perseus):
+//   serial   the proxy waits for the puts' completions, then posts the signal (the slow baseline)
+//   fenced   every signal carries a fence flag: the NIC orders it, the proxy never waits
+//   batched  signals are coalesced per destination; one fenced signal opens each batch
+enum class SignalMode : int { kSerial = 0, kFenced = 1, kBatched = 2 };
+const char* to_string(SignalMode m);
+Status parse_signal_mode(const std::string& text, SignalMode* out);
+
+struct ProxyCounters {
+  uint64_t puts = 0;     // put work requests posted
+  uint64_t signals = 0;  // signal work requests posted (after batching)
+  uint64_t fences = 0;   // signals posted with a fence flag
+  uint64_t batches = 0;  // per-destination signal batches (batched mode)
+  uint64_t stalls = 0;   // times the proxy blocked: serial waits, full send queues, flushes
+  ProxyCounters& operator+=(const ProxyCounters& o);
+};
+
+struct ProxyConfig {
+  int rank = 0;
+  int channel = 0;
+  int world_size = 1;
+  SignalMode mode = SignalMode::kBatched;
+  double timeout_s = 30;  // WEFT_PROXY_TIMEOUT: bound on every proxy wait
+  std::string cpuset;     // "0-15,32-47" (hwloc list form) from the topology mapping; "" = not pinned
+  int batch_max = 64;     // signals per destination before a batch is posted regardless
+};
+
+// Parses an hwloc list string ("0-3,8,10-11") into CPU numbers.
+Status parse_cpu_list(const std::string& text, std::vector<int>* cpus);
+
+// Owns nothing but its thread: the FIFO and backend outlive it. Never throws; the first error is
+// kept (status(), error_message()) and published in the ring so producers stop waiting.
+class Proxy {
+ public:
+  Proxy(const ProxyConfig& config, FifoRingHeader* ring, NetBackend* backend);
+  ~Proxy();
+  Proxy(const Proxy&) = delete;
+  Proxy& operator=(const Proxy&) = delete;
+
+  Status start();
+  // Completes every command pushed before the call (bounded), then joins the thread.
+  Status stop();
+  Status status() const { return static_cast<Status>(status_.load(std::memory_order_acquire)); }
+  std::string error_message() const;
+  ProxyCounters counters() const;
+
+ private:
+  void run();
+  void loop();
+  Status handle(const FifoCommand& cmd);
+  Status post_put(int peer, uint64_t src, uint64_t dst, uint64_t bytes);
+  Status post_signal(int peer, uint64_t flag, uint64_t value);
+  Status flush_batch(int peer);
+  Status flush_all_batches();
+  Status poll_backend();
+  Status wait_room(int peer);
+  Status wait_puts_done(int peer);
+  Status wait_all_done(const char* why);
+  Status fail(Status s, const std::string& what);
+  void pin();
+
+  ProxyConfig cfg_;
+  FifoRingHeader* ring_;
+  NetBackend* backend_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> status_{0};
+  mutable std::mutex error_mutex_;
+  std::string error_;
+
+  // Thread-private state.
+  std::vector<Completion> done_;
+  std::vector<uint64_t> outstanding_;       // per peer: posted, not completed
+  std::vector<uint64_t> outstanding_puts_;  // per peer: puts among them
+  uint64_t outstanding_total_ = 0;
+  uint64_t next_wr_ = 0;
+  double last_completion_s_ = 0;
+  SignalBatcher batcher_;
+
+  std::atomic<uint64_t> puts_{0}, signals_{0}, fences_{0}, batches_{0}, stalls_{0};
+};
+
+}  // namespace weft::transport

@@ -1,0 +1,153 @@
+// Backend registry (WEFT_NET_BACKEND) and the versioned endpoint blob every rank publishes.
+#include <cstring>
+
+#include "runtime/log.h"
+#include "transport/net_backend.h"
+
+namespace weft::transport {
+namespace {
+
+constexpr uint32_t kEndpointMagic = 0x45544657u;  // "WFTE"
+constexpr uint16_t kEndpointVersion = 1;
+
+class Writer {
+ public:
+  template <typename T>
+  void put(T v) {
+    size_t n = out.size();
+    out.resize(n + sizeof v);
+    memcpy(out.data() + n, &v, sizeof v);
+  }
+  void words(const std::vector<uint32_t>& v) {
+    put<uint32_t>(static_cast<uint32_t>(v.size()));
+    for (uint32_t x : v) put(x);
+  }
+  bootstrap::Blob out;
+};
+
+class Reader {
+ public:
+  explicit Reader(const bootstrap::Blob& b) : in_(b) {}
+  template <typename T>
+  bool get(T* v) {
+    if (in_.size() - pos_ < sizeof *v) return false;
+    memcpy(v, in_.data() + pos_, sizeof *v);
+    pos_ += sizeof *v;
+    return true;
+  }
+  bool words(std::vector<uint32_t>* v, uint32_t max) {
+    uint32_t n = 0;
+    if (!get(&n) || n > max || (in_.size() - pos_) / 4 < n) return false;
+    v->resize(n);
+    for (auto& x : *v) get(&x);
+    return true;
+  }
+  bool done() const { return pos_ == in_.size(); }
+
+ private:
+  const bootstrap::Blob& in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
+  Writer w;
+  w.put(kEndpointMagic);
+  w.put(kEndpointVersion);
+  w.put(static_cast<uint16_t>(info.index()));
+  w.put(static_cast<int32_t>(rank));
+  w.put(static_cast<int32_t>(node));
+  if (const auto* s = std::get_if<SocketPeerInfo>(&info)) {
+    w.words(s->ipv4);
+    w.put(s->port);
+  } else if (const auto* v = std::get_if<IbvPeerInfo>(&info)) {
+    w.put(v->lid);
+    w.put(v->port_num);
+    w.put(v->mtu);
+    for (uint8_t g : v->gid) w.put(g);
+    w.put(v->heap_addr);
+    w.put(v->rkey);
+    w.words(v->qpn);
+    w.words(v->psn);
+  } else if (const auto* l = std::get_if<LoopbackPeerInfo>(&info)) {
+    w.put(l->fabric);
+    w.put(l->pid);
+  }
+  return w.out;
+}
+
+Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node, PeerInfo* info) {
+  Reader r(blob);
+  uint32_t magic = 0;
+  uint16_t version = 0, kind = 0;
+  int32_t rank = -1, nd = -1;
+  bool ok = r.get(&magic) && r.get(&version) && r.get(&kind) && r.get(&rank) && r.get(&nd);
+  const char* what = nullptr;
+  if (!ok || magic != kEndpointMagic)
+    what = "not a weft endpoint blob";
+  else if (version != kEndpointVersion)
+    what = "endpoint blob from a different weft version";
+  else if (rank != expect_rank)
+    what = "endpoint blob names another rank";
+  if (!what) {
+    constexpr uint32_t kMaxWords = 1u << 20;
+    if (kind == 0) {
+      SocketPeerInfo s;
+      ok = r.words(&s.ipv4, 64) && r.get(&s.port) && !s.ipv4.empty();
+      *info = s;
+    } else if (kind == 1) {
+      IbvPeerInfo v;
+      ok = r.get(&v.lid) && r.get(&v.port_num) && r.get(&v.mtu);
+      for (auto& g : v.gid) ok = ok && r.get(&g);
+      ok = ok && r.get(&v.heap_addr) && r.get(&v.rkey) && r.words(&v.qpn, kMaxWords) && r.words(&v.psn, kMaxWords);
+      *info = v;
+    } else if (kind == 2) {
+      LoopbackPeerInfo l;
+      ok = r.get(&l.fabric) && r.get(&l.pid);
+      *info = l;
+    } else {
+      ok = false;
+    }
+    if (!ok || !r.done()) what = "truncated or malformed endpoint blob";
+  }
+  if (what) {
+    WEFT_WARN(kTransport, "endpoint information of rank %d: %s (%zu bytes)", expect_rank, what, blob.size());
+    return Status::kProtocolError;
+  }
+  *node = nd;
+  return Status::kOk;
+}
+
+Status resolve_backend_name(const std::string& requested, std::string* resolved) {
+  if (requested == "socket" || requested == "ibverbs" || requested == "loopback") {
+    *resolved = requested;
+    return Status::kOk;
+  }
+  if (requested == "auto" || requested.empty()) {
+    std::string why;
+    *resolved = ibverbs_device_present(&why) ? "ibverbs" : "socket";
+    WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: %s%s%s", resolved->c_str(), why.empty() ? "" : " (",
+              why.empty() ? "" : (why + ")").c_str());
+    return Status::kOk;
+  }
+  WEFT_WARN(kTransport, "net backend '%s' is not one of auto, ibverbs, socket, loopback (WEFT_NET_BACKEND)",
+            requested.c_str());
+  return Status::kInvalidArgument;
+}
+
+Status make_backend(const std::string& name, const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
+  if (name == "socket") {
+    *out = make_socket_backend(config);
+    return Status::kOk;
+  }
+  if (name == "loopback") {
+    *out = make_loopback_backend(config);
+    return Status::kOk;
+  }
+  if (name == "ibverbs") return make_ibverbs_backend(config, out);
+  WEFT_WARN(kTransport, "rank %d: unknown net backend '%s'", config.rank, name.c_str());
+  return Status::kInvalidArgument;
+}
+
+}  // namespace weft::transport

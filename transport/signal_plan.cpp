@@ -1,0 +1,42 @@
+// Perseus signal ordering: fence choice and per-destination batching.
+#include "transport/signal_plan.h"
+
+#include "transport/proxy.h"
+
+namespace weft::transport {
+
+bool signal_fence(SignalMode mode, bool first_in_batch) {
+  switch (mode) {
+    case SignalMode::kSerial: return false;
+    case SignalMode::kFenced: return true;
+    case SignalMode::kBatched: return first_in_batch;
+  }
+  return true;
+}
+
+bool proxy_waits_before_signal(SignalMode mode) { return mode == SignalMode::kSerial; }
+
+bool SignalBatcher::add(int peer, uint64_t flag, uint64_t value) {
+  auto& pend = pending_[peer];
+  for (auto& fv : pend)
+    if (fv.first == flag) {
+      if (value > fv.second) fv.second = value;
+      return false;
+    }
+  pend.emplace_back(flag, value);
+  ++total_;
+  return static_cast<int>(pend.size()) >= batch_max_;
+}
+
+std::vector<SignalPost> SignalBatcher::take(int peer) {
+  auto& pend = pending_[peer];
+  std::vector<SignalPost> out;
+  out.reserve(pend.size());
+  for (size_t i = 0; i < pend.size(); ++i)
+    out.push_back({pend[i].first, pend[i].second, signal_fence(SignalMode::kBatched, i == 0)});
+  total_ -= pend.size();
+  pend.clear();
+  return out;
+}
+
+}  // namespace weft::transport

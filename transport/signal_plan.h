@@ -1,0 +1,42 @@
+// Perseus signal ordering as pure functions: which signals carry a fence, and per-destination batching.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace weft::transport {
+
+enum class SignalMode : int;
+
+// serial: no fence (the proxy waited for the data); fenced: every signal; batched: the first
+// signal of each per-destination batch (the NIC then orders the whole batch after earlier puts).
+bool signal_fence(SignalMode mode, bool first_in_batch);
+// Only serial mode makes the proxy wait for put completions before a signal.
+bool proxy_waits_before_signal(SignalMode mode);
+
+struct SignalPost {
+  uint64_t flag = 0;
+  uint64_t value = 0;
+  bool fence = false;
+};
+
+// Batched mode: signals wait per destination until the FIFO runs dry or a batch fills. Signals
+// to one flag coalesce to the largest value (epochs only grow, so the newest covers the rest).
+class SignalBatcher {
+ public:
+  SignalBatcher(int world_size, int batch_max) : pending_(world_size), batch_max_(batch_max) {}
+  // Returns true when `peer`'s batch is full and should be posted now.
+  bool add(int peer, uint64_t flag, uint64_t value);
+  // The batch for `peer`, in arrival order, first one fenced; the batch is emptied.
+  std::vector<SignalPost> take(int peer);
+  uint64_t pending() const { return total_; }
+  uint64_t pending(int peer) const { return pending_[peer].size(); }
+
+ private:
+  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> pending_;
+  int batch_max_;
+  uint64_t total_ = 0;
+};
+
+}  // namespace weft::transport

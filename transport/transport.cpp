@@ -1,0 +1,268 @@
+// Transport: two-phase wiring through the bootstrap, host producers, flag waits, status and counters.
+#include "transport/transport.h"
+
+#include <sched.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "runtime/log.h"
+#include "runtime/params.h"
+
+namespace weft::transport {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// Exchange keys must be unique within a job; every rank creates its transports in the same order,
+// so a count per bootstrap object (one per rank, also when ranks are threads) names them.
+int next_exchange_id(const bootstrap::Bootstrap* boot) {
+  static std::mutex m;
+  static std::map<const bootstrap::Bootstrap*, int> counts;
+  std::lock_guard<std::mutex> lock(m);
+  return counts[boot]++;
+}
+
+namespace {
+
+uint64_t fresh_secret() {
+  std::random_device rd;
+  uint64_t s = (uint64_t{rd()} << 32) ^ rd();
+  s ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
+  return s ? s : 1;
+}
+
+}  // namespace
+
+Status resolve_signal_mode(const std::string& explicit_mode, const std::string& workload_mode, SignalMode* out) {
+  std::string env;
+  WEFT_CHECK(get_param("WEFT_SIGNAL_MODE", &env));
+  const std::string& m = !explicit_mode.empty() ? explicit_mode
+                         : !env.empty()         ? env
+                         : !workload_mode.empty() ? workload_mode
+                                                  : std::string("batched");
+  return parse_signal_mode(m, out);
+}
+
+Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const TransportOptions& options,
+                         std::unique_ptr<Transport>* out) {
+  const bootstrap::RankInfo& me = boot.info();
+  std::unique_ptr<Transport> t(new Transport());
+  t->rank_ = me.rank;
+  t->size_ = me.size;
+  t->heap_ = heap;
+  t->connected_.assign(me.size, false);
+  if (!heap.base || heap.bytes < 8) {
+    WEFT_WARN(kTransport, "rank %d: transport needs a symmetric heap (got %llu bytes)", me.rank,
+              (unsigned long long)heap.bytes);
+    return Status::kInvalidArgument;
+  }
+  if (options.channels < 1 || options.channels > 64) {
+    WEFT_WARN(kTransport, "rank %d: %d channels requested (1..64)", me.rank, options.channels);
+    return Status::kInvalidArgument;
+  }
+
+  std::string requested = options.backend;
+  if (requested.empty()) WEFT_CHECK(get_param("WEFT_NET_BACKEND", &requested));
+  WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));
+  WEFT_CHECK(resolve_signal_mode(options.signal_mode, options.workload_signal_mode, &t->mode_));
+  t->timeout_s_ = options.timeout_s > 0 ? options.timeout_s : 0;
+  if (t->timeout_s_ == 0) WEFT_CHECK(get_param("WEFT_PROXY_TIMEOUT", &t->timeout_s_));
+  int64_t depth = options.fifo_depth;
+  if (depth == 0) WEFT_CHECK(get_param("WEFT_FIFO_DEPTH", &depth));
+  if (depth <= 0 || depth > (1 << 24) || !is_power_of_two(static_cast<uint64_t>(depth))) {
+    WEFT_WARN(kTransport, "rank %d: FIFO depth %lld is not a power of two in [2, 2^24] (WEFT_FIFO_DEPTH)", me.rank,
+              (long long)depth);
+    return Status::kInvalidArgument;
+  }
+  std::string ifname;
+  WEFT_CHECK(get_param("WEFT_SOCKET_IFNAME", &ifname));
+
+  // The job secret: rank 0 draws it, every rank takes rank 0's contribution. Only processes that
+  // took part in this job's bootstrap know it; socket streams carrying anything else are refused.
+  const std::string prefix = "weft.transport." + std::to_string(next_exchange_id(&boot)) + ".";
+  std::vector<bootstrap::Blob> all;
+  uint64_t secret = me.rank == 0 ? fresh_secret() : 0;
+  bootstrap::Blob mine(sizeof secret);
+  memcpy(mine.data(), &secret, sizeof secret);
+  WEFT_CHECK(boot.allgather(prefix + "secret", mine, &all));
+  if (all.size() != static_cast<size_t>(me.size) || all[0].size() != sizeof secret) {
+    WEFT_WARN(kTransport, "rank %d: the job secret from rank 0 is malformed", me.rank);
+    return Status::kProtocolError;
+  }
+  memcpy(&secret, all[0].data(), sizeof secret);
+
+  for (int ch = 0; ch < options.channels; ++ch) {
+    BackendConfig bc;
+    bc.rank = me.rank;
+    bc.size = me.size;
+    bc.channel = ch;
+    bc.secret = secret;
+    bc.timeout_s = t->timeout_s_;
+    bc.socket_ifname = ifname;
+    bc.copy_hooks = options.copy_hooks;
+    if (ch < static_cast<int>(options.channel_nics.size())) bc.nic_name = options.channel_nics[ch];
+    std::unique_ptr<NetBackend> backend;
+    WEFT_CHECK(make_backend(t->backend_name_, bc, &backend));
+    WEFT_CHECK(backend->register_region(heap));
+    PeerInfo info;
+    WEFT_CHECK(backend->local_info(&info));
+    WEFT_CHECK(boot.allgather(prefix + "ep." + std::to_string(ch), encode_peer_info(me.rank, me.node, info), &all));
+    for (int peer = 0; peer < me.size; ++peer) {
+      if (peer == me.rank) continue;
+      int node = -1;
+      PeerInfo pinfo;
+      WEFT_CHECK(decode_peer_info(all[peer], peer, &node, &pinfo));
+      if (!options.connect_all_peers && node == me.node) continue;
+      WEFT_CHECK(backend->connect(peer, pinfo));
+      t->connected_[peer] = true;
+    }
+    std::unique_ptr<Fifo> fifo;
+    WEFT_CHECK(Fifo::create(static_cast<uint32_t>(depth), me.rank, ch, options.fifo_memory, &fifo));
+    ProxyConfig pc;
+    pc.rank = me.rank;
+    pc.channel = ch;
+    pc.world_size = me.size;
+    pc.mode = t->mode_;
+    pc.timeout_s = t->timeout_s_;
+    if (ch < static_cast<int>(options.channel_cpusets.size())) pc.cpuset = options.channel_cpusets[ch];
+    auto proxy = std::make_unique<Proxy>(pc, fifo->ring(), backend.get());
+    WEFT_CHECK(proxy->start());
+    t->fifos_.push_back(std::move(fifo));
+    t->backends_.push_back(std::move(backend));
+    t->proxies_.push_back(std::move(proxy));
+  }
+  WEFT_INFO(kTransport, "rank %d: transport up: backend %s, signal mode %s, %d channel(s), FIFO depth %lld", me.rank,
+            t->backend_name_.c_str(), to_string(t->mode_), options.channels, (long long)depth);
+  *out = std::move(t);
+  return Status::kOk;
+}
+
+Transport::~Transport() { stop(); }
+
+Status Transport::push(int channel, const FifoCommand& cmd) {
+  if (channel < 0 || channel >= channels()) {
+    WEFT_WARN(kTransport, "rank %d: push on channel %d of %d", rank_, channel, channels());
+    return Status::kInvalidArgument;
+  }
+  if (stopped_) return Status::kInternal;
+  return fifo_push(fifos_[channel]->ring(), fifos_[channel]->host_producer_state(), cmd, timeout_s_);
+}
+
+Status Transport::put(int channel, int peer, uint64_t src_offset, uint64_t dst_offset, uint64_t bytes) {
+  FifoCommand c{};
+  c.src_offset = src_offset;
+  c.dst_offset = dst_offset;
+  c.bytes = bytes;
+  c.peer = static_cast<uint32_t>(peer);
+  c.word = make_command_word(FifoOp::kPut, 0);
+  return push(channel, c);
+}
+
+Status Transport::signal(int channel, int peer, uint64_t flag_offset, uint64_t value) {
+  FifoCommand c{};
+  c.flag_offset = flag_offset;
+  c.signal_value = value;
+  c.peer = static_cast<uint32_t>(peer);
+  c.word = make_command_word(FifoOp::kSignal, 0);
+  return push(channel, c);
+}
+
+Status Transport::put_signal(int channel, int peer, uint64_t src_offset, uint64_t dst_offset, uint64_t bytes,
+                             uint64_t flag_offset, uint64_t value) {
+  FifoCommand c{};
+  c.src_offset = src_offset;
+  c.dst_offset = dst_offset;
+  c.bytes = bytes;
+  c.flag_offset = flag_offset;
+  c.signal_value = value;
+  c.peer = static_cast<uint32_t>(peer);
+  c.word = make_command_word(FifoOp::kPutSignal, 0);
+  return push(channel, c);
+}
+
+Status Transport::flush() {
+  for (int ch = 0; ch < channels(); ++ch) {
+    FifoCommand c{};
+    c.word = make_command_word(FifoOp::kFlush, 0);
+    uint64_t ticket = 0;
+    WEFT_CHECK(fifo_push(fifos_[ch]->ring(), fifos_[ch]->host_producer_state(), c, timeout_s_, &ticket));
+    WEFT_CHECK(fifo_wait_flushed(fifos_[ch]->ring(), ticket, timeout_s_));
+  }
+  return Status::kOk;
+}
+
+Status Transport::wait_flag(uint64_t flag_offset, uint64_t at_least, const char* what) const {
+  if (heap_.kind != MemKind::kHost || flag_offset % 8 || flag_offset + 8 > heap_.bytes) {
+    WEFT_WARN(kTransport, "rank %d: wait_flag(%llu) needs an aligned flag in a host heap", rank_,
+              (unsigned long long)flag_offset);
+    return Status::kInvalidArgument;
+  }
+  const uint64_t* flag = reinterpret_cast<const uint64_t*>(static_cast<const char*>(heap_.base) + flag_offset);
+  if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= at_least) return Status::kOk;
+  const double deadline = now_s() + timeout_s_;
+  for (int spins = 0;; ++spins) {
+    if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= at_least) return Status::kOk;
+    Status s = status();
+    if (s != Status::kOk) return s;
+    if (now_s() > deadline) {
+      WEFT_WARN(kTransport, "rank %d: timed out after %.0fs waiting for %s (flag at offset %llu to reach %llu, it is %llu)",
+                rank_, timeout_s_, what, (unsigned long long)flag_offset, (unsigned long long)at_least,
+                (unsigned long long)__atomic_load_n(flag, __ATOMIC_ACQUIRE));
+      return Status::kTimeout;
+    }
+    if (spins > 64) sched_yield();
+  }
+}
+
+Status Transport::status() const {
+  for (const auto& p : proxies_) {
+    Status s = p->status();
+    if (s != Status::kOk) return s;
+  }
+  return Status::kOk;
+}
+
+std::string Transport::error_message() const {
+  for (const auto& p : proxies_)
+    if (p->status() != Status::kOk) return p->error_message();
+  return "";
+}
+
+TransportCounters Transport::counters() const {
+  TransportCounters c;
+  for (const auto& p : proxies_) c += p->counters();
+  return c;
+}
+
+uint64_t Transport::producer_stalls() const {
+  uint64_t n = 0;
+  for (const auto& f : fifos_) n += __atomic_load_n(&f->host_producer_state()->stalls, __ATOMIC_RELAXED);
+  return n;
+}
+
+Status Transport::stop() {
+  if (stopped_) return status();
+  stopped_ = true;
+  Status result = Status::kOk;
+  for (auto& p : proxies_) {
+    Status s = p->stop();
+    if (result == Status::kOk) result = s;
+  }
+  for (auto& b : backends_) {
+    // A failed proxy already logged why; closing still releases sockets and queue pairs.
+    Status s = b->close();
+    if (result == Status::kOk) result = s;
+  }
+  return result;
+}
+
+}  // namespace weft::transport

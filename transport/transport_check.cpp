@@ -1,0 +1,122 @@
+// The transport check: all-gather + all-to-all over proxy and backend, verified byte by byte.
+#include "transport/transport_check.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+
+#include "runtime/log.h"
+#include "transport/heap.h"
+#include "transport/transport.h"
+
+namespace weft::transport {
+namespace {
+
+// Byte i of the block src sends to dst in iteration it, phase ph: distinct across all four.
+inline uint8_t pattern(int src, int dst, int it, int ph, uint64_t i) {
+  uint64_t x = (uint64_t(src) * 0x9E3779B1u) ^ (uint64_t(dst) * 0x85EBCA77u) ^ (uint64_t(it) * 0xC2B2AE3Du) ^
+               (uint64_t(ph) << 29) ^ (i * 0x27D4EB2Fu);
+  x ^= x >> 15;
+  return static_cast<uint8_t>(x ^ (x >> 8) ^ i);
+}
+
+}  // namespace
+
+std::string TransportCheckResult::to_json() const {
+  char buf[512];
+  snprintf(buf, sizeof buf,
+           "{\"backend\": \"%s\", \"signal_mode\": \"%s\", \"puts\": %llu, \"signals\": %llu, \"fences\": %llu, "
+           "\"batches\": %llu, \"stalls\": %llu}",
+           backend.c_str(), signal_mode.c_str(), (unsigned long long)counters.puts,
+           (unsigned long long)counters.signals, (unsigned long long)counters.fences,
+           (unsigned long long)counters.batches, (unsigned long long)counters.stalls);
+  return buf;
+}
+
+Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
+                           TransportCheckResult* result) {
+  const int me = boot.info().rank, n = boot.info().size;
+  const std::string key = "weft.transport.check." + std::to_string(next_exchange_id(&boot)) + ".";
+  const uint64_t B = options.block_bytes ? options.block_bytes : 1;
+  // Heap: [send: n blocks][recv all-gather: n blocks][recv all-to-all: n blocks][flags: 2n].
+  HeapAllocator alloc(uint64_t(3) * n * B + 4096 + 16 * n + 4096);
+  uint64_t send_off, ag_off, a2a_off, flags_off;
+  WEFT_CHECK(alloc.allocate(n * B, 4096, "check send", &send_off));
+  WEFT_CHECK(alloc.allocate(n * B, 4096, "check all-gather", &ag_off));
+  WEFT_CHECK(alloc.allocate(n * B, 4096, "check all-to-all", &a2a_off));
+  WEFT_CHECK(alloc.allocate(16 * n, 64, "check flags", &flags_off));
+  std::unique_ptr<HostHeap> heap;
+  WEFT_CHECK(HostHeap::create(alloc.capacity(), &heap));
+
+  TransportOptions to;
+  to.backend = options.backend;
+  to.signal_mode = options.signal_mode;
+  to.timeout_s = options.timeout_s;
+  to.connect_all_peers = true;
+  std::unique_ptr<Transport> t;
+  WEFT_CHECK(Transport::create(boot, heap->region(), to, &t));
+  result->backend = t->backend_name();
+  result->signal_mode = to_string(t->signal_mode());
+
+  auto flag = [&](int phase, int src) { return flags_off + 8 * (uint64_t(phase) * n + src); };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int it = 0; it < options.iterations; ++it) {
+    for (int ph = 0; ph < 2; ++ph) {
+      const uint64_t recv_off = ph == 0 ? ag_off : a2a_off;
+      const uint64_t epoch = uint64_t(it) + 1;
+      // Phase 0 (all-gather): my one block goes to everyone. Phase 1 (all-to-all): block d to rank d.
+      for (int d = 0; d < n; ++d) {
+        uint8_t* blk = heap->at(send_off + d * B);
+        for (uint64_t i = 0; i < B; ++i) blk[i] = pattern(me, ph == 0 ? -1 : d, it, ph, i);
+      }
+      memcpy(heap->at(recv_off + me * B), heap->at(send_off + (ph == 0 ? 0 : me) * B), B);
+      for (int d = 0; d < n; ++d) {
+        if (d == me) continue;
+        WEFT_CHECK(t->put_signal(0, d, send_off + (ph == 0 ? 0 : d) * B, recv_off + me * B, B, flag(ph, me), epoch));
+      }
+      for (int s = 0; s < n; ++s) {
+        if (s == me) continue;
+        char what[96];
+        snprintf(what, sizeof what, "%s block from rank %d (iteration %d)", ph == 0 ? "all-gather" : "all-to-all", s,
+                 it);
+        WEFT_CHECK(t->wait_flag(flag(ph, s), epoch, what));
+        const uint8_t* got = heap->at(recv_off + s * B);
+        for (uint64_t i = 0; i < B; ++i) {
+          if (got[i] != pattern(s, ph == 0 ? -1 : me, it, ph, i)) {
+            WEFT_WARN(kTransport, "rank %d: check %s: byte %llu of the block from rank %d is 0x%02x, expected 0x%02x",
+                      me, what, (unsigned long long)i, s, got[i], pattern(s, ph == 0 ? -1 : me, it, ph, i));
+            t->stop();
+            return Status::kProtocolError;
+          }
+        }
+        result->bytes_verified += B;
+      }
+      // Nobody rewrites its send blocks before every rank has received them.
+      WEFT_CHECK(t->flush());
+      WEFT_CHECK(boot.barrier(key + std::to_string(it) + "." + std::to_string(ph)));
+    }
+  }
+  result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  result->producer_stalls = t->producer_stalls();
+  WEFT_CHECK(t->stop());
+
+  // Sum the counters over ranks.
+  ProxyCounters c = t->counters();
+  bootstrap::Blob mine(sizeof c);
+  memcpy(mine.data(), &c, sizeof c);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(key + "counters", mine, &all));
+  result->counters = ProxyCounters{};
+  for (int r = 0; r < n; ++r) {
+    if (all[r].size() != sizeof c) {
+      WEFT_WARN(kTransport, "rank %d: check counters from rank %d are malformed", me, r);
+      return Status::kProtocolError;
+    }
+    ProxyCounters rc;
+    memcpy(&rc, all[r].data(), sizeof rc);
+    result->counters += rc;
+  }
+  return Status::kOk;
+}
+
+}  // namespace weft::transport
