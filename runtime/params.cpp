@@ -22,6 +22,8 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_BOOTSTRAP_TIMEOUT", ParamType::kDouble, "60", "s", "bound on every bootstrap call (fence, get, barrier)"},
     {"WEFT_LAUNCH_KILL_GRACE", ParamType::kDouble, "5", "s",
      "after one rank fails, how long the launcher waits before SIGKILL of the rest"},
+    {"WEFT_TEST_FAULT", ParamType::kString, "", "",
+     "tests only: 'RANK:MODE' makes that rank of weftrun check stall, exit, crash or abort (MODE) before its first fence"},
     {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
     {"WEFT_PROXY_TIMEOUT", ParamType::kDouble, "30", "s", "bound on every proxy wait (completions, FIFO space)"},
     {"WEFT_HEAP_BYTES", ParamType::kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload"},

@@ -1,0 +1,61 @@
+// The PMIx implementation of Bootstrap: a rank's identity, blob exchange and barriers, all bounded.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+
+namespace weft::bootstrap {
+
+// Where a put blob is visible: every rank, only ranks on this node, or only ranks on other nodes.
+enum class Scope { kGlobal, kLocal, kRemote };
+
+// True when this process was started by a PMIx server (weftrun's own, slurmstepd, mpirun): the
+// server exported PMIX_NAMESPACE/PMIX_RANK (and a PMIX_SERVER_URI*) into our environment.
+bool started_under_pmix();
+
+class PmixBootstrap final : public Bootstrap {
+ public:
+  // PMIx_Init plus the identity queries, bounded by WEFT_BOOTSTRAP_TIMEOUT. On failure the message
+  // says how to launch (weftrun, srun --mpi=pmix, mpirun).
+  static Status connect(std::unique_ptr<PmixBootstrap>* out);
+  ~PmixBootstrap() override;  // PMIx_Finalize
+
+  const RankInfo& info() const override { return info_; }
+  Status allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) override;
+  Status barrier(const std::string& tag) override;
+  void abort(const std::string& why) override;
+
+  // Two-phase building blocks (see bootstrap/wiring.h): put any number of blobs, then fence once,
+  // then get each peer's. `key` is namespaced ("weft.<key>") and framed with its size.
+  Status put(const std::string& key, const Blob& blob, Scope scope);
+  // Commit + fence over every rank; `collect` makes the fence carry the put data (one round trip
+  // instead of one direct-modex request per get). Names the ranks that did not arrive on timeout.
+  Status fence(const std::string& tag, bool collect);
+  Status get(int peer, const std::string& key, Blob* out);
+
+  // Scoped allgather: entries of peers outside `scope` are left empty.
+  Status allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all);
+
+  double timeout_s() const { return timeout_s_; }
+  // Set by the PMIx event handler when the launcher reports a dead peer; waits end early with it.
+  void note_peer_failed(int rank, const std::string& why);
+
+  struct State;  // shared with libpmix's callback threads (opaque)
+
+ private:
+  PmixBootstrap() = default;
+  Status query_identity();
+  Status wait_peer_failure(const std::string& what) const;
+  std::string missing_ranks(uint64_t seq);
+
+  RankInfo info_;
+  double timeout_s_ = 60;
+  uint64_t fence_seq_ = 0;
+  bool finalized_ = false;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace weft::bootstrap

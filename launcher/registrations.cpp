@@ -1,0 +1,16 @@
+// The one list of op runners and transport checks linked into weftrun. Registration is explicit
+// (no static initialisers) so that nothing is silently dropped by the linker from a static library.
+#include "launcher/check_hooks.h"
+#include "launcher/op_registry.h"
+
+namespace weft::launcher {
+
+void register_builtin_ops() {
+  // Fused kernels add one line each, e.g.: register_op("ag_gemm", kernels::run_ag_gemm);
+}
+
+void register_builtin_check_transports() {
+  // Transports add one line each, e.g.: register_check_transport("socket", transport::check_socket);
+}
+
+}  // namespace weft::launcher
