@@ -42,22 +42,27 @@ static_assert(sizeof(__nv_bfloat16) * GemmConfig::kTileM * GemmConfig::kTileK % 
 static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared-memory budget of one H100/H200 block");
 
 // Bounded wait on an in-block barrier; false when the launch is abandoned (this or another
-// block timed out), so the caller leaves its role function.
+// block timed out), so the caller leaves its role function. The clock and the launch-wide abort
+// word are read only every 1024 failed tries: every waiting thread of every SM polling one
+// global word would flood its L2 slice and slow the copy engine's loads down with it.
 __device__ __forceinline__ bool wait_barrier(uint64_t* bar, uint32_t phase, const FrameParams& f,
                                              const TileCoord& c) {
   if (sm90::mbar_try_wait(bar, phase)) return true;
-  const uint64_t start = globaltimer_ns();
-  while (!sm90::mbar_try_wait(bar, phase)) {
-    const uint64_t waited = globaltimer_ns() - start;
-    if (frame_aborted(f)) return false;
-    // Twice the flag bound: a producer gated on a slow flag must time out (and say why) first.
-    if (waited > 2 * f.timeout_ns) {
-      frame_record_error(f, DeviceErrorKind::kBarrierTimeout, Role::kCompute, c.m_block, c.n_block, -1, bar, phase,
-                         0, waited);
-      return false;
+  uint64_t start = 0;
+  for (uint32_t tries = 1;; ++tries) {
+    if (sm90::mbar_try_wait(bar, phase)) return true;
+    if ((tries & 1023) == 0) {
+      const uint64_t now = globaltimer_ns();
+      if (start == 0) start = now;
+      if (frame_aborted(f)) return false;
+      // Twice the flag bound: a producer gated on a slow flag must time out (and say why) first.
+      if (now - start > 2 * f.timeout_ns) {
+        frame_record_error(f, DeviceErrorKind::kBarrierTimeout, Role::kCompute, c.m_block, c.n_block, -1, bar,
+                           phase, 0, now - start);
+        return false;
+      }
     }
   }
-  return true;
 }
 
 __device__ __forceinline__ int32_t flag_index(int32_t granularity, const GemmParams& g, const TileCoord& c) {

@@ -8,7 +8,7 @@
 // to other roles, weft's frame leaves those blocks idle and cuBLAS is told the same SM budget
 // (cublasSetSmCountTarget).
 //
-//   bench_gemm [--iters N] [--quick] [--markdown FILE]
+//   bench_gemm [--iters N] [--group M_TILES] [--quick] [--markdown FILE]
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -79,14 +79,16 @@ double time_ms(int iters, int sets, F&& launch) {
 
 int main(int argc, char** argv) {
   int iters = 30;
+  int group_m = 8;
   bool quick = false;
   const char* md_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::max(20, atoi(argv[++i]));
     else if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--group") && i + 1 < argc) group_m = std::max(1, atoi(argv[++i]));
     else if (!strcmp(argv[i], "--markdown") && i + 1 < argc) md_path = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--quick] [--markdown FILE]\n");
+      fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--markdown FILE]\n");
       return 2;
     }
   }
@@ -129,6 +131,7 @@ int main(int argc, char** argv) {
       random_bf16(x.b, b_elems, rng());
       GemmArgs args;
       args.m = s.m, args.n = s.n, args.k = s.k, args.a = x.a, args.b = x.b;
+      args.group_m = group_m;
       if (make_gemm_params(args, &x.params) != weft::Status::kOk) return 1;
       args.cluster_m = 1;
       if (make_gemm_params(args, &x.params1) != weft::Status::kOk) return 1;
@@ -201,7 +204,7 @@ int main(int argc, char** argv) {
   const char* head =
       "| M x N x K | op | SMs | weft TFLOP/s | weft 1-CTA TFLOP/s | cuBLAS TFLOP/s | weft / cuBLAS | weft / (cuBLAS all SMs x SMs/%d) | rel err vs cuBLAS |\n"
       "|---|---|---|---|---|---|---|---|---|\n";
-  printf("\n%s: bf16 GEMM, TN layout, median of %d\n", prop.name, iters);
+  printf("\n%s: bf16 GEMM, TN layout, median of %d, raster group %d\n", prop.name, iters, group_m);
   printf(head, sms);
   if (md) fprintf(md, head, sms);
   bool ok = true;
