@@ -470,7 +470,9 @@ class SocketBackend final : public NetBackend {
         }
         return fail(Status::kPeerFailed, "rank " + std::to_string(c->src) +
                                              " closed its connection without a goodbye (process died?) " +
-                                             (c->in_payload ? "in the middle of a put" : "between messages"));
+                                             (c->in_payload ? "in the middle of a put"
+                                              : c->hdr_got ? "in the middle of a header"
+                                                           : "between messages"));
       }
       budget -= static_cast<uint64_t>(r);
       if (!c->in_payload) {
