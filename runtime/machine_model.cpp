@@ -94,9 +94,22 @@ Status choose_machine_model(const std::string& workload_gpu, const std::vector<s
     return Status::kOk;
   }
   *out = machine_model_h200();
-  *why = topology_gpu_names.empty() ? "no GPU in the topology: default H200 (set WEFT_GPU_ARCH=h100 to change)"
-                                    : "GPU model not recognised in the topology: default H200";
+  *why = topology_gpu_names.empty()
+             ? "no GPU in the topology: default H200 (set WEFT_GPU_ARCH=h100 to change)"
+             : "topology GPU '" + topology_gpu_names[0] + "' is not an H100 or H200: H200 constants assumed";
   return Status::kOk;
+}
+
+std::string gpu_name_from_pci_id(const std::string& pci_id) {
+  // PCI device ids of the Hopper parts weft models (pci.ids); others are left to the name.
+  static const struct {
+    const char* id;
+    const char* name;
+  } kIds[] = {{"10de:2330", "H100 SXM5 80GB"}, {"10de:2321", "H100 NVL"}, {"10de:2335", "H200 SXM 141GB"}};
+  const std::string id = lower(pci_id);
+  for (const auto& k : kIds)
+    if (id == k.id) return k.name;
+  return "";
 }
 
 const std::vector<std::string>& machine_model_keys() {

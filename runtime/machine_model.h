@@ -38,6 +38,9 @@ Status machine_model_for(const std::string& gpu, MachineModel* out);
 Status choose_machine_model(const std::string& workload_gpu, const std::vector<std::string>& topology_gpu_names,
                             MachineModel* out, std::string* why);
 
+// "H100 SXM5 80GB" for a known Hopper PCI id ("10de:2330"), else "".
+std::string gpu_name_from_pci_id(const std::string& pci_id);
+
 // Names of the overridable numeric fields ("sm_count", "tensor_tflops", ...), as in YAML.
 const std::vector<std::string>& machine_model_keys();
 // Sets one field by name; kInvalidArgument for an unknown key or a value <= 0 (sm_count: not a

@@ -59,8 +59,9 @@ std::string format_plan_table(const Plan& p) {
   os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)") << "\n";
   const int32_t counts[kNumRoles] = {p.roles.compute, p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce};
   for (int r = 0; r < kNumRoles; ++r) {
+    const bool idle = counts[r] == 0 && p.role_time_s[r] == 0;
     snprintf(line, sizeof(line), "  %-13s %4d   %12s\n", to_string(static_cast<Role>(r)), counts[r],
-             us(p.role_time_s[r]).c_str());
+             idle ? "-" : us(p.role_time_s[r]).c_str());
     os << line;
   }
   snprintf(line, sizeof(line), "  %-13s %4d\n", "total", p.roles.total());

@@ -325,7 +325,11 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, Plan* out, std::string* error) {
   std::vector<std::string> names;
-  for (const auto& g : topo.gpus) names.push_back(g.name);
+  for (const auto& g : topo.gpus) {
+    // Live topologies name GPUs "cuda0"; the PCI id says which part it is.
+    std::string by_id = gpu_name_from_pci_id(g.pci_id);
+    names.push_back(by_id.empty() ? g.name : by_id);
+  }
   MachineModel model;
   std::string why;
   if (choose_machine_model(w.gpu, names, &model, &why) != Status::kOk) {

@@ -338,6 +338,16 @@ TEST_CASE("make_plan picks the model from the workload, the topology's GPU names
   REQUIRE(make_plan(w, w.layout, t, m, &p, &err) == Status::kOk);
   CHECK(p.gpu == "h100");
   CHECK_FALSE(p.gpu_assumed);
+  // A live topology names GPUs by their CUDA device; the PCI id identifies the part.
+  for (auto& g : t.gpus) g.name = "cuda" + std::to_string(g.index), g.pci_id = "10de:2335";
+  REQUIRE(make_plan(w, w.layout, t, m, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h200");
+  CHECK(p.gpu_reason.find("H200 SXM") != std::string::npos);
+  // A GPU weft has no model for: H200 constants, and the plan says why.
+  for (auto& g : t.gpus) g.name = "GA100 [A100 SXM4 40GB]", g.pci_id = "10de:20b0";
+  REQUIRE(make_plan(w, w.layout, t, m, &p, &err) == Status::kOk);
+  CHECK(p.gpu == "h200");
+  CHECK(p.gpu_reason.find("A100 SXM4 40GB]' is not an H100 or H200") != std::string::npos);
   Workload o = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "machine: {gpu: h200, tensor_tflops: 400}\n");
   REQUIRE(make_plan(o, o.layout, t, m, &p, &err) == Status::kOk);
   CHECK(p.gpu == "h200");
