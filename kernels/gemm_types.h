@@ -26,7 +26,7 @@ struct GemmParams {
   int32_t m = 0;
   int32_t n = 0;
   int32_t k = 0;
-  int32_t cluster_m = 2;     // CTAs per cluster along M; they share (multicast) the B tile
+  int32_t cluster_m = 1;     // CTAs per cluster along M; with 2 they share (multicast) the B tile
   int32_t cta_m_blocks = 0;  // ceil(m / kTileM): rows of per-tile flags
   int32_t n_blocks = 0;      // ceil(n / kTileN)
   TileSchedule sched;        // over cluster tiles of (cluster_m * kTileM) x kTileN

@@ -192,8 +192,7 @@ TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly
   const int sms = require_hopper();
   const int m = 2048, n = 1792, k = 512, shards = 4;
   Problem pb(m, n, k);
-  const GemmParams g = pb.params(8, shards, 2);
-  const int64_t tiles = int64_t(g.cta_m_blocks) * g.n_blocks;  // flags are per 128-row tile
+  const int64_t tiles = int64_t(m / 128) * ((n + 255) / 256);  // flags are per 128 x 256 CTA tile
   DevBuf<uint64_t> ready(shards), tile_flags(tiles), shard_flags(shards);
   std::vector<uint64_t> h_ready(shards, 7);
   WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
@@ -203,8 +202,12 @@ TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly
   REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
   DevBuf<__nv_bfloat16> c(int64_t(m) * n);
 
+  for (int cluster : {2, 1})
   for (int gran : {kFlagPerTile, kFlagPerShard}) {
+    CAPTURE(cluster);
     CAPTURE(gran);
+    const GemmParams g = pb.params(8, shards, 2, cluster);
+    REQUIRE(int64_t(g.cta_m_blocks) * g.n_blocks == tiles);
     poison_bf16(c.p, int64_t(m) * n);
     uint64_t* flags = gran == kFlagPerTile ? tile_flags.p : shard_flags.p;
     const int64_t nflags = gran == kFlagPerTile ? tiles : shards;
