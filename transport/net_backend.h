@@ -17,9 +17,12 @@ enum class MemKind : int { kHost = 0, kDevice = 1 };
 
 // Copies between host memory and a device-memory region (supplied by weft_transport_cuda); the
 // socket backend stages through host memory with them when the registered region is on the GPU.
+// Called from the proxy thread; `ctx` carries the device and stream (a copy must never queue behind
+// a persistent kernel, so the CUDA hooks use a non-blocking stream of their own).
 struct DeviceCopyHooks {
-  Status (*to_region)(void* dst_in_region, const void* host_src, uint64_t bytes) = nullptr;
-  Status (*from_region)(void* host_dst, const void* src_in_region, uint64_t bytes) = nullptr;
+  Status (*to_region)(void* ctx, void* dst_in_region, const void* host_src, uint64_t bytes) = nullptr;
+  Status (*from_region)(void* ctx, void* host_dst, const void* src_in_region, uint64_t bytes) = nullptr;
+  void* ctx = nullptr;
 };
 
 // The one memory region a backend serves: the rank's symmetric heap. Offsets index into it.

@@ -381,7 +381,7 @@ class SocketBackend final : public NetBackend {
             o.stage_begin = pay_done;
             o.stage_len = std::min<uint64_t>(kStageBytes, op.payload - pay_done);
             o.staged_for = &op;
-            Status s = cfg_.copy_hooks.from_region(o.stage.data(),
+            Status s = cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, o.stage.data(),
                                                    static_cast<char*>(region_.base) + op.local_offset + pay_done,
                                                    o.stage_len);
             if (s != Status::kOk) return fail(s, "copy from the device region failed");
@@ -482,7 +482,7 @@ class SocketBackend final : public NetBackend {
         WEFT_CHECK(on_header(c));
       } else {
         if (region_.kind == MemKind::kDevice) {
-          Status s = cfg_.copy_hooks.to_region(static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got,
+          Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got,
                                                dst, static_cast<uint64_t>(r));
           if (s != Status::kOk) return fail(s, "copy into the device region failed");
         }
@@ -527,7 +527,7 @@ class SocketBackend final : public NetBackend {
         char* flag = static_cast<char*>(region_.base) + c->hdr.offset;
         uint64_t v = c->hdr.length;
         if (region_.kind == MemKind::kDevice) {
-          Status s = cfg_.copy_hooks.to_region(flag, &v, sizeof v);
+          Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, flag, &v, sizeof v);
           if (s != Status::kOk) return fail(s, "flag store into the device region failed");
         } else {
           __atomic_store_n(reinterpret_cast<uint64_t*>(flag), v, __ATOMIC_RELEASE);

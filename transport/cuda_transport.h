@@ -1,0 +1,66 @@
+// Host API of the CUDA side of transport: device symmetric heap with CUDA IPC peers, pinned FIFOs, device copies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "runtime/status.h"
+#include "transport/device_fifo.h"
+#include "transport/fifo.h"
+#include "transport/net_backend.h"
+
+namespace weft::transport {
+
+// The symmetric heap in device memory (cudaMalloc on the current device, same size on every rank).
+// Ranks on the same node map each other's heap with CUDA IPC, so kernels get peer pointers.
+class CudaHeap {
+ public:
+  // Collective, two phases: allocate + export the IPC handle -> allgather -> open same-node peers.
+  static Status create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_ptr<CudaHeap>* out);
+  ~CudaHeap();
+  CudaHeap(const CudaHeap&) = delete;
+  CudaHeap& operator=(const CudaHeap&) = delete;
+
+  Region region() const { return Region{base_, bytes_, MemKind::kDevice, -1}; }
+  void* local() const { return base_; }
+  // Peer heap base in this process's address space; nullptr for ranks on other nodes.
+  void* peer(int rank) const { return peers_[rank]; }
+  // Device array of world_size heap bases (own heap at [rank], nullptr off-node), for kernels.
+  void* const* device_peer_table() const { return device_table_; }
+  // Collective: closes IPC mappings, waits for every rank to have done so, then frees. The
+  // destructor does the same minus the barrier (use close() when peers may still be mapped).
+  Status close(bootstrap::Bootstrap& boot);
+
+ private:
+  CudaHeap() = default;
+  void release();
+  int rank_ = 0;
+  int device_ = 0;
+  void* base_ = nullptr;
+  uint64_t bytes_ = 0;
+  std::vector<void*> peers_;
+  void** device_table_ = nullptr;
+};
+
+// Host-pinned, device-mapped ring memory (TransportOptions::fifo_memory) for device producers.
+FifoMemory cuda_fifo_memory();
+// Copies between host staging and a device heap on `device`, on a non-blocking stream of their
+// own, so they never queue behind a running persistent kernel (TransportOptions::copy_hooks).
+DeviceCopyHooks cuda_copy_hooks(int device);
+
+// A kernel-side handle for a ring (Transport::fifo_ring(ch)); frees its device state on destruction.
+class DeviceFifoHandle {
+ public:
+  static Status create(FifoRingHeader* ring, double timeout_s, std::unique_ptr<DeviceFifoHandle>* out);
+  ~DeviceFifoHandle();
+  const DeviceFifo& get() const { return fifo_; }
+  uint64_t stalls() const;  // device producers' waits for space (reads device memory)
+
+ private:
+  DeviceFifoHandle() = default;
+  DeviceFifo fifo_;
+};
+
+}  // namespace weft::transport
