@@ -23,8 +23,8 @@ Status report_device_error(const DeviceError& e, const char* what) {
     WEFT_WARN(kKernel,
               "%s: rank %d %s block %d timed out after %.3f s (WEFT_DEVICE_TIMEOUT) on an in-block pipeline "
               "barrier at smem 0x%llx (tile m_block %d, n_block %d, phase %llu)",
-              what, e.rank, role, e.block, waited, static_cast<unsigned long long>(e.flag_addr), e.tile_m,
-              e.tile_n, static_cast<unsigned long long>(e.expected));
+              what, e.rank, role, e.block, waited, static_cast<unsigned long long>(e.flag_addr), e.tile_m, e.tile_n,
+              static_cast<unsigned long long>(e.expected));
   }
   return Status::kTimeout;
 }

@@ -9,8 +9,8 @@ namespace weft::kernels {
 
 enum class DeviceErrorKind : int32_t {
   kNone = 0,
-  kFlagTimeout = 1,      // a readiness flag never reached the expected value
-  kBarrierTimeout = 2,   // an in-block pipeline barrier (TMA / MMA ring) never completed
+  kFlagTimeout = 1,     // a readiness flag never reached the expected value
+  kBarrierTimeout = 2,  // an in-block pipeline barrier (TMA / MMA ring) never completed
 };
 
 // Written once per launch by the first block that times out (the `status` word is claimed with
@@ -18,13 +18,13 @@ enum class DeviceErrorKind : int32_t {
 // poll `status` while they wait and leave early once it is set. Layout is shared by host and
 // device; it lives in cudaHostAlloc(..., cudaHostAllocMapped) memory.
 struct DeviceError {
-  int32_t status;      // 0 = no error; != 0 claimed by the reporting block
-  int32_t committed;   // 1 once the fields below are complete
-  int32_t kind;        // DeviceErrorKind
+  int32_t status;     // 0 = no error; != 0 claimed by the reporting block
+  int32_t committed;  // 1 once the fields below are complete
+  int32_t kind;       // DeviceErrorKind
   int32_t rank;
-  int32_t role;        // weft::Role
-  int32_t block;       // blockIdx.x
-  int32_t tile_m;      // tile being worked on (-1 when none)
+  int32_t role;    // weft::Role
+  int32_t block;   // blockIdx.x
+  int32_t tile_m;  // tile being worked on (-1 when none)
   int32_t tile_n;
   int32_t flag_index;  // index of the flag within its array (-1 when not a flag)
   int32_t pad;

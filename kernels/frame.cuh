@@ -23,8 +23,8 @@ struct FrameParams {
   RoleCounts roles;
   int32_t rank = 0;
   uint64_t timeout_ns = 10ull * 1000 * 1000 * 1000;
-  DeviceError* error = nullptr;   // host-mapped record
-  int32_t* error_claim = nullptr; // device word: 0 until some block times out
+  DeviceError* error = nullptr;    // host-mapped record
+  int32_t* error_claim = nullptr;  // device word: 0 until some block times out
 };
 
 #if defined(__CUDACC__)

@@ -20,8 +20,7 @@ Status FrameHost::create(int32_t rank) {
   WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &seconds));
   set_timeout(seconds);
   cudaError_t err = cudaHostAlloc(reinterpret_cast<void**>(&host_record_), sizeof(DeviceError), cudaHostAllocMapped);
-  if (err == cudaSuccess)
-    err = cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_record_), host_record_, 0);
+  if (err == cudaSuccess) err = cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_record_), host_record_, 0);
   if (err == cudaSuccess) err = cudaMalloc(reinterpret_cast<void**>(&claim_), sizeof(int32_t));
   if (err != cudaSuccess) {
     WEFT_WARN(kKernel, "rank %d: cannot allocate the device error record: %s", rank, cudaGetErrorString(err));
@@ -31,9 +30,7 @@ Status FrameHost::create(int32_t rank) {
   return Status::kOk;
 }
 
-void FrameHost::set_timeout(double seconds) {
-  timeout_ns_ = seconds <= 0 ? 1 : static_cast<uint64_t>(seconds * 1e9);
-}
+void FrameHost::set_timeout(double seconds) { timeout_ns_ = seconds <= 0 ? 1 : static_cast<uint64_t>(seconds * 1e9); }
 
 Status FrameHost::params(const RoleCounts& roles, FrameParams* out) {
   if (!host_record_) return Status::kInternal;

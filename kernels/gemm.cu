@@ -88,8 +88,8 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
     if (!warned && cudaOccupancyMaxActiveClusters(&max_clusters, kernel, &cfg) == cudaSuccess &&
         max_clusters * kCluster < frame.roles.total()) {
       warned = true;
-      WEFT_WARN(kKernel, "gemm: rank %d: only %d clusters of %d CTAs fit at once, the grid has %d blocks",
-                frame.rank, max_clusters, kCluster, frame.roles.total());
+      WEFT_WARN(kKernel, "gemm: rank %d: only %d clusters of %d CTAs fit at once, the grid has %d blocks", frame.rank,
+                max_clusters, kCluster, frame.roles.total());
     }
     err = cudaLaunchKernelEx(&cfg, kernel, p);
   }
@@ -136,11 +136,10 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
     return Status::kInvalidArgument;
   }
   if (!TileSchedule::make(args.m, args.n, GemmConfig::kTileM * args.cluster_m, GemmConfig::kTileN, args.group_m,
-                          args.num_shards,
-                          args.first_shard, &out->sched, &why)) {
+                          args.num_shards, args.first_shard, &out->sched, &why)) {
     WEFT_WARN(kKernel, "gemm %lld x %lld x %lld: bad tile schedule (%d shards, first %d, group %d): %s",
-              (long long)args.m, (long long)args.n, (long long)args.k, args.num_shards, args.first_shard,
-              args.group_m, why);
+              (long long)args.m, (long long)args.n, (long long)args.k, args.num_shards, args.first_shard, args.group_m,
+              why);
     return Status::kInvalidArgument;
   }
   WEFT_CHECK(encode_operand("A", args.a, args.m, args.k, lda, GemmConfig::kTileM, &out->tmap_a));

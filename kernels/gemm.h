@@ -1,4 +1,4 @@
-// Host API of the persistent sm_90a bf16 GEMM: validate + encode arguments, launch, helpers.
+// Host API of the persistent sm_90a bf16 GEMM: validate + encode arguments, launch, SM count.
 //
 // Layout ("TN", both operands K-major, what wgmma reads without transposes):
 //   A: M x K row-major (lda >= K)      B: N x K row-major (ldb >= K)      C = A * B^T: M x N

@@ -45,8 +45,7 @@ static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared-memory budget 
 // block timed out), so the caller leaves its role function. The clock and the launch-wide abort
 // word are read only every 1024 failed tries: every waiting thread of every SM polling one
 // global word would flood its L2 slice and slow the copy engine's loads down with it.
-__device__ __forceinline__ bool wait_barrier(uint64_t* bar, uint32_t phase, const FrameParams& f,
-                                             const TileCoord& c) {
+__device__ __forceinline__ bool wait_barrier(uint64_t* bar, uint32_t phase, const FrameParams& f, const TileCoord& c) {
   if (sm90::mbar_try_wait(bar, phase)) return true;
   uint64_t start = 0;
   for (uint32_t tries = 1;; ++tries) {
@@ -57,8 +56,8 @@ __device__ __forceinline__ bool wait_barrier(uint64_t* bar, uint32_t phase, cons
       if (frame_aborted(f)) return false;
       // Twice the flag bound: a producer gated on a slow flag must time out (and say why) first.
       if (now - start > 2 * f.timeout_ns) {
-        frame_record_error(f, DeviceErrorKind::kBarrierTimeout, Role::kCompute, c.m_block, c.n_block, -1, bar,
-                           phase, 0, now - start);
+        frame_record_error(f, DeviceErrorKind::kBarrierTimeout, Role::kCompute, c.m_block, c.n_block, -1, bar, phase, 0,
+                           now - start);
         return false;
       }
     }
@@ -91,8 +90,7 @@ __device__ __forceinline__ TileCoord cta_tile(const TileCoord& cc, uint32_t cta)
 
 template <int kCluster>
 __device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const FlagGate& gate,
-                                              SharedStorage& s, uint32_t cta, int32_t cluster_idx,
-                                              int32_t clusters) {
+                                              SharedStorage& s, uint32_t cta, int32_t cluster_idx, int32_t clusters) {
   using Cfg = GemmConfig;
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
@@ -206,8 +204,7 @@ constexpr size_t gemm_smem_bytes() { return sizeof(gemm_detail::SharedStorage) +
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
                                                    const FlagGate& gate, const TileSignal& signal,
-                                                   int32_t block_in_role, int32_t blocks_in_role,
-                                                   uint8_t* smem_raw) {
+                                                   int32_t block_in_role, int32_t blocks_in_role, uint8_t* smem_raw) {
   static_assert(kCluster == 1 || kCluster == 2, "cluster of 1 or 2 CTAs along M");
   using Cfg = GemmConfig;
   using gemm_detail::SharedStorage;
@@ -227,8 +224,10 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
     sm90::tma_prefetch_desc(&g.tmap_b);
   }
   // Peers arrive on (and multicast into) this CTA's barriers: all must be initialised first.
-  if constexpr (kCluster > 1) sm90::cluster_sync();
-  else __syncthreads();
+  if constexpr (kCluster > 1)
+    sm90::cluster_sync();
+  else
+    __syncthreads();
 
   // No thread leaves before the cluster's final barrier: a peer may still arrive on this CTA's
   // barriers or write into its shared memory until then.
@@ -260,8 +259,8 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
     gemm_persistent_kernel(const __grid_constant__ GemmKernelParams<Epilogue> p) {
   extern __shared__ uint8_t gemm_smem[];
   if (p.frame.roles.role_of(blockIdx.x) == Role::kCompute) {
-    gemm_compute_block<kCluster>(p.gemm, p.frame, p.epi, p.gate, p.signal, int32_t(blockIdx.x),
-                                 p.frame.roles.compute, gemm_smem);
+    gemm_compute_block<kCluster>(p.gemm, p.frame, p.epi, p.gate, p.signal, int32_t(blockIdx.x), p.frame.roles.compute,
+                                 gemm_smem);
   }
 }
 

@@ -11,10 +11,10 @@ namespace weft::kernels {
 
 // One fixed configuration, the one that measured best (docs/gemm.md).
 struct GemmConfig {
-  static constexpr int kTileM = 128;   // two consumer warpgroups x m64
-  static constexpr int kTileN = 256;   // wgmma n256
-  static constexpr int kTileK = 64;    // one 128-byte swizzled row of bf16
-  static constexpr int kStages = 4;    // smem ring depth: 4 x 48 KiB
+  static constexpr int kTileM = 128;  // two consumer warpgroups x m64
+  static constexpr int kTileN = 256;  // wgmma n256
+  static constexpr int kTileK = 64;   // one 128-byte swizzled row of bf16
+  static constexpr int kStages = 4;   // smem ring depth: 4 x 48 KiB
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
 };

@@ -83,10 +83,14 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* md_path = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::max(20, atoi(argv[++i]));
-    else if (!strcmp(argv[i], "--quick")) quick = true;
-    else if (!strcmp(argv[i], "--group") && i + 1 < argc) group_m = std::max(1, atoi(argv[++i]));
-    else if (!strcmp(argv[i], "--markdown") && i + 1 < argc) md_path = argv[++i];
+    if (!strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::max(20, atoi(argv[++i]));
+    else if (!strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!strcmp(argv[i], "--group") && i + 1 < argc)
+      group_m = std::max(1, atoi(argv[++i]));
+    else if (!strcmp(argv[i], "--markdown") && i + 1 < argc)
+      md_path = argv[++i];
     else {
       fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--markdown FILE]\n");
       return 2;
@@ -101,9 +105,8 @@ int main(int argc, char** argv) {
 
   // M x N x K. N of the AllGather+GEMM rows is one rank's block of the weight (BASELINES.md).
   std::vector<Shape> shapes = {
-      {8192, 7168, 8192, "AG+GEMM (N/rank)"}, {2048, 7168, 8192, "AG+GEMM"},
-      {16384, 2048, 8192, "AG+GEMM"},         {8192, 8192, 1792, "GEMM+RS (K/4)"},
-      {4096, 4096, 4096, "square"},           {8192, 8192, 8192, "square"},
+      {8192, 7168, 8192, "AG+GEMM (N/rank)"}, {2048, 7168, 8192, "AG+GEMM"}, {16384, 2048, 8192, "AG+GEMM"},
+      {8192, 8192, 1792, "GEMM+RS (K/4)"},    {4096, 4096, 4096, "square"},  {8192, 8192, 8192, "square"},
   };
   if (quick) shapes = {{4096, 4096, 4096, "square"}};
 
@@ -184,10 +187,11 @@ int main(int argc, char** argv) {
       if (lent == 0) cublas_all = r.cublas_tf;
       r.cublas_all_tf = cublas_all;
       rows.push_back(r);
-      printf("%6d x %6d x %6d  SMs %3d  weft %7.3f ms %6.1f TF/s (2-CTA %7.3f ms %6.1f)  cuBLAS %7.3f ms %6.1f "
-             "TF/s  ratio %.3f  rel err vs cuBLAS %.2e  (%d input sets)\n",
-             s.m, s.n, s.k, sms - lent, weft_ms, r.weft_tf, weft2_ms, r.weft2_tf, blas_ms, r.cublas_tf,
-             r.weft_tf / r.cublas_tf, rel, sets);
+      printf(
+          "%6d x %6d x %6d  SMs %3d  weft %7.3f ms %6.1f TF/s (2-CTA %7.3f ms %6.1f)  cuBLAS %7.3f ms %6.1f "
+          "TF/s  ratio %.3f  rel err vs cuBLAS %.2e  (%d input sets)\n",
+          s.m, s.n, s.k, sms - lent, weft_ms, r.weft_tf, weft2_ms, r.weft2_tf, blas_ms, r.cublas_tf,
+          r.weft_tf / r.cublas_tf, rel, sets);
       fflush(stdout);
     }
     for (auto& x : in) {
@@ -203,7 +207,8 @@ int main(int argc, char** argv) {
   // The table (last, so it is what a log tail shows).
   FILE* md = md_path ? fopen(md_path, "w") : nullptr;
   const char* head =
-      "| M x N x K | op | SMs | weft TFLOP/s | cuBLAS TFLOP/s | weft / cuBLAS | weft / (cuBLAS all SMs x SMs/%d) | weft 2-CTA multicast TFLOP/s | rel err vs cuBLAS |\n"
+      "| M x N x K | op | SMs | weft TFLOP/s | cuBLAS TFLOP/s | weft / cuBLAS | weft / (cuBLAS all SMs x SMs/%d) | "
+      "weft 2-CTA multicast TFLOP/s | rel err vs cuBLAS |\n"
       "|---|---|---|---|---|---|---|---|---|\n";
   printf("\n%s: bf16 GEMM, TN layout, median of %d, raster group %d\n", prop.name, iters, group_m);
   printf(head, sms);
@@ -212,9 +217,9 @@ int main(int argc, char** argv) {
   for (const Row& r : rows) {
     const double share = r.cublas_all_tf * r.compute / sms;
     char line[512];
-    snprintf(line, sizeof(line), "| %d x %d x %d | %s | %d | %.1f | %.1f | %.3f | %.3f | %.1f | %.1e |\n", r.s.m,
-             r.s.n, r.s.k, r.s.what, r.compute, r.weft_tf, r.cublas_tf, r.weft_tf / r.cublas_tf, r.weft_tf / share,
-             r.weft2_tf, r.rel_err);
+    snprintf(line, sizeof(line), "| %d x %d x %d | %s | %d | %.1f | %.1f | %.3f | %.3f | %.1f | %.1e |\n", r.s.m, r.s.n,
+             r.s.k, r.s.what, r.compute, r.weft_tf, r.cublas_tf, r.weft_tf / r.cublas_tf, r.weft_tf / share, r.weft2_tf,
+             r.rel_err);
     fputs(line, stdout);
     if (md) fputs(line, md);
     if (!(r.rel_err < 1e-2)) ok = false;

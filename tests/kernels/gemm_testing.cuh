@@ -1,4 +1,4 @@
-// GEMM test helpers shared by the GPU tests and the benchmark: random bf16 fill, poison, an fp32
+// GEMM test utilities shared by the GPU tests and the benchmark: random bf16 fill, poison, an fp32
 // reference kernel, and the relative-error / unwritten-element check.
 #pragma once
 
@@ -12,13 +12,13 @@
 
 namespace weft::kernels::testing {
 
-#define WEFT_CUDA_OK(call)                                                                        \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
+#define WEFT_CUDA_OK(call)                                                                          \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess) {                                                                        \
       fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::abort();                                                                               \
-    }                                                                                             \
+      std::abort();                                                                                 \
+    }                                                                                               \
   } while (0)
 
 __device__ __forceinline__ uint32_t hash32(uint64_t x) {
@@ -56,8 +56,8 @@ inline void random_f32(float* p, int64_t n, uint64_t seed, float scale = 1.0f) {
 inline void poison_bf16(__nv_bfloat16* p, int64_t n) { WEFT_CUDA_OK(cudaMemset(p, 0xFF, size_t(n) * 2)); }
 
 // ref[i][j] = init[i][j] (if given) + sum_k A[i][k] * B[j][k], fp32, 16x16 smem tiles.
-__global__ void reference_gemm_f32(const __nv_bfloat16* a, const __nv_bfloat16* b, const float* init, float* ref,
-                                   int m, int n, int k) {
+__global__ void reference_gemm_f32(const __nv_bfloat16* a, const __nv_bfloat16* b, const float* init, float* ref, int m,
+                                   int n, int k) {
   __shared__ float as[16][17];
   __shared__ float bs[16][17];
   const int row = blockIdx.y * 16 + threadIdx.y;
@@ -84,17 +84,21 @@ inline void reference(const __nv_bfloat16* a, const __nv_bfloat16* b, const floa
 }
 
 struct ErrorSums {
-  double diff2;   // sum (out - ref)^2
-  double ref2;    // sum ref^2
+  double diff2;            // sum (out - ref)^2
+  double ref2;             // sum ref^2
   unsigned long long bad;  // NaN / Inf (unwritten poison) elements
 };
 
 template <class T>
 __device__ __forceinline__ float to_f32(T v);
 template <>
-__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float to_f32<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 template <>
-__device__ __forceinline__ float to_f32<float>(float v) { return v; }
+__device__ __forceinline__ float to_f32<float>(float v) {
+  return v;
+}
 
 template <class T, class R>
 __global__ void error_sums(const T* out, const R* ref, int64_t n, ErrorSums* sums) {
@@ -123,8 +127,8 @@ __global__ void error_sums(const T* out, const R* ref, int64_t n, ErrorSums* sum
 }
 
 struct Compared {
-  double rel_err;            // ||out - ref|| / ||ref|| over the finite elements
-  unsigned long long bad;    // elements left NaN/Inf (never written)
+  double rel_err;          // ||out - ref|| / ||ref|| over the finite elements
+  unsigned long long bad;  // elements left NaN/Inf (never written)
 };
 
 template <class T, class R>

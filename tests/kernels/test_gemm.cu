@@ -83,14 +83,13 @@ void check_store_cluster(int m, int n, int k, int compute_blocks, int idle_block
   REQUIRE(frame.params(roles, &fp) == Status::kOk);
   EpiStoreBf16 epi;
   epi.c = c.p, epi.ldc = n, epi.paired = (n % 2 == 0);
-  REQUIRE(launch_gemm(pb.params(group_m, 1, 0, cluster_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) ==
-          Status::kOk);
+  REQUIRE(launch_gemm(pb.params(group_m, 1, 0, cluster_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(frame.check("gemm test") == Status::kOk);
   reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
   Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
   MESSAGE("gemm " << m << "x" << n << "x" << k << " blocks " << compute_blocks << " cluster " << cluster_m
-                   << ": rel err " << r.rel_err);
+                  << ": rel err " << r.rel_err);
   CHECK(r.bad == 0);
   // bf16 output rounding alone gives ~1.7e-3; a wrong tile or k-slice gives O(1).
   CHECK(r.rel_err < 4e-3);
@@ -117,7 +116,7 @@ TEST_CASE("gemm tile multiples on all SMs and on few SMs (ring phases across man
   check_store(1024, 1024, 1024, sms);
   check_store(2048, 2048, 2048, sms);
   check_store(1024, 2048, 4096, 5);
-  check_store(384, 512, 256, 2);  // odd number of 128-row tiles: the cluster's second tile is empty
+  check_store(384, 512, 256, 2);             // odd number of 128-row tiles: the cluster's second tile is empty
   check_store(512, 768, 512, sms - 16, 16);  // SMs lent to another role do nothing here
 }
 
@@ -125,7 +124,7 @@ TEST_CASE("gemm M, N, K that are not tile multiples are handled (K a multiple of
   const int sms = require_hopper();
   check_store(1000, 777, 520, sms);  // odd N: unpaired stores
   check_store(333, 1999, 1672, sms);
-  check_store(64, 64, 8, sms);       // smaller than one tile in every dimension
+  check_store(64, 64, 8, sms);  // smaller than one tile in every dimension
   check_store(3000, 2944, 4104, 17, 0, 3);
   check_store(129, 257, 72, sms);
 }
@@ -203,31 +202,31 @@ TEST_CASE("gemm gate + signal: rank-rotated shards, every tile signalled exactly
   DevBuf<__nv_bfloat16> c(int64_t(m) * n);
 
   for (int cluster : {2, 1})
-  for (int gran : {kFlagPerTile, kFlagPerShard}) {
-    CAPTURE(cluster);
-    CAPTURE(gran);
-    const GemmParams g = pb.params(8, shards, 2, cluster);
-    REQUIRE(int64_t(g.cta_m_blocks) * g.n_blocks == tiles);
-    poison_bf16(c.p, int64_t(m) * n);
-    uint64_t* flags = gran == kFlagPerTile ? tile_flags.p : shard_flags.p;
-    const int64_t nflags = gran == kFlagPerTile ? tiles : shards;
-    WEFT_CUDA_OK(cudaMemset(flags, 0, size_t(nflags) * 8));
-    EpiStoreBf16 epi;
-    epi.c = c.p, epi.ldc = n;
-    FlagGate gate{ready.p, kFlagPerShard, 7};
-    TileSignal sig{flags, gran, 3};
-    REQUIRE(launch_gemm(g, fp, epi, gate, sig, nullptr) == Status::kOk);
-    WEFT_CUDA_OK(cudaDeviceSynchronize());
-    REQUIRE(frame.check("gemm gated") == Status::kOk);
-    std::vector<uint64_t> h(static_cast<size_t>(nflags));
-    WEFT_CUDA_OK(cudaMemcpy(h.data(), flags, h.size() * 8, cudaMemcpyDeviceToHost));
-    const uint64_t want = gran == kFlagPerTile ? 3 : 3 * uint64_t(m / shards / 128) * g.n_blocks;
-    for (size_t i = 0; i < h.size(); ++i) REQUIRE_MESSAGE(h[i] == want, "flag " << i);
-    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
-    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
-    CHECK(r.bad == 0);
-    CHECK(r.rel_err < 4e-3);
-  }
+    for (int gran : {kFlagPerTile, kFlagPerShard}) {
+      CAPTURE(cluster);
+      CAPTURE(gran);
+      const GemmParams g = pb.params(8, shards, 2, cluster);
+      REQUIRE(int64_t(g.cta_m_blocks) * g.n_blocks == tiles);
+      poison_bf16(c.p, int64_t(m) * n);
+      uint64_t* flags = gran == kFlagPerTile ? tile_flags.p : shard_flags.p;
+      const int64_t nflags = gran == kFlagPerTile ? tiles : shards;
+      WEFT_CUDA_OK(cudaMemset(flags, 0, size_t(nflags) * 8));
+      EpiStoreBf16 epi;
+      epi.c = c.p, epi.ldc = n;
+      FlagGate gate{ready.p, kFlagPerShard, 7};
+      TileSignal sig{flags, gran, 3};
+      REQUIRE(launch_gemm(g, fp, epi, gate, sig, nullptr) == Status::kOk);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      REQUIRE(frame.check("gemm gated") == Status::kOk);
+      std::vector<uint64_t> h(static_cast<size_t>(nflags));
+      WEFT_CUDA_OK(cudaMemcpy(h.data(), flags, h.size() * 8, cudaMemcpyDeviceToHost));
+      const uint64_t want = gran == kFlagPerTile ? 3 : 3 * uint64_t(m / shards / 128) * g.n_blocks;
+      for (size_t i = 0; i < h.size(); ++i) REQUIRE_MESSAGE(h[i] == want, "flag " << i);
+      reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+      Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+      CHECK(r.bad == 0);
+      CHECK(r.rel_err < 4e-3);
+    }
 }
 
 TEST_CASE("gemm flag timeout: a shard flag that is never set ends the kernel with a record") {

@@ -60,10 +60,9 @@ TEST_CASE("every tile is visited exactly once for many shapes, groups, shards an
               continue;
             }
             std::vector<int> count = visits(s, blocks);
-            for (std::size_t t = 0; t < count.size(); ++t) REQUIRE_MESSAGE(count[t] == 1, "tile " << t << " m " << m
-                                                                                    << " n " << n << " g " << g
-                                                                                    << " shards " << shards
-                                                                                    << " blocks " << blocks);
+            for (std::size_t t = 0; t < count.size(); ++t)
+              REQUIRE_MESSAGE(count[t] == 1, "tile " << t << " m " << m << " n " << n << " g " << g << " shards "
+                                                     << shards << " blocks " << blocks);
             ++checked;
           }
   CHECK(checked > 500);
