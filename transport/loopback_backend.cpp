@@ -82,7 +82,7 @@ class LoopbackBackend final : public NetBackend {
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
     for (int p = 0; p < cfg_.size; ++p) {
-      for (int k = 0; k < 8 && !queues_[p].empty(); ++k) {
+      for (int k = 0; k < 64 && !queues_[p].empty(); ++k) {
         const Op& op = queues_[p].front();
         char* dst = static_cast<char*>(peers_[p].base);
         if (op.is_put) {

@@ -154,7 +154,7 @@ void Proxy::run() {
 void Proxy::loop() {
   FifoConsumer fifo(ring_);
   last_completion_s_ = now_s();
-  int idle = 0;
+  double idle_since = 0;
   for (;;) {
     const bool stopping = stop_.load(std::memory_order_acquire);
     int n = 0;
@@ -175,7 +175,7 @@ void Proxy::loop() {
     // A batch closes when the FIFO has nothing more for now: signals wait at most one drain round.
     if (n == 0 && batcher_.pending() && flush_all_batches() != Status::kOk) return;
     if (n || outstanding_total_ != before) {
-      idle = 0;
+      idle_since = 0;
       continue;
     }
     if (stopping && outstanding_total_ == 0 && batcher_.pending() == 0) return;
@@ -190,7 +190,14 @@ void Proxy::loop() {
                                  ") (WEFT_PROXY_TIMEOUT)");
       return;
     }
-    if (++idle > 128) backend_->wait_activity(outstanding_total_ ? 20e-6 : 200e-6);
+    // Idle: spin (yielding) briefly, since the next command usually follows soon, then sleep in the
+    // backend (woken by network traffic; FIFO commands wait at most the sleep), longer after 20 ms.
+    const double t = now_s();
+    if (idle_since == 0) idle_since = t;
+    if (t - idle_since < 200e-6)
+      sched_yield();
+    else
+      backend_->wait_activity(outstanding_total_ || t - idle_since < 20e-3 ? 20e-6 : 500e-6);
   }
 }
 
