@@ -178,5 +178,9 @@ Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddBf
                    const TileSignal& signal, cudaStream_t stream) {
   return launch(g, frame, epi, gate, signal, stream);
 }
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatterBf16& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream) {
+  return launch(g, frame, epi, gate, signal, stream);
+}
 
 }  // namespace weft::kernels

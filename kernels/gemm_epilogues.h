@@ -61,4 +61,28 @@ struct EpiAddBf16 {
 #endif
 };
 
+// Scatters rows of C to their owners (GEMM+ReduceScatter / AllReduce): row `row` belongs to owner
+// o = row / rows_per_owner and is stored as bf16 at dst[o] + (row - o * rows_per_owner) * ldc + col.
+// dst[o] is this rank's slot in owner o's staging buffer, a peer pointer mapped through CUDA IPC
+// (or local for o == this rank), so partial tiles travel over NVLink as soon as they are produced.
+struct EpiScatterBf16 {
+  static constexpr int kMaxOwners = 8;
+  __nv_bfloat16* dst[kMaxOwners] = {};
+  int64_t rows_per_owner = 0;
+  int64_t ldc = 0;
+  bool paired = true;
+#if defined(__CUDACC__)
+  __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
+    const int32_t o = int32_t(row / rows_per_owner);
+    __nv_bfloat16* p = dst[o] + (int64_t(row) - int64_t(o) * rows_per_owner) * ldc + col;
+    if (two && paired) {
+      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+    } else {
+      p[0] = __float2bfloat16_rn(v0);
+      if (two) p[1] = __float2bfloat16_rn(v1);
+    }
+  }
+#endif
+};
+
 }  // namespace weft::kernels
