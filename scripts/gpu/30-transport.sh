@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# GPU step of `scripts/weft gpu-check`: transport GPU test (device FIFO producers, socket between 2 emulated
+# nodes, NVLink peers), the CPU transport suite, and the all-gather benchmark against NCCL with NCCL_HOSTID
+# per emulated node. Usage: 30-transport.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
+set -uo pipefail
+
+OUTDIR=${1:?usage: 30-transport.sh OUTDIR}
+BUILD=${WEFT_BUILD_DIR:?WEFT_BUILD_DIR not set}
+SUMMARY=${WEFT_SUMMARY:-/dev/null}
+BIN=$BUILD/bin
+rc=0
+say() { echo "== 30-transport: $*"; }
+row() { echo "$*" | tee -a "$SUMMARY"; }
+
+say "GPU test"
+if (cd "$BUILD" && ctest -R '^test_transport_gpu$' --output-on-failure) >"$OUTDIR/transport-gpu-test.log" 2>&1; then
+  if grep -q "Skipped\|SKIPPED" "$OUTDIR/transport-gpu-test.log"; then
+    row "FAIL transport gpu test: skipped on a GPU machine (transport-gpu-test.log)"; rc=1
+  else
+    row "PASS transport gpu test: device FIFO pushes, socket 2x2 emulated nodes, NVLink peers, 3 signal modes"
+  fi
+else
+  row "FAIL transport gpu test (transport-gpu-test.log)"; rc=1
+fi
+grep -E "MESSAGE|rank [0-9] GPU" "$OUTDIR/transport-gpu-test.log" || true
+
+say "CPU transport tests"
+if (cd "$BUILD" && ctest -R '^test_transport_' -LE gpu --output-on-failure) >"$OUTDIR/transport-cpu-tests.log" 2>&1; then
+  row "PASS transport cpu tests"
+else
+  row "FAIL transport cpu tests (transport-cpu-tests.log)"; rc=1
+fi
+
+say "all-gather: weft vs NCCL (NCCL_HOSTID per emulated node)"
+if [ -x "$BIN/bench_allgather_gpu" ]; then
+  if "$BIN/bench_allgather_gpu" --json "$OUTDIR/transport-allgather.json" >"$OUTDIR/transport-allgather.txt" \
+      2>"$OUTDIR/transport-allgather.err"; then
+    cat "$OUTDIR/transport-allgather.txt"
+    row "PASS transport all-gather bench (transport-allgather.txt)"
+  else
+    tail -20 "$OUTDIR/transport-allgather.err"
+    row "FAIL transport all-gather bench (transport-allgather.err)"; rc=1
+  fi
+else
+  row "FAIL transport all-gather bench: bench_allgather_gpu not built (NCCL not found?)"; rc=1
+fi
+
+say "put bandwidth / signal latency (host heaps)"
+if "$BIN/bench_transport" --json "$OUTDIR/transport-bench.json" >"$OUTDIR/transport-bench.txt" 2>&1; then
+  cat "$OUTDIR/transport-bench.txt"
+  row "PASS transport bench (transport-bench.txt)"
+else
+  row "FAIL transport bench (transport-bench.txt)"; rc=1
+fi
+exit $rc
