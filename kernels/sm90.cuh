@@ -76,11 +76,15 @@ __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
 // Arrives on the mbarrier at the same shared-memory offset in CTA `cta` of this cluster.
+// Default (.release.cta) semantics on purpose: the stage being released was read by wgmma
+// (async proxy, complete after wgmma.wait_group), so there is no generic-proxy write to publish;
+// `.release.cluster` made ptxas put MEMBAR.ALL.GPU in front of every arrive, which waited on the
+// previous tile's global stores and held the 2-CTA kernel at 0.63x of the 1-CTA one.
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
   asm volatile(
       "{\n .reg .b32 remote;\n"
       " mapa.shared::cluster.u32 remote, %0, %1;\n"
-      " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)),
       "r"(cta)
       : "memory");
 }
