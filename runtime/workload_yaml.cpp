@@ -95,6 +95,8 @@ class Reader {
 
   bool check_bytes();
   void unclosed_bracket(size_t end, int* line, int* col) const;
+  bool first_content(int* line, int* col) const;
+  bool check_single_document();
   bool check_tabs();
   bool check_duplicates(const YAML::Node& n, const std::string& path);
   bool check_keys(const YAML::Node& map, const std::string& path, const Keys& allowed, const std::string& what);
@@ -142,6 +144,43 @@ void Reader::unclosed_bracket(size_t end, int* line, int* col) const {
   const size_t bol = text_.rfind('\n', at);  // text_[at] is the bracket, so this is the line before
   *line = static_cast<int>(std::count(text_.begin(), text_.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
   *col = static_cast<int>(bol == std::string::npos ? at : at - bol - 1);
+}
+
+bool Reader::first_content(int* line, int* col) const {
+  // The first character that is not blank, not in a comment and not a document marker.
+  std::istringstream in(text_);
+  std::string l;
+  for (int i = 0; std::getline(in, l); ++i) {
+    size_t b = l.find_first_not_of(" \t\r");
+    if (b == std::string::npos || l[b] == '#' || l.rfind("---", 0) == 0 || l.rfind("...", 0) == 0) continue;
+    *line = i;
+    *col = static_cast<int>(b);
+    return true;
+  }
+  return false;
+}
+
+bool Reader::check_single_document() {
+  // Document markers start a line: "---" (start) and "..." (end). Content after a second start,
+  // or after an end, is a second document.
+  std::istringstream in(text_);
+  std::string l;
+  bool content = false, ended = false;
+  for (int i = 0; std::getline(in, l); ++i) {
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+    const bool start = l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
+    const bool end = l.rfind("...", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
+    if (start && (content || ended)) return fail_at(i, 0, "(file)", "a second YAML document; expected one workload per file");
+    if (end) {
+      ended = true;
+      continue;
+    }
+    size_t b = l.find_first_not_of(" \t");
+    if (start || b == std::string::npos || l[b] == '#') continue;
+    if (ended) return fail_at(i, static_cast<int>(b), "(file)", "content after the document end '...'; expected one workload per file");
+    content = true;
+  }
+  return true;
 }
 
 bool Reader::check_bytes() {
@@ -468,9 +507,12 @@ bool Reader::read_run(const YAML::Node& top) {
 
 bool Reader::run() {
   if (!check_bytes() || !check_tabs()) return false;
-  std::vector<YAML::Node> docs;
+  // One document only. (YAML::LoadAll is not used: yaml-cpp 0.7 loops forever on some inputs,
+  // such as a line starting with ',', that YAML::Load handles.)
+  if (!check_single_document()) return false;
+  YAML::Node top;
   try {
-    docs = YAML::LoadAll(text_);
+    top = YAML::Load(text_);
   } catch (const YAML::Exception& e) {
     int line = e.mark.line < 0 ? 0 : e.mark.line, col = e.mark.column < 0 ? 0 : e.mark.column;
     // yaml-cpp finds an unclosed { or [ only at the end of the file: point at the bracket instead.
@@ -480,10 +522,11 @@ bool Reader::run() {
     for (int l = line; key == "(syntax)" && l > 0; --l) key = key_on_line(text_, l);  // the key above
     return fail_at(line, col, key, "YAML syntax error (" + e.msg + ")");
   }
-  if (docs.empty() || docs[0].IsNull())
-    return fail_at(0, 0, "(file)", "empty; expected a YAML map with at least 'op' and 'shape'");
-  if (docs.size() > 1) return fail(docs[1], "(file)", "a second YAML document; expected one workload per file");
-  const YAML::Node& top = docs[0];
+  if (top.IsNull()) {
+    int line = 0, col = 0;
+    if (!first_content(&line, &col)) return fail_at(0, 0, "(file)", "empty; expected a YAML map with at least 'op' and 'shape'");
+    return fail_at(line, col, "(top level)", "no YAML value could be read here; expected a map of keys (name, op, shape, ...)");
+  }
   if (!top.IsMap())
     return fail(top, "(top level)", std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
                                         (top.IsScalar() ? " '" + top.Scalar() + "'" : ""));

@@ -203,7 +203,19 @@ TEST_CASE("the top level must be a map") {
 
 TEST_CASE("more than one YAML document is refused") {
   std::string e = error_of(std::string(kGood) + "---\nop: gemm_rs\n");
-  CHECK(contains(e, "(file): a second YAML document"));
+  CHECK(starts_with(e, "w.yaml:6:1: (file): a second YAML document"));
+  e = error_of(std::string(kGood) + "...\nop: gemm_rs\n");
+  CHECK(starts_with(e, "w.yaml:7:1: (file): content after the document end"));
+  // Explicit markers around one document are fine.
+  Workload w;
+  std::string err;
+  CHECK(parse_workload("---\n" + std::string(kGood) + "...\n# done\n", "w.yaml", &w, &err) == Status::kOk);
+}
+
+TEST_CASE("text that yields no YAML value is pointed at, not called empty") {
+  // yaml-cpp reads a leading ',' as nothing at all (and LoadAll loops on it).
+  std::string e = error_of("# a comment\n, stray\nop: ag_gemm\n");
+  CHECK(starts_with(e, "w.yaml:2:1: (top level): no YAML value could be read here"));
 }
 
 TEST_CASE("duplicate keys, at the top and nested, name the second one and the first line") {
@@ -359,4 +371,56 @@ TEST_CASE("transport and run values are checked") {
   CHECK(contains(error_of(std::string(kGood) + "transport: {inter_node: rdma}\n"),
                  "transport.inter_node: unknown value 'rdma'; expected one of auto, ibverbs, socket"));
   CHECK(contains(error_of(std::string(kGood) + "transport: {signal_mode: batch}\n"), "did you mean 'batched'"));
+}
+
+TEST_CASE("mutated examples never crash or throw: each gives a workload or one located error") {
+  // Deterministic mutations (delete, insert, replace) with characters that matter to YAML.
+  const std::string alphabet = std::string(":{}[],-#\"'\t\n 0123456789abk&*!|>%@`", 36) + std::string(1, '\0') + "\xff";
+  uint32_t seed = 12345;
+  auto next = [&seed] { return seed = seed * 1664525u + 1013904223u; };
+  int ok = 0, bad = 0;
+  for (const auto& f : example_files()) {
+    Workload w;
+    std::string err;
+    REQUIRE(load_workload(f, &w, &err) == Status::kOk);
+    std::string original;
+    {
+      FILE* fp = fopen(f.c_str(), "rb");
+      REQUIRE(fp != nullptr);
+      char buf[4096];
+      size_t n;
+      while ((n = fread(buf, 1, sizeof(buf), fp)) > 0) original.append(buf, n);
+      fclose(fp);
+    }
+    for (int i = 0; i < 150; ++i) {
+      std::string t = original;
+      for (int edits = 1 + next() % 3; edits > 0 && !t.empty(); --edits) {
+        size_t at = next() % t.size();
+        char c = alphabet[next() % alphabet.size()];
+        switch (next() % 3) {
+          case 0: t.erase(at, 1); break;
+          case 1: t.insert(at, 1, c); break;
+          default: t[at] = c; break;
+        }
+      }
+      Status s = Status::kInternal;
+      err.clear();
+      CHECK_NOTHROW(s = parse_workload(t, "w.yaml", &w, &err));
+      if (s == Status::kOk) {
+        ++ok;
+        continue;
+      }
+      ++bad;
+      CHECK(s == Status::kInvalidArgument);
+      INFO(err);
+      CHECK(starts_with(err, "w.yaml:"));
+      // "w.yaml:LINE:COL: key: what"
+      size_t a = err.find(':', 7), b = err.find(": ", a + 1);
+      CHECK(a != std::string::npos);
+      CHECK(b != std::string::npos);
+      CHECK(err.find('\n') == std::string::npos);
+    }
+  }
+  CHECK(ok > 0);
+  CHECK(bad > 0);
 }
