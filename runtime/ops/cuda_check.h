@@ -1,0 +1,36 @@
+// CUDA / NCCL / cuBLAS return codes turned into weft::Status, logged once where they are decided.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "runtime/log.h"
+#include "runtime/status.h"
+
+#define WEFT_CUDA_CHECK(call)                                                                  \
+  do {                                                                                         \
+    cudaError_t weft_e_ = (call);                                                              \
+    if (weft_e_ != cudaSuccess) {                                                              \
+      WEFT_WARN(kKernel, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(weft_e_), __FILE__, __LINE__); \
+      return ::weft::Status::kCudaError;                                                       \
+    }                                                                                          \
+  } while (0)
+
+#define WEFT_NCCL_CHECK(call)                                                                  \
+  do {                                                                                         \
+    ncclResult_t weft_n_ = (call);                                                             \
+    if (weft_n_ != ncclSuccess) {                                                              \
+      WEFT_WARN(kKernel, "%s failed: %s (%s:%d)", #call, ncclGetErrorString(weft_n_), __FILE__, __LINE__); \
+      return ::weft::Status::kCudaError;                                                       \
+    }                                                                                          \
+  } while (0)
+
+#define WEFT_CUBLAS_CHECK(call)                                                                \
+  do {                                                                                         \
+    cublasStatus_t weft_b_ = (call);                                                           \
+    if (weft_b_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+      WEFT_WARN(kKernel, "%s failed: cuBLAS status %d (%s:%d)", #call, int(weft_b_), __FILE__, __LINE__); \
+      return ::weft::Status::kCudaError;                                                       \
+    }                                                                                          \
+  } while (0)

@@ -1,0 +1,28 @@
+// Device-side test data for the ops: random fills that encode the source rank, poison, comparisons.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "runtime/status.h"
+
+namespace weft::runtime::ops {
+
+// Uniform in [-scale, scale) from a counter hash of (seed, rank, index): a shard filled by rank r is
+// different from one filled by any other rank, so a misrouted shard fails the comparison.
+Status fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, int rank, float scale, cudaStream_t s);
+// 0xFFFF in every element: a bf16 NaN, so an element nothing wrote fails every comparison.
+Status poison_bf16(__nv_bfloat16* p, int64_t n, cudaStream_t s);
+
+struct Comparison {
+  double rel_err = 0;     // ||got - ref|| / ||ref|| over finite elements
+  int64_t non_finite = 0; // NaN / Inf in got (unwritten elements)
+  int64_t mismatched = 0; // elements with different bits (for exact comparisons)
+  int64_t first_mismatch = -1;
+};
+// Compares two bf16 arrays element-wise on the device (synchronizes `s`).
+Status compare_bf16(const __nv_bfloat16* got, const __nv_bfloat16* ref, int64_t n, cudaStream_t s, Comparison* out);
+
+}  // namespace weft::runtime::ops

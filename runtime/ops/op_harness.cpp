@@ -1,0 +1,208 @@
+// Implementation of op_harness.h.
+#include "runtime/ops/op_harness.h"
+
+#include <cuda.h>
+#include <unistd.h>
+
+#include <ctime>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "runtime/log.h"
+#include "runtime/ops/cuda_check.h"
+
+namespace weft::runtime::ops {
+
+Status create_nccl_comm(bootstrap::Bootstrap& boot, ncclComm_t* out) {
+  const auto& info = boot.info();
+  ncclUniqueId id{};
+  if (info.rank == 0) WEFT_NCCL_CHECK(ncclGetUniqueId(&id));
+  bootstrap::Blob mine(reinterpret_cast<uint8_t*>(&id), reinterpret_cast<uint8_t*>(&id) + sizeof id);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.ops.nccl_id", mine, &all));
+  if (all.empty() || all[0].size() != sizeof id) {
+    WEFT_WARN(kKernel, "rank %d: NCCL unique id from rank 0 has %zu bytes, expected %zu", info.rank,
+              all.empty() ? size_t(0) : all[0].size(), sizeof id);
+    return Status::kProtocolError;
+  }
+  memcpy(&id, all[0].data(), sizeof id);
+  WEFT_NCCL_CHECK(ncclCommInitRank(out, info.size, id, info.rank));
+  return Status::kOk;
+}
+
+Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+                      int64_t ldb, void* c, int64_t ldc, cudaStream_t s) {
+  const float alpha = 1.f, beta = 0.f;
+  WEFT_CUBLAS_CHECK(cublasSetStream(h, s));
+  WEFT_CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, int(n), int(m), int(k), &alpha, b, CUDA_R_16BF, int(ldb),
+                                 a, CUDA_R_16BF, int(lda), &beta, c, CUDA_R_16BF, int(ldc), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
+  return Status::kOk;
+}
+
+namespace {
+using WriteValue64Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+
+WriteValue64Fn write_value_fn() {
+  static WriteValue64Fn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWriteValue64", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return WriteValue64Fn(nullptr);
+    return reinterpret_cast<WriteValue64Fn>(p);
+  }();
+  return fn;
+}
+}  // namespace
+
+Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
+  WriteValue64Fn fn = write_value_fn();
+  if (!fn) {
+    WEFT_WARN(kKernel, "cuStreamWriteValue64 is not available from this driver");
+    return Status::kUnsupported;
+  }
+  CUresult r = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value, 0);
+  if (r != CUDA_SUCCESS) {
+    WEFT_WARN(kKernel, "cuStreamWriteValue64(%p, %llu) failed: CUresult %d", static_cast<void*>(addr),
+              static_cast<unsigned long long>(value), int(r));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+Status PeerBuffer::create(bootstrap::Bootstrap& boot, size_t bytes, const char* name, PeerBuffer* out) {
+  const auto& info = boot.info();
+  out->release();
+  out->bytes_ = bytes;
+  WEFT_CUDA_CHECK(cudaMalloc(&out->local_, bytes));
+  struct Wire {
+    uint64_t bytes;
+    int32_t node;
+    cudaIpcMemHandle_t handle;
+  } mine{};
+  mine.bytes = bytes;
+  mine.node = info.node;
+  WEFT_CUDA_CHECK(cudaIpcGetMemHandle(&mine.handle, out->local_));
+  bootstrap::Blob blob(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + sizeof mine);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(std::string("weft.ops.ipc.") + name, blob, &all));
+  out->peers_.assign(info.size, nullptr);
+  for (int r = 0; r < info.size; ++r) {
+    Wire w{};
+    if (all[r].size() != sizeof w) {
+      WEFT_WARN(kTransport, "rank %d: IPC handle of '%s' from rank %d has %zu bytes, expected %zu", info.rank, name, r,
+                all[r].size(), sizeof w);
+      return Status::kProtocolError;
+    }
+    memcpy(&w, all[r].data(), sizeof w);
+    if (w.bytes != bytes) {
+      WEFT_WARN(kTransport, "rank %d: buffer '%s' is %llu bytes on rank %d but %zu here: sizes must match", info.rank,
+                name, static_cast<unsigned long long>(w.bytes), r, bytes);
+      return Status::kInvalidArgument;
+    }
+    if (r == info.rank) {
+      out->peers_[r] = out->local_;
+    } else if (w.node == info.node) {
+      cudaError_t e = cudaIpcOpenMemHandle(&out->peers_[r], w.handle, cudaIpcMemLazyEnablePeerAccess);
+      if (e != cudaSuccess) {
+        WEFT_WARN(kTransport, "rank %d: cannot map '%s' of peer rank %d through CUDA IPC: %s", info.rank, name, r,
+                  cudaGetErrorString(e));
+        return Status::kCudaError;
+      }
+    }
+  }
+  return Status::kOk;
+}
+
+PeerBuffer::PeerBuffer(PeerBuffer&& o) noexcept { *this = std::move(o); }
+PeerBuffer& PeerBuffer::operator=(PeerBuffer&& o) noexcept {
+  if (this != &o) {
+    release();
+    local_ = o.local_;
+    peers_ = std::move(o.peers_);
+    bytes_ = o.bytes_;
+    o.local_ = nullptr;
+    o.peers_.clear();
+  }
+  return *this;
+}
+PeerBuffer::~PeerBuffer() { release(); }
+
+void PeerBuffer::release() {
+  for (void* p : peers_)
+    if (p && p != local_) cudaIpcCloseMemHandle(p);
+  peers_.clear();
+  if (local_) cudaFree(local_);
+  local_ = nullptr;
+}
+
+Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
+               double* median_ms) {
+  int* word = nullptr;
+  WEFT_CUDA_CHECK(cudaMallocAsync(&word, sizeof(int), s));
+  WEFT_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
+  for (int i = 0; i < warmup; ++i) WEFT_CHECK(enqueue());
+  std::vector<cudaEvent_t> ev(2 * size_t(iters));
+  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) {
+    WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, s));
+    WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i], s));
+    WEFT_CHECK(enqueue());
+    WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
+  }
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms(iters);
+  for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  for (auto& e : ev) cudaEventDestroy(e);
+  WEFT_CUDA_CHECK(cudaFreeAsync(word, s));
+  std::sort(ms.begin(), ms.end());
+  *median_ms = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+  return Status::kOk;
+}
+
+Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out) {
+  uint64_t mine = uint64_t(time(nullptr)) * 2654435761ull ^ (uint64_t(getpid()) << 20);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(key, bootstrap::Blob(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + 8),
+                            &all));
+  if (all.empty() || all[0].size() != sizeof mine) return Status::kProtocolError;
+  memcpy(out, all[0].data(), sizeof mine);
+  return Status::kOk;
+}
+
+Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double mine, double* out) {
+  bootstrap::Blob b(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + sizeof mine);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(key, b, &all));
+  double m = mine;
+  for (const auto& x : all) {
+    double v = 0;
+    if (x.size() != sizeof v) return Status::kProtocolError;
+    memcpy(&v, x.data(), sizeof v);
+    m = std::max(m, v);
+  }
+  *out = m;
+  return Status::kOk;
+}
+
+void print_results(bootstrap::Bootstrap& boot, const std::string& title, const std::vector<ResultRow>& rows,
+                   const std::string& json_extra) {
+  if (boot.info().rank != 0) return;
+  printf("\n%s\n", title.c_str());
+  printf("  %-34s %10s %10s  %s\n", "variant", "ms", "TFLOP/s", "note");
+  for (const auto& r : rows) printf("  %-34s %10.3f %10.1f  %s\n", r.what.c_str(), r.ms, r.tflops, r.note.c_str());
+  fflush(stdout);
+  const char* path = getenv("WEFT_REPORT");
+  if (!path || !*path) return;
+  std::ofstream f(path, std::ios::app);
+  for (const auto& r : rows)
+    f << "{\"title\": \"" << title << "\", \"variant\": \"" << r.what << "\", \"ms\": " << r.ms
+      << ", \"tflops\": " << r.tflops << ", \"note\": \"" << r.note << "\"" << (json_extra.empty() ? "" : ", ")
+      << json_extra << "}\n";
+}
+
+}  // namespace weft::runtime::ops

@@ -1,0 +1,78 @@
+// What every fused-op runner shares: NCCL/cuBLAS baselines, event timing across ranks, stream flag
+// writes, CUDA IPC peer buffers and the result table.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "runtime/status.h"
+
+namespace weft::runtime::ops {
+
+// NCCL communicator over all ranks of the job, its unique id exchanged through the bootstrap.
+Status create_nccl_comm(bootstrap::Bootstrap& boot, ncclComm_t* out);
+
+// C (m x n, row-major, ldc) = A (m x k, row-major) * B (n x k, row-major)^T with cuBLAS: the same
+// "TN" problem as weft's GEMM (column-major view: C^T = B * A^T). bf16 in, fp32 compute, bf16 out.
+Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
+                      int64_t ldb, void* c, int64_t ldc, cudaStream_t s);
+
+// Writes a 64-bit value to device memory from the stream, without an SM (driver stream memory op,
+// preceded by a memory fence, so everything earlier in the stream is visible first).
+Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value);
+
+// A device buffer of the same size on every rank; same-node peers' buffers mapped through CUDA IPC.
+class PeerBuffer {
+ public:
+  // Collective. `bytes` must be equal on every rank (checked).
+  static Status create(bootstrap::Bootstrap& boot, size_t bytes, const char* name, PeerBuffer* out);
+  PeerBuffer() = default;
+  PeerBuffer(PeerBuffer&&) noexcept;
+  PeerBuffer& operator=(PeerBuffer&&) noexcept;
+  PeerBuffer(const PeerBuffer&) = delete;
+  ~PeerBuffer();
+  template <typename T>
+  T* local() const { return static_cast<T*>(local_); }
+  // nullptr for ranks on other nodes.
+  template <typename T>
+  T* peer(int rank) const { return static_cast<T*>(peers_[rank]); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void release();
+  void* local_ = nullptr;
+  std::vector<void*> peers_;  // peers_[own rank] == local_
+  size_t bytes_ = 0;
+};
+
+// Times `enqueue` (which enqueues one run of the op on stream `s`) with CUDA events: `warmup` runs,
+// then `iters` timed runs each preceded by an NCCL all-reduce of one word (a device-side barrier, so
+// ranks start together). Returns this rank's median in ms.
+Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
+               double* median_ms);
+
+// A seed drawn fresh on rank 0 and shared with every rank (collective): inputs differ on every run.
+Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out);
+
+// The largest of every rank's `mine` (collective).
+Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double mine, double* out);
+
+// One row of an op's result table.
+struct ResultRow {
+  std::string what;      // "weft fused", "nccl+cublas", ...
+  double ms = 0;         // max over ranks of the per-rank median
+  double tflops = 0;     // per rank
+  std::string note;
+};
+
+// Prints the table (rank 0 only) and appends it as JSON lines to WEFT_REPORT if set.
+void print_results(bootstrap::Bootstrap& boot, const std::string& title, const std::vector<ResultRow>& rows,
+                   const std::string& json_extra);
+
+}  // namespace weft::runtime::ops
