@@ -119,4 +119,19 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   return Status::kOk;
 }
 
+Status run_transport_check_report(const std::string& backend, bootstrap::Bootstrap& boot, int iterations,
+                                  std::string* summary, std::string* json) {
+  TransportCheckOptions o;
+  o.backend = backend;
+  o.iterations = iterations < 1 ? 1 : iterations > 3 ? 3 : iterations;  // --iters sizes the bootstrap part
+  TransportCheckResult r;
+  WEFT_CHECK(run_transport_check(boot, o, &r));
+  char line[256];
+  snprintf(line, sizeof line, "%s/%s: %d x (all-gather + all-to-all) verified, %.1f MB in %.1f ms", r.backend.c_str(),
+           r.signal_mode.c_str(), o.iterations, r.bytes_verified / 1e6, r.seconds * 1e3);
+  *summary = line;
+  *json = r.to_json();
+  return Status::kOk;
+}
+
 }  // namespace weft::transport

@@ -34,4 +34,9 @@ struct TransportCheckResult {
 Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
                            TransportCheckResult* result);
 
+// The shape `weftrun check --transport NAME` wants: a one-line summary for this rank and the JSON
+// object (counters summed over ranks, so every rank reports the same object). Collective.
+Status run_transport_check_report(const std::string& backend, bootstrap::Bootstrap& boot, int iterations,
+                                  std::string* summary, std::string* json);
+
 }  // namespace weft::transport
