@@ -18,6 +18,8 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "kernels/frame.cuh"
 #include "kernels/gemm_epilogues.h"
 #include "kernels/gemm_types.h"
@@ -131,6 +133,88 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   }
 }
 
+// ---- deferred bf16 stores (EpiStoreBf16, EpiScatterBf16 without a TileSignal) ------------------
+// A finished tile is packed to bf16x2 (64 registers per thread) and its stores are issued while the
+// tensor cores already run the next tile's first k-blocks (wgmma is asynchronous; the warps are
+// otherwise idle in wgmma.wait_group), instead of both consumer warpgroups stopping the MMAs to
+// store. The values, rounding and addresses are exactly those of the epilogue's pair().
+template <class Epilogue>
+struct DeferredStore {
+  static constexpr bool kEnabled =
+      std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiScatterBf16>::value;
+};
+
+// Where row `row` of C starts (column 0), or null for an epilogue without the deferred path.
+__device__ __forceinline__ __nv_bfloat16* row_base(const EpiStoreBf16& e, int32_t row) {
+  return e.c + int64_t(row) * e.ldc;
+}
+__device__ __forceinline__ __nv_bfloat16* row_base(const EpiScatterBf16& e, int32_t row) {
+  const int32_t o = row / int32_t(e.rows_per_owner);  // 32-bit: rows_per_owner <= M < 2^31
+  return e.dst[o] + (int64_t(row) - int64_t(o) * e.rows_per_owner) * e.ldc;
+}
+template <class Epilogue>
+__device__ __forceinline__ __nv_bfloat16* row_base(const Epilogue&, int32_t) {
+  return nullptr;
+}
+
+// One tile's packed results, held by one consumer thread until they are stored.
+struct PendingTile {
+  static constexpr int kChunks = 4;  // stores issued in 4 slices, one per k-block of the next tile
+  uint32_t v[64];                    // v[2j]: row r, columns col0 + 8j + {0,1}; v[2j+1]: row r + 8
+  __nv_bfloat16* row0 = nullptr;     // C[r][col0] (null: row past M, or nothing pending)
+  __nv_bfloat16* row1 = nullptr;     // C[r + 8][col0]
+  int32_t col0 = 0;
+  bool paired = true;
+  bool full = false;  // paired, and all 256 columns inside N: plain 4-byte stores, no checks
+};
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+__device__ __forceinline__ void store_packed(__nv_bfloat16* p, uint32_t v, bool two, bool paired) {
+  if (two && paired) {
+    *reinterpret_cast<uint32_t*>(p) = v;
+  } else {
+    p[0] = __ushort_as_bfloat16(uint16_t(v & 0xFFFF));
+    if (two) p[1] = __ushort_as_bfloat16(uint16_t(v >> 16));
+  }
+}
+
+// Issues slice `kChunk` (16 of the 64 stores) of the pending tile.
+template <int kChunk>
+__device__ __forceinline__ void store_pending_chunk(const PendingTile& pt, int32_t n) {
+  constexpr int kPer = 32 / PendingTile::kChunks;
+  if (pt.full) {
+#pragma unroll
+    for (int j = kChunk * kPer; j < (kChunk + 1) * kPer; ++j) {
+      if (pt.row0) *reinterpret_cast<uint32_t*>(pt.row0 + 8 * j) = pt.v[2 * j];
+      if (pt.row1) *reinterpret_cast<uint32_t*>(pt.row1 + 8 * j) = pt.v[2 * j + 1];
+    }
+    return;
+  }
+#pragma unroll
+  for (int j = kChunk * kPer; j < (kChunk + 1) * kPer; ++j) {
+    const int32_t col = pt.col0 + 8 * j;
+    if (col < n) {
+      const bool two = col + 1 < n;
+      if (pt.row0) store_packed(pt.row0 + 8 * j, pt.v[2 * j], two, pt.paired);
+      if (pt.row1) store_packed(pt.row1 + 8 * j, pt.v[2 * j + 1], two, pt.paired);
+    }
+  }
+}
+
+// Slices [from, kChunks) of the pending tile (from is a run-time value; the slices are unrolled
+// so that v[] is indexed with constants only and stays in registers).
+__device__ __forceinline__ void store_pending_from(const PendingTile& pt, int32_t from, int32_t n) {
+  if (from <= 0) store_pending_chunk<0>(pt, n);
+  if (from <= 1) store_pending_chunk<1>(pt, n);
+  if (from <= 2) store_pending_chunk<2>(pt, n);
+  if (from <= 3) store_pending_chunk<3>(pt, n);
+}
+static_assert(PendingTile::kChunks == 4, "store_pending_from and the k-loop issue 4 slices");
+
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
                                               const TileSignal& signal, SharedStorage& s, uint32_t cta,
@@ -142,6 +226,11 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   const int32_t warp = t128 / 32, lane = t128 % 32;
   float acc[128];
   uint32_t it = 0;
+  // Deferred stores need no ordering against a signal; with a TileSignal the tile is stored (and
+  // signalled) right away.
+  constexpr bool kCanDefer = DeferredStore<Epilogue>::kEnabled;
+  const bool defer = kCanDefer && signal.flags == nullptr;
+  PendingTile pending;
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
     for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
@@ -159,25 +248,55 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > 0 || k > 0) ? 1 : 0);
       }
       sm90::wgmma_commit();
+      if constexpr (kCanDefer) {
+        // The previous tile's stores, one slice per k-block, while this k-block's MMAs run.
+        if (defer && kb < PendingTile::kChunks) {
+          if (kb == 0) store_pending_chunk<0>(pending, g.n);
+          if (kb == 1) store_pending_chunk<1>(pending, g.n);
+          if (kb == 2) store_pending_chunk<2>(pending, g.n);
+          if (kb == 3) store_pending_chunk<3>(pending, g.n);
+        }
+      }
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
       if (kb > 0 && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
-    if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's second tile hangs past M
 
-    // Epilogue straight from the accumulator fragment: thread holds, for j in [0, 32),
-    // rows r and r+8, columns 8j + 2*(lane%4) + {0, 1}.
+    // The accumulator fragment: thread holds, for j in [0, 32), rows r and r+8, columns
+    // 8j + 2*(lane%4) + {0, 1}.
     const int32_t row = c.m_block * Cfg::kTileM + consumer * 64 + warp * 16 + lane / 4;
     const int32_t col0 = c.n_block * Cfg::kTileN + 2 * (lane % 4);
+    if constexpr (kCanDefer) {
+      // Slices of the previous tile not yet issued (K shorter than kChunks k-blocks).
+      if (defer && k_iters < PendingTile::kChunks) store_pending_from(pending, k_iters, g.n);
+      // Rows past M (also the cluster's second tile hanging past M) get a null row pointer.
+      pending.row0 = row < g.m ? row_base(epi, row) + col0 : nullptr;
+      pending.row1 = row + 8 < g.m ? row_base(epi, row + 8) + col0 : nullptr;
+      pending.col0 = col0;
+      pending.paired = epi.paired;
+      pending.full = epi.paired && c.n_block * Cfg::kTileN + Cfg::kTileN <= g.n;
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      const int32_t col = col0 + 8 * j;
-      if (col < g.n) {
-        const bool two = col + 1 < g.n;
-        if (row < g.m) epi.pair(row, col, acc[4 * j + 0], acc[4 * j + 1], two);
-        if (row + 8 < g.m) epi.pair(row + 8, col, acc[4 * j + 2], acc[4 * j + 3], two);
+      for (int j = 0; j < 32; ++j) {
+        pending.v[2 * j] = pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]);
+        pending.v[2 * j + 1] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+      if (defer) continue;
+      // With a signal: store now, then signal below.
+      store_pending_from(pending, 0, g.n);
+      if (c.m_block >= g.cta_m_blocks) continue;
+    } else {
+      if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's second tile hangs past M
+      // Epilogue straight from the accumulator fragment.
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const int32_t col = col0 + 8 * j;
+        if (col < g.n) {
+          const bool two = col + 1 < g.n;
+          if (row < g.m) epi.pair(row, col, acc[4 * j + 0], acc[4 * j + 1], two);
+          if (row + 8 < g.m) epi.pair(row + 8, col, acc[4 * j + 2], acc[4 * j + 3], two);
+        }
       }
     }
     if (signal.flags) {
@@ -188,6 +307,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         flag_add_release(signal.flags + flag_index(signal.granularity, g, c), signal.add);
       }
     }
+  }
+  if constexpr (kCanDefer) {
+    if (defer) store_pending_from(pending, 0, g.n);  // the block's last tile
   }
 }
 

@@ -64,8 +64,8 @@ struct TileSchedule {
       *why = "first_shard must be in [0, num_shards)";
       return false;
     }
-    if (mb * nb > (int64_t(1) << 40)) {
-      *why = "too many tiles";
+    if (mb * nb >= (int64_t(1) << 31)) {
+      *why = "too many tiles (at most 2^31 - 1)";
       return false;
     }
     out->m_blocks = int32_t(mb);
@@ -80,22 +80,25 @@ struct TileSchedule {
   WEFT_HD int32_t shard_m_blocks() const { return m_blocks / num_shards; }
   WEFT_HD int64_t tiles_per_shard() const { return int64_t(shard_m_blocks()) * n_blocks; }
 
-  // The tile at position `linear` of the order drawn above.
+  // The tile at position `linear` (< num_tiles() < 2^31) of the order drawn above. 32-bit index
+  // math: a 64-bit division is a called subroutine on the GPU, whose return address the register-
+  // hungry GEMM consumers would have to keep on the stack.
   WEFT_HD TileCoord tile_at(int64_t linear) const {
     TileCoord c;
     c.linear = linear;
-    const int64_t per_shard = tiles_per_shard();
-    const int64_t step = linear / per_shard;
-    int64_t i = linear - step * per_shard;
-    c.shard = int32_t((first_shard + step) % num_shards);
+    const uint32_t lin = uint32_t(linear);
+    const uint32_t per_shard = uint32_t(shard_m_blocks()) * uint32_t(n_blocks);
+    const uint32_t step = lin / per_shard;
+    uint32_t i = lin - step * per_shard;
+    c.shard = int32_t((uint32_t(first_shard) + step) % uint32_t(num_shards));
     const int32_t smb = shard_m_blocks();
-    const int64_t per_group = int64_t(group_m) * n_blocks;
-    const int64_t group = i / per_group;
-    const int32_t first_m = int32_t(group * group_m);
+    const uint32_t per_group = uint32_t(group_m) * uint32_t(n_blocks);
+    const uint32_t group = i / per_group;
+    const int32_t first_m = int32_t(group) * group_m;
     const int32_t rows = (smb - first_m) < group_m ? (smb - first_m) : group_m;
     i -= group * per_group;
-    c.m_block = c.shard * smb + first_m + int32_t(i % rows);
-    c.n_block = int32_t(i / rows);
+    c.m_block = c.shard * smb + first_m + int32_t(i % uint32_t(rows));
+    c.n_block = int32_t(i / uint32_t(rows));
     return c;
   }
 };

@@ -118,6 +118,10 @@ TEST_CASE("gemm tile multiples on all SMs and on few SMs (ring phases across man
   check_store(1024, 2048, 4096, 5);
   check_store(384, 512, 256, 2);             // odd number of 128-row tiles: the cluster's second tile is empty
   check_store(512, 768, 512, sms - 16, 16);  // SMs lent to another role do nothing here
+  // K of 1-2 k-blocks with several tiles per block: a tile's stores are issued while the next
+  // tile runs its first k-blocks; here the next tile ends before all slices could be issued.
+  check_store(1024, 1024, 128, 5);
+  check_store(1000, 777, 72, 3);
 }
 
 TEST_CASE("gemm M, N, K that are not tile multiples are handled (K a multiple of 8)") {
@@ -184,6 +188,47 @@ TEST_CASE("gemm add epilogues: fp32 and bf16 atomic adds into existing C") {
     MESSAGE("add bf16 rel err " << r.rel_err);
     CHECK(r.bad == 0);
     CHECK(r.rel_err < 8e-3);  // init rounded to bf16, then the sum rounded again
+  }
+}
+
+TEST_CASE("gemm scatter epilogue: rows go to their owner's slot, with and without a tile signal") {
+  const int sms = require_hopper();
+  for (int n : {1280, 777}) {  // 777: odd N, unpaired stores
+    const int m = 1024, k = 320, owners = 4, rpo = m / owners;
+    const int perm[owners] = {2, 0, 3, 1};  // owner o's slot is block perm[o] of the buffer
+    CAPTURE(n);
+    Problem pb(m, n, k);
+    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+    DevBuf<__nv_bfloat16> buf(int64_t(m) * n);
+    const int64_t tiles = int64_t(m / 128) * ((n + 255) / 256);
+    DevBuf<uint64_t> tile_flags(tiles);
+    FrameHost frame;
+    REQUIRE(frame.create(0) == Status::kOk);
+    FrameParams fp;
+    REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+    for (int cluster : {2, 1})
+      for (bool with_signal : {false, true}) {
+        CAPTURE(cluster);
+        CAPTURE(with_signal);
+        poison_bf16(buf.p, int64_t(m) * n);
+        WEFT_CUDA_OK(cudaMemset(tile_flags.p, 0, size_t(tiles) * 8));
+        EpiScatterBf16 epi;
+        for (int o = 0; o < owners; ++o) epi.dst[o] = buf.p + int64_t(perm[o]) * rpo * n;
+        epi.rows_per_owner = rpo, epi.ldc = n, epi.paired = (n % 2 == 0);
+        TileSignal sig;
+        if (with_signal) sig = TileSignal{tile_flags.p, kFlagPerTile, 1};
+        REQUIRE(launch_gemm(pb.params(8, 1, 0, cluster), fp, epi, FlagGate{}, sig, nullptr) == Status::kOk);
+        WEFT_CUDA_OK(cudaDeviceSynchronize());
+        REQUIRE(frame.check("gemm scatter") == Status::kOk);
+        for (int o = 0; o < owners; ++o) {
+          Compared r = compare(buf.p + int64_t(perm[o]) * rpo * n, pb.ref.p + int64_t(o) * rpo * n, int64_t(rpo) * n);
+          CHECK(r.bad == 0);
+          CHECK(r.rel_err < 4e-3);
+        }
+        std::vector<uint64_t> h(static_cast<size_t>(tiles));
+        WEFT_CUDA_OK(cudaMemcpy(h.data(), tile_flags.p, h.size() * 8, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < h.size(); ++i) REQUIRE_MESSAGE(h[i] == (with_signal ? 1u : 0u), "flag " << i);
+      }
   }
 }
 
