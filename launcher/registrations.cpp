@@ -2,6 +2,7 @@
 // (no static initialisers) so that nothing is silently dropped by the linker from a static library.
 #include "launcher/check_hooks.h"
 #include "launcher/op_registry.h"
+#include "transport/transport_check.h"
 
 namespace weft::launcher {
 
@@ -11,6 +12,10 @@ void register_builtin_ops() {
 
 void register_builtin_check_transports() {
   // Transports add one line each, e.g.: register_check_transport("socket", transport::check_socket);
+  register_check_transport("socket", [](const RankContext&, bootstrap::Bootstrap& boot, int iters,
+                                        CheckTransportReport* r) {
+    return transport::run_transport_check_report("socket", boot, iters, &r->summary, &r->json);
+  });
 }
 
 }  // namespace weft::launcher
