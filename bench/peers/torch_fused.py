@@ -7,8 +7,8 @@ with CUDA events, max over ranks.
 
 Run with one process per GPU:
   python3 -m torch.distributed.run --nproc_per_node=4 bench/peers/torch_fused.py --op ag_gemm \
-      --m 8192 --k 8192 --n 7168 [--json out.json]
-For ag_gemm, m and k are global and n is one rank's column block; for gemm_rs, m and n are global and
+      --gemm-m 8192 --gemm-k 8192 --gemm-n 7168 [--json out.json]
+(torchrun would take --m for its own options, hence --gemm-*.) For ag_gemm, m and k are global and n is one rank's column block; for gemm_rs, m and n are global and
 k is split across ranks (k is the global K), as in the workload files.
 NVLink multicast stays off (TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NCCL_NVLS_ENABLE=0).
 """
@@ -99,9 +99,9 @@ def gemm_rs(args, rank, world, group):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--op", choices=["ag_gemm", "gemm_rs"], required=True)
-    p.add_argument("--m", type=int, required=True)
-    p.add_argument("--n", type=int, required=True)
-    p.add_argument("--k", type=int, required=True)
+    p.add_argument("--gemm-m", dest="m", type=int, required=True)
+    p.add_argument("--gemm-n", dest="n", type=int, required=True)
+    p.add_argument("--gemm-k", dest="k", type=int, required=True)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--json", help="append one JSON line with the results (rank 0)")

@@ -28,7 +28,7 @@ peers=$out/torch.jsonl
 while read -r op m n k; do
   echo "=== torch $op m=$m n=$n k=$k"
   timeout 300 python3 -m torch.distributed.run --nproc_per_node=4 "$root/bench/peers/torch_fused.py" \
-    --op "$op" --m "$m" --n "$n" --k "$k" --json "$peers" || echo "torch $op $m $n $k failed"
+    --op "$op" --gemm-m "$m" --gemm-n "$n" --gemm-k "$k" --json "$peers" || echo "torch $op $m $n $k failed"
 done <<'SHAPES'
 ag_gemm 8192 7168 8192
 ag_gemm 2048 7168 8192
