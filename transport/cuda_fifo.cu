@@ -84,8 +84,10 @@ Status DeviceFifoHandle::create(FifoRingHeader* ring, double timeout_s, std::uni
   void* dring = nullptr;
   cudaError_t e = cudaHostGetDevicePointer(&dring, ring, 0);
   if (e != cudaSuccess) {
-    WEFT_WARN(kTransport, "rank %d channel %d: the FIFO is not device-mapped (create the transport with "
-              "cuda_fifo_memory()): %s", ring->rank, ring->channel, cudaGetErrorString(e));
+    WEFT_WARN(kTransport,
+              "rank %d channel %d: the FIFO is not device-mapped (create the transport with "
+              "cuda_fifo_memory()): %s",
+              ring->rank, ring->channel, cudaGetErrorString(e));
     return Status::kCudaError;
   }
   h->fifo_.ring = static_cast<FifoRingHeader*>(dring);

@@ -62,8 +62,8 @@ Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_
     }
     memcpy(&pr, all[r].data(), sizeof pr);
     if (pr.magic != kHeapMagic || pr.bytes != bytes) {
-      WEFT_WARN(kTransport, "rank %d: rank %d's heap is %llu bytes, mine %llu: the heap must be symmetric", me.rank,
-                r, (unsigned long long)pr.bytes, (unsigned long long)bytes);
+      WEFT_WARN(kTransport, "rank %d: rank %d's heap is %llu bytes, mine %llu: the heap must be symmetric", me.rank, r,
+                (unsigned long long)pr.bytes, (unsigned long long)bytes);
       return Status::kInvalidArgument;
     }
     if (r == me.rank || pr.node != me.node) continue;

@@ -14,7 +14,7 @@ struct DeviceFifo {
   uint32_t mask = 0;                   // depth - 1
   int32_t rank = 0;
   int32_t channel = 0;
-  uint64_t timeout_ns = 0;             // bound on a push waiting for space (WEFT_PROXY_TIMEOUT)
+  uint64_t timeout_ns = 0;  // bound on a push waiting for space (WEFT_PROXY_TIMEOUT)
 };
 
 }  // namespace weft::transport

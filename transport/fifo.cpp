@@ -12,9 +12,7 @@
 namespace weft::transport {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 void cpu_relax(int* spins) {
   if (++*spins < 256) {

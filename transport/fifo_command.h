@@ -63,13 +63,13 @@ WEFT_FIFO_HD constexpr uint64_t command_ticket(uint64_t word) { return word >> k
 // lives with the producers (device memory for GPU producers, FifoProducerState), because atomics
 // from the GPU to host memory are not available on every PCIe platform.
 struct alignas(64) FifoRingHeader {
-  uint64_t tail;        // commands consumed; a producer may fill ticket t once t < tail + depth
+  uint64_t tail;  // commands consumed; a producer may fill ticket t once t < tail + depth
   uint64_t pad0[7];
-  uint64_t flushed;     // 1 + ticket of the newest completed flush command
+  uint64_t flushed;  // 1 + ticket of the newest completed flush command
   uint64_t pad1[7];
-  int32_t error;        // non-zero: weft::Status of the proxy's first error; producers stop waiting
-  uint32_t depth;       // power of two
-  int32_t rank;         // for messages
+  int32_t error;   // non-zero: weft::Status of the proxy's first error; producers stop waiting
+  uint32_t depth;  // power of two
+  int32_t rank;    // for messages
   int32_t channel;
   uint64_t pad2[6];
 };

@@ -1,10 +1,9 @@
 // Device side of the transport: FIFO push from kernel threads, NVLink peer signals, bounded flag waits.
 #pragma once
 
-#include <cuda/atomic>
-
 #include <cstdint>
 #include <cstdio>
+#include <cuda/atomic>
 
 #include "transport/device_fifo.h"
 
@@ -41,10 +40,11 @@ __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
       const int e = err.load(cuda::memory_order_relaxed);
       if (e) return e;
       if (globaltimer_ns() - start > f.timeout_ns) {
-        printf("weft: rank %d channel %d: device FIFO push timed out after %.1fs (ticket %llu, tail %llu, depth %llu): "
-               "the proxy is not draining (WEFT_PROXY_TIMEOUT)\n",
-               f.rank, f.channel, f.timeout_ns * 1e-9, (unsigned long long)t, (unsigned long long)seen,
-               (unsigned long long)depth);
+        printf(
+            "weft: rank %d channel %d: device FIFO push timed out after %.1fs (ticket %llu, tail %llu, depth %llu): "
+            "the proxy is not draining (WEFT_PROXY_TIMEOUT)\n",
+            f.rank, f.channel, f.timeout_ns * 1e-9, (unsigned long long)t, (unsigned long long)seen,
+            (unsigned long long)depth);
         return kTimeout;
       }
       __nanosleep(256);

@@ -15,9 +15,11 @@ Status HeapAllocator::allocate(uint64_t bytes, uint64_t align, const char* name,
   }
   uint64_t start = (used_ + align - 1) & ~(align - 1);
   if (start < used_ || start > capacity_ || bytes > capacity_ - start) {
-    WEFT_WARN(kTransport, "heap: '%s' needs %llu bytes at alignment %llu, but only %llu of %llu are free "
-              "(raise WEFT_HEAP_BYTES)", name, (unsigned long long)bytes, (unsigned long long)align,
-              (unsigned long long)(capacity_ - used_), (unsigned long long)capacity_);
+    WEFT_WARN(kTransport,
+              "heap: '%s' needs %llu bytes at alignment %llu, but only %llu of %llu are free "
+              "(raise WEFT_HEAP_BYTES)",
+              name, (unsigned long long)bytes, (unsigned long long)align, (unsigned long long)(capacity_ - used_),
+              (unsigned long long)capacity_);
     return Status::kInvalidArgument;
   }
   used_ = start + bytes;

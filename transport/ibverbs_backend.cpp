@@ -33,8 +33,9 @@ class IbvBackend final : public NetBackend {
     int n = 0;
     errno = 0;
     ibv_device** list = ibv_get_device_list(&n);
-    if (!list) return fail(Status::kUnsupported, std::string("no RDMA device: ibv_get_device_list failed: ") +
-                                                    strerror(errno ? errno : ENODEV));
+    if (!list)
+      return fail(Status::kUnsupported,
+                  std::string("no RDMA device: ibv_get_device_list failed: ") + strerror(errno ? errno : ENODEV));
     // The topology mapping names this channel's NIC; without one, the first device.
     ibv_device* dev = nullptr;
     for (int i = 0; i < n && !dev; ++i)
@@ -65,7 +66,8 @@ class IbvBackend final : public NetBackend {
     if (r.dmabuf_fd >= 0) {
       // GPU heap exported as dma-buf: the NIC reads and writes device memory directly.
       mr_ = ibv_reg_dmabuf_mr(pd_, 0, r.bytes, reinterpret_cast<uint64_t>(r.base), r.dmabuf_fd, access);
-      if (!mr_) WEFT_INFO(kNet, "rank %d: ibv_reg_dmabuf_mr failed (%s); trying ibv_reg_mr", cfg_.rank, strerror(errno));
+      if (!mr_)
+        WEFT_INFO(kNet, "rank %d: ibv_reg_dmabuf_mr failed (%s); trying ibv_reg_mr", cfg_.rank, strerror(errno));
     }
     if (!mr_) mr_ = ibv_reg_mr(pd_, r.base, r.bytes, access);
     if (!mr_) return fail_errno("registering the " + std::to_string(r.bytes) + "-byte heap");
@@ -188,8 +190,8 @@ class IbvBackend final : public NetBackend {
     for (int i = 0; i < n; ++i) {
       const int peer = ibv::wr_peer(wc[i].wr_id);
       if (wc[i].status != IBV_WC_SUCCESS)
-        return fail(Status::kPeerFailed, ibv::describe_wc_failure(ibv_wc_status_str(wc[i].status), wc[i].status,
-                                                                  wc[i].vendor_err, peer));
+        return fail(Status::kPeerFailed,
+                    ibv::describe_wc_failure(ibv_wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err, peer));
       if (peer < 0 || peer >= cfg_.size) return fail(Status::kProtocolError, "completion for an unknown peer");
       ids.clear();
       std::string why;
@@ -201,7 +203,7 @@ class IbvBackend final : public NetBackend {
 
   void wait_activity(double max_s) override { usleep(static_cast<useconds_t>(std::min(max_s, 50e-6) * 1e6)); }
 
-  Status close() override {
+  Status close(const std::string&) override {  // peers see the QPs go to error: IBV_WC_RETRY_EXC_ERR
     release();
     return status_;
   }
@@ -217,8 +219,8 @@ class IbvBackend final : public NetBackend {
     wr.sg_list = &sge;
     wr.num_sge = 1;
     wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = (w.signaled ? IBV_SEND_SIGNALED : 0) | (w.fence ? IBV_SEND_FENCE : 0) |
-                    (w.inline_data ? IBV_SEND_INLINE : 0);
+    wr.send_flags =
+        (w.signaled ? IBV_SEND_SIGNALED : 0) | (w.fence ? IBV_SEND_FENCE : 0) | (w.inline_data ? IBV_SEND_INLINE : 0);
     wr.wr.rdma.remote_addr = w.remote_addr;
     wr.wr.rdma.rkey = w.rkey;
     int rc = ibv_post_send(qps_[peer], &wr, &bad);

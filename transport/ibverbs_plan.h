@@ -12,7 +12,7 @@ namespace weft::transport::ibv {
 
 // One RDMA WRITE as the backend will post it (converted to ibv_send_wr in ibverbs_backend.cpp).
 struct WrPlan {
-  uint64_t wr_id = 0;        // internal id: (peer << 40) | per-QP sequence
+  uint64_t wr_id = 0;  // internal id: (peer << 40) | per-QP sequence
   uint64_t local_addr = 0;
   uint32_t length = 0;
   uint32_t lkey = 0;
@@ -29,7 +29,9 @@ constexpr uint64_t kMaxWriteBytes = 1ull << 30;  // well under the 2^31 limit of
 constexpr uint32_t kMaxInlineBytes = 64;
 constexpr int kPeerShift = 40;
 
-inline uint64_t make_wr_id(int peer, uint64_t seq) { return (uint64_t(peer) << kPeerShift) | (seq & ((1ull << kPeerShift) - 1)); }
+inline uint64_t make_wr_id(int peer, uint64_t seq) {
+  return (uint64_t(peer) << kPeerShift) | (seq & ((1ull << kPeerShift) - 1));
+}
 inline int wr_peer(uint64_t wr_id) { return static_cast<int>(wr_id >> kPeerShift); }
 inline uint64_t wr_seq(uint64_t wr_id) { return wr_id & ((1ull << kPeerShift) - 1); }
 

@@ -47,8 +47,8 @@ class LoopbackBackend final : public NetBackend {
   Status connect(int peer, const PeerInfo& info) override {
     const auto* li = std::get_if<LoopbackPeerInfo>(&info);
     if (!li || li->pid != getpid())
-      return fail(Status::kUnsupported, "loopback connects ranks of one process only (rank " + std::to_string(peer) +
-                                            " is elsewhere)");
+      return fail(Status::kUnsupported,
+                  "loopback connects ranks of one process only (rank " + std::to_string(peer) + " is elsewhere)");
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_regions.find({li->fabric, peer});
     if (it == g_regions.end()) return fail(Status::kNotFound, "rank " + std::to_string(peer) + " has no region");
@@ -99,7 +99,7 @@ class LoopbackBackend final : public NetBackend {
 
   void wait_activity(double max_s) override { usleep(static_cast<useconds_t>(std::min(max_s, 0.001) * 1e6)); }
 
-  Status close() override {
+  Status close(const std::string&) override {
     std::vector<Completion> ignored;
     while (status_ == Status::kOk) {
       bool any = false;

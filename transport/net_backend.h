@@ -41,11 +41,11 @@ struct SocketPeerInfo {
 struct IbvPeerInfo {
   uint16_t lid = 0;
   uint8_t port_num = 1;
-  uint8_t mtu = 0;                 // enum ibv_mtu
-  std::array<uint8_t, 16> gid{};   // RoCE / global routing
-  uint64_t heap_addr = 0;          // remote virtual address of offset 0
+  uint8_t mtu = 0;                // enum ibv_mtu
+  std::array<uint8_t, 16> gid{};  // RoCE / global routing
+  uint64_t heap_addr = 0;         // remote virtual address of offset 0
   uint32_t rkey = 0;
-  std::vector<uint32_t> qpn;       // one RC QP per peer rank: qpn[r] is the QP facing rank r
+  std::vector<uint32_t> qpn;  // one RC QP per peer rank: qpn[r] is the QP facing rank r
   std::vector<uint32_t> psn;
 };
 struct LoopbackPeerInfo {
@@ -67,10 +67,10 @@ struct BackendConfig {
   int rank = 0;
   int size = 1;
   int channel = 0;
-  uint64_t secret = 0;          // job secret: every socket message carries it
-  double timeout_s = 30;        // WEFT_PROXY_TIMEOUT
-  std::string socket_ifname;    // WEFT_SOCKET_IFNAME
-  std::string nic_name;         // ibverbs device for this channel ("mlx5_0"); "" = the first
+  uint64_t secret = 0;        // job secret: every socket message carries it
+  double timeout_s = 30;      // WEFT_PROXY_TIMEOUT
+  std::string socket_ifname;  // WEFT_SOCKET_IFNAME
+  std::string nic_name;       // ibverbs device for this channel ("mlx5_0"); "" = the first
   DeviceCopyHooks copy_hooks;
 };
 
@@ -101,8 +101,9 @@ class NetBackend {
   virtual Status poll(std::vector<Completion>* done) = 0;
   // Idle: sleeps up to max_s, waking early on network activity.
   virtual void wait_activity(double max_s) = 0;
-  // Graceful end: flushes posted work (bounded), tells peers, releases resources.
-  virtual Status close() = 0;
+  // End: flushes posted work (bounded) and says goodbye to peers; after a failure (this backend's,
+  // or `failure` from the caller) it tells them why instead, where the backend can. Releases resources.
+  virtual Status close(const std::string& failure = "") = 0;
   // The first error, with the rank/peer it names ("" if none).
   virtual std::string error_message() const = 0;
 };

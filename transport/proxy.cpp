@@ -13,9 +13,7 @@
 namespace weft::transport {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 constexpr uint64_t kPutBit = 1;  // wr_id = (sequence << 1) | is_put
 
@@ -23,9 +21,12 @@ constexpr uint64_t kPutBit = 1;  // wr_id = (sequence << 1) | is_put
 
 const char* to_string(SignalMode m) {
   switch (m) {
-    case SignalMode::kSerial: return "serial";
-    case SignalMode::kFenced: return "fenced";
-    case SignalMode::kBatched: return "batched";
+    case SignalMode::kSerial:
+      return "serial";
+    case SignalMode::kFenced:
+      return "fenced";
+    case SignalMode::kBatched:
+      return "batched";
   }
   return "?";
 }

@@ -7,9 +7,12 @@ namespace weft::transport {
 
 bool signal_fence(SignalMode mode, bool first_in_batch) {
   switch (mode) {
-    case SignalMode::kSerial: return false;
-    case SignalMode::kFenced: return true;
-    case SignalMode::kBatched: return first_in_batch;
+    case SignalMode::kSerial:
+      return false;
+    case SignalMode::kFenced:
+      return true;
+    case SignalMode::kBatched:
+      return first_in_batch;
   }
   return true;
 }

@@ -43,8 +43,7 @@ bool validate_wire_header(const WireHeader& h, const WireExpect& e, std::string*
     return true;
   }
   if (h.src_rank != static_cast<uint32_t>(e.stream_src))
-    return fail("source rank " + std::to_string(h.src_rank) + " on the stream of rank " +
-                std::to_string(e.stream_src));
+    return fail("source rank " + std::to_string(h.src_rank) + " on the stream of rank " + std::to_string(e.stream_src));
   switch (kind) {
     case WireKind::kPut:
       if (h.length == 0) return fail("empty put");
@@ -58,6 +57,9 @@ bool validate_wire_header(const WireHeader& h, const WireExpect& e, std::string*
         return fail("flag offset " + std::to_string(h.offset) + " outside the region");
       return true;
     case WireKind::kBye:
+      return true;
+    case WireKind::kAbort:
+      if (h.length > kMaxAbortText) return fail("abort text of " + std::to_string(h.length) + " bytes");
       return true;
     case WireKind::kHello:
       return fail("second hello on one stream");
@@ -82,12 +84,10 @@ WireHeader make_wire_header(WireKind kind, int src_rank, int channel, uint64_t s
 namespace {
 
 constexpr size_t kMaxQueuedPerPeer = 4096;
-constexpr uint64_t kStageBytes = 4u << 20;       // staging chunk for device regions
+constexpr uint64_t kStageBytes = 4u << 20;          // staging chunk for device regions
 constexpr uint64_t kRecvBudgetPerPoll = 16u << 20;  // fairness between incoming streams
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string errno_text(int e) { return std::string(strerror(e)); }
 
@@ -234,8 +234,12 @@ class SocketBackend final : public NetBackend {
     ppoll(fds.data(), fds.size(), &ts, nullptr);
   }
 
-  Status close() override {
+  Status close(const std::string& failure) override {
     Status result = status_;
+    if (result == Status::kOk && !failure.empty()) {
+      result = Status::kPeerFailed;  // this rank failed elsewhere: no flush, no goodbye
+      error_ = failure;
+    }
     const double deadline = now_s() + cfg_.timeout_s;
     std::vector<Completion> ignored;
     bool pending = true;
@@ -255,6 +259,14 @@ class SocketBackend final : public NetBackend {
     }
     for (int p = 0; p < cfg_.size; ++p) {
       if (out_[p].fd < 0) continue;
+      if (result != Status::kOk && (out_[p].queue.empty() || out_[p].queue.front().sent == 0)) {
+        // Leaving after a failure: tell the peer why (at a message boundary only), so it reports
+        // the first cause rather than this rank's disappearance.
+        std::string why = error_.substr(0, kMaxAbortText);
+        WireHeader ab = make_wire_header(WireKind::kAbort, cfg_.rank, cfg_.channel, cfg_.secret, 0, why.size());
+        if (send_all_blocking(out_[p].fd, &ab, sizeof ab, now_s() + 1.0))
+          send_all_blocking(out_[p].fd, why.data(), why.size(), now_s() + 1.0);
+      }
       if (result == Status::kOk) {
         WireHeader bye = make_wire_header(WireKind::kBye, cfg_.rank, cfg_.channel, cfg_.secret, 0, 0);
         send_all_blocking(out_[p].fd, &bye, sizeof bye, now_s() + 2.0);  // best effort: the peer may be gone
@@ -276,7 +288,9 @@ class SocketBackend final : public NetBackend {
     }
     return status_;
   }
-  Status fail_errno(const char* call) { return fail(Status::kSystemError, std::string(call) + ": " + errno_text(errno)); }
+  Status fail_errno(const char* call) {
+    return fail(Status::kSystemError, std::string(call) + ": " + errno_text(errno));
+  }
 
   Status check_post(int peer) {
     if (status_ != Status::kOk) return status_;
@@ -381,9 +395,9 @@ class SocketBackend final : public NetBackend {
             o.stage_begin = pay_done;
             o.stage_len = std::min<uint64_t>(kStageBytes, op.payload - pay_done);
             o.staged_for = &op;
-            Status s = cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, o.stage.data(),
-                                                   static_cast<char*>(region_.base) + op.local_offset + pay_done,
-                                                   o.stage_len);
+            Status s =
+                cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, o.stage.data(),
+                                            static_cast<char*>(region_.base) + op.local_offset + pay_done, o.stage_len);
             if (s != Status::kOk) return fail(s, "copy from the device region failed");
           }
           iov[n++] = {o.stage.data() + (pay_done - o.stage_begin), o.stage_begin + o.stage_len - pay_done};
@@ -397,9 +411,9 @@ class SocketBackend final : public NetBackend {
       ssize_t w = sendmsg(o.fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (w < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return Status::kOk;
-        return fail(Status::kPeerFailed, "connection to rank " + std::to_string(peer) +
-                                             " lost while sending (" + errno_text(errno) + "): rank " +
-                                             std::to_string(peer) + " failed or exited");
+        return fail(Status::kPeerFailed, "connection to rank " + std::to_string(peer) + " lost while sending (" +
+                                             errno_text(errno) + "): rank " + std::to_string(peer) +
+                                             " failed or exited");
       }
       op.sent += static_cast<uint64_t>(w);
       if (op.sent < sizeof(WireHeader) + op.payload) return Status::kOk;  // socket buffer full
@@ -428,8 +442,8 @@ class SocketBackend final : public NetBackend {
   // A stranger (no valid hello yet) is dropped and logged; the job goes on. A peer's established
   // stream that breaks the protocol is a fatal protocol error naming that rank.
   void reject(InConn* c, const std::string& why) {
-    WEFT_WARN(kNet, "rank %d channel %d: rejected connection (%s); closed it, nothing written", cfg_.rank,
-              cfg_.channel, why.c_str());
+    WEFT_WARN(kNet, "rank %d channel %d: rejected connection (%s); closed it, nothing written", cfg_.rank, cfg_.channel,
+              why.c_str());
     ++rejected_;
     ::close(c->fd);
     c->fd = -1;
@@ -443,6 +457,10 @@ class SocketBackend final : public NetBackend {
       if (!c->in_payload) {
         dst = reinterpret_cast<char*>(&c->hdr) + c->hdr_got;
         want = sizeof(WireHeader) - c->hdr_got;
+      } else if (static_cast<WireKind>(c->hdr.kind) == WireKind::kAbort) {
+        c->stage.resize(c->hdr.length);
+        dst = c->stage.data() + c->payload_got;
+        want = c->hdr.length - c->payload_got;
       } else {
         uint64_t left = c->hdr.length - c->payload_got;
         if (region_.kind == MemKind::kDevice) {
@@ -471,8 +489,8 @@ class SocketBackend final : public NetBackend {
         return fail(Status::kPeerFailed, "rank " + std::to_string(c->src) +
                                              " closed its connection without a goodbye (process died?) " +
                                              (c->in_payload ? "in the middle of a put"
-                                              : c->hdr_got ? "in the middle of a header"
-                                                           : "between messages"));
+                                              : c->hdr_got  ? "in the middle of a header"
+                                                            : "between messages"));
       }
       budget -= static_cast<uint64_t>(r);
       if (!c->in_payload) {
@@ -480,10 +498,16 @@ class SocketBackend final : public NetBackend {
         if (c->hdr_got < sizeof(WireHeader)) continue;
         c->hdr_got = 0;
         WEFT_CHECK(on_header(c));
+      } else if (static_cast<WireKind>(c->hdr.kind) == WireKind::kAbort) {
+        c->payload_got += static_cast<uint64_t>(r);
+        if (c->payload_got == c->hdr.length)
+          return fail(Status::kPeerFailed, "rank " + std::to_string(c->src) + " failed and left the job: " +
+                                               std::string(c->stage.begin(), c->stage.end()));
       } else {
         if (region_.kind == MemKind::kDevice) {
-          Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got,
-                                               dst, static_cast<uint64_t>(r));
+          Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx,
+                                               static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got, dst,
+                                               static_cast<uint64_t>(r));
           if (s != Status::kOk) return fail(s, "copy into the device region failed");
         }
         c->payload_got += static_cast<uint64_t>(r);
@@ -513,7 +537,8 @@ class SocketBackend final : public NetBackend {
     switch (static_cast<WireKind>(c->hdr.kind)) {
       case WireKind::kHello: {
         int src = static_cast<int>(c->hdr.src_rank);
-        if (in_by_rank_[src] >= 0) return reject(c, "a second stream claiming rank " + std::to_string(src)), Status::kOk;
+        if (in_by_rank_[src] >= 0)
+          return reject(c, "a second stream claiming rank " + std::to_string(src)), Status::kOk;
         in_by_rank_[src] = 1;
         c->src = src;
         return Status::kOk;
@@ -536,6 +561,12 @@ class SocketBackend final : public NetBackend {
       }
       case WireKind::kBye:
         c->bye = true;
+        return Status::kOk;
+      case WireKind::kAbort:
+        if (c->hdr.length == 0)
+          return fail(Status::kPeerFailed, "rank " + std::to_string(c->src) + " failed and left the job");
+        c->in_payload = true;
+        c->payload_got = 0;
         return Status::kOk;
     }
     return Status::kInternal;

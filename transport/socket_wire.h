@@ -17,7 +17,7 @@ namespace weft::transport {
 //   byte 12 u32 channel   must match the receiving backend's channel
 //   byte 16 u64 secret    job secret from the bootstrap
 //   byte 24 u64 offset    put: destination offset; signal: flag offset (8-aligned)
-//   byte 32 u64 length    put: payload bytes that follow; signal: the flag value
+//   byte 32 u64 length    put/abort: payload bytes that follow; signal: the flag value
 //   byte 40 u64 reserved  zero
 struct WireHeader {
   uint32_t magic;
@@ -34,7 +34,10 @@ static_assert(sizeof(WireHeader) == 48, "wire header is 48 bytes");
 
 constexpr uint32_t kWireMagic = 0x53544657u;  // "WFTS"
 constexpr uint16_t kWireVersion = 1;
-enum class WireKind : uint16_t { kHello = 1, kPut = 2, kSignal = 3, kBye = 4 };
+// kAbort: the sender failed and is leaving; `length` bytes of text (its error) follow, so the
+// receiver names the first cause instead of blaming the messenger.
+enum class WireKind : uint16_t { kHello = 1, kPut = 2, kSignal = 3, kBye = 4, kAbort = 5 };
+constexpr uint64_t kMaxAbortText = 4096;
 
 struct WireExpect {
   uint64_t secret = 0;

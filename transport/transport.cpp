@@ -16,9 +16,7 @@
 namespace weft::transport {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -45,8 +43,8 @@ uint64_t fresh_secret() {
 Status resolve_signal_mode(const std::string& explicit_mode, const std::string& workload_mode, SignalMode* out) {
   std::string env;
   WEFT_CHECK(get_param("WEFT_SIGNAL_MODE", &env));
-  const std::string& m = !explicit_mode.empty() ? explicit_mode
-                         : !env.empty()         ? env
+  const std::string& m = !explicit_mode.empty()   ? explicit_mode
+                         : !env.empty()           ? env
                          : !workload_mode.empty() ? workload_mode
                                                   : std::string("batched");
   return parse_signal_mode(m, out);
@@ -214,8 +212,9 @@ Status Transport::wait_flag(uint64_t flag_offset, uint64_t at_least, const char*
     Status s = status();
     if (s != Status::kOk) return s;
     if (now_s() > deadline) {
-      WEFT_WARN(kTransport, "rank %d: timed out after %.0fs waiting for %s (flag at offset %llu to reach %llu, it is %llu)",
-                rank_, timeout_s_, what, (unsigned long long)flag_offset, (unsigned long long)at_least,
+      WEFT_WARN(kTransport,
+                "rank %d: timed out after %.0fs waiting for %s (flag at offset %llu to reach %llu, it is %llu)", rank_,
+                timeout_s_, what, (unsigned long long)flag_offset, (unsigned long long)at_least,
                 (unsigned long long)__atomic_load_n(flag, __ATOMIC_ACQUIRE));
       return Status::kTimeout;
     }
@@ -257,9 +256,11 @@ Status Transport::stop() {
     Status s = p->stop();
     if (result == Status::kOk) result = s;
   }
+  const std::string failure = result == Status::kOk ? "" : error_message();
   for (auto& b : backends_) {
-    // A failed proxy already logged why; closing still releases sockets and queue pairs.
-    Status s = b->close();
+    // A failed proxy already logged why; closing still releases sockets and queue pairs, and tells
+    // peers why this rank is leaving.
+    Status s = b->close(failure);
     if (result == Status::kOk) result = s;
   }
   return result;

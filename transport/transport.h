@@ -1,4 +1,5 @@
-// weft's transport as one object: backend per channel, FIFO per channel, proxy per channel, wired through the bootstrap.
+// weft's transport as one object: backend per channel, FIFO per channel, proxy per channel, wired through the
+// bootstrap.
 #pragma once
 
 #include <cstdint>
@@ -15,19 +16,19 @@
 namespace weft::transport {
 
 struct TransportOptions {
-  std::string backend;       // "" = WEFT_NET_BACKEND (auto | ibverbs | socket | loopback)
-  std::string signal_mode;   // "" = WEFT_SIGNAL_MODE, else workload_signal_mode, else "batched"
-  std::string workload_signal_mode;  // the workload's transport.signal_mode ("" if unset)
-  int channels = 1;          // NIC channels, one proxy each
-  uint32_t fifo_depth = 0;   // 0 = WEFT_FIFO_DEPTH
-  double timeout_s = 0;      // 0 = WEFT_PROXY_TIMEOUT
+  std::string backend;                       // "" = WEFT_NET_BACKEND (auto | ibverbs | socket | loopback)
+  std::string signal_mode;                   // "" = WEFT_SIGNAL_MODE, else workload_signal_mode, else "batched"
+  std::string workload_signal_mode;          // the workload's transport.signal_mode ("" if unset)
+  int channels = 1;                          // NIC channels, one proxy each
+  uint32_t fifo_depth = 0;                   // 0 = WEFT_FIFO_DEPTH
+  double timeout_s = 0;                      // 0 = WEFT_PROXY_TIMEOUT
   std::vector<std::string> channel_cpusets;  // proxy CPUs per channel (topology Mapping::proxy_cpuset)
   std::vector<std::string> channel_nics;     // RDMA device per channel (topology Nic::name)
   // Which peers get a connection: ranks on other nodes (the fused kernels' inter-node path), or
   // every other rank (CPU tests, `weftrun check`, benchmarks with host heaps).
   bool connect_all_peers = false;
-  FifoMemory fifo_memory;     // cuda_fifo_memory() for device producers
-  DeviceCopyHooks copy_hooks; // cuda_copy_hooks() when the heap is device memory (socket backend)
+  FifoMemory fifo_memory;      // cuda_fifo_memory() for device producers
+  DeviceCopyHooks copy_hooks;  // cuda_copy_hooks() when the heap is device memory (socket backend)
 };
 
 using TransportCounters = ProxyCounters;

@@ -11,21 +11,21 @@
 namespace weft::transport {
 
 struct TransportCheckOptions {
-  std::string backend = "socket";  // "" = WEFT_NET_BACKEND
-  std::string signal_mode;         // "" = WEFT_SIGNAL_MODE, else batched
+  std::string backend = "socket";    // "" = WEFT_NET_BACKEND
+  std::string signal_mode;           // "" = WEFT_SIGNAL_MODE, else batched
   uint64_t block_bytes = 256 << 10;  // bytes each rank sends to each rank per exchange
   int iterations = 1;
-  double timeout_s = 0;            // 0 = WEFT_PROXY_TIMEOUT
+  double timeout_s = 0;  // 0 = WEFT_PROXY_TIMEOUT
 };
 
 struct TransportCheckResult {
   std::string backend;
   std::string signal_mode;
-  ProxyCounters counters;          // summed over ranks
-  uint64_t bytes_verified = 0;     // by this rank
-  uint64_t producer_stalls = 0;    // this rank: FIFO-full waits of the host producer
-  double seconds = 0;              // this rank, exchanges only
-  std::string to_json() const;     // {"backend": ..., "signal_mode": ..., "puts": P, ...}
+  ProxyCounters counters;        // summed over ranks
+  uint64_t bytes_verified = 0;   // by this rank
+  uint64_t producer_stalls = 0;  // this rank: FIFO-full waits of the host producer
+  double seconds = 0;            // this rank, exchanges only
+  std::string to_json() const;   // {"backend": ..., "signal_mode": ..., "puts": P, ...}
 };
 
 // Collective. Every rank connects to every other through the backend (host heap), then runs

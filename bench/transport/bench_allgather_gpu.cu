@@ -39,7 +39,9 @@ constexpr uint64_t kTimeoutNs = 60ull * 1000 * 1000 * 1000;
 struct Layout {
   uint64_t chunk;
   __host__ __device__ uint64_t slot(int r) const { return uint64_t(r) * kMaxChunk; }
-  __host__ __device__ uint64_t flag(int src, uint64_t tile) const { return kRanks * kMaxChunk + (uint64_t(src) * kMaxTiles + tile) * 8; }
+  __host__ __device__ uint64_t flag(int src, uint64_t tile) const {
+    return kRanks * kMaxChunk + (uint64_t(src) * kMaxTiles + tile) * 8;
+  }
   __host__ __device__ static uint64_t bytes() { return kRanks * kMaxChunk + kRanks * kMaxTiles * 8; }
 };
 
@@ -114,9 +116,7 @@ int probe_gpu_count() {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 }
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 #define TRY(cond, what)                       \
   do {                                        \
@@ -224,16 +224,18 @@ int main(int argc, char** argv) {
   const char* json = nullptr;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
-    else if (!strcmp(argv[i], "--quick")) quick = true;
+    if (!strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
+    else if (!strcmp(argv[i], "--quick"))
+      quick = true;
   }
   const int ngpu = probe_gpu_count();
   if (ngpu <= 0) {
     printf("SKIPPED: no CUDA device visible\n");
     return 77;
   }
-  auto res = testing::run_forked(kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu, quick); },
-                                 900);
+  auto res = testing::run_forked(
+      kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu, quick); }, 900);
   int rc = 0;
   for (const auto& r : res)
     if (!r.exited || r.exit_code) {
@@ -254,8 +256,10 @@ int main(int argc, char** argv) {
                 &used) == 7) {
     printf("%-6s %-8s %12llu %10.3f %8llu %8llu %8llu\n", impl, mode, chunk, gbps, fences, batches, stalls);
     if (f)
-      fprintf(f, "%s{\"impl\": \"%s\", \"mode\": \"%s\", \"chunk_bytes\": %llu, \"algbw_gbps\": %.4f, \"fences\": %llu, "
-                 "\"batches\": %llu, \"stalls\": %llu}", n++ ? ", " : "", impl, mode, chunk, gbps, fences, batches, stalls);
+      fprintf(f,
+              "%s{\"impl\": \"%s\", \"mode\": \"%s\", \"chunk_bytes\": %llu, \"algbw_gbps\": %.4f, \"fences\": %llu, "
+              "\"batches\": %llu, \"stalls\": %llu}",
+              n++ ? ", " : "", impl, mode, chunk, gbps, fences, batches, stalls);
     p += used;
   }
   if (f) fprintf(f, "]}\n"), fclose(f);

@@ -32,9 +32,7 @@ struct Row {
   TransportCounters c;
 };
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 constexpr uint64_t kMaxBytes = 64ull << 20;
 constexpr uint64_t kFlags = 64 << 10;  // flag area: 8192 flags
@@ -123,8 +121,10 @@ int main(int argc, char** argv) {
   bool quick = false;
   const char* json = nullptr;
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--quick")) quick = true;
-    else if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    if (!strcmp(argv[i], "--quick"))
+      quick = true;
+    else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+      json = argv[++i];
     else {
       fprintf(stderr, "usage: bench_transport [--quick] [--json FILE]\n");
       return 2;
@@ -138,21 +138,24 @@ int main(int argc, char** argv) {
       std::vector<Row> rows;
       if (!strcmp(backend, "socket")) {
         // Forked ranks: rank 0 sends its rows back as text through the test bootstrap's report line.
-        auto res = testing::run_forked(2, 1, [&](testing::ForkBootstrap& b) -> int {
-          std::vector<Row> mine;
-          if (bench_body(b, backend, mode, quick, &mine) != Status::kOk) return 1;
-          std::string text;
-          for (const auto& r : mine) {
-            char line[256];
-            snprintf(line, sizeof line, "%llu %llu %.6f %.3f %llu %llu %llu %llu %llu;", (unsigned long long)r.size,
-                     (unsigned long long)r.count, r.gbps, r.lat_us, (unsigned long long)r.c.puts,
-                     (unsigned long long)r.c.signals, (unsigned long long)r.c.fences,
-                     (unsigned long long)r.c.batches, (unsigned long long)r.c.stalls);
-            text += line;
-          }
-          b.report(text);
-          return 0;
-        }, 600);
+        auto res = testing::run_forked(
+            2, 1,
+            [&](testing::ForkBootstrap& b) -> int {
+              std::vector<Row> mine;
+              if (bench_body(b, backend, mode, quick, &mine) != Status::kOk) return 1;
+              std::string text;
+              for (const auto& r : mine) {
+                char line[256];
+                snprintf(line, sizeof line, "%llu %llu %.6f %.3f %llu %llu %llu %llu %llu;", (unsigned long long)r.size,
+                         (unsigned long long)r.count, r.gbps, r.lat_us, (unsigned long long)r.c.puts,
+                         (unsigned long long)r.c.signals, (unsigned long long)r.c.fences,
+                         (unsigned long long)r.c.batches, (unsigned long long)r.c.stalls);
+                text += line;
+              }
+              b.report(text);
+              return 0;
+            },
+            600);
         if (res[0].exit_code != 0 || res[1].exit_code != 0) {
           fprintf(stderr, "bench_transport: %s/%s failed\n", backend, mode);
           return 1;
@@ -170,9 +173,8 @@ int main(int argc, char** argv) {
         }
       } else {
         std::vector<std::vector<Row>> per(2);
-        auto st = testing::run_threads(2, 1, [&](bootstrap::Bootstrap& b) {
-          return bench_body(b, backend, mode, quick, &per[b.info().rank]);
-        });
+        auto st = testing::run_threads(
+            2, 1, [&](bootstrap::Bootstrap& b) { return bench_body(b, backend, mode, quick, &per[b.info().rank]); });
         if (st[0] != Status::kOk || st[1] != Status::kOk) {
           fprintf(stderr, "bench_transport: %s/%s failed\n", backend, mode);
           return 1;
@@ -184,8 +186,8 @@ int main(int argc, char** argv) {
   }
   printf("weft transport benchmark on %s (%ld CPUs), host heaps, 2 ranks on 2 emulated nodes%s\n", host,
          sysconf(_SC_NPROCESSORS_ONLN), quick ? " (--quick)" : "");
-  printf("%-9s %-8s %10s %7s %9s %12s %8s %8s %8s %8s %8s\n", "backend", "mode", "tile", "tiles", "GB/s",
-         "signal_us", "puts", "signals", "fences", "batches", "stalls");
+  printf("%-9s %-8s %10s %7s %9s %12s %8s %8s %8s %8s %8s\n", "backend", "mode", "tile", "tiles", "GB/s", "signal_us",
+         "puts", "signals", "fences", "batches", "stalls");
   for (const auto& r : all)
     printf("%-9s %-8s %10llu %7llu %9.3f %12.2f %8llu %8llu %8llu %8llu %8llu\n", r.backend.c_str(), r.mode.c_str(),
            (unsigned long long)r.size, (unsigned long long)r.count, r.gbps, r.lat_us, (unsigned long long)r.c.puts,
@@ -201,10 +203,9 @@ int main(int argc, char** argv) {
               "%s{\"backend\": \"%s\", \"mode\": \"%s\", \"tile_bytes\": %llu, \"tiles\": %llu, \"gbps\": %.4f, "
               "\"signal_us\": %.3f, \"puts\": %llu, \"signals\": %llu, \"fences\": %llu, \"batches\": %llu, "
               "\"stalls\": %llu}",
-              i ? ", " : "", r.backend.c_str(), r.mode.c_str(), (unsigned long long)r.size,
-              (unsigned long long)r.count, r.gbps, r.lat_us, (unsigned long long)r.c.puts,
-              (unsigned long long)r.c.signals, (unsigned long long)r.c.fences, (unsigned long long)r.c.batches,
-              (unsigned long long)r.c.stalls);
+              i ? ", " : "", r.backend.c_str(), r.mode.c_str(), (unsigned long long)r.size, (unsigned long long)r.count,
+              r.gbps, r.lat_us, (unsigned long long)r.c.puts, (unsigned long long)r.c.signals,
+              (unsigned long long)r.c.fences, (unsigned long long)r.c.batches, (unsigned long long)r.c.stalls);
     }
     fprintf(f, "]}\n");
     fclose(f);

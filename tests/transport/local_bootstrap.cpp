@@ -19,9 +19,7 @@
 namespace weft::testing {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 // --- threads ---
 struct ThreadHub {
@@ -145,7 +143,8 @@ std::vector<Status> run_threads(int n, int ranks_per_node, const std::function<S
   return out;
 }
 
-Status ForkBootstrap::allgather(const std::string& key, const bootstrap::Blob& mine, std::vector<bootstrap::Blob>* all) {
+Status ForkBootstrap::allgather(const std::string& key, const bootstrap::Blob& mine,
+                                std::vector<bootstrap::Blob>* all) {
   if (!send_msg(fd_, kAllgather, key, mine)) {
     WEFT_WARN(kBoot, "rank %d: test bootstrap: the parent is gone", info_.rank);
     return Status::kPeerFailed;

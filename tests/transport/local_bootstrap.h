@@ -25,7 +25,8 @@ std::vector<Status> run_threads(int n, int ranks_per_node, const std::function<S
 // reports a rank that exited first (kPeerFailed naming it).
 class ForkBootstrap : public bootstrap::Bootstrap {
  public:
-  ForkBootstrap(int fd, const bootstrap::RankInfo& info, double timeout_s) : fd_(fd), info_(info), timeout_s_(timeout_s) {}
+  ForkBootstrap(int fd, const bootstrap::RankInfo& info, double timeout_s)
+      : fd_(fd), info_(info), timeout_s_(timeout_s) {}
   const bootstrap::RankInfo& info() const override { return info_; }
   Status allgather(const std::string& key, const bootstrap::Blob& mine, std::vector<bootstrap::Blob>* all) override;
   Status barrier(const std::string& tag) override;
@@ -42,7 +43,7 @@ class ForkBootstrap : public bootstrap::Bootstrap {
 struct ForkResult {
   int rank = 0;
   pid_t pid = 0;
-  bool exited = false;     // normal exit (exit_code valid)
+  bool exited = false;  // normal exit (exit_code valid)
   int exit_code = -1;
   int term_signal = 0;     // killed by this signal
   bool timed_out = false;  // still running at the deadline: killed by the harness

@@ -75,8 +75,8 @@ Status exchange_body(bootstrap::Bootstrap& boot, const std::string& backend, con
   if (mode == "fenced") ok = ok && c.fences == c.signals && c.signals == sent_signals && c.batches == 0;
   if (mode == "batched") ok = ok && c.fences == c.batches && c.batches >= 1 && c.signals <= sent_signals;
   if (!ok) {
-    WEFT_WARN(kTransport, "rank %d (%s, %s): counters puts %llu signals %llu fences %llu batches %llu stalls %llu",
-              me, backend.c_str(), mode.c_str(), (unsigned long long)c.puts, (unsigned long long)c.signals,
+    WEFT_WARN(kTransport, "rank %d (%s, %s): counters puts %llu signals %llu fences %llu batches %llu stalls %llu", me,
+              backend.c_str(), mode.c_str(), (unsigned long long)c.puts, (unsigned long long)c.signals,
               (unsigned long long)c.fences, (unsigned long long)c.batches, (unsigned long long)c.stalls);
     return Status::kInternal;
   }

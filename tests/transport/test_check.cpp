@@ -8,23 +8,26 @@ using namespace weft;
 using namespace weft::transport;
 
 TEST_CASE("transport check: all-gather + all-to-all verified, counters summed over ranks") {
-  auto res = testing::run_forked(4, 2, [](testing::ForkBootstrap& boot) -> int {
-    TransportCheckOptions o;
-    o.backend = "socket";
-    o.signal_mode = "fenced";
-    o.iterations = 2;
-    o.block_bytes = 100000;  // not a multiple of a page: offsets of every alignment
-    TransportCheckResult r;
-    Status s = run_transport_check(boot, o, &r);
-    boot.report(r.to_json() + " verified " + std::to_string(r.bytes_verified));
-    if (s != Status::kOk) return 1;
-    // Per rank per iteration: 3 peers x 2 phases, one put and one signal each (fenced: one fence each).
-    const uint64_t per_rank = 2 * 3 * 2;
-    bool ok = r.counters.puts == 4 * per_rank && r.counters.signals == 4 * per_rank &&
-              r.counters.fences == r.counters.signals && r.bytes_verified == per_rank * 100000 &&
-              r.backend == "socket" && r.signal_mode == "fenced";
-    return ok ? 0 : 2;
-  }, 120);
+  auto res = testing::run_forked(
+      4, 2,
+      [](testing::ForkBootstrap& boot) -> int {
+        TransportCheckOptions o;
+        o.backend = "socket";
+        o.signal_mode = "fenced";
+        o.iterations = 2;
+        o.block_bytes = 100000;  // not a multiple of a page: offsets of every alignment
+        TransportCheckResult r;
+        Status s = run_transport_check(boot, o, &r);
+        boot.report(r.to_json() + " verified " + std::to_string(r.bytes_verified));
+        if (s != Status::kOk) return 1;
+        // Per rank per iteration: 3 peers x 2 phases, one put and one signal each (fenced: one fence each).
+        const uint64_t per_rank = 2 * 3 * 2;
+        bool ok = r.counters.puts == 4 * per_rank && r.counters.signals == 4 * per_rank &&
+                  r.counters.fences == r.counters.signals && r.bytes_verified == per_rank * 100000 &&
+                  r.backend == "socket" && r.signal_mode == "fenced";
+        return ok ? 0 : 2;
+      },
+      120);
   for (const auto& r : res) {
     CAPTURE(r.rank);
     CAPTURE(r.report);
@@ -35,15 +38,18 @@ TEST_CASE("transport check: all-gather + all-to-all verified, counters summed ov
 }
 
 TEST_CASE("transport check: the launcher-facing report") {
-  auto res = testing::run_forked(2, 1, [](testing::ForkBootstrap& boot) -> int {
-    std::string summary, json;
-    Status s = run_transport_check_report("socket", boot, 1, &summary, &json);
-    boot.report(summary + " | " + json);
-    return s == Status::kOk && summary.find("verified") != std::string::npos &&
-                   json.find("\"puts\": 4") != std::string::npos
-               ? 0
-               : 1;
-  }, 60);
+  auto res = testing::run_forked(
+      2, 1,
+      [](testing::ForkBootstrap& boot) -> int {
+        std::string summary, json;
+        Status s = run_transport_check_report("socket", boot, 1, &summary, &json);
+        boot.report(summary + " | " + json);
+        return s == Status::kOk && summary.find("verified") != std::string::npos &&
+                       json.find("\"puts\": 4") != std::string::npos
+                   ? 0
+                   : 1;
+      },
+      60);
   for (const auto& r : res) {
     CAPTURE(r.report);
     CHECK(r.exit_code == 0);

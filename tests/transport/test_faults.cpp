@@ -1,8 +1,7 @@
 // Faults: a peer killed mid-transfer is named by the survivors within 30 s; raw bytes on a socket stream
 // (garbage, wrong secret or version, out-of-bounds or misaligned writes) are rejected and write nothing.
-#include <doctest/doctest.h>
-
 #include <arpa/inet.h>
+#include <doctest/doctest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -23,29 +22,32 @@ using namespace weft::transport;
 
 TEST_CASE("a peer killed mid-transfer: survivors fail within 30 s with an error naming it") {
   constexpr uint64_t kBig = 48 << 20;
-  auto res = testing::run_forked(3, 1, [&](testing::ForkBootstrap& boot) -> int {
-    const int me = boot.info().rank;
-    std::unique_ptr<HostHeap> heap;
-    if (HostHeap::create(kBig + 4096, &heap) != Status::kOk) return 2;
-    TransportOptions opt;
-    opt.backend = "socket";
-    opt.signal_mode = "fenced";
-    opt.timeout_s = 120;  // longer than the test bound: detection must not come from a timeout
-    std::unique_ptr<Transport> t;
-    if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;
-    if (boot.barrier("up") != Status::kOk) return 4;
-    if (me == 2) {
-      // Large puts to both peers, then die while they are on the wire.
-      t->put(0, 0, 0, 0, kBig);
-      t->put(0, 1, 0, 0, kBig);
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
-      raise(SIGKILL);
-    }
-    // The survivors wait for a signal from rank 2 that never comes.
-    Status s = t->wait_flag(kBig, 1, "the signal from rank 2");
-    boot.report(t->error_message());
-    return s == Status::kOk ? 0 : 1;
-  }, 60);
+  auto res = testing::run_forked(
+      3, 1,
+      [&](testing::ForkBootstrap& boot) -> int {
+        const int me = boot.info().rank;
+        std::unique_ptr<HostHeap> heap;
+        if (HostHeap::create(kBig + 4096, &heap) != Status::kOk) return 2;
+        TransportOptions opt;
+        opt.backend = "socket";
+        opt.signal_mode = "fenced";
+        opt.timeout_s = 120;  // longer than the test bound: detection must not come from a timeout
+        std::unique_ptr<Transport> t;
+        if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;
+        if (boot.barrier("up") != Status::kOk) return 4;
+        if (me == 2) {
+          // Large puts to both peers, then die while they are on the wire.
+          t->put(0, 0, 0, 0, kBig);
+          t->put(0, 1, 0, 0, kBig);
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          raise(SIGKILL);
+        }
+        // The survivors wait for a signal from rank 2 that never comes.
+        Status s = t->wait_flag(kBig, 1, "the signal from rank 2");
+        boot.report(t->error_message());
+        return s == Status::kOk ? 0 : 1;
+      },
+      60);
   REQUIRE(res.size() == 3);
   CHECK(res[2].term_signal == SIGKILL);
   for (int r = 0; r < 2; ++r) {
@@ -193,6 +195,26 @@ TEST_CASE("raw bytes: a peer's bad message is a protocol error naming it, and wr
     if (!payload.empty()) p.send_raw(payload.data(), payload.size());
     CHECK(p.pump() == Status::kProtocolError);
     CHECK(p.backend->error_message().find("rank 1") != std::string::npos);
+    CHECK(p.untouched());
+  }
+}
+
+TEST_CASE("raw bytes: a peer leaving after a failure passes its reason on; an oversized reason is refused") {
+  {
+    RawPeer p;
+    p.send_header(hello());
+    const std::string why = "rank 1: lost rank 3";
+    p.send_header(make_wire_header(WireKind::kAbort, 1, 0, kSecret, 0, why.size()));
+    p.send_raw(why.data(), why.size());
+    CHECK(p.pump() == Status::kPeerFailed);
+    CHECK(p.backend->error_message().find("rank 1 failed and left the job: rank 1: lost rank 3") != std::string::npos);
+    CHECK(p.untouched());
+  }
+  {
+    RawPeer p;
+    p.send_header(hello());
+    p.send_header(make_wire_header(WireKind::kAbort, 1, 0, kSecret, 0, kMaxAbortText + 1));
+    CHECK(p.pump() == Status::kProtocolError);
     CHECK(p.untouched());
   }
 }

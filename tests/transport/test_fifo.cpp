@@ -116,7 +116,10 @@ TEST_CASE("concurrent producers: every command arrives exactly once, back-pressu
       if (out.src_offset != static_cast<uint64_t>(next[out.peer])) ++disorder;
       next[out.peer] = static_cast<int>(out.src_offset) + 1;
     }
-    if (n) c.release(); else std::this_thread::yield();
+    if (n)
+      c.release();
+    else
+      std::this_thread::yield();
   }
   for (auto& t : producers) t.join();
   CHECK(failures == 0);

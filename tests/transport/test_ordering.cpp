@@ -156,7 +156,8 @@ int rank_body(testing::ForkBootstrap& boot, const std::string& mode) {
 
 void run_mode(const std::string& mode) {
   auto t0 = std::chrono::steady_clock::now();
-  auto res = testing::run_forked(kRanks, 1, [&](testing::ForkBootstrap& b) { return rank_body(b, mode); }, 500);
+  auto res = testing::run_forked(
+      kRanks, 1, [&](testing::ForkBootstrap& b) { return rank_body(b, mode); }, 500);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE(mode << ": " << kRanks * (kRanks - 1) * kSeqPerPeer << " sequences in " << s << " s");
   for (const auto& r : res) {

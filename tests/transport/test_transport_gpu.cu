@@ -4,9 +4,8 @@
 //   node 0: rank 0 (GPU 0), rank 1 (GPU 1)      node 1: rank 2 (GPU 2), rank 3 (GPU 3)
 //   inter-node (FIFO -> proxy -> socket):  0 <-> 2, 1 <-> 3   (same local index on the other node)
 //   intra-node (NVLink stores + flag):     0 -> 1 -> 0, 2 -> 3 -> 2
-#include <doctest/doctest.h>
-
 #include <cuda_runtime.h>
+#include <doctest/doctest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -49,8 +48,8 @@ __global__ void fill(char* heap, Layout L, int me, int epoch) {
 // tickets precede it, and the proxy orders a signal after earlier puts to the same peer).
 __global__ void push_inter(DeviceFifo f, Layout L, int me, int peer, int epoch, int* errors) {
   const uint64_t slice = kChunk / blockDim.x;
-  int rc = device::push_put(f, peer, L.send + threadIdx.x * slice, L.recv_inter + me * kChunk + threadIdx.x * slice,
-                            slice);
+  int rc =
+      device::push_put(f, peer, L.send + threadIdx.x * slice, L.recv_inter + me * kChunk + threadIdx.x * slice, slice);
   if (rc) atomicAdd(errors, 1);
   __syncthreads();
   if (threadIdx.x == 0 && device::push_signal(f, peer, L.flags_inter + 8 * me, epoch)) atomicAdd(errors, 1);
@@ -92,9 +91,9 @@ int probe_gpu_count() {
   return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
 }
 
-#define GPU_TRY(call)                                                                       \
-  do {                                                                                      \
-    cudaError_t e_ = (call);                                                                \
+#define GPU_TRY(call)                                                                                  \
+  do {                                                                                                 \
+    cudaError_t e_ = (call);                                                                           \
     if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
   } while (0)
 
@@ -168,7 +167,8 @@ TEST_CASE("device FIFO producers, socket between emulated nodes, NVLink peers wi
     fflush(stdout);
     _exit(77);
   }
-  auto res = testing::run_forked(kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu); }, 240);
+  auto res = testing::run_forked(
+      kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu); }, 240);
   for (const auto& r : res) {
     MESSAGE(r.report);
     CAPTURE(r.rank);
