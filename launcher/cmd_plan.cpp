@@ -56,9 +56,20 @@ int run_plan(const PlanOptions& options) {
       topo = topology::Topology{};
       notes.push_back("this machine's topology could not be read: planned without it");
     }
+    // This machine may have fewer GPUs than the workload's node (a workstation planning for a
+    // server): plan for the layout on GPUs of the kind found here, and say so. A topology named
+    // explicitly must fit, so that is checked by the tuner instead.
+    const std::vector<std::string> names = runtime::gpu_model_names(topo);
+    const int found = static_cast<int>(topo.gpus.size());
+    if (topo.source == "live" && found > 0 && found < layout.gpus_per_node) {
+      notes.push_back("this machine has " + std::to_string(found) + " GPU" + (found == 1 ? "" : "s") + ", the layout " +
+                      std::to_string(layout.gpus_per_node) + " per node: planned for the layout, without this machine's topology");
+      topo = topology::Topology{};
+      topo.source = "live";
+    }
     const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
     runtime::Plan plan;
-    if (runtime::make_plan(w, layout, topo, mapping, &plan, &error) != Status::kOk) {
+    if (runtime::make_plan(w, layout, topo, mapping, &plan, &error, &names) != Status::kOk) {
       fprintf(stderr, "weftrun plan: %s\n", error.c_str());
       return kExitBadInput;
     }

@@ -322,14 +322,20 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   return Status::kOk;
 }
 
-Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
-                 const topology::Mapping& mapping, Plan* out, std::string* error) {
+std::vector<std::string> gpu_model_names(const topology::Topology& topo) {
   std::vector<std::string> names;
   for (const auto& g : topo.gpus) {
     // Live topologies name GPUs "cuda0"; the PCI id says which part it is.
     std::string by_id = gpu_name_from_pci_id(g.pci_id);
     names.push_back(by_id.empty() ? g.name : by_id);
   }
+  return names;
+}
+
+Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
+                 const topology::Mapping& mapping, Plan* out, std::string* error,
+                 const std::vector<std::string>* gpu_names) {
+  const std::vector<std::string> names = gpu_names ? *gpu_names : gpu_model_names(topo);
   MachineModel model;
   std::string why;
   if (choose_machine_model(w.gpu, names, &model, &why) != Status::kOk) {

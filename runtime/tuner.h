@@ -55,7 +55,12 @@ RoleCounts best_roles(const Demand& d, const LinkRates& r, const MachineModel& m
 
 // The convenience the CLI uses: chooses the MachineModel (workload machine.gpu, topology GPU names,
 // WEFT_GPU_ARCH, else H200), applies the workload's machine overrides, then tune().
+// `gpu_names`, when given, replaces the topology's GPU names for choosing the model (a plan made
+// without the topology's GPUs can still use what they are).
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
-                 const topology::Mapping& mapping, Plan* out, std::string* error);
+                 const topology::Mapping& mapping, Plan* out, std::string* error,
+                 const std::vector<std::string>* gpu_names = nullptr);
+// The names make_plan identifies GPUs by: the part name for known PCI ids, else the topology's name.
+std::vector<std::string> gpu_model_names(const topology::Topology& topo);
 
 }  // namespace weft::runtime
