@@ -1,8 +1,12 @@
 // One test body over every backend that runs here (socket, loopback) and every signal mode: ranks as threads.
+#include <dirent.h>
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "local_bootstrap.h"
@@ -137,4 +141,78 @@ TEST_CASE("only other nodes are connected unless asked; unknown or absent backen
     });
     for (auto s : ib) CHECK(s == Status::kUnsupported);
   }
+}
+
+namespace {
+
+// CPU lists of this process's threads, from /proc.
+std::vector<std::string> thread_cpu_lists() {
+  std::vector<std::string> out;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return out;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::string path = std::string("/proc/self/task/") + e->d_name + "/status";
+    if (FILE* f = fopen(path.c_str(), "r")) {
+      char line[256];
+      while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "Cpus_allowed_list:", 18)) {
+          std::string v(line + 18);
+          v.erase(0, v.find_first_not_of(" \t"));
+          v.erase(v.find_last_not_of(" \t\n") + 1);
+          out.push_back(v);
+        }
+      fclose(f);
+    }
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("two channels, proxies pinned to the given cpuset; an unusable cpuset is tolerated") {
+  std::atomic<int> pinned{0};
+  auto st = testing::run_threads(2, 1, [&](bootstrap::Bootstrap& boot) -> Status {
+    const int me = boot.info().rank;
+    std::unique_ptr<HostHeap> heap;
+    WEFT_CHECK(HostHeap::create(1 << 20, &heap));
+    TransportOptions opt;
+    opt.backend = "socket";
+    opt.channels = 2;
+    opt.channel_cpusets = {"0", "5000-5001"};  // channel 1: CPUs this machine does not have
+    std::unique_ptr<Transport> t;
+    WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+    WEFT_CHECK(boot.barrier("up"));
+    if (me == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // proxies pin themselves at start
+      for (const auto& l : thread_cpu_lists()) pinned += l == "0";
+    }
+    for (int ch = 0; ch < 2; ++ch) {
+      heap->at<uint64_t>(1024 * ch)[0] = 0x1111 * (me + 1) * (ch + 1);
+      WEFT_CHECK(t->put_signal(ch, 1 - me, 1024 * ch, 4096 + 1024 * ch, 8, 8192 + 8 * ch, 1));
+    }
+    for (int ch = 0; ch < 2; ++ch) {
+      WEFT_CHECK(t->wait_flag(8192 + 8 * ch, 1, "a put on each channel"));
+      if (heap->at<uint64_t>(4096 + 1024 * ch)[0] != 0x1111u * (2 - me) * (ch + 1)) return Status::kInternal;
+    }
+    WEFT_CHECK(t->flush());
+    WEFT_CHECK(boot.barrier("done"));
+    return t->stop();
+  });
+  for (auto s : st) CHECK(s == Status::kOk);
+  CHECK(pinned >= 2);  // both ranks' channel-0 proxies
+}
+
+TEST_CASE("WEFT_SOCKET_IFNAME naming a missing interface fails with the interfaces that exist") {
+  BackendConfig cfg;
+  cfg.size = 2;
+  cfg.socket_ifname = "weft-no-such0";
+  auto b = make_socket_backend(cfg);
+  std::vector<uint8_t> mem(64);
+  REQUIRE(b->register_region(Region{mem.data(), mem.size(), MemKind::kHost, -1}) == Status::kOk);
+  PeerInfo info;
+  CHECK(b->local_info(&info) == Status::kNotFound);
+  CHECK(b->error_message().find("weft-no-such0") != std::string::npos);
+  CHECK(b->error_message().find("lo") != std::string::npos);
 }
