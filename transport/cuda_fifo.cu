@@ -96,11 +96,15 @@ Status DeviceFifoHandle::create(FifoRingHeader* ring, double timeout_s, std::uni
   h->fifo_.rank = ring->rank;
   h->fifo_.channel = ring->channel;
   h->fifo_.timeout_ns = static_cast<uint64_t>(timeout_s * 1e9);
+  // Device tickets continue from what the proxy has consumed (host producers, if any, are done).
+  FifoProducerState init{};
+  init.next_ticket = init.tail_cache = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
   if ((e = cudaMalloc(&h->fifo_.state, sizeof(FifoProducerState))) != cudaSuccess ||
-      (e = cudaMemset(h->fifo_.state, 0, sizeof(FifoProducerState))) != cudaSuccess) {
+      (e = cudaMemcpy(h->fifo_.state, &init, sizeof init, cudaMemcpyHostToDevice)) != cudaSuccess) {
     WEFT_WARN(kTransport, "rank %d: FIFO producer state: %s", ring->rank, cudaGetErrorString(e));
     return Status::kCudaError;
   }
+  ring->device_producers = 1;
   *out = std::move(h);
   return Status::kOk;
 }

@@ -51,6 +51,8 @@ FifoMemory cuda_fifo_memory();
 DeviceCopyHooks cuda_copy_hooks(int device);
 
 // A kernel-side handle for a ring (Transport::fifo_ring(ch)); frees its device state on destruction.
+// From then on device threads feed that ring (tickets continue from the ring's tail) and host
+// pushes on it are refused; Transport::flush() still works (it goes through the proxy).
 class DeviceFifoHandle {
  public:
   static Status create(FifoRingHeader* ring, double timeout_s, std::unique_ptr<DeviceFifoHandle>* out);

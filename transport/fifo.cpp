@@ -65,6 +65,11 @@ Status fifo_push(FifoRingHeader* ring, FifoProducerState* state, const FifoComma
                  uint64_t* ticket_out) {
   int32_t err = __atomic_load_n(&ring->error, __ATOMIC_ACQUIRE);
   if (err) return static_cast<Status>(err);
+  if (ring->device_producers) {
+    WEFT_WARN(kTransport, "rank %d channel %d: host push on a FIFO fed by device producers (tickets would collide)",
+              ring->rank, ring->channel);
+    return Status::kInvalidArgument;
+  }
   const uint64_t depth = ring->depth;
   const uint64_t t = __atomic_fetch_add(&state->next_ticket, 1, __ATOMIC_RELAXED);
   if (t >= __atomic_load_n(&state->tail_cache, __ATOMIC_ACQUIRE) + depth) {

@@ -59,6 +59,7 @@ WEFT_FIFO_HD constexpr FifoOp command_op(uint64_t word) { return static_cast<Fif
 WEFT_FIFO_HD constexpr uint64_t command_ticket(uint64_t word) { return word >> kTicketShift; }
 
 // Ring header, followed in the same allocation (host-pinned for GPU producers) by `depth` slots.
+// A ring is fed either by host producers or by device producers, never both (one ticket counter).
 // `tail` and `flushed` are written only by the proxy; producers only read them. The ticket counter
 // lives with the producers (device memory for GPU producers, FifoProducerState), because atomics
 // from the GPU to host memory are not available on every PCIe platform.
@@ -71,7 +72,11 @@ struct alignas(64) FifoRingHeader {
   uint32_t depth;  // power of two
   int32_t rank;    // for messages
   int32_t channel;
-  uint64_t pad2[6];
+  // 1 once a DeviceFifoHandle feeds this ring: its tickets come from device memory, so host pushes
+  // (with their own counter) would collide and are refused.
+  uint32_t device_producers;
+  uint32_t reserved;
+  uint64_t pad2[5];
 };
 static_assert(sizeof(FifoRingHeader) == 192, "FifoRingHeader layout is shared with device code");
 

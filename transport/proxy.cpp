@@ -96,6 +96,22 @@ Status Proxy::stop() {
   return status();
 }
 
+Status Proxy::flush() {
+  const uint64_t seq = flush_requested_.fetch_add(1) + 1;
+  const double deadline = now_s() + cfg_.timeout_s;
+  for (int spins = 0; flush_done_.load(std::memory_order_acquire) < seq; ++spins) {
+    if (status() != Status::kOk) return status();
+    if (!thread_.joinable()) return Status::kInternal;
+    if (now_s() > deadline) {
+      WEFT_WARN(kProxy, "rank %d channel %d: flush not completed by the proxy within %.0fs", cfg_.rank, cfg_.channel,
+                cfg_.timeout_s);
+      return Status::kTimeout;
+    }
+    if (spins > 64) sched_yield();
+  }
+  return Status::kOk;
+}
+
 std::string Proxy::error_message() const {
   std::lock_guard<std::mutex> lock(error_mutex_);
   return error_;
@@ -171,6 +187,12 @@ void Proxy::loop() {
       if (handle(cmd) != Status::kOk) return;
     }
     if (n) fifo.release();
+    // A host flush is answered once the FIFO ran dry (n < 64: everything pushed before it is taken).
+    const uint64_t want = flush_requested_.load(std::memory_order_acquire);
+    if (want > flush_done_.load(std::memory_order_relaxed) && n < 64) {
+      if (flush_all_batches() != Status::kOk || wait_all_done("flush") != Status::kOk) return;
+      flush_done_.store(want, std::memory_order_release);
+    }
     const uint64_t before = outstanding_total_;
     if (poll_backend() != Status::kOk) return;
     // A batch closes when the FIFO has nothing more for now: signals wait at most one drain round.

@@ -57,6 +57,9 @@ class Proxy {
   Status start();
   // Completes every command pushed before the call (bounded), then joins the thread.
   Status stop();
+  // Host-side flush, for rings with host or device producers: the proxy drains the FIFO, posts
+  // pending batches and waits for every completion, then answers. Bounded by the proxy timeout.
+  Status flush();
   Status status() const { return static_cast<Status>(status_.load(std::memory_order_acquire)); }
   std::string error_message() const;
   ProxyCounters counters() const;
@@ -81,6 +84,7 @@ class Proxy {
   NetBackend* backend_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> flush_requested_{0}, flush_done_{0};
   std::atomic<int> status_{0};
   mutable std::mutex error_mutex_;
   std::string error_;

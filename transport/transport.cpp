@@ -188,13 +188,8 @@ Status Transport::put_signal(int channel, int peer, uint64_t src_offset, uint64_
 }
 
 Status Transport::flush() {
-  for (int ch = 0; ch < channels(); ++ch) {
-    FifoCommand c{};
-    c.word = make_command_word(FifoOp::kFlush, 0);
-    uint64_t ticket = 0;
-    WEFT_CHECK(fifo_push(fifos_[ch]->ring(), fifos_[ch]->host_producer_state(), c, timeout_s_, &ticket));
-    WEFT_CHECK(fifo_wait_flushed(fifos_[ch]->ring(), ticket, timeout_s_));
-  }
+  // Through the proxies, not the FIFO: works whether host or device threads feed a ring.
+  for (auto& p : proxies_) WEFT_CHECK(p->flush());
   return Status::kOk;
 }
 

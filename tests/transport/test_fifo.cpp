@@ -127,3 +127,12 @@ TEST_CASE("concurrent producers: every command arrives exactly once, back-pressu
   CHECK(disorder == 0);
   CHECK(f->host_producer_state()->stalls > 0);  // 16 slots for 4 producers: they did wait
 }
+
+TEST_CASE("a ring fed by device producers refuses host pushes") {
+  std::unique_ptr<Fifo> f;
+  REQUIRE(Fifo::create(8, 0, 0, {}, &f) == Status::kOk);
+  f->ring()->device_producers = 1;
+  FifoCommand cmd{};
+  cmd.word = make_command_word(FifoOp::kSignal, 0);
+  CHECK(fifo_push(f->ring(), f->host_producer_state(), cmd, 1.0) == Status::kInvalidArgument);
+}
