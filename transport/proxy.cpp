@@ -48,6 +48,11 @@ ProxyCounters& ProxyCounters::operator+=(const ProxyCounters& o) {
   return *this;
 }
 
+std::string to_string(const ProxyCounters& c) {
+  return "puts " + std::to_string(c.puts) + " signals " + std::to_string(c.signals) + " fences " +
+         std::to_string(c.fences) + " batches " + std::to_string(c.batches) + " stalls " + std::to_string(c.stalls);
+}
+
 Status parse_cpu_list(const std::string& text, std::vector<int>* cpus) {
   cpus->clear();
   size_t pos = 0;

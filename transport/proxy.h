@@ -31,6 +31,8 @@ struct ProxyCounters {
   uint64_t stalls = 0;   // times the proxy blocked: serial waits, full send queues, flushes
   ProxyCounters& operator+=(const ProxyCounters& o);
 };
+// "puts 12 signals 12 fences 3 batches 3 stalls 0", for the line a runner prints after each run.
+std::string to_string(const ProxyCounters& c);
 
 struct ProxyConfig {
   int rank = 0;

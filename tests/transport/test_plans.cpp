@@ -246,3 +246,9 @@ TEST_CASE("heap allocator: aligned offsets, the same sequence gives the same off
   CHECK(a.allocate(8, 3, "bad align", &z) == Status::kInvalidArgument);
   CHECK(a.allocate(std::numeric_limits<uint64_t>::max() - 4, 8, "overflow", &z) == Status::kInvalidArgument);
 }
+
+TEST_CASE("counters add up and print in one line") {
+  ProxyCounters a{1, 2, 3, 4, 5}, b{10, 20, 30, 40, 50};
+  a += b;
+  CHECK(to_string(a) == "puts 11 signals 22 fences 33 batches 44 stalls 55");
+}
