@@ -53,7 +53,7 @@ std::string format_plan_table(const Plan& p) {
   os << "  machine  " << p.gpu << ", " << p.sm_count << " SMs (" << p.gpu_reason << ")\n";
   if (p.gpu_assumed) os << "  NOTE: no GPU in this topology; this plan assumes " << p.gpu << " GPUs\n";
   snprintf(line, sizeof(line), "  tiles    %d x %d x %d; chunks %s (NVLink), %s (NIC)\n", p.tile_m, p.tile_n, p.tile_k,
-           human_bytes(double(p.intra_chunk_bytes)).c_str(),
+           p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
   os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)") << "\n";

@@ -43,8 +43,8 @@ struct Plan {
   RoleCounts roles;           // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
-  int64_t intra_chunk_bytes = 0;  // NVLink transfer (and signal) granularity
-  int64_t inter_chunk_bytes = 0;  // NIC transfer granularity (a batch of intra chunks)
+  int64_t intra_chunk_bytes = 0;  // NVLink transfer (and signal) granularity; 0: no NVLink traffic
+  int64_t inter_chunk_bytes = 0;  // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
 
   // The prediction, per rank (the busiest one).
   double flops = 0;

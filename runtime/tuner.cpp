@@ -283,7 +283,7 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   p.nics_per_node = rates.nics_per_node;
   const Demand d = compute_demand(w, layout, model, p);
   p.flops = d.flops;
-  p.intra_chunk_bytes = d.intra_chunk;
+  p.intra_chunk_bytes = std::max(d.nvlink_out, d.nvlink_in) > 0 ? d.intra_chunk : 0;  // 0: no NVLink traffic
   p.inter_chunk_bytes = d.nic_out > 0 ? d.inter_chunk : 0;
 
   const int S = model.sm_count;

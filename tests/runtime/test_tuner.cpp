@@ -110,6 +110,8 @@ TEST_CASE("one GPU: nothing to move, every SM computes") {
   CHECK(p.roles.compute == 132);
   CHECK(comm_sms(p.roles) == 0);
   CHECK(p.link("nvlink")->bytes_in == 0);
+  CHECK(p.intra_chunk_bytes == 0);
+  CHECK(p.inter_chunk_bytes == 0);
 }
 
 TEST_CASE("no inter-node roles on one node; inter-node roles on two") {
