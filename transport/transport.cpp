@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -68,7 +69,10 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     return Status::kInvalidArgument;
   }
 
+  // Precedence: the caller's explicit choice, then the environment, then the workload, then auto.
   std::string requested = options.backend;
+  const char* env_backend = getenv("WEFT_NET_BACKEND");
+  if (requested.empty() && !(env_backend && *env_backend)) requested = options.workload_backend;
   if (requested.empty()) WEFT_CHECK(get_param("WEFT_NET_BACKEND", &requested));
   WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));
   WEFT_CHECK(resolve_signal_mode(options.signal_mode, options.workload_signal_mode, &t->mode_));

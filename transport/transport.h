@@ -16,7 +16,9 @@
 namespace weft::transport {
 
 struct TransportOptions {
-  std::string backend;                       // "" = WEFT_NET_BACKEND (auto | ibverbs | socket | loopback)
+  // Backend: this explicit choice, else WEFT_NET_BACKEND if set, else workload_backend, else auto.
+  std::string backend;                       // auto | ibverbs | socket | loopback
+  std::string workload_backend;              // the workload's transport.inter_node, "" if unset
   std::string signal_mode;                   // "" = WEFT_SIGNAL_MODE, else workload_signal_mode, else "batched"
   std::string workload_signal_mode;          // the workload's transport.signal_mode ("" if unset)
   int channels = 1;                          // NIC channels, one proxy each

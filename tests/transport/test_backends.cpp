@@ -216,3 +216,40 @@ TEST_CASE("WEFT_SOCKET_IFNAME naming a missing interface fails with the interfac
   CHECK(b->error_message().find("weft-no-such0") != std::string::npos);
   CHECK(b->error_message().find("lo") != std::string::npos);
 }
+
+TEST_CASE("backend and signal mode precedence: explicit, then environment, then workload, then default") {
+  auto pick = [](const char* env_backend, const char* env_mode, std::string explicit_backend,
+                 std::string workload_backend, std::string workload_mode) {
+    if (env_backend)
+      setenv("WEFT_NET_BACKEND", env_backend, 1);
+    else
+      unsetenv("WEFT_NET_BACKEND");
+    if (env_mode)
+      setenv("WEFT_SIGNAL_MODE", env_mode, 1);
+    else
+      unsetenv("WEFT_SIGNAL_MODE");
+    std::string got;
+    auto st = testing::run_threads(2, 1, [&](bootstrap::Bootstrap& boot) -> Status {
+      std::unique_ptr<HostHeap> heap;
+      WEFT_CHECK(HostHeap::create(4096, &heap));
+      TransportOptions opt;
+      opt.backend = explicit_backend;
+      opt.workload_backend = workload_backend;
+      opt.workload_signal_mode = workload_mode;
+      opt.connect_all_peers = true;
+      std::unique_ptr<Transport> t;
+      WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+      if (boot.info().rank == 0) got = t->backend_name() + "/" + to_string(t->signal_mode());
+      WEFT_CHECK(boot.barrier("x"));
+      return t->stop();
+    });
+    unsetenv("WEFT_NET_BACKEND");
+    unsetenv("WEFT_SIGNAL_MODE");
+    return st[0] == Status::kOk && st[1] == Status::kOk ? got : std::string("failed");
+  };
+  std::string why;
+  if (!ibverbs_device_present(&why)) CHECK(pick(nullptr, nullptr, "", "", "") == "socket/batched");  // auto
+  CHECK(pick(nullptr, nullptr, "", "loopback", "serial") == "loopback/serial");
+  CHECK(pick("socket", "fenced", "", "loopback", "serial") == "socket/fenced");
+  CHECK(pick("socket", nullptr, "loopback", "", "") == "loopback/batched");
+}
