@@ -1,6 +1,5 @@
 // weftrun plan: read a workload, look at the machine (or an hwloc XML), print the tuner's plan.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 
@@ -21,7 +20,8 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand("plan", "print the SM roles, tiles and predicted times for a workload");
   auto opts = std::make_shared<PlanOptions>();
   sub->add_option("workload", opts->workload, "workload YAML file (see configs/README.md)")->required();
-  sub->add_option("--topology", opts->topology, "hwloc XML of the node to plan for (default: WEFT_TOPO_FILE, else this machine)");
+  sub->add_option("--topology", opts->topology,
+                  "hwloc XML of the node to plan for (default: WEFT_TOPO_FILE, else this machine)");
   sub->add_option("--nodes", opts->nodes, "plan for N such nodes instead of the workload's layout.nodes")
       ->check(CLI::Range(1, 65536));
   sub->add_flag("--json", opts->json, "print the plan as JSON");
@@ -63,7 +63,8 @@ int run_plan(const PlanOptions& options) {
     const int found = static_cast<int>(topo.gpus.size());
     if (topo.source == "live" && found > 0 && found < layout.gpus_per_node) {
       notes.push_back("this machine has " + std::to_string(found) + " GPU" + (found == 1 ? "" : "s") + ", the layout " +
-                      std::to_string(layout.gpus_per_node) + " per node: planned for the layout, without this machine's topology");
+                      std::to_string(layout.gpus_per_node) +
+                      " per node: planned for the layout, without this machine's topology");
       topo = topology::Topology{};
       topo.source = "live";
     }

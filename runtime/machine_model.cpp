@@ -45,10 +45,10 @@ MachineModel machine_model_h200() { return MachineModel{}; }
 MachineModel machine_model_h100() {
   MachineModel m;
   m.gpu = "h100";
-  m.sm_count = 132;        // H100 SXM
-  m.tensor_tflops = 800;   // measured cuBLAS range for dense bf16 on H100 SXM
+  m.sm_count = 132;          // H100 SXM
+  m.tensor_tflops = 800;     // measured cuBLAS range for dense bf16 on H100 SXM
   m.attention_tflops = 590;  // the same attention/GEMM ratio as measured on H200
-  m.hbm_gbps = 3350;       // HBM3
+  m.hbm_gbps = 3350;         // HBM3
   // NVLink4 and ConnectX-7 are the same parts as on H200 systems.
   return m;
 }

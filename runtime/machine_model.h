@@ -12,20 +12,20 @@ namespace weft::runtime {
 // TFLOP/s = 1e12 FLOP/s. The defaults come from measurements on 4x H200 (cuBLAS, peer copy, NCCL,
 // SDPA) and datasheets; every field can be overridden from a workload's `machine:` section.
 struct MachineModel {
-  std::string gpu = "h200";          // "h100" or "h200"
+  std::string gpu = "h200";  // "h100" or "h200"
   int sm_count = 132;
-  double tensor_tflops = 861;        // dense 16-bit GEMM, all SMs (cuBLAS measured); fp8 doubles it
-  double attention_tflops = 634;     // attention forward, all SMs (SDPA measured)
+  double tensor_tflops = 861;     // dense 16-bit GEMM, all SMs (cuBLAS measured); fp8 doubles it
+  double attention_tflops = 634;  // attention forward, all SMs (SDPA measured)
   double hbm_gbps = 4800;
-  double nvlink_gbps = 395;          // one GPU's NVLink send bandwidth (peer copy measured)
-  double nvlink_sm_gbps = 24;        // what one SM's loads/stores move over NVLink
-  double nic_gbps = 50;              // one NIC (ConnectX-7, 400 Gb/s)
-  double pcie_gbps = 55;             // GPU <-> NIC through a PCIe Gen5 x16 switch
-  double pcie_remote_gbps = 25;      // GPU <-> NIC across the CPU interconnect (NIC on the other socket)
-  double socket_gbps = 3;            // inter-node TCP (socket backend, no RDMA NIC)
-  double fifo_sm_gbps = 200;         // bytes one inter_send SM can describe to the proxy per second
-  double reduce_sm_gbps = 40;        // partial sums one SM folds per second (bytes of one operand)
-  double latency_us = 8;             // one chunk's signal round (flag write, poll, proxy hop)
+  double nvlink_gbps = 395;      // one GPU's NVLink send bandwidth (peer copy measured)
+  double nvlink_sm_gbps = 24;    // what one SM's loads/stores move over NVLink
+  double nic_gbps = 50;          // one NIC (ConnectX-7, 400 Gb/s)
+  double pcie_gbps = 55;         // GPU <-> NIC through a PCIe Gen5 x16 switch
+  double pcie_remote_gbps = 25;  // GPU <-> NIC across the CPU interconnect (NIC on the other socket)
+  double socket_gbps = 3;        // inter-node TCP (socket backend, no RDMA NIC)
+  double fifo_sm_gbps = 200;     // bytes one inter_send SM can describe to the proxy per second
+  double reduce_sm_gbps = 40;    // partial sums one SM folds per second (bytes of one operand)
+  double latency_us = 8;         // one chunk's signal round (flag write, poll, proxy hop)
 };
 
 MachineModel machine_model_h200();

@@ -1,10 +1,9 @@
 // Printing a Plan: the table `weftrun plan` shows, and the JSON `weftrun plan --json` emits.
 #include "runtime/plan.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 namespace weft::runtime {
@@ -56,7 +55,8 @@ std::string format_plan_table(const Plan& p) {
            p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
-  os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)") << "\n";
+  os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)")
+     << "\n";
   const int32_t counts[kNumRoles] = {p.roles.compute, p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce};
   for (int r = 0; r < kNumRoles; ++r) {
     const bool idle = counts[r] == 0 && p.role_time_s[r] == 0;
@@ -90,12 +90,8 @@ std::string format_plan_json(const Plan& p) {
   j["op"] = to_string(p.op);
   j["dtype"] = to_string(p.dtype);
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
-  j["machine"] = {{"gpu", p.gpu},
-                  {"reason", p.gpu_reason},
-                  {"assumed", p.gpu_assumed},
-                  {"sm_count", p.sm_count},
-                  {"inter_backend", p.inter_backend},
-                  {"nics_per_node", p.nics_per_node}};
+  j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
+                  {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};
   j["roles"] = {{"compute", p.roles.compute},
                 {"intra_comm", p.roles.intra_comm},
                 {"inter_send", p.roles.inter_send},
@@ -115,7 +111,10 @@ std::string format_plan_json(const Plan& p) {
                     {"flops", p.flops}};
   json links = json::array();
   for (const auto& l : p.links)
-    links.push_back({{"link", l.link}, {"bytes_out", l.bytes_out}, {"bytes_in", l.bytes_in}, {"gbps", l.gbps},
+    links.push_back({{"link", l.link},
+                     {"bytes_out", l.bytes_out},
+                     {"bytes_in", l.bytes_in},
+                     {"gbps", l.gbps},
                      {"us", us_json(l.time_s)}});
   j["links"] = links;
   j["notes"] = p.notes;

@@ -13,18 +13,18 @@ namespace weft::runtime {
 
 // Traffic of one GPU (the busiest rank) on one kind of link, for one run of the op.
 struct LinkLoad {
-  std::string link;       // "nvlink", "nic" or "pcie" (GPU <-> NIC path of GPUDirect RDMA)
-  double bytes_out = 0;   // sent by one GPU
-  double bytes_in = 0;    // received by one GPU
-  double gbps = 0;        // bandwidth one GPU gets on it (GB/s = 1e9 B/s)
-  double time_s = 0;      // max(bytes_out, bytes_in) / gbps: this link alone, at full speed
+  std::string link;      // "nvlink", "nic" or "pcie" (GPU <-> NIC path of GPUDirect RDMA)
+  double bytes_out = 0;  // sent by one GPU
+  double bytes_in = 0;   // received by one GPU
+  double gbps = 0;       // bandwidth one GPU gets on it (GB/s = 1e9 B/s)
+  double time_s = 0;     // max(bytes_out, bytes_in) / gbps: this link alone, at full speed
 };
 
 // What the persistent kernel will be launched with, and what the model predicts for it.
 struct Plan {
   // The problem.
-  std::string workload;       // Workload::name
-  std::string source;         // the YAML file
+  std::string workload;  // Workload::name
+  std::string source;    // the YAML file
   Op op = Op::kAgGemm;
   DType dtype = DType::kBf16;
   int nodes = 1;
@@ -32,30 +32,30 @@ struct Plan {
   int world_size = 1;
 
   // The machine model used.
-  std::string gpu;            // "h100" / "h200"
-  std::string gpu_reason;     // why that model was chosen
-  bool gpu_assumed = false;   // the topology has no GPU: planned for the model's default GPU
+  std::string gpu;           // "h100" / "h200"
+  std::string gpu_reason;    // why that model was chosen
+  bool gpu_assumed = false;  // the topology has no GPU: planned for the model's default GPU
   int sm_count = 0;
   std::string inter_backend;  // "none" (one node), "ibverbs" or "socket"
   int nics_per_node = 0;      // distinct NICs the node's GPUs use (assumed when gpu_assumed)
 
   // The launch.
-  RoleCounts roles;           // blocks per role; roles.total() == sm_count when tuned
+  RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
-  int64_t intra_chunk_bytes = 0;  // NVLink transfer (and signal) granularity; 0: no NVLink traffic
-  int64_t inter_chunk_bytes = 0;  // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
+  int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
+  int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
 
   // The prediction, per rank (the busiest one).
   double flops = 0;
   std::array<double, kNumRoles> role_time_s{};  // busy time of each role with its SM count
-  std::vector<LinkLoad> links;                 // nvlink, nic, pcie (always in this order)
-  double tail_s = 0;          // pipeline fill/drain that does not overlap (latency + last chunk)
-  double makespan_s = 0;      // max(role times) + tail
-  std::string limited_by;     // the role whose time sets the makespan
-  double compute_alone_s = 0; // every SM computing, no communication
-  double comm_alone_s = 0;    // the busiest link alone at full bandwidth
-  double bound_s = 0;         // max(compute_alone, comm_alone): no schedule beats it
+  std::vector<LinkLoad> links;                  // nvlink, nic, pcie (always in this order)
+  double tail_s = 0;                            // pipeline fill/drain that does not overlap (latency + last chunk)
+  double makespan_s = 0;                        // max(role times) + tail
+  std::string limited_by;                       // the role whose time sets the makespan
+  double compute_alone_s = 0;                   // every SM computing, no communication
+  double comm_alone_s = 0;                      // the busiest link alone at full bandwidth
+  double bound_s = 0;                           // max(compute_alone, comm_alone): no schedule beats it
   std::vector<std::string> notes;
 
   double role_time(Role r) const { return role_time_s[static_cast<int>(r)]; }

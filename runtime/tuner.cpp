@@ -67,7 +67,7 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
     case Op::kMoe: {
       const auto& m = w.moe;
       const double tokens_local = double(m.tokens) / W, experts_local = double(m.experts) / W;
-      const double copies = tokens_local * m.topk;                       // token-expert pairs per rank
+      const double copies = tokens_local * m.topk;                                      // token-expert pairs per rank
       const double rows_per_expert = std::ceil(double(m.tokens) * m.topk / m.experts);  // balanced routing
       const double h = m.hidden, f = m.ffn;
       // Gated FFN per expert: [rows, h] x [h, 2f] (gate and up), then [rows, f] x [f, h] (down).
@@ -131,8 +131,10 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
     bool any_without = false;
     for (int g = 0; g < G; ++g) {
       int nic = g < static_cast<int>(mapping.gpus.size()) ? mapping.gpus[g].primary_nic : -1;
-      if (nic < 0) any_without = true;
-      else users[nic]++;
+      if (nic < 0)
+        any_without = true;
+      else
+        users[nic]++;
     }
     r.nics_per_node = static_cast<int>(users.size());
     const bool socket = any_without || w.transport.inter_node == InterNode::kSocket;
@@ -170,8 +172,7 @@ void predict(const Demand& d, const LinkRates& r, const MachineModel& model, con
   if (c.compute <= 0) {
     compute = d.flops > 0 ? kInf : 0;
   } else {
-    for (const auto& g : d.groups)
-      compute += std::ceil(g.tiles / c.compute) * g.tile_flops / (per_sm_tflops * 1e12);
+    for (const auto& g : d.groups) compute += std::ceil(g.tiles / c.compute) * g.tile_flops / (per_sm_tflops * 1e12);
     compute = std::max(compute, transfer_time(d.hbm_bytes, model.hbm_gbps * c.compute / model.sm_count));
   }
   const double nv = std::max(d.nvlink_out, d.nvlink_in);
@@ -224,8 +225,8 @@ RoleCounts best_roles(const Demand& d, const LinkRates& rates, const MachineMode
 namespace {
 
 // Explicit counts: the kernel would wait forever on work no SM does, so refuse those.
-Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, const MachineModel& model,
-                      Plan* plan, std::string* error) {
+Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, const MachineModel& model, Plan* plan,
+                      std::string* error) {
   const RoleCounts& c = w.roles.counts;
   auto fail = [&](const std::string& key, const std::string& what) {
     *error = w.error_at(key, what);
@@ -238,8 +239,10 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
     return fail("roles", os.str());
   }
   const std::string op = to_string(w.op);
-  if (layout.nodes == 1 && c.inter_send > 0) return fail("roles.inter_send", "expected 0 on a single node (no inter-node traffic)");
-  if (layout.nodes == 1 && c.inter_reduce > 0) return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
+  if (layout.nodes == 1 && c.inter_send > 0)
+    return fail("roles.inter_send", "expected 0 on a single node (no inter-node traffic)");
+  if (layout.nodes == 1 && c.inter_reduce > 0)
+    return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
   if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
   if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)

@@ -19,18 +19,18 @@ struct Demand {
   };
   std::vector<TileGroup> groups;  // compute work; each group runs in ceil(tiles / SMs) waves
   double flops = 0;
-  double hbm_bytes = 0;           // compute's minimum HBM traffic
-  double tflops = 0;              // all-SM throughput for this op's compute (GEMM or attention, dtype)
+  double hbm_bytes = 0;  // compute's minimum HBM traffic
+  double tflops = 0;     // all-SM throughput for this op's compute (GEMM or attention, dtype)
   double nvlink_out = 0, nvlink_in = 0;
   double nic_out = 0, nic_in = 0;
-  double reduce_bytes = 0;        // partial sums arriving from other nodes, folded by inter_reduce
+  double reduce_bytes = 0;  // partial sums arriving from other nodes, folded by inter_reduce
   int64_t intra_chunk = 0, inter_chunk = 0;
 };
 
 // Bandwidths one GPU gets, from the topology and mapping (or assumed, without GPUs).
 struct LinkRates {
   double nvlink_gbps = 0;
-  double nic_gbps = 0;   // NIC path per GPU: min(NIC share, PCIe path); socket when no NIC
+  double nic_gbps = 0;  // NIC path per GPU: min(NIC share, PCIe path); socket when no NIC
   double pcie_gbps = 0;
   std::string inter_backend;
   int nics_per_node = 0;

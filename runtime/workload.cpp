@@ -14,38 +14,52 @@ namespace weft::runtime {
 
 const char* to_string(Op op) {
   switch (op) {
-    case Op::kAgGemm: return "ag_gemm";
-    case Op::kGemmRs: return "gemm_rs";
-    case Op::kGemmAr: return "gemm_ar";
-    case Op::kMoe: return "moe";
-    case Op::kRingAttention: return "ring_attention";
+    case Op::kAgGemm:
+      return "ag_gemm";
+    case Op::kGemmRs:
+      return "gemm_rs";
+    case Op::kGemmAr:
+      return "gemm_ar";
+    case Op::kMoe:
+      return "moe";
+    case Op::kRingAttention:
+      return "ring_attention";
   }
   return "?";
 }
 
 const char* to_string(DType t) {
   switch (t) {
-    case DType::kBf16: return "bf16";
-    case DType::kFp16: return "fp16";
-    case DType::kFp8: return "fp8";
+    case DType::kBf16:
+      return "bf16";
+    case DType::kFp16:
+      return "fp16";
+    case DType::kFp8:
+      return "fp8";
   }
   return "?";
 }
 
 const char* to_string(InterNode t) {
   switch (t) {
-    case InterNode::kAuto: return "auto";
-    case InterNode::kIbverbs: return "ibverbs";
-    case InterNode::kSocket: return "socket";
+    case InterNode::kAuto:
+      return "auto";
+    case InterNode::kIbverbs:
+      return "ibverbs";
+    case InterNode::kSocket:
+      return "socket";
   }
   return "?";
 }
 
 const char* to_string(SignalMode m) {
   switch (m) {
-    case SignalMode::kSerial: return "serial";
-    case SignalMode::kFenced: return "fenced";
-    case SignalMode::kBatched: return "batched";
+    case SignalMode::kSerial:
+      return "serial";
+    case SignalMode::kFenced:
+      return "fenced";
+    case SignalMode::kBatched:
+      return "batched";
   }
   return "?";
 }

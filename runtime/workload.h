@@ -42,7 +42,7 @@ struct MoeShape {
   int64_t topk = 0;     // experts per token
 };
 struct AttentionShape {
-  int64_t seq = 0;       // global sequence length (each rank holds seq / world queries, keys, values)
+  int64_t seq = 0;  // global sequence length (each rank holds seq / world queries, keys, values)
   int64_t heads = 0;
   int64_t head_dim = 0;
   bool causal = true;
@@ -78,18 +78,18 @@ struct GemmShard {
 };
 
 struct Workload {
-  std::string name;       // default: the file name without extension
-  std::string source;     // the file it came from
+  std::string name;    // default: the file name without extension
+  std::string source;  // the file it came from
   Op op = Op::kAgGemm;
   DType dtype = DType::kBf16;
-  GemmShape gemm;         // ag_gemm, gemm_rs, gemm_ar
-  MoeShape moe;           // moe
+  GemmShape gemm;            // ag_gemm, gemm_rs, gemm_ar
+  MoeShape moe;              // moe
   AttentionShape attention;  // ring_attention
   Layout layout;
   RoleSpec roles;
   TransportSpec transport;
   RunSpec run;
-  std::string gpu;        // `machine.gpu`: "", "h100" or "h200"
+  std::string gpu;  // `machine.gpu`: "", "h100" or "h200"
   // `machine:` overrides of MachineModel constants, by key (see machine_model.h), in file order.
   std::vector<std::pair<std::string, double>> machine_overrides;
   // Where each key's value is in the file ("shape.m", "roles", "roles.compute"), so that errors found
@@ -115,8 +115,7 @@ struct Workload {
 // cannot be read) and sets *error to one line "file:line:col: key: what was expected".
 Status load_workload(const std::string& path, Workload* out, std::string* error);
 // The same from text already in memory; `filename` is used in messages.
-Status parse_workload(const std::string& yaml_text, const std::string& filename, Workload* out,
-                      std::string* error);
+Status parse_workload(const std::string& yaml_text, const std::string& filename, Workload* out, std::string* error);
 
 // Re-checks the sizes against a different layout (`weftrun plan --nodes N`): divisibility by the
 // world size where the op needs it. Sets *error as parse_workload does.

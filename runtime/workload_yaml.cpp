@@ -44,11 +44,16 @@ std::string nearest(const std::string& word, const Keys& keys) {
 
 const char* kind_of(const YAML::Node& n) {
   switch (n.Type()) {
-    case YAML::NodeType::Map: return "a map";
-    case YAML::NodeType::Sequence: return "a list";
-    case YAML::NodeType::Null: return "nothing";
-    case YAML::NodeType::Scalar: return n.Tag() == "!" ? "a quoted string" : "a scalar";
-    default: return "nothing";
+    case YAML::NodeType::Map:
+      return "a map";
+    case YAML::NodeType::Sequence:
+      return "a list";
+    case YAML::NodeType::Null:
+      return "nothing";
+    case YAML::NodeType::Scalar:
+      return n.Tag() == "!" ? "a quoted string" : "a scalar";
+    default:
+      return "nothing";
   }
 }
 
@@ -102,8 +107,8 @@ class Reader {
   bool check_keys(const YAML::Node& map, const std::string& path, const Keys& allowed, const std::string& what);
   bool want_map(const YAML::Node& n, const std::string& key, const std::string& what);
 
-  bool get_int(const YAML::Node& map, const std::string& path, const char* key, int64_t lo, int64_t hi,
-               int64_t* out, bool required);
+  bool get_int(const YAML::Node& map, const std::string& path, const char* key, int64_t lo, int64_t hi, int64_t* out,
+               bool required);
   bool get_bool(const YAML::Node& map, const std::string& path, const char* key, bool* out);
   bool get_string(const YAML::Node& n, const std::string& key, std::string* out);
   bool get_enum(const YAML::Node& n, const std::string& key, const Keys& names, int* out);
@@ -134,10 +139,14 @@ void Reader::unclosed_bracket(size_t end, int* line, int* col) const {
       if (c == quote) quote = 0;
       continue;
     }
-    if (c == '#') comment = true;
-    else if (c == '"' || c == '\'') quote = c;
-    else if (c == '{' || c == '[') open.push_back(i);
-    else if ((c == '}' || c == ']') && !open.empty()) open.pop_back();
+    if (c == '#')
+      comment = true;
+    else if (c == '"' || c == '\'')
+      quote = c;
+    else if (c == '{' || c == '[')
+      open.push_back(i);
+    else if ((c == '}' || c == ']') && !open.empty())
+      open.pop_back();
   }
   if (open.empty()) return;
   const size_t at = open.back();
@@ -170,14 +179,17 @@ bool Reader::check_single_document() {
     if (!l.empty() && l.back() == '\r') l.pop_back();
     const bool start = l.rfind("---", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
     const bool end = l.rfind("...", 0) == 0 && (l.size() == 3 || l[3] == ' ' || l[3] == '\t');
-    if (start && (content || ended)) return fail_at(i, 0, "(file)", "a second YAML document; expected one workload per file");
+    if (start && (content || ended))
+      return fail_at(i, 0, "(file)", "a second YAML document; expected one workload per file");
     if (end) {
       ended = true;
       continue;
     }
     size_t b = l.find_first_not_of(" \t");
     if (start || b == std::string::npos || l[b] == '#') continue;
-    if (ended) return fail_at(i, static_cast<int>(b), "(file)", "content after the document end '...'; expected one workload per file");
+    if (ended)
+      return fail_at(i, static_cast<int>(b), "(file)",
+                     "content after the document end '...'; expected one workload per file");
     content = true;
   }
   return true;
@@ -193,14 +205,20 @@ bool Reader::check_bytes() {
       ++line, col = 0;
       continue;
     }
-    if (c < 0x20 && c != '\t' && c != '\r') bad = true;
-    else if (c == 0x7f) bad = true;
+    if (c < 0x20 && c != '\t' && c != '\r')
+      bad = true;
+    else if (c == 0x7f)
+      bad = true;
     else if (c >= 0x80) {
       // Valid UTF-8 only: a lead byte and its continuation bytes.
-      if ((c & 0xe0) == 0xc0 && c >= 0xc2) extra = 1;
-      else if ((c & 0xf0) == 0xe0) extra = 2;
-      else if ((c & 0xf8) == 0xf0 && c <= 0xf4) extra = 3;
-      else bad = true;
+      if ((c & 0xe0) == 0xc0 && c >= 0xc2)
+        extra = 1;
+      else if ((c & 0xf0) == 0xe0)
+        extra = 2;
+      else if ((c & 0xf8) == 0xf0 && c <= 0xf4)
+        extra = 3;
+      else
+        bad = true;
       for (size_t j = 1; !bad && j <= extra; ++j)
         if (i + j >= text_.size() || (static_cast<unsigned char>(text_[i + j]) & 0xc0) != 0x80) bad = true;
     }
@@ -257,8 +275,9 @@ bool Reader::check_duplicates(const YAML::Node& n, const std::string& path) {
     if (!k.IsScalar()) return fail(k, full, "a map key must be a plain word, got " + std::string(kind_of(k)));
     for (const auto& s : seen)
       if (s.first == name)
-        return fail(k, full,
-                    "duplicate key (first set at line " + std::to_string(s.second.line + 1) + "); expected each key once");
+        return fail(
+            k, full,
+            "duplicate key (first set at line " + std::to_string(s.second.line + 1) + "); expected each key once");
     seen.emplace_back(name, k.Mark());
     if (!check_duplicates(it->second, full)) return false;
   }
@@ -320,12 +339,14 @@ bool Reader::get_bool(const YAML::Node& map, const std::string& path, const char
     if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
     if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
   }
-  return fail(n, full, std::string("expected true or false, got ") + kind_of(n) + (n.IsScalar() ? " '" + n.Scalar() + "'" : ""));
+  return fail(n, full,
+              std::string("expected true or false, got ") + kind_of(n) + (n.IsScalar() ? " '" + n.Scalar() + "'" : ""));
 }
 
 bool Reader::get_string(const YAML::Node& n, const std::string& key, std::string* out) {
   remember(key, n);
-  if (!n.IsScalar() || n.Scalar().empty()) return fail(n, key, std::string("expected a non-empty string, got ") + kind_of(n));
+  if (!n.IsScalar() || n.Scalar().empty())
+    return fail(n, key, std::string("expected a non-empty string, got ") + kind_of(n));
   *out = n.Scalar();
   return true;
 }
@@ -337,8 +358,9 @@ bool Reader::get_enum(const YAML::Node& n, const std::string& key, const Keys& n
   for (size_t i = 0; i < names.size(); ++i)
     if (s == names[i]) return *out = static_cast<int>(i), true;
   std::string hint = nearest(s, names);
-  return fail(n, key, "unknown value '" + s + "';" + (hint.empty() ? "" : " did you mean '" + hint + "'?") +
-                          " expected one of " + join(names));
+  return fail(n, key,
+              "unknown value '" + s + "';" + (hint.empty() ? "" : " did you mean '" + hint + "'?") +
+                  " expected one of " + join(names));
 }
 
 bool Reader::read_shape(const YAML::Node& top) {
@@ -348,7 +370,8 @@ bool Reader::read_shape(const YAML::Node& top) {
   const Op op = w_->op;
   const Keys& keys = is_gemm_op(op) ? kGemm : op == Op::kMoe ? kMoe : kAttn;
   YAML::Node s = top["shape"];
-  if (!s) return fail(top, "shape", std::string("missing; expected a map {") + join(keys) + "} for op " + to_string(op));
+  if (!s)
+    return fail(top, "shape", std::string("missing; expected a map {") + join(keys) + "} for op " + to_string(op));
   remember("shape", s);
   if (!want_map(s, "shape", std::string("a map {") + join(keys) + "} for op " + to_string(op))) return false;
   if (!check_keys(s, "shape", keys, std::string("for op ") + to_string(op))) return false;
@@ -362,7 +385,8 @@ bool Reader::read_shape(const YAML::Node& top) {
     const double mk = double(w_->gemm.m) * w_->gemm.k * e, kn = double(w_->gemm.k) * w_->gemm.n * e,
                  mn = double(w_->gemm.m) * w_->gemm.n * 4;
     if (std::max({mk, kn, mn}) > double(int64_t(1) << 50))
-      return fail(s, "shape", "a matrix of this shape would exceed 1 PiB; expected sizes whose A, B and C fit in memory");
+      return fail(s, "shape",
+                  "a matrix of this shape would exceed 1 PiB; expected sizes whose A, B and C fit in memory");
   } else if (op == Op::kMoe) {
     auto& m = w_->moe;
     if (!get_int(s, "shape", "tokens", 1, kMaxDim, &m.tokens, true) ||
@@ -449,8 +473,9 @@ bool Reader::read_roles(const YAML::Node& top, int sm_count) {
   remember("roles", r);
   if (r.IsScalar() && r.Tag() != "!" && r.Scalar() == "auto") return true;
   if (!r.IsMap())
-    return fail(r, "roles", std::string("expected auto or a map {compute, intra_comm, inter_send, inter_reduce}, got ") +
-                                kind_of(r) + (r.IsScalar() ? " '" + r.Scalar() + "'" : ""));
+    return fail(r, "roles",
+                std::string("expected auto or a map {compute, intra_comm, inter_send, inter_reduce}, got ") +
+                    kind_of(r) + (r.IsScalar() ? " '" + r.Scalar() + "'" : ""));
   if (!check_keys(r, "roles", {"compute", "intra_comm", "inter_send", "inter_reduce"}, "")) return false;
   int64_t c = -1, ic = 0, is = 0, ir = 0;
   if (!get_int(r, "roles", "intra_comm", 0, sm_count, &ic, false) ||
@@ -467,8 +492,8 @@ bool Reader::read_roles(const YAML::Node& top, int sm_count) {
     return fail(r["compute"] ? r["compute"] : r, r["compute"] ? "roles.compute" : "roles", os.str());
   }
   w_->roles.automatic = false;
-  w_->roles.counts = RoleCounts{static_cast<int32_t>(c), static_cast<int32_t>(ic), static_cast<int32_t>(is),
-                                static_cast<int32_t>(ir)};
+  w_->roles.counts =
+      RoleCounts{static_cast<int32_t>(c), static_cast<int32_t>(ic), static_cast<int32_t>(is), static_cast<int32_t>(ir)};
   return true;
 }
 
@@ -497,8 +522,8 @@ bool Reader::read_run(const YAML::Node& top) {
   if (!want_map(r, "run", "a map {warmup, iters, validate}")) return false;
   if (!check_keys(r, "run", {"warmup", "iters", "validate"}, "")) return false;
   int64_t warmup = w_->run.warmup, iters = w_->run.iters;
-  if (!get_int(r, "run", "warmup", 0, 1000000, &warmup, false) || !get_int(r, "run", "iters", 1, 10000000, &iters, false) ||
-      !get_bool(r, "run", "validate", &w_->run.validate))
+  if (!get_int(r, "run", "warmup", 0, 1000000, &warmup, false) ||
+      !get_int(r, "run", "iters", 1, 10000000, &iters, false) || !get_bool(r, "run", "validate", &w_->run.validate))
     return false;
   w_->run.warmup = static_cast<int>(warmup);
   w_->run.iters = static_cast<int>(iters);
@@ -524,12 +549,15 @@ bool Reader::run() {
   }
   if (top.IsNull()) {
     int line = 0, col = 0;
-    if (!first_content(&line, &col)) return fail_at(0, 0, "(file)", "empty; expected a YAML map with at least 'op' and 'shape'");
-    return fail_at(line, col, "(top level)", "no YAML value could be read here; expected a map of keys (name, op, shape, ...)");
+    if (!first_content(&line, &col))
+      return fail_at(0, 0, "(file)", "empty; expected a YAML map with at least 'op' and 'shape'");
+    return fail_at(line, col, "(top level)",
+                   "no YAML value could be read here; expected a map of keys (name, op, shape, ...)");
   }
   if (!top.IsMap())
-    return fail(top, "(top level)", std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
-                                        (top.IsScalar() ? " '" + top.Scalar() + "'" : ""));
+    return fail(top, "(top level)",
+                std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
+                    (top.IsScalar() ? " '" + top.Scalar() + "'" : ""));
   if (!check_duplicates(top, "")) return false;
   if (!check_keys(top, "", {"name", "op", "dtype", "shape", "layout", "roles", "transport", "run", "machine"}, ""))
     return false;

@@ -1,14 +1,13 @@
 // `weftrun plan` end to end: every example gives a plan (exit 0, JSON that parses, roles summing to the
 // SM count); bad files give a non-zero exit and one file:line:col message, never a crash.
+#include <dirent.h>
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
-
 #include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <dirent.h>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
 #include <vector>
@@ -33,8 +32,10 @@ Result weftrun(const std::string& args) {
   const std::string cmd = std::string("'") + WEFTRUN_PATH + "' " + args + " >'" + out + "' 2>'" + err + "'";
   int status = std::system(cmd.c_str());
   Result r;
-  if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
-  else r.exit_code = 1000 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);  // a crash
+  if (WIFEXITED(status))
+    r.exit_code = WEXITSTATUS(status);
+  else
+    r.exit_code = 1000 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);  // a crash
   r.out = slurp(out);
   r.err = slurp(err);
   return r;
@@ -95,17 +96,18 @@ TEST_CASE("weftrun plan --json on every example: exit 0, valid JSON, roles sum t
 
 TEST_CASE("weftrun plan on a machine description without GPUs says the GPU is assumed") {
   const std::string ex = std::string(WEFT_SOURCE_DIR) + "/configs/examples/ag_gemm_2x2.yaml";
-  Result r = weftrun("plan --json --topology '" + std::string(WEFT_SOURCE_DIR) + "/tests/data/psmgmt-topo.mel3001.xml' '" +
-                     ex + "'");
+  Result r = weftrun("plan --json --topology '" + std::string(WEFT_SOURCE_DIR) +
+                     "/tests/data/psmgmt-topo.mel3001.xml' '" + ex + "'");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   nlohmann::json j = nlohmann::json::parse(r.out);
   CHECK(j["machine"]["assumed"].get<bool>());
   CHECK(j["machine"]["gpu"] == "h200");
-  Result t = weftrun("plan --topology '" + std::string(WEFT_SOURCE_DIR) + "/tests/data/psmgmt-topo.mel3001.xml' '" + ex + "'");
+  Result t =
+      weftrun("plan --topology '" + std::string(WEFT_SOURCE_DIR) + "/tests/data/psmgmt-topo.mel3001.xml' '" + ex + "'");
   CHECK(t.out.find("no GPU in this topology") != std::string::npos);
   // A node with 4 GPUs and 4 NICs maps them and plans ibverbs.
-  r = weftrun("plan --json --topology '" + std::string(WEFT_SOURCE_DIR) + "/tests/data/psmgmt-topo.jwb0004.xml' '" + ex +
-              "'");
+  r = weftrun("plan --json --topology '" + std::string(WEFT_SOURCE_DIR) + "/tests/data/psmgmt-topo.jwb0004.xml' '" +
+              ex + "'");
   REQUIRE_MESSAGE(r.exit_code == 0, r.err);
   j = nlohmann::json::parse(r.out);
   CHECK_FALSE(j["machine"]["assumed"].get<bool>());

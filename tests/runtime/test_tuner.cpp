@@ -1,10 +1,10 @@
 // The tuner's properties: counts sum to the SM count, comm SMs grow with bytes, no inter-node roles on
 // one node, explicit counts respected and checked, predictions monotone in problem size.
+#include <dirent.h>
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <cstdlib>
-#include <dirent.h>
 #include <string>
 #include <vector>
 
@@ -185,8 +185,10 @@ TEST_CASE("more bytes never give fewer communication SMs") {
 
 TEST_CASE("predicted makespan is monotone in the problem size") {
   const std::vector<std::pair<std::string, std::string>> shapes = {
-      {"ag_gemm", "{m: %d, n: 28672, k: 8192}"},   {"gemm_rs", "{m: %d, n: 8192, k: 7168}"},
-      {"gemm_ar", "{m: %d, n: 8192, k: 7168}"},    {"moe", "{tokens: %d, hidden: 4096, ffn: 14336, experts: 8, topk: 2}"},
+      {"ag_gemm", "{m: %d, n: 28672, k: 8192}"},
+      {"gemm_rs", "{m: %d, n: 8192, k: 7168}"},
+      {"gemm_ar", "{m: %d, n: 8192, k: 7168}"},
+      {"moe", "{tokens: %d, hidden: 4096, ffn: 14336, experts: 8, topk: 2}"},
       {"ring_attention", "{seq: %d, heads: 32, head_dim: 128}"}};
   for (int nodes : {1, 2}) {
     for (const auto& [op, fmt] : shapes) {
@@ -241,11 +243,13 @@ TEST_CASE("explicit counts are used as given, and checked against the machine an
   // More SMs than the GPU the plan is for has.
   MachineModel small = machine_model_h100();
   small.sm_count = 114;
-  Workload big = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 116, intra_comm: 16}\n");
+  Workload big =
+      parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 116, intra_comm: 16}\n");
   CHECK(tune(big, big.layout, {}, {}, small, &p, &err) == Status::kInvalidArgument);
   CHECK(err.find("roles: counts sum to 132 with 116 compute; expected at most 114 SMs") != std::string::npos);
   // Fewer than all SMs is allowed, and said.
-  Workload few = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 100, intra_comm: 8}\n");
+  Workload few =
+      parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 100, intra_comm: 8}\n");
   p = plan_for(few);
   CHECK(p.roles.total() == 108);
   REQUIRE(!p.notes.empty());
@@ -350,7 +354,8 @@ TEST_CASE("make_plan picks the model from the workload, the topology's GPU names
   REQUIRE(make_plan(w, w.layout, t, m, &p, &err) == Status::kOk);
   CHECK(p.gpu == "h200");
   CHECK(p.gpu_reason.find("A100 SXM4 40GB]' is not an H100 or H200") != std::string::npos);
-  Workload o = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "machine: {gpu: h200, tensor_tflops: 400}\n");
+  Workload o =
+      parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "machine: {gpu: h200, tensor_tflops: 400}\n");
   REQUIRE(make_plan(o, o.layout, t, m, &p, &err) == Status::kOk);
   CHECK(p.gpu == "h200");
   Plan fast;

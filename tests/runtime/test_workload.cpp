@@ -1,8 +1,8 @@
 // Workload files: every example parses; every kind of bad input gives one "file:line:col: key: ..." error.
+#include <dirent.h>
 #include <doctest/doctest.h>
 
 #include <cstdlib>
-#include <dirent.h>
 #include <string>
 #include <vector>
 
@@ -166,7 +166,8 @@ TEST_CASE("binary data and invalid UTF-8 are refused with the offset") {
   // Valid UTF-8 in a value is fine.
   Workload w;
   std::string err;
-  CHECK(parse_workload("name: caf\xc3\xa9\nop: gemm_ar\nshape: {m: 1, n: 1, k: 1}\n", "w.yaml", &w, &err) == Status::kOk);
+  CHECK(parse_workload("name: caf\xc3\xa9\nop: gemm_ar\nshape: {m: 1, n: 1, k: 1}\n", "w.yaml", &w, &err) ==
+        Status::kOk);
 }
 
 TEST_CASE("YAML syntax errors name the line and the key there") {
@@ -262,51 +263,64 @@ TEST_CASE("wrong types: strings, lists, maps and floats where integers or boolea
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: 8.5, n: 4, k: 4}\n"), "got '8.5'"));
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: 1e4, n: 4, k: 4}\n"), "got '1e4'"));
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: , n: 4, k: 4}\n"), "shape.m: expected an integer"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: 42\n"), "shape: expected a map {m, n, k} for op ag_gemm, got a scalar '42'"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: 42\n"),
+                 "shape: expected a map {m, n, k} for op ag_gemm, got a scalar '42'"));
   CHECK(contains(error_of("op: [ag_gemm]\n"), "op: expected one of"));
   CHECK(contains(error_of(std::string(kGood) + "run: {validate: maybe}\n"),
                  "run.validate: expected true or false, got a scalar 'maybe'"));
   CHECK(contains(error_of(std::string(kGood) + "roles: automatic\n"), "roles: expected auto or a map"));
   CHECK(contains(error_of(std::string(kGood) + "layout2: 1\n"), "did you mean 'layout'"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nlayout: 4\n"), "layout: expected a map {nodes, gpus_per_node}"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nlayout: 4\n"),
+                 "layout: expected a map {nodes, gpus_per_node}"));
 }
 
 TEST_CASE("zero, negative and overflowing sizes") {
   CHECK(starts_with(error_of("op: ag_gemm\nshape: {m: 0, n: 4, k: 4}\n"),
                     "w.yaml:2:12: shape.m: expected an integer between 1 and 2147483647, got 0"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: -8, k: 4}\n"), "shape.n: expected an integer between 1 and 2147483647, got -8"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: -8, k: 4}\n"),
+                 "shape.n: expected an integer between 1 and 2147483647, got -8"));
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 99999999999999999999999}\n"),
                  "shape.k: expected an integer between 1 and 2147483647, got 99999999999999999999999"));
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4294967296}\n"), "shape.k: expected an integer"));
   // Each dimension fits, the matrices do not.
-  CHECK(contains(error_of("op: gemm_ar\nshape: {m: 2000000000, n: 2000000000, k: 8}\n"), "shape: a matrix of this shape would exceed"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nlayout: {nodes: 0}\n"), "layout.nodes: expected an integer between 1"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nrun: {iters: 0}\n"), "run.iters: expected an integer between 1"));
-  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nrun: {warmup: -1}\n"), "run.warmup: expected an integer between 0"));
+  CHECK(contains(error_of("op: gemm_ar\nshape: {m: 2000000000, n: 2000000000, k: 8}\n"),
+                 "shape: a matrix of this shape would exceed"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nlayout: {nodes: 0}\n"),
+                 "layout.nodes: expected an integer between 1"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nrun: {iters: 0}\n"),
+                 "run.iters: expected an integer between 1"));
+  CHECK(contains(error_of("op: ag_gemm\nshape: {m: 4, n: 4, k: 4}\nrun: {warmup: -1}\n"),
+                 "run.warmup: expected an integer between 0"));
 }
 
 TEST_CASE("sizes the layout does not divide, per op") {
   std::string e = error_of("op: ag_gemm\nshape: {m: 8190, n: 28672, k: 8192}\nlayout: {nodes: 1, gpus_per_node: 4}\n");
-  CHECK(starts_with(e, "w.yaml:2:12: shape.m: 8190 is not divisible by the 4 ranks (1 node x 4 GPUs); expected a multiple of 4"));
+  CHECK(starts_with(
+      e, "w.yaml:2:12: shape.m: 8190 is not divisible by the 4 ranks (1 node x 4 GPUs); expected a multiple of 4"));
   CHECK(contains(error_of("op: ag_gemm\nshape: {m: 8192, n: 100, k: 8}\nlayout: {nodes: 2, gpus_per_node: 4}\n"),
                  "shape.n: 100 is not divisible by the 8 ranks (2 nodes x 4 GPUs)"));
   CHECK(contains(error_of("op: gemm_rs\nshape: {m: 64, n: 64, k: 7000}\nlayout: {gpus_per_node: 3}\n"),
                  "shape.k: 7000 is not divisible by the 3 ranks"));
   CHECK(contains(error_of("op: gemm_rs\nshape: {m: 62, n: 64, k: 6000}\nlayout: {gpus_per_node: 4}\n"), "shape.m: 62"));
-  CHECK(contains(error_of("op: gemm_ar\nshape: {m: 7, n: 7, k: 7}\nlayout: {gpus_per_node: 2}\n"), "shape.k: 7 is not divisible"));
-  CHECK(contains(error_of("op: moe\nshape: {tokens: 100, hidden: 8, ffn: 8, experts: 8, topk: 2}\nlayout: {gpus_per_node: 8}\n"),
-                 "shape.tokens: 100 is not divisible"));
-  CHECK(contains(error_of("op: moe\nshape: {tokens: 64, hidden: 8, ffn: 8, experts: 6, topk: 2}\nlayout: {gpus_per_node: 4}\n"),
-                 "shape.experts: 6 is not divisible"));
-  CHECK(contains(error_of("op: ring_attention\nshape: {seq: 1000, heads: 8, head_dim: 64}\nlayout: {gpus_per_node: 3}\n"),
-                 "shape.seq: 1000 is not divisible"));
+  CHECK(contains(error_of("op: gemm_ar\nshape: {m: 7, n: 7, k: 7}\nlayout: {gpus_per_node: 2}\n"),
+                 "shape.k: 7 is not divisible"));
+  CHECK(contains(
+      error_of("op: moe\nshape: {tokens: 100, hidden: 8, ffn: 8, experts: 8, topk: 2}\nlayout: {gpus_per_node: 8}\n"),
+      "shape.tokens: 100 is not divisible"));
+  CHECK(contains(
+      error_of("op: moe\nshape: {tokens: 64, hidden: 8, ffn: 8, experts: 6, topk: 2}\nlayout: {gpus_per_node: 4}\n"),
+      "shape.experts: 6 is not divisible"));
+  CHECK(
+      contains(error_of("op: ring_attention\nshape: {seq: 1000, heads: 8, head_dim: 64}\nlayout: {gpus_per_node: 3}\n"),
+               "shape.seq: 1000 is not divisible"));
   // gemm_ar does not split m, so an odd m is fine.
   Workload w;
   std::string err;
-  CHECK(parse_workload("op: gemm_ar\nshape: {m: 7, n: 7, k: 8}\nlayout: {gpus_per_node: 2}\n", "w.yaml", &w, &err) == Status::kOk);
+  CHECK(parse_workload("op: gemm_ar\nshape: {m: 7, n: 7, k: 8}\nlayout: {gpus_per_node: 2}\n", "w.yaml", &w, &err) ==
+        Status::kOk);
   // --nodes re-checks with the new world size and still points at the key.
-  REQUIRE(parse_workload("op: ag_gemm\nshape: {m: 8192, n: 28672, k: 8}\nlayout: {gpus_per_node: 4}\n", "w.yaml", &w, &err) ==
-          Status::kOk);
+  REQUIRE(parse_workload("op: ag_gemm\nshape: {m: 8192, n: 28672, k: 8}\nlayout: {gpus_per_node: 4}\n", "w.yaml", &w,
+                         &err) == Status::kOk);
   CHECK(validate_layout(w, Layout{3, 4}, &err) == Status::kInvalidArgument);
   CHECK(starts_with(err, "w.yaml:2:12: shape.m: 8192 is not divisible by the 12 ranks (3 nodes x 4 GPUs)"));
   CHECK(validate_layout(w, Layout{2, 4}, &err) == Status::kOk);
@@ -331,23 +345,26 @@ TEST_CASE("ring_attention: causal defaults to true and must be a boolean") {
 TEST_CASE("explicit roles: no more than the SM count, at least one compute SM") {
   unsetenv("WEFT_GPU_ARCH");
   std::string e = error_of(std::string(kGood) + "roles: {compute: 120, intra_comm: 16}\n");
-  CHECK(starts_with(e, "w.yaml:6:18: roles.compute: compute 120 + intra_comm 16 + inter_send 0 + inter_reduce 0 = 136; "
-                       "expected at most 132 SMs"));
+  CHECK(starts_with(e,
+                    "w.yaml:6:18: roles.compute: compute 120 + intra_comm 16 + inter_send 0 + inter_reduce 0 = 136; "
+                    "expected at most 132 SMs"));
   e = error_of(std::string(kGood) + "roles: {compute: 0, intra_comm: 16}\n");
   CHECK(contains(e, "roles.compute: compute 0"));
   CHECK(contains(e, "at least 1 compute SM"));
   // compute left out: the rest of the SMs; none left is an error at `roles`.
   e = error_of(std::string(kGood) + "roles: {intra_comm: 132}\n");
   CHECK(starts_with(e, "w.yaml:6:8: roles: compute 0"));
-  CHECK(contains(error_of(std::string(kGood) + "roles: {intra_comm: 200}\n"), "roles.intra_comm: expected an integer between 0 and 132"));
-  CHECK(contains(error_of(std::string(kGood) + "roles: {intra_comm: -1}\n"), "roles.intra_comm: expected an integer between 0"));
+  CHECK(contains(error_of(std::string(kGood) + "roles: {intra_comm: 200}\n"),
+                 "roles.intra_comm: expected an integer between 0 and 132"));
+  CHECK(contains(error_of(std::string(kGood) + "roles: {intra_comm: -1}\n"),
+                 "roles.intra_comm: expected an integer between 0"));
   Workload w;
   std::string err;
   REQUIRE(parse_workload(std::string(kGood) + "roles: {intra_comm: 12}\n", "w.yaml", &w, &err) == Status::kOk);
   CHECK(w.roles.counts.compute == 120);
   // A machine override changes the SM count the counts are checked against.
-  REQUIRE(parse_workload(std::string(kGood) + "machine: {sm_count: 114}\nroles: {compute: 100, intra_comm: 14}\n", "w.yaml",
-                         &w, &err) == Status::kOk);
+  REQUIRE(parse_workload(std::string(kGood) + "machine: {sm_count: 114}\nroles: {compute: 100, intra_comm: 14}\n",
+                         "w.yaml", &w, &err) == Status::kOk);
   CHECK(contains(error_of(std::string(kGood) + "machine: {sm_count: 114}\nroles: {compute: 110, intra_comm: 14}\n"),
                  "expected at most 114 SMs"));
 }
@@ -398,9 +415,15 @@ TEST_CASE("mutated examples never crash or throw: each gives a workload or one l
         size_t at = next() % t.size();
         char c = alphabet[next() % alphabet.size()];
         switch (next() % 3) {
-          case 0: t.erase(at, 1); break;
-          case 1: t.insert(at, 1, c); break;
-          default: t[at] = c; break;
+          case 0:
+            t.erase(at, 1);
+            break;
+          case 1:
+            t.insert(at, 1, c);
+            break;
+          default:
+            t[at] = c;
+            break;
         }
       }
       Status s = Status::kInternal;
