@@ -10,6 +10,7 @@
 
 #include "runtime/log.h"
 #include "transport/ibverbs_plan.h"
+#include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {
@@ -23,7 +24,13 @@ constexpr uint8_t kPort = 1;
 class IbvBackend final : public NetBackend {
  public:
   explicit IbvBackend(const BackendConfig& c)
-      : cfg_(c), qps_(c.size, nullptr), peers_(c.size), ledgers_(c.size), seq_(c.size, 0), values_(c.size, 0) {
+      : cfg_(c),
+        qps_(c.size, nullptr),
+        peers_(c.size),
+        ledgers_(c.size),
+        seq_(c.size, 0),
+        values_(c.size, 0),
+        posted_since_poll_(c.size, 0) {
     for (int i = 0; i < c.size; ++i) policies_.emplace_back(kSignalInterval, kSendQueueDepth);
   }
   ~IbvBackend() override { release(); }
@@ -119,38 +126,13 @@ class IbvBackend final : public NetBackend {
     const auto* info = std::get_if<IbvPeerInfo>(&pinfo);
     if (!info || info->qpn.size() != static_cast<size_t>(cfg_.size) || !qps_[peer])
       return fail(Status::kInvalidArgument, "connect: endpoint of rank " + std::to_string(peer) + " is not ibverbs");
-    ibv_qp_attr m{};
-    m.qp_state = IBV_QPS_RTR;
-    m.path_mtu = static_cast<ibv_mtu>(std::min<int>(info->mtu, port_.active_mtu));
-    m.dest_qp_num = info->qpn[cfg_.rank];
-    m.rq_psn = info->psn[cfg_.rank];
-    m.max_dest_rd_atomic = 1;
-    m.min_rnr_timer = 12;
-    m.ah_attr.dlid = info->lid;
-    m.ah_attr.port_num = kPort;
-    bool global = false;
-    for (uint8_t g : info->gid) global |= g != 0;
-    if (global && port_.link_layer == IBV_LINK_LAYER_ETHERNET) {  // RoCE needs the GRH
-      m.ah_attr.is_global = 1;
-      memcpy(m.ah_attr.grh.dgid.raw, info->gid.data(), 16);
-      m.ah_attr.grh.sgid_index = 0;
-      m.ah_attr.grh.hop_limit = 64;
-    }
-    if (ibv_modify_qp(qps_[peer], &m,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-      return fail_errno("QP to RTR for rank " + std::to_string(peer));
-    ibv_qp_attr s{};
-    s.qp_state = IBV_QPS_RTS;
-    s.sq_psn = psn_[peer];
-    s.timeout = 14;
-    s.retry_cnt = 7;
-    s.rnr_retry = 7;
-    s.max_rd_atomic = 1;
-    if (ibv_modify_qp(qps_[peer], &s,
-                      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                          IBV_QP_MAX_QP_RD_ATOMIC))
-      return fail_errno("QP to RTS for rank " + std::to_string(peer));
+    ibv_qp_attr m;
+    int mask =
+        ibv::rtr_attr(*info, cfg_.rank, kPort, port_.active_mtu, port_.link_layer == IBV_LINK_LAYER_ETHERNET, &m);
+    if (ibv_modify_qp(qps_[peer], &m, mask)) return fail_errno("QP to RTR for rank " + std::to_string(peer));
+    ibv_qp_attr s;
+    mask = ibv::rts_attr(psn_[peer], &s);
+    if (ibv_modify_qp(qps_[peer], &s, mask)) return fail_errno("QP to RTS for rank " + std::to_string(peer));
     peers_[peer] = *info;
     return Status::kOk;
   }
@@ -183,6 +165,17 @@ class IbvBackend final : public NetBackend {
 
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
+    // A peer the proxy stopped posting to, whose newest WR is unsignalled, gets a probe so that
+    // every post eventually completes (selective signalling would otherwise strand the tail).
+    for (int p = 0; p < cfg_.size; ++p) {
+      if (!posted_since_poll_[p] && qps_[p] && ledgers_[p].tail_unsignaled()) {
+        ibv::WrPlan probe = ibv::plan_probe(p, &seq_[p]);
+        probe.remote_addr = peers_[p].heap_addr;
+        probe.rkey = peers_[p].rkey;
+        WEFT_CHECK(post(p, probe));
+      }
+      posted_since_poll_[p] = 0;
+    }
     ibv_wc wc[64];
     int n = ibv_poll_cq(cq_, 64, wc);
     if (n < 0) return fail(Status::kSystemError, "ibv_poll_cq failed");
@@ -212,20 +205,14 @@ class IbvBackend final : public NetBackend {
 
  private:
   Status post(int peer, const ibv::WrPlan& w) {
-    ibv_sge sge{w.local_addr, w.length, w.lkey};
-    ibv_send_wr wr{};
+    ibv_sge sge;
+    ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
-    wr.wr_id = w.wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags =
-        (w.signaled ? IBV_SEND_SIGNALED : 0) | (w.fence ? IBV_SEND_FENCE : 0) | (w.inline_data ? IBV_SEND_INLINE : 0);
-    wr.wr.rdma.remote_addr = w.remote_addr;
-    wr.wr.rdma.rkey = w.rkey;
+    ibv::to_send_wr(w, &sge, &wr);
     int rc = ibv_post_send(qps_[peer], &wr, &bad);
     if (rc) return fail(Status::kSystemError, "ibv_post_send to rank " + std::to_string(peer) + ": " + strerror(rc));
     ledgers_[peer].posted(w);
+    ++posted_since_poll_[peer];
     return Status::kOk;
   }
 
@@ -266,6 +253,7 @@ class IbvBackend final : public NetBackend {
   std::vector<ibv::SignalPolicy> policies_;
   std::vector<uint64_t> seq_;
   std::vector<uint64_t> values_;
+  std::vector<uint64_t> posted_since_poll_;
   Status status_ = Status::kOk;
   std::string error_;
 };

@@ -53,6 +53,13 @@ WrPlan plan_signal(int peer, uint64_t value_addr, uint32_t lkey, uint64_t remote
   return w;
 }
 
+WrPlan plan_probe(int peer, uint64_t* next_seq) {
+  WrPlan w;
+  w.wr_id = make_wr_id(peer, (*next_seq)++);
+  w.signaled = true;  // length 0, no report: it only retires what precedes it
+  return w;
+}
+
 void CompletionLedger::posted(const WrPlan& wr) {
   queue_.push_back({wr_seq(wr.wr_id), wr.signaled, wr.report, wr.user_wr_id});
 }

@@ -58,6 +58,10 @@ WrPlan plan_signal(int peer, uint64_t value_addr, uint32_t lkey, uint64_t remote
                    uint64_t flag_offset, bool fence, bool need_completion, uint64_t user_wr_id, uint64_t* next_seq,
                    uint64_t in_flight, SignalPolicy* policy);
 
+// A zero-length, signalled WRITE: posted when a QP's newest WR is unsignalled and the proxy has
+// stopped posting to that peer, so the unsignalled tail still produces a completion.
+WrPlan plan_probe(int peer, uint64_t* next_seq);
+
 // RC queue pairs complete in order: a signalled WR's CQE retires it and every unsignalled WR
 // posted before it. The ledger turns CQEs into the caller's completions.
 class CompletionLedger {
@@ -67,6 +71,8 @@ class CompletionLedger {
   // was never posted here or is not signalled (a bug or a corrupted CQ).
   Status retire(uint64_t wr_id, std::vector<uint64_t>* user_ids, std::string* why);
   uint64_t in_flight() const { return queue_.size(); }
+  // True when the newest WR in flight is unsignalled: nothing would ever report it without a probe.
+  bool tail_unsignaled() const { return !queue_.empty() && !queue_.back().signaled; }
 
  private:
   struct Entry {

@@ -6,6 +6,9 @@
 
 #include "transport/heap.h"
 #include "transport/ibverbs_plan.h"
+#if WEFT_HAVE_IBVERBS
+#include "transport/ibverbs_wr.h"
+#endif
 #include "transport/net_backend.h"
 #include "transport/proxy.h"
 #include "transport/signal_plan.h"
@@ -252,3 +255,76 @@ TEST_CASE("counters add up and print in one line") {
   a += b;
   CHECK(to_string(a) == "puts 11 signals 22 fences 33 batches 44 stalls 55");
 }
+
+TEST_CASE("ibverbs: an unsignalled tail gets a probe, whose completion retires everything before it") {
+  ibv::SignalPolicy policy(32, 1024);
+  ibv::CompletionLedger ledger;
+  uint64_t seq = 0;
+  for (uint64_t user = 1; user <= 3; ++user) {
+    auto w = ibv::plan_signal(4, 0, 0, 0, 0, 8, false, false, user, &seq, ledger.in_flight(), &policy);
+    REQUIRE_FALSE(w.signaled);
+    ledger.posted(w);
+  }
+  CHECK(ledger.tail_unsignaled());
+  auto probe = ibv::plan_probe(4, &seq);
+  CHECK(probe.signaled);
+  CHECK_FALSE(probe.report);
+  CHECK(probe.length == 0);
+  ledger.posted(probe);
+  CHECK_FALSE(ledger.tail_unsignaled());
+  std::vector<uint64_t> done;
+  std::string why;
+  CHECK(ledger.retire(probe.wr_id, &done, &why) == Status::kOk);
+  CHECK(done == std::vector<uint64_t>{1, 2, 3});  // the probe itself reports nothing
+  CHECK(ledger.in_flight() == 0);
+}
+
+#if WEFT_HAVE_IBVERBS
+TEST_CASE("ibverbs: work requests and QP transitions built from plans") {
+  ibv::SignalPolicy policy(1, 1024);  // signal everything
+  uint64_t seq = 0;
+  auto w = ibv::plan_signal(2, 0x7000, 5, 0x100000, 6, 64, true, false, 9, &seq, 0, &policy);
+  ibv_sge sge;
+  ibv_send_wr wr;
+  ibv::to_send_wr(w, &sge, &wr);
+  CHECK(wr.opcode == IBV_WR_RDMA_WRITE);
+  CHECK(wr.send_flags == (IBV_SEND_SIGNALED | IBV_SEND_FENCE | IBV_SEND_INLINE));
+  CHECK(wr.num_sge == 1);
+  CHECK(wr.sg_list == &sge);
+  CHECK(sge.addr == 0x7000);
+  CHECK(sge.length == 8);
+  CHECK(sge.lkey == 5);
+  CHECK(wr.wr.rdma.remote_addr == 0x100040);
+  CHECK(wr.wr.rdma.rkey == 6);
+  CHECK(wr.wr_id == w.wr_id);
+  CHECK(wr.next == nullptr);
+  ibv::to_send_wr(ibv::plan_probe(2, &seq), &sge, &wr);
+  CHECK(wr.num_sge == 0);
+  CHECK(wr.send_flags == IBV_SEND_SIGNALED);
+
+  IbvPeerInfo peer;
+  peer.lid = 17;
+  peer.mtu = IBV_MTU_4096;
+  peer.qpn = {100, 101, 102};
+  peer.psn = {200, 201, 202};
+  ibv_qp_attr a;
+  int mask = ibv::rtr_attr(peer, 1, 1, IBV_MTU_1024, false, &a);
+  CHECK(a.qp_state == IBV_QPS_RTR);
+  CHECK(a.dest_qp_num == 101);  // the peer's QP that faces rank 1
+  CHECK(a.rq_psn == 201);
+  CHECK(a.path_mtu == IBV_MTU_1024);  // the smaller of the two ends
+  CHECK(a.ah_attr.dlid == 17);
+  CHECK(a.ah_attr.is_global == 0);  // InfiniBand, no GID: local route
+  CHECK((mask & IBV_QP_AV) != 0);
+  CHECK((mask & IBV_QP_DEST_QPN) != 0);
+  peer.gid[15] = 7;
+  ibv::rtr_attr(peer, 1, 1, IBV_MTU_4096, true, &a);
+  CHECK(a.ah_attr.is_global == 1);  // RoCE: global route header with the peer's GID
+  CHECK(a.ah_attr.grh.dgid.raw[15] == 7);
+  mask = ibv::rts_attr(12345, &a);
+  CHECK(a.qp_state == IBV_QPS_RTS);
+  CHECK(a.sq_psn == 12345);
+  CHECK((mask & IBV_QP_SQ_PSN) != 0);
+  CHECK(a.retry_cnt == 7);
+}
+#endif

@@ -1,0 +1,65 @@
+// verbs structs from weft's plans (needs <infiniband/verbs.h>, no device): WR conversion and QP transitions.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "transport/ibverbs_plan.h"
+#include "transport/net_backend.h"
+
+namespace weft::transport::ibv {
+
+// Fills `wr` (and its one SGE, none for a zero-length probe) from a plan: RDMA WRITE with the
+// plan's signalled / fenced / inline flags.
+inline void to_send_wr(const WrPlan& w, ibv_sge* sge, ibv_send_wr* wr) {
+  *sge = ibv_sge{w.local_addr, w.length, w.lkey};
+  *wr = ibv_send_wr{};
+  wr->wr_id = w.wr_id;
+  wr->sg_list = w.length ? sge : nullptr;
+  wr->num_sge = w.length ? 1 : 0;
+  wr->opcode = IBV_WR_RDMA_WRITE;
+  wr->send_flags =
+      (w.signaled ? IBV_SEND_SIGNALED : 0) | (w.fence ? IBV_SEND_FENCE : 0) | (w.inline_data ? IBV_SEND_INLINE : 0);
+  wr->wr.rdma.remote_addr = w.remote_addr;
+  wr->wr.rdma.rkey = w.rkey;
+}
+
+// INIT -> RTR toward `peer`'s QP that faces `my_rank`; returns the attribute mask. RoCE (Ethernet
+// link layer with a GID) needs the global route header.
+inline int rtr_attr(const IbvPeerInfo& peer, int my_rank, uint8_t port, ibv_mtu active_mtu, bool ethernet,
+                    ibv_qp_attr* m) {
+  *m = ibv_qp_attr{};
+  m->qp_state = IBV_QPS_RTR;
+  m->path_mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, active_mtu));
+  m->dest_qp_num = peer.qpn[my_rank];
+  m->rq_psn = peer.psn[my_rank];
+  m->max_dest_rd_atomic = 1;
+  m->min_rnr_timer = 12;
+  m->ah_attr.dlid = peer.lid;
+  m->ah_attr.port_num = port;
+  bool has_gid = std::any_of(peer.gid.begin(), peer.gid.end(), [](uint8_t g) { return g != 0; });
+  if (ethernet && has_gid) {
+    m->ah_attr.is_global = 1;
+    memcpy(m->ah_attr.grh.dgid.raw, peer.gid.data(), 16);
+    m->ah_attr.grh.sgid_index = 0;
+    m->ah_attr.grh.hop_limit = 64;
+  }
+  return IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+         IBV_QP_MIN_RNR_TIMER;
+}
+
+// RTR -> RTS with this side's send PSN; retries bounded (timeout 14 ~ 67 ms x 7 retries).
+inline int rts_attr(uint32_t my_psn, ibv_qp_attr* s) {
+  *s = ibv_qp_attr{};
+  s->qp_state = IBV_QPS_RTS;
+  s->sq_psn = my_psn;
+  s->timeout = 14;
+  s->retry_cnt = 7;
+  s->rnr_retry = 7;
+  s->max_rd_atomic = 1;
+  return IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+}
+
+}  // namespace weft::transport::ibv
