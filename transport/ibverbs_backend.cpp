@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -59,7 +60,13 @@ class IbvBackend final : public NetBackend {
     if (ibv_query_port(ctx_, kPort, &port_)) return fail_errno("ibv_query_port");
     pd_ = ibv_alloc_pd(ctx_);
     if (!pd_) return fail_errno("ibv_alloc_pd");
-    cq_ = ibv_create_cq(ctx_, kCqDepth, nullptr, nullptr, 0);
+    // One CQ for every QP: deep enough for each send queue full of signalled WRs (serial mode),
+    // within what the device allows.
+    ibv_device_attr dattr{};
+    int cq_depth = kCqDepth;
+    if (ibv_query_device(ctx_, &dattr) == 0)
+      cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * kSendQueueDepth + 64));
+    cq_ = ibv_create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
     values_mr_ = ibv_reg_mr(pd_, values_.data(), values_.size() * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
