@@ -80,6 +80,11 @@ DeviceCopyHooks cuda_copy_hooks(int device) {
 }
 
 Status DeviceFifoHandle::create(FifoRingHeader* ring, double timeout_s, std::unique_ptr<DeviceFifoHandle>* out) {
+  if (ring->device_producers) {  // a second ticket counter on one ring would hand out the same tickets
+    WEFT_WARN(kTransport, "rank %d channel %d: this FIFO already has a device handle; share that one", ring->rank,
+              ring->channel);
+    return Status::kInvalidArgument;
+  }
   std::unique_ptr<DeviceFifoHandle> h(new DeviceFifoHandle());
   void* dring = nullptr;
   cudaError_t e = cudaHostGetDevicePointer(&dring, ring, 0);

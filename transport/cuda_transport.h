@@ -52,7 +52,9 @@ DeviceCopyHooks cuda_copy_hooks(int device);
 
 // A kernel-side handle for a ring (Transport::fifo_ring(ch)); frees its device state on destruction.
 // From then on device threads feed that ring (tickets continue from the ring's tail) and host
-// pushes on it are refused; Transport::flush() still works (it goes through the proxy).
+// pushes on it are refused; Transport::flush() still works (it goes through the proxy). One handle
+// per ring: every kernel feeding the ring shares it (a second create is refused).
+// Destroy it before the Transport that owns the ring.
 class DeviceFifoHandle {
  public:
   static Status create(FifoRingHeader* ring, double timeout_s, std::unique_ptr<DeviceFifoHandle>* out);
