@@ -235,7 +235,18 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
     for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      if (!wait_barrier(&s.full[stage], phase, f, c) || *reinterpret_cast<volatile int32_t*>(&s.abort)) {
+      // Normally the previous k-block's stage is released after this one's MMAs are issued
+      // (below). When this k-block's data is late, retire the previous MMAs now and hand their
+      // stage back at once, so that the refill does not wait for the late data too (a late stage
+      // would otherwise hold the one before it, and with 2-CTA multicast the peer's as well).
+      // The choice is made per warp (wgmma.wait_group is warp-synchronous).
+      bool released = false;
+      if (kb > 0 && !__all_sync(0xffffffffu, sm90::mbar_try_wait(&s.full[stage], phase))) {
+        sm90::wgmma_wait<0>();
+        if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+        released = true;
+      }
+      if (!wait_barrier(&s.full[stage], phase, f, c) || sm90::ld_shared_volatile(&s.abort)) {
         sm90::wgmma_wait<0>();  // leave nothing in flight (else the compiler waits on every path)
         return;
       }
@@ -259,7 +270,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       }
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
-      if (kb > 0 && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+      if (kb > 0 && !released && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);

@@ -40,6 +40,14 @@ __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t phase) {
   return done != 0;
 }
 
+// A word of this CTA's shared memory that another thread may change (shared-space load; a
+// volatile access through a generic pointer compiles to a slower generic LD.STRONG.SYS).
+__device__ __forceinline__ int32_t ld_shared_volatile(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.volatile.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)) : "memory");
+  return v;
+}
+
 // ---- TMA ------------------------------------------------------------------------------------
 __device__ __forceinline__ void tma_prefetch_desc(const CUtensorMap* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");

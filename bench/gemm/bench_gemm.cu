@@ -8,7 +8,8 @@
 // to other roles, weft's frame leaves those blocks idle and cuBLAS is told the same SM budget
 // (cublasSetSmCountTarget).
 //
-//   bench_gemm [--iters N] [--group M_TILES] [--quick] [--markdown FILE]
+//   bench_gemm [--iters N] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]
+// (--shape I: only the I-th shape of the list below, e.g. to watch clocks and power over a long run)
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
   int iters = 30;
   int group_m = 8;
   bool quick = false;
+  int only_shape = -1;
   const char* md_path = nullptr;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -89,10 +91,12 @@ int main(int argc, char** argv) {
       quick = true;
     else if (!strcmp(argv[i], "--group") && i + 1 < argc)
       group_m = std::max(1, atoi(argv[++i]));
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc)
+      only_shape = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--markdown") && i + 1 < argc)
       md_path = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--markdown FILE]\n");
+      fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]\n");
       return 2;
     }
   }
@@ -109,6 +113,7 @@ int main(int argc, char** argv) {
       {8192, 8192, 1792, "GEMM+RS (K/4)"},    {4096, 4096, 4096, "square"},  {8192, 8192, 8192, "square"},
   };
   if (quick) shapes = {{4096, 4096, 4096, "square"}};
+  if (only_shape >= 0 && only_shape < int(shapes.size())) shapes = {shapes[size_t(only_shape)]};
 
   cublasHandle_t handle;
   CUBLAS_OK(cublasCreate(&handle));
