@@ -1,7 +1,9 @@
 // The tuner: Workload x Topology x Mapping x MachineModel -> Plan, minimising the predicted makespan.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "runtime/machine_model.h"
 #include "runtime/plan.h"
