@@ -236,6 +236,7 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
               getenv("PMIX_NAMESPACE"), getenv("PMIX_RANK"), kHowToLaunch);
     return Status::kSystemError;
   }
+  self->initialized_ = true;
   self->info_.rank = static_cast<int>(state->me.rank);
   self->info_.nspace = state->me.nspace;
   log::set_rank(self->info_.rank);
@@ -305,8 +306,8 @@ Status PmixBootstrap::query_identity() {
 }
 
 PmixBootstrap::~PmixBootstrap() {
-  if (finalized_) return;
-  finalized_ = true;
+  if (!initialized_) return;
+  initialized_ = false;
   // After a peer failure the server may never answer; do not let finalize hang the exit.
   if (!run_bounded([] { PMIx_Finalize(nullptr, 0); }, std::min(timeout_s_, 5.0)))
     WEFT_INFO(kBoot, "rank %d: PMIx_Finalize did not return in time; exiting anyway", info_.rank);
@@ -318,6 +319,7 @@ Status PmixBootstrap::put(const std::string& key, const Blob& blob, Scope scope)
   w.u32(static_cast<uint32_t>(info_.rank));
   w.bytes(blob);
   Blob sealed = seal_blob(kPutKind, kPutVersion, w.blob());
+  if (node_ready_) WEFT_CHECK(node_.publish(key, sealed));
   pmix_value_t val;
   PMIX_VALUE_CONSTRUCT(&val);
   val.type = PMIX_BYTE_OBJECT;
@@ -397,8 +399,14 @@ Status PmixBootstrap::fence(const std::string& tag, bool collect) {
     return Status::kTimeout;
   }
   if (op->status != PMIX_SUCCESS) {
-    WEFT_CHECK(wait_peer_failure(what));
-    WEFT_WARN(kBoot, "rank %d: %s failed: %s", info_.rank, what.c_str(), PMIx_Error_string(op->status));
+    // libpmix fails a fence whose participant died (PARTIAL SUCCESS, LOST CONNECTION) before the
+    // launcher's event naming the dead rank arrives: wait a moment for the name.
+    for (int i = 0; i < 50; ++i) {
+      WEFT_CHECK(wait_peer_failure(what));
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    WEFT_WARN(kBoot, "rank %d: %s failed: %s (a rank left the job; ranks that had not arrived: %s)", info_.rank,
+              what.c_str(), PMIx_Error_string(op->status), missing_ranks(seq).c_str());
     return Status::kPeerFailed;
   }
   return Status::kOk;
@@ -408,8 +416,21 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
   std::string what = "get of '" + key + "' from rank " + std::to_string(peer);
   pmix_proc_t proc = state_->me;
   proc.rank = static_cast<pmix_rank_t>(peer);
-  auto op = start_get(proc, full_key(key).c_str(), static_cast<int>(std::ceil(timeout_s_)), false);
-  Status s = wait_op(op, deadline_after(timeout_s_), [&] { return wait_peer_failure(what); });
+  // libpmix 5.0 answers a get of data that a collecting fence has just delivered with
+  // PMIX_ERR_TIMEOUT or NOT_FOUND at once now and then (seen with its own server and with mpirun's):
+  // ask again, with a growing pause, until our own deadline.
+  const auto deadline = deadline_after(timeout_s_);
+  std::shared_ptr<Op> op;
+  Status s = Status::kOk;
+  for (int attempt = 0;; ++attempt) {
+    op = start_get(proc, full_key(key).c_str(), static_cast<int>(std::ceil(timeout_s_)), false);
+    s = wait_op(op, deadline, [&] { return wait_peer_failure(what); });
+    const bool retry = s == Status::kOk && (op->status == PMIX_ERR_TIMEOUT || op->status == PMIX_ERR_NOT_FOUND);
+    if (!retry || Clock::now() >= deadline) break;
+    WEFT_TRACE(kBoot, "rank %d: %s: attempt %d answered %s; asking again", info_.rank, what.c_str(), attempt + 1,
+               PMIx_Error_string(op->status));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(1 + attempt, 50)));
+  }
   if (s == Status::kTimeout || (s == Status::kOk && op->status == PMIX_ERR_TIMEOUT)) {
     WEFT_WARN(kBoot, "rank %d: %s timed out after %.1f s (%s; rank %d did not publish it)", info_.rank, what.c_str(),
               timeout_s_, s == Status::kTimeout ? "no answer" : PMIx_Error_string(op->status), peer);
@@ -426,20 +447,28 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
     return Status::kProtocolError;
   }
   const auto* p = reinterpret_cast<const uint8_t*>(op->value.data.bo.bytes);
-  Blob sealed(p, p + op->value.data.bo.size), payload;
+  return decode_entry(peer, key, Blob(p, p + op->value.data.bo.size), out);
+}
+
+Status PmixBootstrap::decode_entry(int peer, const std::string& key, const Blob& sealed, Blob* out) const {
+  Blob payload;
   WEFT_CHECK(open_blob(sealed, kPutKind, kPutVersion, peer, key.c_str(), &payload));
   BlobReader r(payload);
   uint32_t from = 0;
   if (!r.u32(&from) || !r.bytes(out) || !r.done() || static_cast<int>(from) != peer) {
-    WEFT_WARN(kBoot, "rank %d: %s: malformed entry (claims rank %u)", info_.rank, what.c_str(), from);
+    WEFT_WARN(kBoot, "rank %d: entry '%s' of rank %d is malformed (claims rank %u)", info_.rank, key.c_str(), peer,
+              from);
     return Status::kProtocolError;
   }
   return Status::kOk;
 }
 
 Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all) {
+  if (!node_ready_) node_ready_ = node_.init(info_.nspace, info_.rank) == Status::kOk;
   WEFT_CHECK(put(key, mine, scope));
   WEFT_CHECK(fence("allgather " + key, true));
+  // Every rank has passed this fence, so none still reads the files of earlier exchanges.
+  if (node_ready_) node_.retire_all_but(key);
   all->assign(info_.size, Blob());
   (*all)[info_.rank] = mine;
   std::vector<int> nodes;
@@ -460,6 +489,11 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
     if (r == info_.rank) continue;
     if (scope == Scope::kLocal && nodes[r] != info_.node) continue;
     if (scope == Scope::kRemote && nodes[r] == info_.node) continue;
+    Blob sealed;
+    if (node_ready_ && node_.fetch(key, r, &sealed)) {
+      WEFT_CHECK(decode_entry(r, key, sealed, &(*all)[r]));
+      continue;
+    }
     WEFT_CHECK(get(r, key, &(*all)[r]));
   }
   return Status::kOk;

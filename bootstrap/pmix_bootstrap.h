@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/node_exchange.h"
 
 namespace weft::bootstrap {
 
@@ -37,6 +38,7 @@ class PmixBootstrap final : public Bootstrap {
   Status get(int peer, const std::string& key, Blob* out);
 
   // Scoped allgather: entries of peers outside `scope` are left empty.
+  Status decode_entry(int peer, const std::string& key, const Blob& sealed, Blob* out) const;
   Status allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all);
 
   double timeout_s() const { return timeout_s_; }
@@ -54,8 +56,10 @@ class PmixBootstrap final : public Bootstrap {
   RankInfo info_;
   double timeout_s_ = 60;
   uint64_t fence_seq_ = 0;
-  bool finalized_ = false;
+  bool initialized_ = false;  // PMIx_Init succeeded: the destructor finalizes
   std::shared_ptr<State> state_;
+  NodeExchange node_;       // same-host peers' blobs (node_exchange.h)
+  bool node_ready_ = false;
 };
 
 }  // namespace weft::bootstrap

@@ -1,0 +1,164 @@
+// weftrun's embedded launcher for real: N rank processes under its own PMIx server (libpmix), the
+// check they run, and every way a job can fail (kill -9, stall, early exit, abort, Ctrl-C).
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <set>
+
+#include "tests/launcher/proc.h"
+
+using weft::testing::Proc;
+using weft::testing::ProcResult;
+
+namespace {
+
+const std::string kWeftrun = std::string(WEFT_BINARY_DIR) + "/bin/weftrun";
+// Environment for every run: short bounds so a broken build fails fast instead of hanging CI.
+const std::string kEnv = "env -u WEFT_TEST_FAULT WEFT_BOOTSTRAP_TIMEOUT=20 WEFT_LAUNCH_KILL_GRACE=2 ";
+
+std::string weftrun(const std::string& args, const std::string& env = "") {
+  return kEnv + env + " " + kWeftrun + " " + args;
+}
+
+// Starts a long check and returns the ranks' pids by rank, once all of them are running.
+std::vector<pid_t> wait_for_ranks(Proc& p, int n) {
+  std::vector<pid_t> by_rank(n, -1);
+  for (int tries = 0; tries < 200; ++tries) {
+    auto kids = weft::testing::children_of(p.pid());
+    int found = 0;
+    for (pid_t k : kids) {
+      std::string r = weft::testing::env_of(k, "PMIX_RANK");
+      if (!r.empty() && atoi(r.c_str()) < n) by_rank[atoi(r.c_str())] = k, ++found;
+    }
+    if (found == n) {
+      p.read_until("", 0.5);  // let them get into the exchange loop
+      return by_rank;
+    }
+    p.read_until("", 0.05);
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("check with 4 ranks passes and prints one line per rank, then the summary line") {
+  ProcResult r = weft::testing::run("exec " + weftrun("check -n 4 --iters 3"), 60);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(weft::testing::count_lines_starting(r.out, "rank ") == 4);
+  for (int i = 0; i < 4; ++i) CHECK(r.out.find("rank " + std::to_string(i) + "/4: node 0/1") != std::string::npos);
+  CHECK(r.out.find("no GPU") != std::string::npos);
+  CHECK(weft::testing::last_line(r.out) == "check passed: 4 ranks, 1 nodes");
+}
+
+TEST_CASE("--emulate-nodes gives each emulated node its own node index, hostname and local ranks") {
+  ProcResult r = weft::testing::run("exec " + weftrun("check -n 5 --emulate-nodes 2 --iters 2 --json"), 60);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["passed"] == true);
+  CHECK(doc["ranks"] == 5);
+  CHECK(doc["nodes"] == 2);
+  CHECK(doc["launched_by"] == "weftrun");
+  REQUIRE(doc["per_rank"].size() == 5);
+  // Block placement: 3 ranks on node 0, 2 on node 1; local ranks restart at 0 on each node.
+  const int node[5] = {0, 0, 0, 1, 1}, local[5] = {0, 1, 2, 0, 1};
+  std::set<std::string> hosts[2];
+  std::set<int> pids;
+  for (int i = 0; i < 5; ++i) {
+    const auto& e = doc["per_rank"][i];
+    CHECK(e["rank"] == i);
+    CHECK(e["node"] == node[i]);
+    CHECK(e["local_rank"] == local[i]);
+    CHECK(e["gpu"].is_null());
+    hosts[node[i]].insert(e["hostname"].get<std::string>());
+    pids.insert(e["pid"].get<int>());
+  }
+  CHECK(hosts[0].size() == 1);
+  CHECK(hosts[1].size() == 1);
+  CHECK(*hosts[0].begin() != *hosts[1].begin());
+  CHECK(pids.size() == 5);  // five processes, not one answering for all
+  CHECK(doc["modex_us"]["median"].get<double>() > 0);
+}
+
+TEST_CASE("a rank killed with SIGKILL mid-check is reported by the launcher and its peers; nothing is left") {
+  Proc p("exec " + weftrun("check -n 4 --iters 100000000"));
+  auto ranks = wait_for_ranks(p, 4);
+  REQUIRE(ranks.size() == 4);
+  REQUIRE(kill(ranks[2], SIGKILL) == 0);
+  double killed_at = p.elapsed();
+  ProcResult r = p.wait(40);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds - killed_at < 30);
+  CHECK(r.err.find("rank 2 (pid " + std::to_string(ranks[2])) != std::string::npos);
+  CHECK(r.err.find("killed by signal 9") != std::string::npos);
+  CHECK(r.err.find("peer rank 2 failed") != std::string::npos);  // a peer noticed, not just the launcher
+  for (pid_t k : ranks) CHECK_FALSE(weft::testing::alive(k));
+}
+
+TEST_CASE("a rank that never reaches the fence makes the others time out naming it") {
+  ProcResult r =
+      weft::testing::run("exec " + weftrun("check -n 4", "WEFT_TEST_FAULT=2:stall WEFT_BOOTSTRAP_TIMEOUT=2"), 40);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 20);
+  CHECK(r.err.find("timed out after") != std::string::npos);
+  CHECK(r.err.find("ranks that did not arrive: 2\n") != std::string::npos);
+  CHECK(r.out.find("check passed") == std::string::npos);
+}
+
+TEST_CASE("early exit, crash and abort of one rank each stop the job with the cause named") {
+  struct Case {
+    const char* mode;
+    const char* expect;
+  } cases[] = {{"exit", "rank 1 (pid"},
+               {"exit", "never called PMIx_Finalize"},
+               {"crash", "killed by signal 11"},
+               {"abort", "rank 1 aborted the job"}};
+  for (const auto& c : cases) {
+    ProcResult r = weft::testing::run("exec " + weftrun("check -n 3", std::string("WEFT_TEST_FAULT=1:") + c.mode), 40);
+    INFO(c.mode << ": " << r.out << r.err);
+    CHECK(r.exit_code == 1);
+    CHECK(r.seconds < 30);
+    CHECK(r.err.find(c.expect) != std::string::npos);
+    CHECK(r.err.find("job failed") != std::string::npos);
+  }
+}
+
+TEST_CASE("SIGINT to weftrun stops every rank") {
+  Proc p("exec " + weftrun("check -n 3 --iters 100000000"));
+  auto ranks = wait_for_ranks(p, 3);
+  REQUIRE(ranks.size() == 3);
+  REQUIRE(kill(p.pid(), SIGINT) == 0);
+  ProcResult r = p.wait(30);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 128 + SIGINT);
+  CHECK(r.err.find("stopping 3 ranks") != std::string::npos);
+  for (pid_t k : ranks) CHECK_FALSE(weft::testing::alive(k));
+}
+
+TEST_CASE("a task of a launcher without PMIx is told how to launch") {
+  ProcResult r = weft::testing::run(
+      "exec " + weftrun("check", "SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_PROCID=1 SLURM_STEP_NUM_TASKS=4"), 20);
+  INFO(r.err);
+  CHECK(r.exit_code == 2);
+  CHECK(r.err.find("srun --mpi=pmix") != std::string::npos);
+
+  // PMIx variables that point at no server: a bounded failure that says how to launch.
+  r = weft::testing::run("exec " + weftrun("check", "WEFT_BOOTSTRAP_TIMEOUT=3 PMIX_NAMESPACE=nowhere PMIX_RANK=0 "
+                                                    "PMIX_SERVER_URI41='nowhere.0;tcp4://127.0.0.1:1'"),
+                         30);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("srun --mpi=pmix") != std::string::npos);
+}
+
+TEST_CASE("--transport with no registered transport check fails on every rank, naming it") {
+  ProcResult r = weft::testing::run("exec " + weftrun("check -n 2 --transport no-such-transport"), 40);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.out.find("no-such-transport") != std::string::npos);
+  CHECK(weft::testing::last_line(r.out).rfind("check FAILED: 2 ranks, 1 nodes", 0) == 0);
+}
