@@ -3,11 +3,19 @@
 #include "launcher/check_hooks.h"
 #include "launcher/op_registry.h"
 #include "transport/transport_check.h"
+#if WEFT_HAVE_OPS
+#include "runtime/ops/ops.h"
+#endif
 
 namespace weft::launcher {
 
 void register_builtin_ops() {
-  // Fused kernels add one line each, e.g.: register_op("ag_gemm", kernels::run_ag_gemm);
+  // Fused kernels add one line each.
+#if WEFT_HAVE_OPS
+  register_op("ag_gemm", runtime::ops::run_ag_gemm);
+  register_op("gemm_rs", runtime::ops::run_gemm_rs);
+  register_op("gemm_ar", runtime::ops::run_gemm_ar);
+#endif
 }
 
 void register_builtin_check_transports() {
