@@ -1,17 +1,18 @@
-// GEMM+ReduceScatter and GEMM+AllReduce on one node: K is split across ranks, partial tiles go to
-// their owners over NVLink straight from the GEMM epilogue.
+// GEMM+ReduceScatter and GEMM+AllReduce on one node: K is split across ranks; each owner's block of
+// partial rows leaves for its owner as soon as the GEMM has finished it.
 //
-//   rank r: A_r (m × k/W), B_r (n × k/W)  ─►  partial P_r = A_r · B_rᵀ (m × n)
-//   GEMM epilogue: rows of owner o ─► o's staging slot r (peer store)   tile order: owners r+1, …, r
-//   then  done[r] = e on every owner ─► owner waits for all W slots (bounded), sums them in slot
-//   order (same bits every run) ─► RS: its m/W rows;  AR: its rows written into every rank's C,
-//   then ag[r] = e on every rank; each rank's op ends when all W blocks are in (bounded wait).
-//   free[o] = e tells writers that owner o has read its slots: the next run's GEMM gates the tiles
-//   of owner o on it, so a slot is never overwritten before it was summed.
+//   rank r: A_r (m × k/W), B_r (n × k/W)  ─►  partial P_r = A_r · B_rᵀ (m × n), stored locally
+//   GEMM (all SMs), tile order: owners r+1, r+2, …, r; after each tile: tiles[owner] += 1
+//   copy stream (no SMs): wait tiles[o] == e·tiles_per_owner and freed[o] >= e-1 ─► copy P_r rows
+//        of owner o into o's staging slot r over NVLink  ─►  done[r] = e on every owner
+//   owner: waits for all W slots (bounded), sums them in slot order (same bits every run) ─►
+//        RS: its m/W rows;  AR: its rows written into every rank's C, then gathered[r] = e on every
+//        rank; each rank's op ends when all W blocks are in (bounded wait).
+//   freed[o] = e (set by owner o on every writer after summing) keeps a slot from being
+//   overwritten before it was read.
 //
-// The partials cross NVLink while the GEMM still computes other owners' tiles; the reduction
-// (W slots read from local memory) and, for AllReduce, the broadcast of the reduced rows run after
-// the GEMM.
+// Stores from the GEMM epilogue straight into peers' memory were measured slower (scattered 4-byte
+// writes over NVLink, docs/ops.md); whole row blocks through the copy engines move at link speed.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -39,15 +40,19 @@ using bf16 = __nv_bfloat16;
 
 struct GemmReduce {
   bool all_reduce = false;
+  bool sharded = true;  // owners' row blocks are whole tiles: copies start per owner during the GEMM
   int rank = 0, world = 1;
   int64_t m = 0, n = 0, k_loc = 0, m_loc = 0;
+  uint64_t tiles_per_owner = 0;
   bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr, *partial = nullptr;
+  uint64_t* tiles = nullptr;  // per owner: finished tiles of its rows, local
   PeerBuffer staging;  // W slots of m_loc × n
   PeerBuffer c_full;   // AllReduce: m × n on every rank
   PeerBuffer done, freed, gathered;  // W uint64 flags each
   uint64_t epoch = 0;
   int reduce_blocks = 0;
-  cudaStream_t main = nullptr;
+  cudaStream_t main = nullptr, copy = nullptr;
+  cudaEvent_t fork = nullptr, gemm_done = nullptr, join = nullptr;
   kernels::GemmParams gemm;
   kernels::FrameHost frame;
   kernels::FrameParams frame_params;
@@ -62,14 +67,25 @@ struct GemmReduce {
 
   Status enqueue_fused() {
     ++epoch;
-    kernels::EpiScatterBf16 epi;
-    for (int o = 0; o < world; ++o) epi.dst[o] = staging.peer<bf16>(o) + int64_t(rank) * m_loc * n;
-    epi.rows_per_owner = m_loc;
-    epi.ldc = n;
-    epi.paired = n % 2 == 0;
-    kernels::FlagGate gate{freed.local<uint64_t>(), kernels::kFlagPerShard, epoch - 1};
-    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, gate, kernels::TileSignal{}, main));
-    WEFT_CHECK(kernels::launch_store_flags(flags_on_every_rank(done), epoch, main));
+    WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
+    kernels::EpiStoreBf16 epi{partial, n, n % 2 == 0};
+    kernels::TileSignal signal{sharded ? tiles : nullptr, kernels::kFlagPerShard, 1};
+    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, signal, main));
+    if (!sharded) {
+      WEFT_CUDA_CHECK(cudaEventRecord(gemm_done, main));
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, gemm_done));
+    }
+    for (int i = 1; i <= world; ++i) {
+      const int o = (rank + i) % world;
+      if (sharded) WEFT_CHECK(stream_wait_u64_geq(copy, tiles + o, epoch * tiles_per_owner));
+      WEFT_CHECK(stream_wait_u64_geq(copy, freed.local<uint64_t>() + o, epoch - 1));
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + int64_t(rank) * m_loc * n, partial + o * m_loc * n,
+                                      size_t(m_loc * n) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
+    }
+    WEFT_CHECK(kernels::launch_store_flags(flags_on_every_rank(done), epoch, copy));
+    WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
     kernels::ReduceSlotsArgs red;
     red.arrived = done.local<uint64_t>();
     red.slots = world;
@@ -92,14 +108,33 @@ struct GemmReduce {
     return Status::kOk;
   }
 
+  // A failed GEMM never completes its tile counts, and a failed peer never frees its slot: raise
+  // the flags the copy stream waits on so it drains and the error can be reported.
+  void unstick() {
+    cudaStream_t s = nullptr;
+    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
+    std::vector<uint64_t> big(size_t(world), ~0ull >> 1);
+    cudaMemcpyAsync(tiles, big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(freed.local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+
+  Status sync(const char* what) {
+    return sync_bounded(main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT"), what, [this] { unstick(); });
+  }
+
   bf16* result() const { return all_reduce ? c_full.local<bf16>() : out; }
   int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
 
   ~GemmReduce() {
     cudaDeviceSynchronize();
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out), static_cast<void*>(ref),
-                    static_cast<void*>(partial)})
+                    static_cast<void*>(partial), static_cast<void*>(tiles)})
       if (p) cudaFree(p);
+    for (cudaEvent_t e : {fork, gemm_done, join})
+      if (e) cudaEventDestroy(e);
+    if (copy) cudaStreamDestroy(copy);
     if (main) cudaStreamDestroy(main);
   }
 };
@@ -120,8 +155,9 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
   // Every rank's output is poisoned before anyone's fused run writes into it.
   WEFT_NCCL_CHECK(ncclAllReduce(op.partial, op.partial, 1, ncclBfloat16, ncclSum, comm, op.main));
   WEFT_CHECK(op.enqueue_fused());
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  Status synced = op.sync(name);
   WEFT_CHECK(op.frame.check(name));
+  WEFT_CHECK(synced);
   WEFT_CHECK(enqueue_sequence(op, comm, blas));
   Comparison cmp;
   WEFT_CHECK(compare_bf16(op.result(), op.ref, op.result_elems(), op.main, &cmp));
@@ -141,6 +177,7 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
     WEFT_CUDA_CHECK(cudaMemcpyAsync(op.ref, op.result(), size_t(op.result_elems()) * sizeof(bf16),
                                     cudaMemcpyDeviceToDevice, op.main));
     WEFT_CHECK(op.enqueue_fused());
+    WEFT_CHECK(op.sync(name));
     WEFT_CHECK(compare_bf16(op.result(), op.ref, op.result_elems(), op.main, &cmp));
     WEFT_CHECK(op.frame.check(name));
     if (cmp.mismatched) {
@@ -199,6 +236,11 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&op.fork, &op.gemm_done, &op.join})
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.tiles, sizeof(uint64_t) * op.world));
+  WEFT_CUDA_CHECK(cudaMemset(op.tiles, 0, sizeof(uint64_t) * op.world));
   WEFT_CUDA_CHECK(cudaMalloc(&op.a, size_t(op.m * op.k_loc) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.b, size_t(op.n * op.k_loc) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.partial, size_t(op.m * op.n) * sizeof(bf16)));
@@ -231,10 +273,11 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   args.b = op.b;
   // Remote owners' rows first, own rows last, when the owners' row blocks are whole tiles; a small
   // M (decode-like) runs in plain order: the epilogue still sends every row to its owner.
-  const bool sharded = op.m_loc % kernels::GemmConfig::kTileM == 0;
-  args.num_shards = sharded ? op.world : 1;
-  args.first_shard = sharded ? (op.rank + 1) % op.world : 0;
+  op.sharded = op.m_loc % kernels::GemmConfig::kTileM == 0;
+  args.num_shards = op.sharded ? op.world : 1;
+  args.first_shard = op.sharded ? (op.rank + 1) % op.world : 0;
   WEFT_CHECK(kernels::make_gemm_params(args, &op.gemm));
+  op.tiles_per_owner = uint64_t(op.m_loc / kernels::GemmConfig::kTileM) * uint64_t(op.gemm.n_blocks);
   WEFT_CHECK(op.frame.create(op.rank));
   WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
 
@@ -247,7 +290,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
 
   const int warm = wl.run.warmup, iters = wl.run.iters;
   double t[5] = {};
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t[0]));
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t[0], [&] { op.unstick(); }));
   WEFT_CHECK(op.frame.check(name));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
@@ -281,7 +324,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   rows.push_back({"cublas gemm alone", mx[2], tf(mx[2]), ""});
   rows.push_back({std::string("nccl ") + coll + " alone", mx[3], 0, ""});
   rows.push_back({"bound", bound, tf(bound), "max(gemm, collective)"});
-  rows.push_back({"weft gemm alone (local store)", mx[4], tf(mx[4]), ""});
+  rows.push_back({"weft gemm alone (local store)", mx[4], tf(mx[4]), "the fused op's GEMM without its signals"});
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
              plan.limited_by.c_str());

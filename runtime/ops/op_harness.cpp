@@ -7,11 +7,14 @@
 #include <ctime>
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 
 #include "runtime/log.h"
+#include "runtime/params.h"
 #include "runtime/ops/cuda_check.h"
 
 namespace weft::runtime::ops {
@@ -70,6 +73,65 @@ Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
     WEFT_WARN(kKernel, "cuStreamWriteValue64(%p, %llu) failed: CUresult %d", static_cast<void*>(addr),
               static_cast<unsigned long long>(value), int(r));
     return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+namespace {
+using WaitValue64Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+WaitValue64Fn wait_value_fn() {
+  static WaitValue64Fn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue64", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return WaitValue64Fn(nullptr);
+    return reinterpret_cast<WaitValue64Fn>(p);
+  }();
+  return fn;
+}
+}  // namespace
+
+Status stream_wait_u64_geq(cudaStream_t s, const uint64_t* addr, uint64_t value) {
+  WaitValue64Fn fn = wait_value_fn();
+  if (!fn) {
+    WEFT_WARN(kKernel, "cuStreamWaitValue64 is not available from this driver");
+    return Status::kUnsupported;
+  }
+  CUresult r = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value, CU_STREAM_WAIT_VALUE_GEQ);
+  if (r != CUDA_SUCCESS) {
+    WEFT_WARN(kKernel, "cuStreamWaitValue64(%p >= %llu) failed: CUresult %d", static_cast<const void*>(addr),
+              static_cast<unsigned long long>(value), int(r));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick) {
+  auto start = std::chrono::steady_clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  bool unstuck = false;
+  for (;;) {
+    cudaError_t e = cudaStreamQuery(s);
+    if (e == cudaSuccess) break;
+    if (e != cudaErrorNotReady) {
+      WEFT_WARN(kKernel, "%s failed on the device: %s", what, cudaGetErrorString(e));
+      return Status::kCudaError;
+    }
+    if (!unstuck && waited() > timeout_s) {
+      if (unstick) unstick();
+      unstuck = true;
+    }
+    if (waited() > timeout_s + 10) {
+      WEFT_WARN(kKernel, "%s did not finish within %.1f s (WEFT_DEVICE_TIMEOUT bounds each device wait)", what,
+                timeout_s);
+      return Status::kTimeout;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (unstuck) {
+    WEFT_WARN(kKernel, "%s waited past %.1f s for a flag that never came; released the waits", what, timeout_s);
+    return Status::kTimeout;
   }
   return Status::kOk;
 }
@@ -141,7 +203,7 @@ void PeerBuffer::release() {
 }
 
 Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
-               double* median_ms) {
+               double* median_ms, const std::function<void()>& unstick) {
   int* word = nullptr;
   WEFT_CUDA_CHECK(cudaMallocAsync(&word, sizeof(int), s));
   WEFT_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
@@ -154,7 +216,8 @@ Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std
     WEFT_CHECK(enqueue());
     WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
   }
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  const double bound_s = 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 0.01 * (warmup + iters);
+  WEFT_CHECK(sync_bounded(s, bound_s, "timed runs", unstick));
   std::vector<float> ms(iters);
   for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
   for (auto& e : ev) cudaEventDestroy(e);

@@ -27,6 +27,15 @@ Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const v
 // preceded by a memory fence, so everything earlier in the stream is visible first).
 Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value);
 
+// Makes the stream wait, without an SM, until *addr >= value (driver stream memory op). Unbounded
+// on the device: every stream that waits must be synchronized with sync_bounded(), whose `unstick`
+// releases such waits when the producer failed.
+Status stream_wait_u64_geq(cudaStream_t s, const uint64_t* addr, uint64_t value);
+
+// Waits for the stream at most `timeout_s`; past that calls `unstick` (if any: e.g. raise the flags
+// the stream waits on so it drains), waits a moment more, and fails naming `what`.
+Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick);
+
 // A device buffer of the same size on every rank; same-node peers' buffers mapped through CUDA IPC.
 class PeerBuffer {
  public:
@@ -55,7 +64,7 @@ class PeerBuffer {
 // then `iters` timed runs each preceded by an NCCL all-reduce of one word (a device-side barrier, so
 // ranks start together). Returns this rank's median in ms.
 Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
-               double* median_ms);
+               double* median_ms, const std::function<void()>& unstick = nullptr);
 
 // A seed drawn fresh on rank 0 and shared with every rank (collective): inputs differ on every run.
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out);
