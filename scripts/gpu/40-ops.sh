@@ -14,7 +14,7 @@ fi
 export WEFT_REPORT=$out/ops.jsonl WEFT_DETERMINISTIC=1
 : >"$WEFT_REPORT"
 rc=0
-for cfg in ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256; do
+for cfg in ${WEFT_OPS_CONFIGS:-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256}; do
   echo "=== weftrun run configs/examples/$cfg.yaml"
   if ! timeout 300 "$weftrun" run -n 4 "$root/configs/examples/$cfg.yaml"; then
     echo "FAIL    ops: weftrun run $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
@@ -22,10 +22,11 @@ for cfg in ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m
   fi
 done
 
-# PyTorch's symmetric-memory fused ops on the same shapes, same machine, same session.
+# PyTorch's symmetric-memory fused ops on the same shapes, same machine, same session
+# (WEFT_OPS_PEERS=0 leaves them out).
 peers=$out/torch.jsonl
 : >"$peers"
-while read -r op m n k; do
+[ "${WEFT_OPS_PEERS:-1}" = 0 ] || while read -r op m n k; do
   echo "=== torch $op m=$m n=$n k=$k"
   timeout 300 python3 -m torch.distributed.run --nproc_per_node=4 "$root/bench/peers/torch_fused.py" \
     --op "$op" --gemm-m "$m" --gemm-n "$n" --gemm-k "$k" --json "$peers" || echo "torch $op $m $n $k failed"
