@@ -144,11 +144,13 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
     return Status::kSystemError;
   }
   s->tmpdir_ = templ;
-  // Data store: with "hash" alone, libpmix 4.2.2 never serves a peer's committed data to a get
-  // (the server parks the request until its 2 s timeout); with "ds21" alone clients hang in
-  // PMIx_Init. "ds21,hash" works for both, including after a rank is SIGKILLed (tests/launcher).
-  // The user's PMIX_MCA_gds wins. Children inherit the choice.
-  setenv("PMIX_MCA_gds", "ds21,hash", 0);
+  // Data store (libpmix 4.2.2): the server's shared-memory store (ds21) hangs clients and can
+  // deadlock after a client is SIGKILLed, so the server uses "hash". The ranks must not inherit
+  // that setting: with PMIX_MCA_gds=hash in a client, the 4.2.2 server never serves it a peer's
+  // committed data (gets park until a 2 s timeout); left alone, clients follow what setup_fork
+  // tells them. libpmix 5 uses hash by default anyway. A PMIX_MCA_gds the user set is kept as is.
+  const bool own_gds = getenv("PMIX_MCA_gds") == nullptr;
+  if (own_gds) setenv("PMIX_MCA_gds", "hash", 1);
 
   pmix_server_module_t module;
   memset(&module, 0, sizeof module);
@@ -163,6 +165,7 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
   PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, s->tmpdir_.c_str(), PMIX_STRING);
   g_server = s.get();
   pmix_status_t rc = PMIx_server_init(&module, info, 2);
+  if (own_gds) unsetenv("PMIX_MCA_gds");  // read at init; the ranks' environment is built later
   PMIX_INFO_DESTRUCT(&info[0]);
   PMIX_INFO_DESTRUCT(&info[1]);
   if (rc != PMIX_SUCCESS) {
