@@ -296,10 +296,10 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       if (defer) continue;
       // With a signal: store now, then signal below.
       store_pending_from(pending, 0, g.n);
-      if (c.m_block >= g.cta_m_blocks) continue;
+      if (c.m_block >= g.cta_m_blocks) continue;  // no signal for the cluster's tile past M
     } else {
-      if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's second tile hangs past M
-      // Epilogue straight from the accumulator fragment.
+      // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
+      if (c.m_block >= g.cta_m_blocks) continue;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int32_t col = col0 + 8 * j;

@@ -47,7 +47,7 @@ struct InputSet {
   __nv_bfloat16* a = nullptr;
   __nv_bfloat16* b = nullptr;
   GemmParams params;   // single CTA per tile (the default)
-  GemmParams params2;  // 2-CTA clusters, B multicast (experimental, measured slower)
+  GemmParams params2;  // 2-CTA clusters, B multicast (opt-in, see docs/gemm.md)
 };
 
 double median(std::vector<float> v) {
@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
     else if (!strcmp(argv[i], "--markdown") && i + 1 < argc)
       md_path = argv[++i];
     else {
-      fprintf(stderr, "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]\n");
+      fprintf(stderr,
+              "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]\n");
       return 2;
     }
   }
