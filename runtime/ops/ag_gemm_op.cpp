@@ -27,9 +27,7 @@
 #include "runtime/ops/device_data.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
-#include "runtime/tuner.h"
 #include "runtime/workload.h"
-#include "topology/topology.h"
 
 namespace weft::runtime::ops {
 namespace {
@@ -176,14 +174,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   op.n = sh.n;
   op.m_loc = op.m / op.world;
 
-  // The plan: role counts and the prediction printed next to the measurement.
-  topology::Topology topo;
-  Plan plan;
-  std::string err;
-  if (topology::load("", &topo) == Status::kOk) {
-    if (make_plan(wl, wl.layout, topo, topology::map_gpus_to_nics(topo), &plan, &err) != Status::kOk)
-      WEFT_WARN(kTune, "rank %d: no plan (%s); running on all SMs", info.rank, err.c_str());
-  }
+  const Plan plan = plan_for(wl, info.rank);
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
   // Copy engines move the shards: every SM computes (the plan's intra_comm SMs are not needed).

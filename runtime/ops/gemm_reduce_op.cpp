@@ -29,9 +29,7 @@
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params.h"
-#include "runtime/tuner.h"
 #include "runtime/workload.h"
-#include "topology/topology.h"
 
 namespace weft::runtime::ops {
 namespace {
@@ -222,12 +220,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     return Status::kInvalidArgument;
   }
 
-  topology::Topology topo;
-  Plan plan;
-  std::string err;
-  if (topology::load("", &topo) == Status::kOk &&
-      make_plan(wl, wl.layout, topo, topology::map_gpus_to_nics(topo), &plan, &err) != Status::kOk)
-    WEFT_WARN(kTune, "rank %d: no plan (%s)", info.rank, err.c_str());
+  const Plan plan = plan_for(wl, info.rank);
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
   op.roles.compute = sms - sms % 2;

@@ -16,6 +16,8 @@
 #include "runtime/log.h"
 #include "runtime/params.h"
 #include "runtime/ops/cuda_check.h"
+#include "runtime/tuner.h"
+#include "topology/topology.h"
 
 namespace weft::runtime::ops {
 
@@ -250,6 +252,19 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
   }
   *out = m;
   return Status::kOk;
+}
+
+Plan plan_for(const Workload& wl, int rank) {
+  topology::Topology topo;
+  Plan plan;
+  std::string err;
+  if (topology::load("", &topo) != Status::kOk) {
+    WEFT_WARN(kTune, "rank %d: no topology, so no plan to compare with", rank);
+  } else if (make_plan(wl, wl.layout, topo, topology::map_gpus_to_nics(topo), &plan, &err) != Status::kOk) {
+    WEFT_WARN(kTune, "rank %d: no plan (%s)", rank, err.c_str());
+    plan = Plan();
+  }
+  return plan;
 }
 
 void print_results(bootstrap::Bootstrap& boot, const std::string& title, const std::vector<ResultRow>& rows,

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "runtime/plan.h"
 #include "runtime/status.h"
+#include "runtime/workload.h"
 
 namespace weft::runtime::ops {
 
@@ -71,6 +73,10 @@ Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t*
 
 // The largest of every rank's `mine` (collective).
 Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double mine, double* out);
+
+// The tuner's plan for the workload on this machine, printed next to the measurement; an empty
+// plan (makespan 0) when there is none, with the reason logged.
+Plan plan_for(const Workload& wl, int rank);
 
 // One row of an op's result table.
 struct ResultRow {
