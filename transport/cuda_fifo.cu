@@ -1,4 +1,5 @@
-// Pinned FIFO memory, device copy hooks on a non-blocking stream, and the kernel-side FIFO handle.
+// Pinned FIFO memory, device copy hooks on a non-blocking stream, kernel preloading, and the kernel-side FIFO handle.
+#include <cuda.h>  // CUfunction / CUresult types only: cuFuncLoad is reached through the runtime
 #include <cuda_runtime.h>
 
 #include <map>
@@ -30,6 +31,10 @@ struct CopyContext {
 
 Status copy(void* ctx, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
   auto* c = static_cast<CopyContext*>(ctx);
+  if (!c->stream) {  // the legacy default stream would queue behind every kernel of the device
+    WEFT_WARN(kTransport, "GPU %d: no copy stream for the socket backend (creating it failed)", c->device);
+    return Status::kCudaError;
+  }
   cudaError_t e = cudaSetDevice(c->device);  // the proxy thread starts with device 0 current
   if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, kind, c->stream);
   if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
@@ -68,8 +73,13 @@ DeviceCopyHooks cuda_copy_hooks(int device) {
     c = new CopyContext{device, nullptr};
     int prev = 0;
     cudaGetDevice(&prev);
-    cudaSetDevice(device);
-    cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    cudaError_t e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      WEFT_WARN(kTransport, "GPU %d: cannot create the socket backend's copy stream: %s", device,
+                cudaGetErrorString(e));
+      c->stream = nullptr;  // copies then fail with this reason instead of using the legacy stream
+    }
     cudaSetDevice(prev);
   }
   DeviceCopyHooks h;
@@ -77,6 +87,42 @@ DeviceCopyHooks cuda_copy_hooks(int device) {
   h.from_region = from_region;
   h.ctx = c;
   return h;
+}
+
+Status preload_kernels(std::initializer_list<const void*> kernels, const char* what) {
+  // cuFuncLoad (driver 12.4+) loads a function explicitly; reached through the runtime, so weft
+  // needs no link against libcuda. Where it is missing, cudaFuncGetAttributes still loads the
+  // function (it reports maxThreadsPerBlock, which the driver knows only for a loaded function).
+  using FuncLoad = CUresult (*)(CUfunction);
+  static FuncLoad func_load = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuFuncLoad", &fn, 12040, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      fn = nullptr;
+    return reinterpret_cast<FuncLoad>(fn);
+  }();
+  int i = 0;
+  for (const void* k : kernels) {
+    cudaFuncAttributes attr;
+    cudaError_t e = cudaFuncGetAttributes(&attr, k);
+    cudaFunction_t f = nullptr;
+    if (e == cudaSuccess && func_load) e = cudaGetFuncBySymbol(&f, k);
+    if (e != cudaSuccess) {
+      WEFT_WARN(kTransport, "%s: cannot load kernel %d of %zu: %s", what, i, kernels.size(), cudaGetErrorString(e));
+      return Status::kCudaError;
+    }
+    if (func_load) {
+      CUresult r = func_load(reinterpret_cast<CUfunction>(f));
+      if (r != CUDA_SUCCESS) {
+        WEFT_WARN(kTransport, "%s: cuFuncLoad(kernel %d of %zu) failed with CUresult %d", what, i, kernels.size(),
+                  static_cast<int>(r));
+        return Status::kCudaError;
+      }
+    }
+    ++i;
+  }
+  return Status::kOk;
 }
 
 Status DeviceFifoHandle::create(FifoRingHeader* ring, double timeout_s, std::unique_ptr<DeviceFifoHandle>* out) {

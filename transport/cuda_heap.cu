@@ -51,6 +51,11 @@ Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_
   std::vector<bootstrap::Blob> all;
   // Phase 2: publish.
   WEFT_CHECK(boot.allgather("weft.heap." + std::to_string(next_exchange_id(&boot)), mine, &all));
+  if (all.size() != static_cast<size_t>(me.size)) {
+    WEFT_WARN(kTransport, "rank %d: the bootstrap returned %zu heap records for %d ranks", me.rank, all.size(),
+              me.size);
+    return Status::kProtocolError;
+  }
   // Phase 3: connect same-node peers.
   h->peers_[me.rank] = h->base_;
   for (int r = 0; r < me.size; ++r) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -46,6 +47,15 @@ class CudaHeap {
 
 // Host-pinned, device-mapped ring memory (TransportOptions::fifo_memory) for device producers.
 FifoMemory cuda_fifo_memory();
+
+// Loads kernels (their host stubs: `(const void*)my_kernel`) into the current device's context now.
+// With lazy module loading (CUDA's default since 12.2) a kernel is loaded at its first launch, and a
+// load may wait for the whole context to go idle while every other CUDA call of the process, the
+// proxy's copies included, waits behind it. A kernel that waits on the proxy (FIFO back-pressure,
+// flags delivered by the proxy's copies) is never idle, so launching a not-yet-loaded kernel while
+// it runs deadlocks. Call this for every kernel of a run before launching the first one (or run
+// with CUDA_MODULE_LOADING=EAGER). `what` names the caller in the error message.
+Status preload_kernels(std::initializer_list<const void*> kernels, const char* what);
 // Copies between host staging and a device heap on `device`, on a non-blocking stream of their
 // own, so they never queue behind a running persistent kernel (TransportOptions::copy_hooks).
 DeviceCopyHooks cuda_copy_hooks(int device);

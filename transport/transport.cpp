@@ -118,6 +118,11 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     PeerInfo info;
     WEFT_CHECK(backend->local_info(&info));
     WEFT_CHECK(boot.allgather(prefix + "ep." + std::to_string(ch), encode_peer_info(me.rank, me.node, info), &all));
+    if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
+      WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
+                all.size(), me.size);
+      return Status::kProtocolError;
+    }
     for (int peer = 0; peer < me.size; ++peer) {
       if (peer == me.rank) continue;
       int node = -1;

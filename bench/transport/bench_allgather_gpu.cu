@@ -126,6 +126,11 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick) {
   const int me = boot.info().rank, node = boot.info().node;
   TRY(cudaSetDevice(me % ngpu) == cudaSuccess, "cudaSetDevice");
+  // wait_all is launched while send may wait on the proxy: load every kernel before the first launch.
+  TRY(preload_kernels({reinterpret_cast<const void*>(fill), reinterpret_cast<const void*>(send),
+                       reinterpret_cast<const void*>(wait_all), reinterpret_cast<const void*>(verify)},
+                      "bench_allgather_gpu") == Status::kOk,
+      "preload_kernels");
   std::vector<uint64_t> sizes = {1 << 20, 4 << 20, 16 << 20, 64 << 20};
   if (quick) sizes = {1 << 20, 16 << 20};
   const int iters = quick ? 3 : 10;

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # GPU step of `scripts/weft gpu-check`: transport GPU test (device FIFO producers, socket between 2 emulated
-# nodes, NVLink peers), the CPU transport suite, and the all-gather benchmark against NCCL with NCCL_HOSTID
-# per emulated node. Usage: 30-transport.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
+# nodes, NVLink peers), the all-gather benchmark against NCCL with NCCL_HOSTID per emulated node (--quick: 1 and
+# 16 MiB chunks), and the socket put/signal benchmark (--quick). The CPU transport tests are CI's job (ctest -R
+# test_transport), not repeated here; the step takes well under a minute when nothing hangs, and every command is
+# bounded. Full all-gather sizes: build/bin/bench_allgather_gpu --json FILE.
+# Usage: 30-transport.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
 
 OUTDIR=${1:?usage: 30-transport.sh OUTDIR}
@@ -24,17 +27,10 @@ else
 fi
 grep -E "MESSAGE|rank [0-9] GPU" "$OUTDIR/transport-gpu-test.log" || true
 
-say "CPU transport tests"
-if (cd "$BUILD" && ctest -R '^test_transport_' -LE gpu --output-on-failure) >"$OUTDIR/transport-cpu-tests.log" 2>&1; then
-  row "PASS transport cpu tests"
-else
-  row "FAIL transport cpu tests (transport-cpu-tests.log)"; rc=1
-fi
-
 say "all-gather: weft vs NCCL (NCCL_HOSTID per emulated node)"
 if [ -x "$BIN/bench_allgather_gpu" ]; then
-  if "$BIN/bench_allgather_gpu" --json "$OUTDIR/transport-allgather.json" >"$OUTDIR/transport-allgather.txt" \
-      2>"$OUTDIR/transport-allgather.err"; then
+  if timeout 240 "$BIN/bench_allgather_gpu" --quick --json "$OUTDIR/transport-allgather.json" \
+      >"$OUTDIR/transport-allgather.txt" 2>"$OUTDIR/transport-allgather.err"; then
     cat "$OUTDIR/transport-allgather.txt"
     row "PASS transport all-gather bench (transport-allgather.txt)"
   else
@@ -45,8 +41,8 @@ else
   row "FAIL transport all-gather bench: bench_allgather_gpu not built (NCCL not found?)"; rc=1
 fi
 
-say "put bandwidth / signal latency (host heaps)"
-if "$BIN/bench_transport" --json "$OUTDIR/transport-bench.json" >"$OUTDIR/transport-bench.txt" 2>&1; then
+say "put bandwidth / signal latency (host heaps, --quick)"
+if timeout 120 "$BIN/bench_transport" --quick --json "$OUTDIR/transport-bench.json" >"$OUTDIR/transport-bench.txt" 2>&1; then
   cat "$OUTDIR/transport-bench.txt"
   row "PASS transport bench (transport-bench.txt)"
 else

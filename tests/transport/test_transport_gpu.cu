@@ -102,6 +102,13 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu) {
   const int node = boot.info().node, local = boot.info().local_rank;
   const int dev = me % ngpu;
   GPU_TRY(cudaSetDevice(dev));
+  // push_inter waits on the proxy (the ring is shallower than its pushes) and verify on peers'
+  // proxies; a lazy load of a kernel launched behind them would stall the proxy's copies until they
+  // finish. Load every kernel up front.
+  if (preload_kernels({reinterpret_cast<const void*>(fill), reinterpret_cast<const void*>(push_inter),
+                       reinterpret_cast<const void*>(push_nvl), reinterpret_cast<const void*>(verify)},
+                      "test_transport_gpu") != Status::kOk)
+    return boot.report("preload_kernels failed"), 21;
   Layout L;
   std::unique_ptr<CudaHeap> heap;
   if (CudaHeap::create(boot, L.bytes, &heap) != Status::kOk) return boot.report("heap create failed"), 2;
