@@ -1,10 +1,12 @@
 // The socket backend's device-heap path on the CPU: a heap declared device memory is reached only through copy
 // hooks (memcpy here, CUDA copies on a GPU), fed by a burst that laps a shallow FIFO several times, as in the GPU
-// test; and a bootstrap that returns too few endpoint blobs is refused rather than read past its end.
+// test, from host producers or from threads following the device push's protocol (then flushed from the host);
+// and a bootstrap that returns too few endpoint blobs is refused rather than read past its end.
 #include <doctest/doctest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -61,11 +63,34 @@ Status from_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
   return Status::kOk;
 }
 
+// The device push's protocol (fifo_device.cuh) on a CPU thread: a ticket from the producers' own counter, a bounded
+// wait for room, plain stores of bytes 0..55, then a release store of the command word.
+Status device_style_push(FifoRingHeader* ring, FifoProducerState* state, const FifoCommand& cmd) {
+  const uint64_t depth = ring->depth;
+  const uint64_t t = __atomic_fetch_add(&state->next_ticket, 1, __ATOMIC_RELAXED);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (t >= __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE) + depth) {
+    if (int32_t e = __atomic_load_n(&ring->error, __ATOMIC_ACQUIRE)) return static_cast<Status>(e);
+    if (std::chrono::steady_clock::now() > deadline) {
+      WEFT_WARN(kTransport, "device-style push: ticket %llu found no room (tail %llu)", (unsigned long long)t,
+                (unsigned long long)__atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE));
+      return Status::kTimeout;
+    }
+    std::this_thread::yield();
+  }
+  FifoCommand* slot = fifo_slots(ring) + (t & (depth - 1));
+  memcpy(static_cast<void*>(slot), &cmd, offsetof(FifoCommand, word));
+  __atomic_store_n(&slot->word, make_command_word(command_op(cmd.word), t), __ATOMIC_RELEASE);
+  return Status::kOk;
+}
+
 uint32_t word_of(int src, int mode, uint64_t i) { return static_cast<uint32_t>(i * 2654435761u) ^ (src << 24) ^ mode; }
 
 // 2 ranks on 2 emulated nodes: each sends its chunk to the other as kPuts puts from kProducers threads, then one
-// signal; the heap is "device" memory, so every byte moves through the hooks.
-Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index) {
+// signal; the heap is "device" memory, so every byte moves through the hooks. device_style: after one host put
+// and a flush, the producers feed the ring as kernel threads do (DeviceFifoHandle: own ticket counter starting at
+// the ring's tail, host pushes refused), and Transport::flush must still complete.
+Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index, bool device_style) {
   const int me = boot.info().rank, peer = 1 - me;
   const uint64_t send = 0, recv = kChunk, flag = 2 * kChunk;
   std::unique_ptr<HostHeap> heap;
@@ -89,6 +114,26 @@ Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index)
   std::vector<std::thread> producers;
   std::atomic<int> push_errors{0};
   const uint64_t slice = kChunk / kPuts;
+  FifoRingHeader* ring = t->fifo_ring(0);
+  FifoProducerState device_state{};
+  const uint64_t extra = device_style ? 1 : 0;  // the host put before the switch
+  if (device_style) {
+    WEFT_CHECK(t->put(0, peer, send, recv, slice));  // slice 0 again: same bytes
+    WEFT_CHECK(t->flush());
+    device_state.next_ticket = device_state.tail_cache = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+    ring->device_producers = 1;
+    if (t->put(0, peer, send, recv, slice) != Status::kInvalidArgument) return Status::kInternal;
+  }
+  auto put = [&](uint64_t src, uint64_t dst, uint64_t bytes) {
+    if (!device_style) return t->put(0, peer, src, dst, bytes);
+    FifoCommand c{};
+    c.src_offset = src;
+    c.dst_offset = dst;
+    c.bytes = bytes;
+    c.peer = static_cast<uint32_t>(peer);
+    c.word = make_command_word(FifoOp::kPut, 0);
+    return device_style_push(ring, &device_state, c);
+  };
   log.producers.resize(kProducers);
   std::atomic<int> ready{0};
   for (int p = 0; p < kProducers; ++p)
@@ -97,10 +142,19 @@ Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index)
       if (++ready == kProducers) log.producers_known.store(true, std::memory_order_release);
       while (ready.load() < kProducers) std::this_thread::yield();
       for (int i = p; i < kPuts; i += kProducers)
-        if (t->put(0, peer, send + i * slice, recv + i * slice, slice) != Status::kOk) ++push_errors;
+        if (put(send + i * slice, recv + i * slice, slice) != Status::kOk) ++push_errors;
     });
   for (auto& th : producers) th.join();
-  WEFT_CHECK(t->signal(0, peer, flag, 1));
+  if (device_style) {
+    FifoCommand c{};
+    c.flag_offset = flag;
+    c.signal_value = 1;
+    c.peer = static_cast<uint32_t>(peer);
+    c.word = make_command_word(FifoOp::kSignal, 0);
+    WEFT_CHECK(device_style_push(ring, &device_state, c));
+  } else {
+    WEFT_CHECK(t->signal(0, peer, flag, 1));
+  }
 
   const uint64_t* f = heap->at<uint64_t>(flag);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
@@ -126,13 +180,15 @@ Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index)
   WEFT_CHECK(t->stop());
   // Sender side: exactly the chunk went out through from_region; receiver side: the chunk and the flag came in
   // through to_region; the proxy drained every lap of the ring; no copy ran on a producer thread.
-  const bool ok = push_errors == 0 && tail == kPuts + 1 && c.puts == kPuts && log.from_bytes == kChunk &&
-                  log.to_bytes == kChunk + 8 && log.on_producer_thread == 0;
+  const bool ok = push_errors == 0 && tail == kPuts + 1 + extra && c.puts == kPuts + extra &&
+                  log.from_bytes == kChunk + extra * slice && log.to_bytes == kChunk + 8 + extra * slice &&
+                  log.on_producer_thread == 0;
   if (!ok) {
     WEFT_WARN(kTransport,
-              "rank %d (%s): push errors %d, ring tail %llu (want %d), puts %llu, copied out %llu in %llu, "
+              "rank %d (%s%s): push errors %d, ring tail %llu (want %llu), puts %llu, copied out %llu in %llu, "
               "copies on producer threads %d",
-              me, mode, push_errors.load(), (unsigned long long)tail, kPuts + 1, (unsigned long long)c.puts,
+              me, mode, device_style ? ", device-style producers" : "", push_errors.load(), (unsigned long long)tail,
+              (unsigned long long)(kPuts + 1 + extra), (unsigned long long)c.puts,
               (unsigned long long)log.from_bytes.load(), (unsigned long long)log.to_bytes.load(),
               log.on_producer_thread.load());
     return Status::kInternal;
@@ -161,14 +217,17 @@ class ShortEndpointBootstrap : public bootstrap::Bootstrap {
 
 TEST_CASE("device-kind heap over socket: every byte through the copy hooks, a burst lapping a 64-deep FIFO") {
   int mode_index = 0;
-  for (const char* mode : {"serial", "fenced", "batched"}) {
-    CAPTURE(mode);
-    ++mode_index;
-    auto st = testing::run_threads(
-        2, 1, [&](bootstrap::Bootstrap& b) { return staged_body(b, mode, mode_index); }, 60);
-    for (int r = 0; r < 2; ++r) {
-      CAPTURE(r);
-      CHECK(st[r] == Status::kOk);
+  for (bool device_style : {false, true}) {
+    for (const char* mode : {"serial", "fenced", "batched"}) {
+      CAPTURE(device_style);
+      CAPTURE(mode);
+      ++mode_index;
+      auto st = testing::run_threads(
+          2, 1, [&](bootstrap::Bootstrap& b) { return staged_body(b, mode, mode_index, device_style); }, 60);
+      for (int r = 0; r < 2; ++r) {
+        CAPTURE(r);
+        CHECK(st[r] == Status::kOk);
+      }
     }
   }
 }
