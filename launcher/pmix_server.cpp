@@ -7,6 +7,7 @@
 #include <pmix_server.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -101,6 +102,14 @@ void add_array(void* outer, const char* key, void* inner) {
   PMIx_Info_list_release(inner);
 }
 
+// The running libpmix's major version ("OpenPMIx 4.2.2rc2 (...)" -> 4), so that one binary does the
+// right thing with whichever libpmix it runs against.
+int pmix_major_version() {
+  const char* v = PMIx_Get_version();
+  while (v && *v && !isdigit(static_cast<unsigned char>(*v))) ++v;
+  return v && *v ? atoi(v) : 0;
+}
+
 }  // namespace
 
 Status make_layout(int ranks, int nodes, const std::string& real_host, JobLayout* out) {
@@ -144,13 +153,12 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
     return Status::kSystemError;
   }
   s->tmpdir_ = templ;
-  // Data store (libpmix 4.2.2): the server's shared-memory store (ds21) hangs clients and can
-  // deadlock after a client is SIGKILLed, so the server uses "hash". The ranks must not inherit
-  // that setting: with PMIX_MCA_gds=hash in a client, the 4.2.2 server never serves it a peer's
-  // committed data (gets park until a 2 s timeout); left alone, clients follow what setup_fork
-  // tells them. libpmix 5 uses hash by default anyway. A PMIX_MCA_gds the user set is kept as is.
-  const bool own_gds = getenv("PMIX_MCA_gds") == nullptr;
-  if (own_gds) setenv("PMIX_MCA_gds", "hash", 1);
+  // Data store, libpmix 4.x (what we saw with 4.2.2, see docs/bootstrap.md): "ds21" alone hangs
+  // clients in PMIx_Init; "hash" forced on the ranks makes every get of a peer's data park until
+  // the server's 2 s timeout; "hash" in the server only loses a peer's data now and then with 32
+  // ranks. "ds21,hash" for server and ranks passed every run, SIGKILLed ranks included. libpmix 5
+  // has no ds21: keep its default there. A PMIX_MCA_gds the user set always wins.
+  if (pmix_major_version() == 4) setenv("PMIX_MCA_gds", "ds21,hash", 0);
 
   pmix_server_module_t module;
   memset(&module, 0, sizeof module);
@@ -165,7 +173,6 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
   PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, s->tmpdir_.c_str(), PMIX_STRING);
   g_server = s.get();
   pmix_status_t rc = PMIx_server_init(&module, info, 2);
-  if (own_gds) unsetenv("PMIX_MCA_gds");  // read at init; the ranks' environment is built later
   PMIX_INFO_DESTRUCT(&info[0]);
   PMIX_INFO_DESTRUCT(&info[1]);
   if (rc != PMIX_SUCCESS) {
