@@ -89,6 +89,7 @@ Proxy::~Proxy() {
 Status Proxy::start() {
   if (thread_.joinable()) return Status::kOk;
   stop_.store(false);
+  loop_seen_s_.store(now_s(), std::memory_order_relaxed);
   thread_ = std::thread([this] { run(); });
   return Status::kOk;
 }
@@ -108,8 +109,14 @@ Status Proxy::flush() {
     if (status() != Status::kOk) return status();
     if (!thread_.joinable()) return Status::kInternal;
     if (now_s() > deadline) {
-      WEFT_WARN(kProxy, "rank %d channel %d: flush not completed by the proxy within %.0fs", cfg_.rank, cfg_.channel,
-                cfg_.timeout_s);
+      const double stuck = now_s() - loop_seen_s_.load(std::memory_order_relaxed);
+      const std::string state = stuck > 1
+                                    ? "its thread has been inside one backend call for " +
+                                          std::to_string(static_cast<int>(stuck)) + "s: a copy hook blocked in CUDA?"
+                                    : std::string("its thread is running");
+      WEFT_WARN(kProxy, "rank %d channel %d: flush not completed by the proxy within %.1fs (%s; ring tail %llu)",
+                cfg_.rank, cfg_.channel, cfg_.timeout_s, state.c_str(),
+                (unsigned long long)__atomic_load_n(&ring_->tail, __ATOMIC_ACQUIRE));
       return Status::kTimeout;
     }
     if (spins > 64) sched_yield();
@@ -310,6 +317,7 @@ Status Proxy::flush_all_batches() {
 }
 
 Status Proxy::poll_backend() {
+  loop_seen_s_.store(now_s(), std::memory_order_relaxed);  // every loop and every bounded wait comes here
   done_.clear();
   Status s = backend_->poll(&done_);
   if (s != Status::kOk) return fail(s, "");

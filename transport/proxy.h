@@ -87,6 +87,9 @@ class Proxy {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> flush_requested_{0}, flush_done_{0};
+  // When the thread last polled its backend (every loop and every wait does): a stale value in a
+  // timeout message means it is stuck inside one call (a copy hook waiting on CUDA), not idle.
+  std::atomic<double> loop_seen_s_{0};
   std::atomic<int> status_{0};
   mutable std::mutex error_mutex_;
   std::string error_;

@@ -1,7 +1,8 @@
 // The socket backend's device-heap path on the CPU: a heap declared device memory is reached only through copy
 // hooks (memcpy here, CUDA copies on a GPU), fed by a burst that laps a shallow FIFO several times, as in the GPU
-// test, from host producers or from threads following the device push's protocol (then flushed from the host);
-// and a bootstrap that returns too few endpoint blobs is refused rather than read past its end.
+// test, from host producers or from threads following the device push's protocol (then flushed from the host); a
+// stalled copy (the GPU hang's signature: tail stuck at one drain round); and a bootstrap that returns too few
+// endpoint blobs is refused rather than read past its end.
 #include <doctest/doctest.h>
 
 #include <atomic>
@@ -33,6 +34,7 @@ struct HookLog {
   std::atomic<int> on_producer_thread{0};
   std::vector<std::thread::id> producers;  // written before the first push, read by hooks afterwards
   std::atomic<bool> producers_known{false};
+  std::atomic<bool>* gate = nullptr;  // if set: from_region waits (bounded) until it opens, like a stalled copy
   void note_thread() {
     if (!producers_known.load(std::memory_order_acquire)) return;
     for (const auto& id : producers)
@@ -58,6 +60,9 @@ Status to_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
 Status from_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
   auto* log = static_cast<HookLog*>(ctx);
   log->note_thread();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (log->gate && !log->gate->load() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
   memcpy(dst, src, bytes);
   log->from_bytes += bytes;
   return Status::kOk;
@@ -196,6 +201,59 @@ Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index,
   return Status::kOk;
 }
 
+// Rank 0's copies out of its heap stall until the test opens the gate, as a CUDA copy stalls behind a lazy kernel
+// load: the proxy takes one drain round (depth commands), then sits in its first copy, so the tail stops at exactly
+// the depth and a host flush times out (naming the stuck call); once the copy returns, everything completes.
+Status stalled_copy_body(bootstrap::Bootstrap& boot) {
+  const int me = boot.info().rank;
+  constexpr int kCount = 2 * kDepth - 1;  // puts; with the signal the ring is filled twice: no push waits
+  constexpr uint64_t kSlice = 4096;
+  std::unique_ptr<HostHeap> heap;
+  WEFT_CHECK(HostHeap::create(2 * kCount * kSlice + 4096, &heap));
+  const uint64_t recv = kCount * kSlice, flag = 2 * kCount * kSlice;
+  for (uint64_t i = 0; i < kCount * kSlice / 4; ++i) heap->at<uint32_t>(0)[i] = word_of(me, 99, i);
+  Region region = heap->region();
+  region.kind = MemKind::kDevice;
+  HookLog log;
+  std::atomic<bool> gate{me != 0};
+  log.gate = &gate;
+  TransportOptions opt;
+  opt.backend = "socket";
+  opt.fifo_depth = kDepth;
+  opt.timeout_s = 1.5;
+  opt.copy_hooks.to_region = to_region;
+  opt.copy_hooks.from_region = from_region;
+  opt.copy_hooks.ctx = &log;
+  std::unique_ptr<Transport> t;
+  WEFT_CHECK(Transport::create(boot, region, opt, &t));
+  WEFT_CHECK(boot.barrier("stall.up"));
+  if (me == 0) {
+    for (int i = 0; i < kCount; ++i) WEFT_CHECK(t->put(0, 1, i * kSlice, recv + i * kSlice, kSlice));
+    WEFT_CHECK(t->signal(0, 1, flag, 1));
+    const Status stalled = t->flush();
+    const uint64_t tail = __atomic_load_n(&t->fifo_ring(0)->tail, __ATOMIC_ACQUIRE);
+    gate = true;
+    if (stalled != Status::kTimeout || tail != kDepth) {
+      WEFT_WARN(kTransport, "stalled copy: flush gave %d, ring tail %llu (want %d, %u)", static_cast<int>(stalled),
+                (unsigned long long)tail, static_cast<int>(Status::kTimeout), kDepth);
+      return Status::kInternal;
+    }
+    WEFT_CHECK(t->flush());
+    if (__atomic_load_n(&t->fifo_ring(0)->tail, __ATOMIC_ACQUIRE) != kCount + 1) return Status::kInternal;
+  } else {
+    const uint64_t* f = heap->at<uint64_t>(flag);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (__atomic_load_n(f, __ATOMIC_ACQUIRE) < 1) {
+      if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+    for (uint64_t i = 0; i < kCount * kSlice / 4; ++i)
+      if (heap->at<uint32_t>(recv)[i] != word_of(0, 99, i)) return Status::kProtocolError;
+  }
+  WEFT_CHECK(boot.barrier("stall.done"));
+  return t->stop();
+}
+
 // Returns one blob too few for the transport's endpoint exchange, as a broken bootstrap might.
 class ShortEndpointBootstrap : public bootstrap::Bootstrap {
  public:
@@ -229,6 +287,14 @@ TEST_CASE("device-kind heap over socket: every byte through the copy hooks, a bu
         CHECK(st[r] == Status::kOk);
       }
     }
+  }
+}
+
+TEST_CASE("a copy that stalls stops the ring's tail at one drain round; the flush says so, and it recovers") {
+  auto st = testing::run_threads(2, 1, stalled_copy_body, 60);
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] == Status::kOk);
   }
 }
 
