@@ -88,24 +88,49 @@ bool run_bounded(std::function<void()> fn, double seconds) {
 
 bool to_u64(const pmix_value_t& v, uint64_t* out) {
   switch (v.type) {
-    case PMIX_UINT8: *out = v.data.uint8; return true;
-    case PMIX_UINT16: *out = v.data.uint16; return true;
-    case PMIX_UINT32: *out = v.data.uint32; return true;
-    case PMIX_UINT64: *out = v.data.uint64; return true;
-    case PMIX_INT: *out = static_cast<uint64_t>(v.data.integer); return true;
-    case PMIX_INT8: *out = static_cast<uint64_t>(v.data.int8); return true;
-    case PMIX_INT16: *out = static_cast<uint64_t>(v.data.int16); return true;
-    case PMIX_INT32: *out = static_cast<uint64_t>(v.data.int32); return true;
-    case PMIX_INT64: *out = static_cast<uint64_t>(v.data.int64); return true;
-    case PMIX_UINT: *out = v.data.uint; return true;
-    case PMIX_SIZE: *out = v.data.size; return true;
-    case PMIX_PROC_RANK: *out = v.data.rank; return true;
-    default: return false;
+    case PMIX_UINT8:
+      *out = v.data.uint8;
+      return true;
+    case PMIX_UINT16:
+      *out = v.data.uint16;
+      return true;
+    case PMIX_UINT32:
+      *out = v.data.uint32;
+      return true;
+    case PMIX_UINT64:
+      *out = v.data.uint64;
+      return true;
+    case PMIX_INT:
+      *out = static_cast<uint64_t>(v.data.integer);
+      return true;
+    case PMIX_INT8:
+      *out = static_cast<uint64_t>(v.data.int8);
+      return true;
+    case PMIX_INT16:
+      *out = static_cast<uint64_t>(v.data.int16);
+      return true;
+    case PMIX_INT32:
+      *out = static_cast<uint64_t>(v.data.int32);
+      return true;
+    case PMIX_INT64:
+      *out = static_cast<uint64_t>(v.data.int64);
+      return true;
+    case PMIX_UINT:
+      *out = v.data.uint;
+      return true;
+    case PMIX_SIZE:
+      *out = v.data.size;
+      return true;
+    case PMIX_PROC_RANK:
+      *out = v.data.rank;
+      return true;
+    default:
+      return false;
   }
 }
 
-void on_event(size_t, pmix_status_t status, const pmix_proc_t* source, pmix_info_t info[], size_t ninfo,
-              pmix_info_t*, size_t, pmix_event_notification_cbfunc_fn_t cbfunc, void* cbdata) {
+void on_event(size_t, pmix_status_t status, const pmix_proc_t* source, pmix_info_t info[], size_t ninfo, pmix_info_t*,
+              size_t, pmix_event_notification_cbfunc_fn_t cbfunc, void* cbdata) {
   int rank = source ? static_cast<int>(source->rank) : -1;
   std::string text;
   bool clean_exit = false;
@@ -131,9 +156,12 @@ void on_event(size_t, pmix_status_t status, const pmix_proc_t* source, pmix_info
 
 pmix_scope_t to_pmix(Scope s) {
   switch (s) {
-    case Scope::kLocal: return PMIX_LOCAL;
-    case Scope::kRemote: return PMIX_REMOTE;
-    case Scope::kGlobal: break;
+    case Scope::kLocal:
+      return PMIX_LOCAL;
+    case Scope::kRemote:
+      return PMIX_REMOTE;
+    case Scope::kGlobal:
+      break;
   }
   return PMIX_GLOBAL;
 }
@@ -217,7 +245,8 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
   double timeout = 60;
   WEFT_CHECK(get_param("WEFT_BOOTSTRAP_TIMEOUT", &timeout));
   if (!started_under_pmix()) {
-    WEFT_WARN(kBoot, "no PMIx server in this process's environment (PMIX_NAMESPACE/PMIX_RANK/PMIX_SERVER_URI* unset): %s",
+    WEFT_WARN(kBoot,
+              "no PMIx server in this process's environment (PMIX_NAMESPACE/PMIX_RANK/PMIX_SERVER_URI* unset): %s",
               kHowToLaunch);
     return Status::kUnsupported;
   }
@@ -227,8 +256,10 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
   auto state = self->state_;
   auto rc = std::make_shared<pmix_status_t>(PMIX_ERROR);
   if (!run_bounded([state, rc] { *rc = PMIx_Init(&state->me, nullptr, 0); }, timeout)) {
-    WEFT_WARN(kBoot, "PMIx_Init did not return within WEFT_BOOTSTRAP_TIMEOUT=%.1f s (namespace %s, rank %s): the "
-              "PMIx server did not answer; %s", timeout, getenv("PMIX_NAMESPACE"), getenv("PMIX_RANK"), kHowToLaunch);
+    WEFT_WARN(kBoot,
+              "PMIx_Init did not return within WEFT_BOOTSTRAP_TIMEOUT=%.1f s (namespace %s, rank %s): the "
+              "PMIx server did not answer; %s",
+              timeout, getenv("PMIX_NAMESPACE"), getenv("PMIX_RANK"), kHowToLaunch);
     return Status::kTimeout;
   }
   if (*rc != PMIX_SUCCESS) {
@@ -243,13 +274,14 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
   g_state = state;
   g_self = self.get();
 
-  pmix_status_t codes[] = {PMIX_PROC_TERMINATED, PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_LOST_CONNECTION,
+  pmix_status_t codes[] = {
+      PMIX_PROC_TERMINATED,  PMIX_ERR_PROC_TERM_WO_SYNC, PMIX_ERR_LOST_CONNECTION,
 #ifdef PMIX_ERR_PROC_ABORTED
-                           PMIX_ERR_PROC_ABORTED, PMIX_ERR_PROC_ABORTING,
+      PMIX_ERR_PROC_ABORTED, PMIX_ERR_PROC_ABORTING,
 #endif
   };
-  pmix_status_t ref = PMIx_Register_event_handler(codes, sizeof codes / sizeof codes[0], nullptr, 0, on_event,
-                                                  nullptr, nullptr);
+  pmix_status_t ref =
+      PMIx_Register_event_handler(codes, sizeof codes / sizeof codes[0], nullptr, 0, on_event, nullptr, nullptr);
   if (ref < 0)
     WEFT_INFO(kBoot, "rank %d: could not register for peer-failure events (%s); failures surface as timeouts",
               self->info_.rank, PMIx_Error_string(ref));
@@ -442,8 +474,7 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
     return Status::kNotFound;
   }
   if (op->value.type != PMIX_BYTE_OBJECT) {
-    WEFT_WARN(kBoot, "rank %d: %s: value of PMIx type %d, not a byte object", info_.rank, what.c_str(),
-              op->value.type);
+    WEFT_WARN(kBoot, "rank %d: %s: value of PMIx type %d, not a byte object", info_.rank, what.c_str(), op->value.type);
     return Status::kProtocolError;
   }
   const auto* p = reinterpret_cast<const uint8_t*>(op->value.data.bo.bytes);

@@ -58,7 +58,7 @@ class PmixBootstrap final : public Bootstrap {
   uint64_t fence_seq_ = 0;
   bool initialized_ = false;  // PMIx_Init succeeded: the destructor finalizes
   std::shared_ptr<State> state_;
-  NodeExchange node_;       // same-host peers' blobs (node_exchange.h)
+  NodeExchange node_;  // same-host peers' blobs (node_exchange.h)
   bool node_ready_ = false;
 };
 

@@ -1,15 +1,15 @@
 // weftrun check: every rank publishes (rank, node, nonce), fences, and verifies every peer's entry;
 // rank 0 prints one line per rank and `check passed: N ranks, K nodes` (or one JSON document).
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 
@@ -159,7 +159,8 @@ void check_structure(const std::vector<Report>& reports, int num_nodes, std::vec
                         std::to_string(num_nodes));
   for (const auto& [node, set] : local_ranks) {
     if (set.empty() || *set.rbegin() + 1 != set.size())
-      problems->push_back("node " + std::to_string(node) + ": local ranks are not 0.." + std::to_string(set.size() - 1));
+      problems->push_back("node " + std::to_string(node) + ": local ranks are not 0.." +
+                          std::to_string(set.size() - 1));
     for (const auto& x : reports)
       if (x.node == node && x.local_size != set.size())
         problems->push_back("rank " + std::to_string(x.rank) + " says its node has " + std::to_string(x.local_size) +
@@ -185,8 +186,8 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
     auto& per = doc["per_rank"] = nlohmann::json::array();
     nlohmann::json transport = nlohmann::json::array();
     for (const auto& r : reports) {
-      nlohmann::json e = {{"rank", r.rank},   {"node", r.node},         {"local_rank", r.local_rank},
-                          {"hostname", r.hostname}, {"pid", r.pid}, {"gpu_count", r.gpu_count}};
+      nlohmann::json e = {{"rank", r.rank},         {"node", r.node}, {"local_rank", r.local_rank},
+                          {"hostname", r.hostname}, {"pid", r.pid},   {"gpu_count", r.gpu_count}};
       e["gpu"] = r.gpu >= 0 ? nlohmann::json(r.gpu) : nlohmann::json(nullptr);
       e["pci_bus_id"] = r.gpu >= 0 ? nlohmann::json(r.bus_id) : nlohmann::json(nullptr);
       per.push_back(e);
@@ -338,7 +339,8 @@ int check_rank(const CheckOptions& o) {
   std::vector<Report> reports(n);
   std::vector<std::string> problems;
   for (int r = 0; r < n; ++r) {
-    if (decode(all[r], r, &reports[r]) != Status::kOk) problems.push_back("unreadable report from rank " + std::to_string(r));
+    if (decode(all[r], r, &reports[r]) != Status::kOk)
+      problems.push_back("unreadable report from rank " + std::to_string(r));
     for (const auto& p : reports[r].problems) problems.push_back(p);
   }
   check_structure(reports, ctx.info.num_nodes, &problems);

@@ -1,8 +1,8 @@
 // weftrun run WORKLOAD.yaml: start the ranks (or join them under srun/mpirun) and run the workload's
 // op on each through the op registry; without a GPU, print the plan instead.
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "launcher/commands.h"

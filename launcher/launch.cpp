@@ -59,9 +59,7 @@ std::string describe_exit(int status, bool finalized) {
   return buf;
 }
 
-bool failed_exit(int status, bool finalized) {
-  return WIFSIGNALED(status) || WEXITSTATUS(status) != 0 || !finalized;
-}
+bool failed_exit(int status, bool finalized) { return WIFSIGNALED(status) || WEXITSTATUS(status) != 0 || !finalized; }
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -166,8 +164,10 @@ int launch_ranks(const LaunchOptions& o) {
   for (int r = 0; r < o.ranks; ++r) {
     std::vector<std::string> b = base;
     slices[r] = gpu_slice_for_node(layout.node_of[r], o.nodes, o.gpus, visible ? visible : "");
-    if (!slices[r].empty()) b.push_back("CUDA_VISIBLE_DEVICES=" + slices[r]);
-    else if (visible) b.push_back(std::string("CUDA_VISIBLE_DEVICES=") + visible);
+    if (!slices[r].empty())
+      b.push_back("CUDA_VISIBLE_DEVICES=" + slices[r]);
+    else if (visible)
+      b.push_back(std::string("CUDA_VISIBLE_DEVICES=") + visible);
     if (server->client_env(r, b, &envs[r]) != Status::kOk) {
       server.reset();
       restore();

@@ -71,7 +71,8 @@ pmix_status_t on_fence(const pmix_proc_t[], size_t, const pmix_info_t[], size_t,
     memcpy(copy, data, ndata);
   }
   g_server->post([copy, ndata, cbfunc, cbdata] {
-    cbfunc(PMIX_SUCCESS, copy, ndata, cbdata, [](void* p) { free(p); }, copy);
+    cbfunc(
+        PMIX_SUCCESS, copy, ndata, cbdata, [](void* p) { free(p); }, copy);
   });
   return PMIX_SUCCESS;
 }
@@ -92,7 +93,9 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 void add_u32(void* list, const char* key, uint32_t v) { PMIx_Info_list_add(list, key, &v, PMIX_UINT32); }
 void add_u16(void* list, const char* key, uint16_t v) { PMIx_Info_list_add(list, key, &v, PMIX_UINT16); }
-void add_str(void* list, const char* key, const std::string& v) { PMIx_Info_list_add(list, key, v.c_str(), PMIX_STRING); }
+void add_str(void* list, const char* key, const std::string& v) {
+  PMIx_Info_list_add(list, key, v.c_str(), PMIX_STRING);
+}
 // Moves `inner` (a list) into `outer` as a data array under `key`.
 void add_array(void* outer, const char* key, void* inner) {
   pmix_data_array_t arr;
@@ -236,8 +239,10 @@ Status EmbeddedServer::register_job() {
   Sync sync;
   pmix_status_t rc = PMIx_server_register_nspace(nspace_.c_str(), l.ranks, static_cast<pmix_info_t*>(arr.array),
                                                  arr.size, sync_cb, &sync);
-  if (rc == PMIX_SUCCESS) rc = sync.wait(30);
-  else if (rc == PMIX_OPERATION_SUCCEEDED) rc = PMIX_SUCCESS;
+  if (rc == PMIX_SUCCESS)
+    rc = sync.wait(30);
+  else if (rc == PMIX_OPERATION_SUCCEEDED)
+    rc = PMIX_SUCCESS;
   PMIx_Data_array_destruct(&arr);
   if (rc != PMIX_SUCCESS) {
     WEFT_WARN(kLaunch, "PMIx_server_register_nspace(%s, %d ranks) failed: %s", nspace_.c_str(), l.ranks,
@@ -254,8 +259,10 @@ Status EmbeddedServer::client_env(int rank, const std::vector<std::string>& base
   PMIX_LOAD_PROCID(&proc, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
   Sync sync;
   pmix_status_t rc = PMIx_server_register_client(&proc, getuid(), getgid(), nullptr, sync_cb, &sync);
-  if (rc == PMIX_SUCCESS) rc = sync.wait(30);
-  else if (rc == PMIX_OPERATION_SUCCEEDED) rc = PMIX_SUCCESS;
+  if (rc == PMIX_SUCCESS)
+    rc = sync.wait(30);
+  else if (rc == PMIX_OPERATION_SUCCEEDED)
+    rc = PMIX_SUCCESS;
   if (rc != PMIX_SUCCESS) {
     WEFT_WARN(kLaunch, "PMIx_server_register_client(rank %d) failed: %s", rank, PMIx_Error_string(rc));
     return Status::kSystemError;

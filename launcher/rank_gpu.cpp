@@ -1,6 +1,5 @@
 // GPU binding for a rank: device local_rank % count, identified by its PCI bus id.
 #include "launcher/rank.h"
-
 #include "runtime/log.h"
 
 #if WEFT_HAVE_CUDA

@@ -6,12 +6,12 @@
 // "fence+modex" is one allgather of a 40-byte blob (put, commit, fence with data collection, a get
 // per peer), timed on every rank; per iteration the slowest rank counts; median/min/max over
 // iterations. "barrier" is a fence without data. "job" is weftrun's wall time, start to exit.
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -80,13 +80,13 @@ int main(int argc, char** argv) {
   for (int n : ranks) {
     if (n < 2) continue;
     fprintf(stderr, "bench_bootstrap: embedded, %d ranks on 2 emulated nodes\n", n);
-    rows.push_back(measure("weftrun --emulate-nodes 2",
-                           weftrun + " check -n " + std::to_string(n) + " --emulate-nodes 2" + it));
+    rows.push_back(
+        measure("weftrun --emulate-nodes 2", weftrun + " check -n " + std::to_string(n) + " --emulate-nodes 2" + it));
   }
   if (slurm) {
     const std::string state = "/tmp/weft-slurm-bench";
-    const std::string env = "SLURM_STATE_DIR=" + state + " SLURM_CONF_DEST=" + state + "/slurm.conf SLURM_CONF=" +
-                            state + "/slurm.conf ";
+    const std::string env =
+        "SLURM_STATE_DIR=" + state + " SLURM_CONF_DEST=" + state + "/slurm.conf SLURM_CONF=" + state + "/slurm.conf ";
     const std::string scripts = std::string(WEFT_SOURCE_DIR) + "/scripts/slurm";
     if (system((env + scripts + "/slurm-up.sh 2 >&2").c_str()) == 0) {
       for (int per_node : {1, 2, 4}) {
@@ -105,7 +105,9 @@ int main(int argc, char** argv) {
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   printf("host %s, %ld CPUs, %d iterations per run\n\n", host, sysconf(_SC_NPROCESSORS_ONLN), iters);
-  printf("| launch path | ranks | nodes | fence+modex median (us) | min (us) | max (us) | barrier median (us) | job wall (s) |\n");
+  printf(
+      "| launch path | ranks | nodes | fence+modex median (us) | min (us) | max (us) | barrier median (us) | job wall "
+      "(s) |\n");
   printf("|---|---:|---:|---:|---:|---:|---:|---:|\n");
   int failed = 0;
   for (const auto& r : rows) {

@@ -75,8 +75,8 @@ class Proc {
 
   // Waits for exit, at most `seconds`; past it, kills the group and reports exit_code -2.
   ProcResult wait(double seconds) {
-    auto deadline = std::chrono::steady_clock::now() +
-                    std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                           std::chrono::duration<double>(seconds));
     int st = 0;
     bool exited = false;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -101,9 +101,7 @@ class Proc {
     return r_;
   }
 
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
  private:
   // One poll round; false once both pipes are at EOF.

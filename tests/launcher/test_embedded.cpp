@@ -1,9 +1,9 @@
 // weftrun's embedded launcher for real: N rank processes under its own PMIx server (libpmix), the
 // check they run, and every way a job can fail (kill -9, stall, early exit, abort, Ctrl-C).
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "tests/launcher/proc.h"
@@ -150,8 +150,9 @@ TEST_CASE("a task of a launcher without PMIx is told how to launch") {
   CHECK(r.err.find("srun --mpi=pmix") != std::string::npos);
 
   // PMIx variables that point at no server: a bounded failure that says how to launch.
-  r = weft::testing::run("exec " + weftrun("check", "WEFT_BOOTSTRAP_TIMEOUT=3 PMIX_NAMESPACE=nowhere PMIX_RANK=0 "
-                                                    "PMIX_SERVER_URI41='nowhere.0;tcp4://127.0.0.1:1'"),
+  r = weft::testing::run("exec " + weftrun("check",
+                                           "WEFT_BOOTSTRAP_TIMEOUT=3 PMIX_NAMESPACE=nowhere PMIX_RANK=0 "
+                                           "PMIX_SERVER_URI41='nowhere.0;tcp4://127.0.0.1:1'"),
                          30);
   INFO(r.err);
   CHECK(r.exit_code == 1);

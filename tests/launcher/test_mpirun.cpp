@@ -1,5 +1,6 @@
 // Open MPI's mpirun as the PMIx server: weftrun check runs as one rank of its job.
 #include <doctest/doctest.h>
+
 #include <nlohmann/json.hpp>
 
 #include "tests/launcher/proc.h"

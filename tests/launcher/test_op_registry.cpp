@@ -4,8 +4,8 @@
 #include <algorithm>
 
 #include "launcher/check_hooks.h"
-#include "launcher/op_registry.h"
 #include "launcher/launch.h"
+#include "launcher/op_registry.h"
 
 using weft::Status;
 using namespace weft::launcher;

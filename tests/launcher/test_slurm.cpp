@@ -1,10 +1,10 @@
 // srun --mpi=pmix with real Slurm daemons (munged, slurmctld, slurmd per fake node) started by this
 // test through scripts/slurm/slurm-up.sh and always stopped again through slurm-down.sh.
 #include <doctest/doctest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 
