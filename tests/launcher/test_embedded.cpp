@@ -1,6 +1,9 @@
 // weftrun's embedded launcher for real: N rank processes under its own PMIx server (libpmix), the
 // check they run, and every way a job can fail (kill -9, stall, early exit, abort, Ctrl-C).
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -158,6 +161,27 @@ TEST_CASE("a task of a launcher without PMIx is told how to launch") {
   CHECK(r.exit_code == 1);
   CHECK(r.seconds < 15);
   CHECK(r.err.find("srun --mpi=pmix") != std::string::npos);
+}
+
+TEST_CASE("a PMIx server that accepts but never answers cannot hang a rank: PMIx_Init is bounded") {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(listen(fd, 8) == 0);  // the kernel completes connections; nobody ever replies
+  REQUIRE(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  std::string uri = "'mute.0;tcp4://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)) + "'";
+  ProcResult r = weft::testing::run(
+      "exec " + weftrun("check", "WEFT_BOOTSTRAP_TIMEOUT=3 PMIX_NAMESPACE=mute PMIX_RANK=0 PMIX_SERVER_URI41=" + uri),
+      40);
+  close(fd);
+  INFO(r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds < 15);
+  CHECK(r.err.find("PMIx_Init did not return within WEFT_BOOTSTRAP_TIMEOUT=3.0 s") != std::string::npos);
 }
 
 TEST_CASE("weftrun run without a GPU prints the plan, saying why, and exits 0") {
