@@ -10,9 +10,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "launcher/pmix_server.h"
 #include "runtime/log.h"
@@ -279,12 +282,31 @@ int launch_ranks(const LaunchOptions& o) {
       }
     }
   }
-  server.reset();
-  restore();
   if (!cause.empty()) {
     double took = std::chrono::duration<double>(Clock::now() - stop_at).count();
     fprintf(stderr, "weftrun: job failed: %s (all %d ranks stopped %.1f s later)\n", cause.c_str(), o.ranks, took);
   }
+  fflush(stdout);
+  fflush(stderr);
+  // Every rank is gone. Shutting the PMIx server down must not hang the exit either (a progress
+  // thread wedged by a killed client would): bound it, and leave without it if it does not return.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool finalized = false;
+  std::thread([&] {
+    server.reset();
+    std::lock_guard<std::mutex> lock(mu);
+    finalized = true;
+    cv.notify_all();
+  }).detach();
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, std::chrono::seconds(10), [&] { return finalized; })) {
+      fprintf(stderr, "weftrun: the PMIx server did not shut down within 10 s; exiting without it\n");
+      _exit(exit_code ? exit_code : 1);
+    }
+  }
+  restore();
   return exit_code;
 }
 
