@@ -1,6 +1,7 @@
 // Implementation of node_exchange.h.
 #include "bootstrap/node_exchange.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,23 +30,38 @@ std::string safe(const std::string& key) {
 
 }  // namespace
 
-Status NodeExchange::init(const std::string& nspace, int rank) {
-  rank_ = rank;
+std::string NodeExchange::job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx) {
   // The server's URI (address, port, pid) makes the folder unique to this job's server instance.
   std::string id = nspace;
   for (const char* v : {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2"})
-    if (const char* u = getenv(v)) {
+    if (const char* u = env(v, ctx)) {
       id += u;
       break;
     }
   const char* base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : (getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   char name[64];
   snprintf(name, sizeof name, "/weft-%016llx", static_cast<unsigned long long>(fnv1a(id)));
-  dir_ = std::string(base) + name;
+  return std::string(base) + name;
+}
+
+Status NodeExchange::init(const std::string& nspace, int rank) {
+  rank_ = rank;
+  dir_ = job_dir(
+      nspace, [](const char* name, void*) -> const char* { return getenv(name); }, nullptr);
   if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     WEFT_WARN(kBoot, "rank %d: cannot create %s for the node-local exchange: %s", rank, dir_.c_str(), strerror(errno));
+    dir_.clear();
     return Status::kSystemError;
   }
+  // Membership marker: the folder goes once every member has marked itself done (~NodeExchange).
+  std::string member = dir_ + "/@member." + std::to_string(rank);  // keys never contain '@' (safe())
+  int fd = open(member.c_str(), O_WRONLY | O_CREAT, 0600);
+  if (fd < 0) {
+    WEFT_WARN(kBoot, "rank %d: cannot create %s: %s", rank, member.c_str(), strerror(errno));
+    dir_.clear();
+    return Status::kSystemError;
+  }
+  close(fd);
   return Status::kOk;
 }
 
@@ -98,8 +114,27 @@ void NodeExchange::retire_all_but(const std::string& keep) {
 
 NodeExchange::~NodeExchange() {
   if (dir_.empty()) return;
-  retire_all_but("");
-  rmdir(dir_.c_str());  // succeeds for the last rank to leave
+  // Deleting this rank's last files here raced with slower peers still reading them (they then fell
+  // back to a PMIx get of an exited rank's data, which does not answer on libpmix 4's hash store).
+  // Mark done instead; whoever sees every member done removes the folder.
+  std::string done = dir_ + "/@done." + std::to_string(rank_);
+  int fd = open(done.c_str(), O_WRONLY | O_CREAT, 0600);
+  if (fd >= 0) close(fd);
+  DIR* d = opendir(dir_.c_str());
+  if (!d) return;
+  int members = 0, finished = 0;
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == "..") continue;
+    members += n.rfind("@member.", 0) == 0;
+    finished += n.rfind("@done.", 0) == 0;
+    names.push_back(n);
+  }
+  closedir(d);
+  if (finished < members) return;
+  for (const auto& n : names) unlink((dir_ + "/" + n).c_str());
+  rmdir(dir_.c_str());
 }
 
 }  // namespace weft::bootstrap

@@ -21,6 +21,10 @@ class NodeExchange {
   NodeExchange& operator=(const NodeExchange&) = delete;
   ~NodeExchange();
 
+  // The folder a job's ranks on one host share; `env` looks up PMIX_SERVER_URI* as the rank sees them
+  // (the launcher uses it to remove the folder of a job whose ranks died before cleaning up).
+  static std::string job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx);
+
   Status init(const std::string& nspace, int rank);
   // Writes the file atomically (temporary name, then rename).
   Status publish(const std::string& key, const Blob& sealed);
@@ -29,6 +33,8 @@ class NodeExchange {
   // Removes this rank's files for every key published before `keep` (call after a fence that
   // every reader of them has passed).
   void retire_all_but(const std::string& keep);
+  // The destructor keeps the files of the last exchange (a slower peer may still be reading them)
+  // and marks this rank done; the last rank of the host to finish removes the whole folder.
 
  private:
   std::string path(const std::string& key, int rank) const;

@@ -12,11 +12,13 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "bootstrap/node_exchange.h"
 #include "launcher/pmix_server.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -281,6 +283,17 @@ int launch_ranks(const LaunchOptions& o) {
           }
       }
     }
+  }
+  // Ranks that died could not remove their node-local exchange folder (bootstrap/node_exchange.h).
+  if (!envs.empty()) {
+    auto lookup = [](const char* name, void* ctx) -> const char* {
+      const std::string prefix = std::string(name) + "=";
+      for (const auto& e : *static_cast<std::vector<std::string>*>(ctx))
+        if (e.compare(0, prefix.size(), prefix) == 0) return e.c_str() + prefix.size();
+      return nullptr;
+    };
+    std::error_code ec;
+    std::filesystem::remove_all(bootstrap::NodeExchange::job_dir(server->nspace(), lookup, &envs[0]), ec);
   }
   if (!cause.empty()) {
     double took = std::chrono::duration<double>(Clock::now() - stop_at).count();
