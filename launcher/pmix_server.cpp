@@ -159,8 +159,7 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
   // Data store, libpmix 4.x (what we saw with 4.2.2, see docs/bootstrap.md): "ds21" alone hangs
   // clients in PMIx_Init; "hash" forced on the ranks makes every get of a peer's data park until
   // the server's 2 s timeout. "ds21,hash" for server and ranks passed every run, SIGKILLed ranks
-  // included. libpmix 5
-  // has no ds21: keep its default there. A PMIX_MCA_gds the user set always wins.
+  // included. libpmix 5 has no ds21: keep its default there. A PMIX_MCA_gds the user set wins.
   if (pmix_major_version() == 4) setenv("PMIX_MCA_gds", "ds21,hash", 0);
 
   pmix_server_module_t module;
