@@ -1,10 +1,12 @@
 // Blob framing (versioned, size-checked), the two-phase Wiring helper, and PmixBootstrap refusing
 // to start without a PMIx server. The PMIx exchange itself is tested through weftrun (tests/launcher).
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 
 #include "bootstrap/blob.h"
+#include "bootstrap/node_exchange.h"
 #include "bootstrap/pmix_bootstrap.h"
 #include "bootstrap/wiring.h"
 
@@ -140,4 +142,34 @@ TEST_CASE("without a PMIx server in the environment, connect fails at once inste
   CHECK_FALSE(started_under_pmix());  // no PMIX_SERVER_URI*: still not under a server
   unsetenv("PMIX_NAMESPACE");
   unsetenv("PMIX_RANK");
+}
+
+TEST_CASE("node exchange: peers read each other's files; the folder goes only when every member is done") {
+  const std::string nspace = "test-node-exchange-" + std::to_string(getpid());
+  std::string dir;
+  {
+    NodeExchange a, b;
+    REQUIRE(a.init(nspace, 0) == Status::kOk);
+    REQUIRE(b.init(nspace, 1) == Status::kOk);
+    REQUIRE(a.publish("k.1", seal_blob(1, 1, Blob{1, 2, 3})) == Status::kOk);
+    REQUIRE(b.publish("k.1", seal_blob(1, 1, Blob{4, 5})) == Status::kOk);
+    Blob got, payload;
+    REQUIRE(b.fetch("k.1", 0, &got));
+    REQUIRE(open_blob(got, 1, 1, 0, "k.1", &payload) == Status::kOk);
+    CHECK(payload == Blob{1, 2, 3});
+    CHECK_FALSE(a.fetch("k.1", 7, &got));  // no such rank on this host: the caller asks PMIx
+    REQUIRE(a.publish("k.2", seal_blob(1, 1, Blob{9})) == Status::kOk);
+    a.retire_all_but("k.2");
+    CHECK_FALSE(b.fetch("k.1", 0, &got));  // retired after the next exchange's fence
+    CHECK(b.fetch("k.2", 0, &got));
+    dir = NodeExchange::job_dir(
+        nspace, [](const char* n, void*) -> const char* { return getenv(n); }, nullptr);
+    {
+      NodeExchange c;  // a rank that finishes first must not take the others' last files away
+      REQUIRE(c.init(nspace, 2) == Status::kOk);
+    }
+    CHECK(b.fetch("k.2", 0, &got));
+    CHECK(access(dir.c_str(), F_OK) == 0);
+  }
+  CHECK(access(dir.c_str(), F_OK) != 0);  // the last member removed it
 }
