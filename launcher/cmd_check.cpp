@@ -196,7 +196,14 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
         transport.push_back(t.is_discarded() ? nlohmann::json(r.transport_json) : t);
       }
     }
-    if (!o.transport.empty()) doc["transport"] = {{"name", o.transport}, {"per_rank", transport}};
+    if (!o.transport.empty()) {
+      // Each rank's object already holds the job's counters summed over ranks: rank 0's is the
+      // job's ({"backend", "signal_mode", "puts", "signals", "fences", "batches", "stalls"}).
+      nlohmann::json t = (!transport.empty() && transport[0].is_object()) ? transport[0] : nlohmann::json::object();
+      t["name"] = o.transport;
+      t["per_rank"] = transport;
+      doc["transport"] = t;
+    }
     doc["problems"] = problems;
     printf("%s\n", doc.dump(2).c_str());
   } else {

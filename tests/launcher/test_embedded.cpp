@@ -59,6 +59,22 @@ TEST_CASE("check with 4 ranks passes and prints one line per rank, then the summ
   CHECK(weft::testing::last_line(r.out) == "check passed: 4 ranks, 1 nodes");
 }
 
+TEST_CASE("check --transport socket --json reports the job's transport counters under \"transport\"") {
+  ProcResult r =
+      weft::testing::run("exec " + weftrun("check -n 4 --emulate-nodes 2 --transport socket --iters 2 --json"), 90);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  auto doc = nlohmann::json::parse(r.out);
+  CHECK(doc["passed"] == true);
+  const auto& t = doc["transport"];
+  CHECK(t["backend"] == "socket");
+  CHECK(t["signal_mode"].is_string());
+  for (const char* k : {"puts", "signals", "fences", "batches", "stalls"}) CHECK(t[k].is_number_unsigned());
+  CHECK(t["puts"].get<uint64_t>() > 0);
+  CHECK(t["signals"].get<uint64_t>() > 0);
+  CHECK(t["per_rank"].size() == 4);
+}
+
 TEST_CASE("--emulate-nodes gives each emulated node its own node index, hostname and local ranks") {
   ProcResult r = weft::testing::run("exec " + weftrun("check -n 5 --emulate-nodes 2 --iters 2 --json"), 60);
   INFO(r.out << r.err);
