@@ -58,6 +58,21 @@ WEFT_FIFO_HD constexpr uint64_t make_command_word(FifoOp op, uint64_t ticket) {
 WEFT_FIFO_HD constexpr FifoOp command_op(uint64_t word) { return static_cast<FifoOp>(word & 0xffu); }
 WEFT_FIFO_HD constexpr uint64_t command_ticket(uint64_t word) { return word >> kTicketShift; }
 
+// The one place a put / signal / put+signal command is built, for host and device producers alike.
+// The ticket is left 0: the push assigns it when it commits the command word.
+WEFT_FIFO_HD inline FifoCommand make_fifo_command(FifoOp op, int peer, uint64_t src_offset, uint64_t dst_offset,
+                                                  uint64_t bytes, uint64_t flag_offset, uint64_t value) {
+  FifoCommand c{};
+  c.src_offset = src_offset;
+  c.dst_offset = dst_offset;
+  c.bytes = bytes;
+  c.flag_offset = flag_offset;
+  c.signal_value = value;
+  c.peer = static_cast<uint32_t>(peer);
+  c.word = make_command_word(op, 0);
+  return c;
+}
+
 // Ring header, followed in the same allocation (host-pinned for GPU producers) by `depth` slots.
 // A ring is fed either by host producers or by device producers, never both (one ticket counter).
 // `tail` and `flushed` are written only by the proxy; producers only read them. The ticket counter

@@ -63,35 +63,16 @@ __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
 
 __device__ inline int push_put(const DeviceFifo& f, int peer, uint64_t src_offset, uint64_t dst_offset,
                                uint64_t bytes) {
-  FifoCommand c{};
-  c.src_offset = src_offset;
-  c.dst_offset = dst_offset;
-  c.bytes = bytes;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kPut, 0);
-  return fifo_push(f, c);
+  return fifo_push(f, make_fifo_command(FifoOp::kPut, peer, src_offset, dst_offset, bytes, 0, 0));
 }
 
 __device__ inline int push_signal(const DeviceFifo& f, int peer, uint64_t flag_offset, uint64_t value) {
-  FifoCommand c{};
-  c.flag_offset = flag_offset;
-  c.signal_value = value;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kSignal, 0);
-  return fifo_push(f, c);
+  return fifo_push(f, make_fifo_command(FifoOp::kSignal, peer, 0, 0, 0, flag_offset, value));
 }
 
 __device__ inline int push_put_signal(const DeviceFifo& f, int peer, uint64_t src_offset, uint64_t dst_offset,
                                       uint64_t bytes, uint64_t flag_offset, uint64_t value) {
-  FifoCommand c{};
-  c.src_offset = src_offset;
-  c.dst_offset = dst_offset;
-  c.bytes = bytes;
-  c.flag_offset = flag_offset;
-  c.signal_value = value;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kPutSignal, 0);
-  return fifo_push(f, c);
+  return fifo_push(f, make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
 }
 
 // NVLink path: after this thread's (and, with a preceding __syncthreads, its block's) stores to a

@@ -165,35 +165,17 @@ Status Transport::push(int channel, const FifoCommand& cmd) {
 }
 
 Status Transport::put(int channel, int peer, uint64_t src_offset, uint64_t dst_offset, uint64_t bytes) {
-  FifoCommand c{};
-  c.src_offset = src_offset;
-  c.dst_offset = dst_offset;
-  c.bytes = bytes;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kPut, 0);
-  return push(channel, c);
+  return push(channel, make_fifo_command(FifoOp::kPut, peer, src_offset, dst_offset, bytes, 0, 0));
 }
 
 Status Transport::signal(int channel, int peer, uint64_t flag_offset, uint64_t value) {
-  FifoCommand c{};
-  c.flag_offset = flag_offset;
-  c.signal_value = value;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kSignal, 0);
-  return push(channel, c);
+  return push(channel, make_fifo_command(FifoOp::kSignal, peer, 0, 0, 0, flag_offset, value));
 }
 
 Status Transport::put_signal(int channel, int peer, uint64_t src_offset, uint64_t dst_offset, uint64_t bytes,
                              uint64_t flag_offset, uint64_t value) {
-  FifoCommand c{};
-  c.src_offset = src_offset;
-  c.dst_offset = dst_offset;
-  c.bytes = bytes;
-  c.flag_offset = flag_offset;
-  c.signal_value = value;
-  c.peer = static_cast<uint32_t>(peer);
-  c.word = make_command_word(FifoOp::kPutSignal, 0);
-  return push(channel, c);
+  return push(channel,
+              make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
 }
 
 Status Transport::flush() {
