@@ -9,8 +9,12 @@
 // (cublasSetSmCountTarget).
 //
 //   bench_gemm [--iters N] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]
-// (--shape I: only the I-th shape of the list below, e.g. to watch clocks and power over a long run)
+//              [--profile weft|weft2|cublas]
+// (--shape I: only the I-th shape of the list below, e.g. to watch clocks and power over a long run;
+//  --profile V: only variant V on all SMs, 6 launches inside cudaProfilerStart/Stop, no timing: for
+//  `ncu --profile-from-start off --launch-skip 5 --launch-count 1`)
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
   bool quick = false;
   int only_shape = -1;
   const char* md_path = nullptr;
+  std::string profile;
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = std::max(20, atoi(argv[++i]));
@@ -95,9 +100,12 @@ int main(int argc, char** argv) {
       only_shape = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--markdown") && i + 1 < argc)
       md_path = argv[++i];
+    else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
+      profile = argv[++i];
     else {
       fprintf(stderr,
-              "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE]\n");
+              "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE] "
+              "[--profile weft|weft2|cublas]\n");
       return 2;
     }
   }
@@ -152,6 +160,7 @@ int main(int argc, char** argv) {
     const double flops = 2.0 * s.m * s.n * double(s.k);
     double cublas_all = 0;
     for (int lent : {0, 8, 16}) {
+      if (!profile.empty() && lent) break;
       weft::RoleCounts roles;
       roles.compute = sms - lent;
       roles.intra_comm = lent;
@@ -174,6 +183,19 @@ int main(int argc, char** argv) {
                                s.k, in[size_t(i)].a, CUDA_R_16BF, s.k, &beta, c_blas, CUDA_R_16BF, s.n,
                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
       };
+      if (!profile.empty()) {
+        WEFT_CUDA_OK(cudaDeviceSynchronize());
+        WEFT_CUDA_OK(cudaProfilerStart());
+        for (int i = 0; i < 6; ++i) {
+          if (profile == "weft") run_weft(i % sets);
+          else if (profile == "weft2") run_weft2(i % sets);
+          else run_blas(i % sets);
+        }
+        WEFT_CUDA_OK(cudaDeviceSynchronize());
+        WEFT_CUDA_OK(cudaProfilerStop());
+        printf("profiled %s on %d x %d x %d\n", profile.c_str(), s.m, s.n, s.k);
+        continue;
+      }
       const double weft_ms = time_ms(iters, sets, run_weft);
       const double weft2_ms = time_ms(iters, sets, run_weft2);
       if (frame.check("bench gemm") != weft::Status::kOk) return 1;
