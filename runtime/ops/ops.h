@@ -9,6 +9,8 @@
 namespace weft::runtime::ops {
 
 Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+// ag_gemm when the job spans several nodes (the shards cross nodes through the proxy).
+Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 Status run_gemm_rs(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 Status run_gemm_ar(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 
