@@ -182,5 +182,9 @@ Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatt
                    const TileSignal& signal, cudaStream_t stream) {
   return launch(g, frame, epi, gate, signal, stream);
 }
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiReduceSlots& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream) {
+  return launch(g, frame, epi, gate, signal, stream);
+}
 
 }  // namespace weft::kernels

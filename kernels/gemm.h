@@ -55,5 +55,7 @@ Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddBf
                    const TileSignal& signal, cudaStream_t stream);
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatterBf16& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream);
+Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiReduceSlots& epi, const FlagGate& gate,
+                   const TileSignal& signal, cudaStream_t stream);
 
 }  // namespace weft::kernels

@@ -85,4 +85,96 @@ struct EpiScatterBf16 {
 #endif
 };
 
+// GEMM+ReduceScatter / AllReduce with the reduction in the epilogue. Rows [lo, hi) of C are this
+// rank's: for them the peers' partials of the same rows, staged locally (slot i holds row lo + x at
+// slots[i] + x * ldc), are added to the fp32 accumulator in slot order 0, 1, ... and the sum is
+// rounded once to bf16 and stored at out + (row - lo) * ldc: the same bits on every run. Every other
+// row is stored as this rank's bf16 partial at partial + row * ldc (the copy engines take it to its
+// owner). With lo and hi multiples of the tile height, a tile is either all inside or all outside.
+// The staged slots must be complete before the tile's operands are loaded: gate the own rows' tiles
+// on their arrival (FlagGate) — the producer's acquire orders these loads after the copies.
+struct EpiReduceSlots {
+  static constexpr int kMaxSlots = 7;
+  __nv_bfloat16* partial = nullptr;
+  __nv_bfloat16* out = nullptr;
+  const __nv_bfloat16* slots[kMaxSlots] = {};
+  int32_t nslots = 0;
+  int32_t lo = 0, hi = 0;
+  int64_t ldc = 0;
+  bool paired = true;
+#if defined(__CUDACC__)
+  __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
+    if (row < lo || row >= hi) {
+      __nv_bfloat16* p = partial + int64_t(row) * ldc + col;
+      if (two && paired) {
+        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+      } else {
+        p[0] = __float2bfloat16_rn(v0);
+        if (two) p[1] = __float2bfloat16_rn(v1);
+      }
+      return;
+    }
+    const int64_t off = int64_t(row - lo) * ldc + col;
+#pragma unroll
+    for (int i = 0; i < kMaxSlots; ++i) {
+      if (i >= nslots) break;
+      v0 += __bfloat162float(slots[i][off]);
+      if (two) v1 += __bfloat162float(slots[i][off + 1]);
+    }
+    out[off] = __float2bfloat16_rn(v0);
+    if (two) out[off + 1] = __float2bfloat16_rn(v1);
+  }
+
+  // The whole tile fragment of one consumer thread at once (the GEMM calls this instead of pair()):
+  // rows `row` and row + 8, columns col0 + 8j + {0, 1} for j < 32; acc[4j], acc[4j+1] are row's,
+  // acc[4j+2], acc[4j+3] row + 8's. For own rows all of a slot's 64 loads are issued before any is
+  // used (one memory round trip per slot instead of one per pair: pair() after pair() could not
+  // move a load above the previous pair's store); acc is consumed.
+  __device__ __forceinline__ void fragment(int32_t row, int32_t col0, int32_t m, int32_t n, float (&acc)[128]) const {
+    if (row >= lo && row < hi && paired && col0 + 8 * 31 + 1 < n) {
+      const int64_t off0 = int64_t(row - lo) * ldc + col0, off1 = off0 + 8 * ldc;
+#pragma unroll
+      for (int i = 0; i < kMaxSlots; ++i) {
+        if (i >= nslots) break;
+        const uint32_t* s0 = reinterpret_cast<const uint32_t*>(slots[i] + off0);
+        const uint32_t* s1 = reinterpret_cast<const uint32_t*>(slots[i] + off1);
+        uint32_t v[64];
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          v[2 * j] = s0[4 * j];  // 8 bf16 columns = 4 words apart
+          v[2 * j + 1] = s1[4 * j];
+        }
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j]));
+          const float2 x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j + 1]));
+          acc[4 * j + 0] += x0.x;
+          acc[4 * j + 1] += x0.y;
+          acc[4 * j + 2] += x1.x;
+          acc[4 * j + 3] += x1.y;
+        }
+      }
+      __nv_bfloat16* o0 = out + off0;
+      __nv_bfloat16* o1 = out + off1;
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        *reinterpret_cast<__nv_bfloat162*>(o0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 0], acc[4 * j + 1]);
+        *reinterpret_cast<__nv_bfloat162*>(o1 + 8 * j) = __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+      }
+      return;
+    }
+    // Partial rows, and own tiles at the right edge of C or with unpaired columns: pair by pair.
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int32_t col = col0 + 8 * j;
+      if (col < n) {
+        const bool two = col + 1 < n;
+        if (row < m) pair(row, col, acc[4 * j + 0], acc[4 * j + 1], two);
+        if (row + 8 < m) pair(row + 8, col, acc[4 * j + 2], acc[4 * j + 3], two);
+      }
+    }
+  }
+#endif
+};
+
 }  // namespace weft::kernels

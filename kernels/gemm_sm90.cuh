@@ -144,6 +144,13 @@ struct DeferredStore {
       std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiScatterBf16>::value;
 };
 
+// An epilogue with fragment(row, col0, m, n, acc) takes a thread's whole finished tile at once
+// (EpiReduceSlots batches its loads of the staged partials) instead of one pair() at a time.
+template <class Epilogue>
+struct FragmentEpilogue {
+  static constexpr bool kEnabled = std::is_same<Epilogue, EpiReduceSlots>::value;
+};
+
 // Where row `row` of C starts (column 0), or null for an epilogue without the deferred path.
 __device__ __forceinline__ __nv_bfloat16* row_base(const EpiStoreBf16& e, int32_t row) {
   return e.c + int64_t(row) * e.ldc;
@@ -300,6 +307,8 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
       if (c.m_block >= g.cta_m_blocks) continue;
+      if constexpr (FragmentEpilogue<Epilogue>::kEnabled) epi.fragment(row, col0, g.m, g.n, acc);
+      else
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         const int32_t col = col0 + 8 * j;
