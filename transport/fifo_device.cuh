@@ -22,6 +22,9 @@ __device__ inline uint64_t globaltimer_ns() {
 // Any number of threads may push concurrently: the ticket comes from an atomic add in device
 // memory. The slot's first 56 bytes are plain stores; the command word is a system-scope release
 // store, so the proxy (acquire load on the host) sees a complete command or none.
+// kReport = false leaves out the timeout's printf: a kernel that also runs wgmma (a fused GEMM) must
+// contain no call, or ptxas serializes every wgmma; such a kernel reports the returned status itself.
+template <bool kReport = true>
 __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
   const uint64_t depth = uint64_t{f.mask} + 1;
   const uint64_t t = atomicAdd(reinterpret_cast<unsigned long long*>(&f.state->next_ticket), 1ull);
@@ -40,7 +43,8 @@ __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
       const int e = err.load(cuda::memory_order_relaxed);
       if (e) return e;
       if (globaltimer_ns() - start > f.timeout_ns) {
-        printf(
+        if constexpr (kReport)
+          printf(
             "weft: rank %d channel %d: device FIFO push timed out after %.1fs (ticket %llu, tail %llu, depth %llu): "
             "the proxy is not draining (WEFT_PROXY_TIMEOUT; tail stuck at one drain round: a kernel launched "
             "meanwhile without preload_kernels?)\n",
@@ -61,18 +65,22 @@ __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
   return kOk;
 }
 
+template <bool kReport = true>
 __device__ inline int push_put(const DeviceFifo& f, int peer, uint64_t src_offset, uint64_t dst_offset,
                                uint64_t bytes) {
-  return fifo_push(f, make_fifo_command(FifoOp::kPut, peer, src_offset, dst_offset, bytes, 0, 0));
+  return fifo_push<kReport>(f, make_fifo_command(FifoOp::kPut, peer, src_offset, dst_offset, bytes, 0, 0));
 }
 
+template <bool kReport = true>
 __device__ inline int push_signal(const DeviceFifo& f, int peer, uint64_t flag_offset, uint64_t value) {
-  return fifo_push(f, make_fifo_command(FifoOp::kSignal, peer, 0, 0, 0, flag_offset, value));
+  return fifo_push<kReport>(f, make_fifo_command(FifoOp::kSignal, peer, 0, 0, 0, flag_offset, value));
 }
 
+template <bool kReport = true>
 __device__ inline int push_put_signal(const DeviceFifo& f, int peer, uint64_t src_offset, uint64_t dst_offset,
                                       uint64_t bytes, uint64_t flag_offset, uint64_t value) {
-  return fifo_push(f, make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
+  return fifo_push<kReport>(
+      f, make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
 }
 
 // NVLink path: after this thread's (and, with a preceding __syncthreads, its block's) stores to a

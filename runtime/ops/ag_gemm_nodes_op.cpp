@@ -1,14 +1,455 @@
-// AllGather+GEMM across nodes: the hierarchical runner (rail peers over the proxy, NVLink inside a node).
+// AllGather+GEMM across nodes: C_r = gather(A) · B_rᵀ, hierarchical, in one persistent launch per rank.
+//
+//   rank r holds A_r (m/W × k) and B_r (n/W × k); every rank gets C_r (m × n/W), rows in global order.
+//
+//   inter_send block:  A_r chunk 0, 1, ... ─FIFO─► proxy ─NIC─► rail peer on each other node (once per node)
+//   intra_comm blocks: chunk of a rail peer's shard arrives (flag) ─NVLink stores─► node-mates, their flag
+//   copy engines:      node-mates' own shards, pulled over NVLink, a flag per chunk
+//   compute blocks:    the GEMM over this rank's order: own shard, node-mates', then each other node's
+//                      (rail peer's first), every chunk gated by its flag (kernels/ag_gemm_nodes_plan.h)
+//
+// Validation: every position of the gathered A must equal NCCL's all-gather bit for bit (shards are
+// seeded by rank, so a misrouted shard names the rank that delivered it), every element of C written
+// (poisoned first) and within bf16 tolerance of cuBLAS on NCCL's gathered A. Timing: the fused op,
+// NCCL all-gather + cuBLAS (NCCL_HOSTID per node, so NCCL crosses the emulated nodes through its
+// network transport too), each alone, weft's GEMM alone and weft's gather alone.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/ag_gemm_nodes.h"
+#include "kernels/ag_gemm_nodes_plan.h"
+#include "kernels/gemm.h"
 #include "launcher/op_registry.h"
 #include "runtime/log.h"
+#include "runtime/ops/cuda_check.h"
+#include "runtime/ops/device_data.h"
+#include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
+#include "runtime/params.h"
+#include "runtime/workload.h"
+#include "transport/cuda_transport.h"
+#include "transport/heap.h"
+#include "transport/transport.h"
 
 namespace weft::runtime::ops {
+namespace {
 
-Status run_ag_gemm_nodes(const launcher::RankContext&, const Workload&, bootstrap::Bootstrap& boot) {
-  WEFT_WARN(kKernel, "rank %d: ag_gemm across %d nodes is not implemented yet; run it on one node (layout.nodes: 1)",
-            boot.info().rank, boot.info().num_nodes);
-  return Status::kUnsupported;
+using bf16 = __nv_bfloat16;
+using kernels::AgNodesDeviceMoves;
+using kernels::AgNodesSource;
+
+const char* source_text(AgNodesSource s) {
+  switch (s) {
+    case AgNodesSource::kOwn: return "its own input";
+    case AgNodesSource::kPull: return "a copy-engine pull over NVLink from the node-mate";
+    case AgNodesSource::kNet: return "the proxy path from the rail peer";
+    case AgNodesSource::kForward: return "an NVLink forward by the node-mate";
+  }
+  return "?";
+}
+
+struct AgNodes {
+  int rank = 0, world = 1, chunks = 1, channels = 1;
+  int64_t m = 0, n = 0, k = 0, m_loc = 0;
+  uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0;
+  kernels::AgNodesPlan plan;
+  std::unique_ptr<transport::CudaHeap> heap;
+  std::unique_ptr<transport::Transport> tp;
+  std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos;
+  bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
+  int32_t* push_err = nullptr;  // [status, peer]
+  uint64_t epoch = 0;
+  cudaStream_t main = nullptr, copy = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  kernels::GemmParams gemm_alone;  // weft's GEMM on NCCL's gathered A, for the "alone" row
+  kernels::FrameHost frame;
+  kernels::FrameParams frame_params;
+  RoleCounts roles;
+  kernels::AgNodesKernelParams kp;
+
+  char* base() const { return static_cast<char*>(heap->local()); }
+  bf16* pos_ptr(int pos) const { return reinterpret_cast<bf16*>(base() + a_off + uint64_t(pos) * shard_bytes); }
+  uint64_t* flag(int pos, int chunk) const {
+    return reinterpret_cast<uint64_t*>(base() + flags_off) + int64_t(pos) * chunks + chunk;
+  }
+
+  // One run: own flags and the node-mates' pulls on the streams, then the kernel (compute: the GEMM
+  // too; otherwise the gather alone).
+  Status enqueue(bool compute) {
+    ++epoch;
+    WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
+    for (int ch = 0; ch < chunks; ++ch) WEFT_CHECK(stream_write_u64(main, flag(0, ch), epoch));
+    for (const kernels::AgNodesPull& p : plan.pulls) {
+      const char* src = static_cast<const char*>(heap->peer(p.mate)) + a_off;  // the mate's position 0
+      for (int ch = 0; ch < chunks; ++ch) {
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(pos_ptr(p.dst_pos)) + ch * chunk_bytes,
+                                        src + ch * chunk_bytes, chunk_bytes, cudaMemcpyDeviceToDevice, copy));
+        WEFT_CHECK(stream_write_u64(copy, flag(p.dst_pos, ch), epoch));
+      }
+    }
+    kp.epoch = epoch;
+    kp.gate.expected = epoch;
+    kp.compute = compute ? 1 : 0;
+    WEFT_CHECK(kernels::launch_ag_gemm_nodes(kp, main));
+    WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+    return Status::kOk;
+  }
+
+  Status enqueue_gemm_only() {
+    kernels::EpiStoreBf16 epi{c, n, n % 2 == 0};
+    return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main);
+  }
+
+  // After a synchronized run: the kernel's timeouts, failed pushes, the proxies' first error.
+  Status check(const char* what) const {
+    WEFT_CHECK(frame.check(what));
+    int32_t e[2] = {0, 0};
+    WEFT_CUDA_CHECK(cudaMemcpy(e, push_err, sizeof e, cudaMemcpyDeviceToHost));
+    if (e[0]) {
+      std::string rings;
+      for (int ch = 0; ch < channels; ++ch)
+        rings += " channel " + std::to_string(ch) + " tail " +
+                 std::to_string(__atomic_load_n(&tp->fifo_ring(ch)->tail, __ATOMIC_ACQUIRE)) + ";";
+      WEFT_WARN(kKernel, "rank %d: %s: inter_send's FIFO push for rank %d failed with status %d (%s): the proxy "
+                "did not drain within WEFT_PROXY_TIMEOUT (rings:%s) %s", rank, what, e[1], e[0],
+                to_string(static_cast<Status>(e[0])), rings.c_str(), tp->error_message().c_str());
+      return static_cast<Status>(e[0]);
+    }
+    if (tp->status() != Status::kOk) {
+      WEFT_WARN(kKernel, "rank %d: %s: transport failed: %s", rank, what, tp->error_message().c_str());
+      return tp->status();
+    }
+    return Status::kOk;
+  }
+
+  ~AgNodes() {
+    cudaDeviceSynchronize();
+    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref),
+                    static_cast<void*>(a_nccl), static_cast<void*>(push_err)})
+      if (p) cudaFree(p);
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    if (copy) cudaStreamDestroy(copy);
+    if (main) cudaStreamDestroy(main);
+    fifos.clear();  // before the transport that owns the rings
+    if (tp) tp->stop();
+  }
+};
+
+Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bootstrap& boot, const Workload& wl) {
+  const int64_t shard_elems = op.m_loc * op.k, c_elems = op.m * op.n;
+  for (int pos = 1; pos < op.world; ++pos) WEFT_CHECK(poison_bf16(op.pos_ptr(pos), shard_elems, op.main));
+  WEFT_CHECK(poison_bf16(op.c, c_elems, op.main));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  // Nobody sends into a heap before its owner has poisoned it.
+  WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.poisoned"));
+  WEFT_CHECK(op.enqueue(true));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  WEFT_CHECK(op.check("ag_gemm_nodes"));
+  WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(shard_elems), ncclBfloat16, comm, op.main));
+  WEFT_CHECK(cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main));
+  for (int pos = 0; pos < op.world; ++pos) {
+    const int s = op.plan.order[pos];
+    Comparison cmp;
+    WEFT_CHECK(compare_bf16(op.pos_ptr(pos), op.a_nccl + s * shard_elems, shard_elems, op.main, &cmp));
+    if (cmp.mismatched) {
+      WEFT_WARN(kKernel, "rank %d: ag_gemm_nodes: position %d should hold rank %d's shard, delivered by %s (rank %d), "
+                "but differs from NCCL's all-gather in %lld of %lld elements (first at %lld): misrouted or not "
+                "delivered", op.rank, pos, s, source_text(op.plan.source[pos]), op.plan.source_rank[pos],
+                static_cast<long long>(cmp.mismatched), static_cast<long long>(shard_elems),
+                static_cast<long long>(cmp.first_mismatch));
+      return Status::kInternal;
+    }
+  }
+  Comparison cmp;
+  WEFT_CHECK(compare_bf16(op.c, op.c_ref, c_elems, op.main, &cmp));
+  const double tol = 1e-2;  // bf16 output rounding is ~2e-3
+  if (cmp.non_finite || !(cmp.rel_err < tol)) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm_nodes (%s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
+              "elements not written or not finite", op.rank, wl.name.c_str(), cmp.rel_err, tol,
+              static_cast<long long>(cmp.non_finite));
+    return Status::kInternal;
+  }
+  printf("rank %d: ag_gemm_nodes validated: gathered A equals NCCL's bit for bit in every position; C vs cuBLAS rel "
+         "err %.2e, %lld of %lld elements bit-identical\n", op.rank, cmp.rel_err,
+         static_cast<long long>(c_elems - cmp.mismatched), static_cast<long long>(c_elems));
+  return Status::kOk;
+}
+
+// Node and local index of every rank (the plan needs the whole job's placement).
+Status gather_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of) {
+  const int32_t mine[2] = {boot.info().node, boot.info().local_rank};
+  bootstrap::Blob blob(reinterpret_cast<const uint8_t*>(mine), reinterpret_cast<const uint8_t*>(mine) + sizeof mine);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.ag_gemm_nodes.placement", blob, &all));
+  node_of->clear();
+  local_of->clear();
+  for (const auto& a : all) {
+    int32_t v[2];
+    if (a.size() != sizeof v) return Status::kProtocolError;
+    memcpy(v, a.data(), sizeof v);
+    node_of->push_back(v[0]);
+    local_of->push_back(v[1]);
+  }
+  return Status::kOk;
+}
+
+Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
+  const auto& info = boot.info();
+  std::vector<int> node_of, local_of;
+  WEFT_CHECK(gather_placement(boot, &node_of, &local_of));
+  std::string why;
+  if (!kernels::make_ag_nodes_plan(node_of, local_of, info.rank, &op.plan, &why)) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm across %d nodes: %s", info.rank, info.num_nodes, why.c_str());
+    return Status::kUnsupported;
+  }
+  const int max_owners = kernels::EpiScatterBf16::kMaxOwners;
+  if (op.world > max_owners || int(op.plan.sends.size()) > AgNodesDeviceMoves::kMaxSends ||
+      int(op.plan.forwards.size()) > AgNodesDeviceMoves::kMaxForwards ||
+      op.plan.per_node - 1 > AgNodesDeviceMoves::kMaxTargets) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm across nodes handles at most %d ranks (this job has %d)", info.rank,
+              max_owners, op.world);
+    return Status::kUnsupported;
+  }
+  int64_t max_chunks = 0, channels = 0;
+  WEFT_CHECK(get_param("WEFT_AG_CHUNKS", &max_chunks));
+  WEFT_CHECK(get_param("WEFT_NET_CHANNELS", &channels));
+  op.chunks = kernels::ag_nodes_chunks(op.m_loc, kernels::GemmConfig::kTileM, int(max_chunks));
+  op.channels = int(std::clamp<int64_t>(channels, 1, AgNodesDeviceMoves::kMaxChannels));
+  op.shard_bytes = uint64_t(op.m_loc * op.k) * sizeof(bf16);
+  op.chunk_bytes = op.shard_bytes / op.chunks;
+
+  // Symmetric heap: A in this rank's position order, then the flags.
+  const uint64_t a_bytes = op.shard_bytes * op.world, flag_bytes = sizeof(uint64_t) * op.world * op.chunks;
+  transport::HeapAllocator alloc(a_bytes + flag_bytes + 4096);
+  WEFT_CHECK(alloc.allocate(a_bytes, 1024, "ag_gemm_nodes A", &op.a_off));
+  WEFT_CHECK(alloc.allocate(flag_bytes, 8, "ag_gemm_nodes flags", &op.flags_off));
+  WEFT_CHECK(transport::CudaHeap::create(boot, alloc.used(), &op.heap));
+  transport::TransportOptions opt;
+  opt.channels = op.channels;
+  opt.workload_signal_mode = to_string(wl.transport.signal_mode);
+  opt.workload_backend = to_string(wl.transport.inter_node);
+  opt.fifo_memory = transport::cuda_fifo_memory();
+  opt.copy_hooks = transport::cuda_copy_hooks(ctx.gpu);
+  WEFT_CHECK(transport::Transport::create(boot, op.heap->region(), opt, &op.tp));
+  for (int ch = 0; ch < op.channels; ++ch) {
+    std::unique_ptr<transport::DeviceFifoHandle> f;
+    WEFT_CHECK(transport::DeviceFifoHandle::create(op.tp->fifo_ring(ch), op.tp->timeout_s(), &f));
+    op.kp.fifo[ch] = f->get();
+    op.fifos.push_back(std::move(f));
+  }
+  WEFT_CHECK(transport::preload_kernels({kernels::ag_gemm_nodes_kernel_ptr()}, "ag_gemm_nodes"));
+
+  int sms = 0;
+  WEFT_CHECK(kernels::device_sm_count(&sms));
+  const int forward_items = int(op.plan.forwards.size()) * op.chunks;
+  op.roles.inter_send = op.plan.sends.empty() ? 0 : 1;
+  op.roles.intra_comm = std::min(4, forward_items);
+  op.roles.compute = sms - op.roles.inter_send - op.roles.intra_comm;
+
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.fork, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.join, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.b, size_t(op.n * op.k) * sizeof(bf16)));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.c, size_t(op.m * op.n) * sizeof(bf16)));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.c_ref, size_t(op.m * op.n) * sizeof(bf16)));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.a_nccl, size_t(op.m * op.k) * sizeof(bf16)));
+  WEFT_CUDA_CHECK(cudaMalloc(&op.push_err, 2 * sizeof(int32_t)));
+  WEFT_CUDA_CHECK(cudaMemset(op.push_err, 0, 2 * sizeof(int32_t)));
+
+  uint64_t seed = 0;
+  WEFT_CHECK(shared_seed(boot, "weft.ag_gemm_nodes.seed", &seed));
+  WEFT_CHECK(fill_random_bf16(op.pos_ptr(0), op.m_loc * op.k, seed, op.rank, 1.0f, op.main));
+  WEFT_CHECK(fill_random_bf16(op.b, op.n * op.k, seed + 1, op.rank, 1.0f, op.main));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+
+  // The fused GEMM: A is the heap's positions, one M-shard per (position, chunk), in order.
+  kernels::GemmArgs args;
+  args.m = op.m;
+  args.n = op.n;
+  args.k = op.k;
+  args.a = op.pos_ptr(0);
+  args.b = op.b;
+  args.num_shards = op.world * op.chunks;
+  args.first_shard = 0;
+  WEFT_CHECK(kernels::make_gemm_params(args, &op.kp.gemm));
+  args.a = op.a_nccl;
+  args.num_shards = 1;
+  WEFT_CHECK(kernels::make_gemm_params(args, &op.gemm_alone));
+  WEFT_CHECK(op.frame.create(op.rank));
+  WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
+  op.kp.frame = op.frame_params;
+  op.kp.epi.rows_per_owner = op.m_loc;
+  op.kp.epi.ldc = op.n;
+  op.kp.epi.paired = op.n % 2 == 0;
+  for (int pos = 0; pos < op.world; ++pos) op.kp.epi.dst[pos] = op.c + int64_t(op.plan.order[pos]) * op.m_loc * op.n;
+  op.kp.gate.flags = op.flag(0, 0);
+  op.kp.gate.granularity = kernels::kFlagPerShard;
+  AgNodesDeviceMoves& mv = op.kp.moves;
+  mv.num_sends = int32_t(op.plan.sends.size());
+  for (int s = 0; s < mv.num_sends; ++s) {
+    mv.send_peer[s] = op.plan.sends[s].peer;
+    mv.send_dst_pos[s] = op.plan.sends[s].dst_pos;
+  }
+  mv.num_forwards = int32_t(op.plan.forwards.size());
+  mv.num_targets = op.plan.per_node - 1;
+  for (int f = 0; f < mv.num_forwards; ++f) {
+    mv.fwd_src_pos[f] = op.plan.forwards[f].src_pos;
+    for (int t = 0; t < mv.num_targets; ++t) {
+      mv.fwd_mate[f][t] = op.plan.forwards[f].to[t].first;
+      mv.fwd_dst_pos[f][t] = op.plan.forwards[f].to[t].second;
+    }
+  }
+  mv.positions = op.world;
+  mv.chunks = op.chunks;
+  mv.a_offset = op.a_off;
+  mv.shard_bytes = op.shard_bytes;
+  mv.chunk_bytes = op.chunk_bytes;
+  mv.flags_offset = op.flags_off;
+  op.kp.channels = op.channels;
+  op.kp.heap = op.base();
+  op.kp.peers = reinterpret_cast<char* const*>(op.heap->device_peer_table());
+  op.kp.push_error = op.push_err;
+  op.kp.push_error_peer = op.push_err + 1;
+  WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.inputs"));  // every shard written before anyone reads one
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+  const auto& info = boot.info();
+  if (wl.world_size() != info.size) {
+    WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank,
+              wl.source.c_str(), wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
+    return Status::kInvalidArgument;
+  }
+  if (wl.gemm.m % info.size || (wl.gemm.m / info.size) % kernels::GemmConfig::kTileM != 0) {
+    WEFT_WARN(kKernel, "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
+              "span two ranks' shards", info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size),
+              kernels::GemmConfig::kTileM);
+    return Status::kInvalidArgument;
+  }
+  // NCCL's baseline must cross the (emulated) nodes through its network transport like weft does:
+  // one host id per node (the launcher names emulated nodes differently). A user's value is kept.
+  setenv("NCCL_HOSTID", info.hostname.c_str(), 0);
+
+  AgNodes op;
+  op.rank = info.rank;
+  op.world = info.size;
+  const GemmShard sh = wl.gemm_shard();
+  op.m = wl.gemm.m;
+  op.k = wl.gemm.k;
+  op.n = sh.n;
+  op.m_loc = op.m / op.world;
+  WEFT_CHECK(setup(ctx, wl, boot, op));
+  const Plan plan = plan_for(wl, info.rank);
+
+  ncclComm_t comm = nullptr;
+  WEFT_CHECK(create_nccl_comm(boot, &comm));
+  cublasHandle_t blas = nullptr;
+  WEFT_CUBLAS_CHECK(cublasCreate(&blas));
+  // Load every kernel the timed loops launch next to the fused kernel before the first fused launch
+  // (lazy loading would wait for the device to idle while the fused kernel waits on the proxy).
+  {
+    int* word = nullptr;
+    WEFT_CUDA_CHECK(cudaMalloc(&word, sizeof(int)));
+    WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, op.main));
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+    WEFT_CUDA_CHECK(cudaFree(word));
+  }
+
+  if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, boot, wl));
+
+  const int warm = wl.run.warmup, iters = wl.run.iters;
+  double t_fused = 0, t_seq = 0, t_gemm = 0, t_comm = 0, t_weft_gemm = 0, t_gather = 0;
+  const transport::TransportCounters c0 = op.tp->counters();
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(true); }, &t_fused));
+  WEFT_CHECK(op.check("ag_gemm_nodes"));
+  const transport::TransportCounters c1 = op.tp->counters();
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t_gather));
+  WEFT_CHECK(op.check("ag_gemm_nodes gather"));
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
+    WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
+  }, &t_seq));
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
+    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
+  }, &t_gemm));
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
+    WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+    return Status::kOk;
+  }, &t_comm));
+  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_gemm_only(); }, &t_weft_gemm));
+
+  double f, s, g, c, wg, ga;
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_fused", t_fused, &f));
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_seq", t_seq, &s));
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_gemm", t_gemm, &g));
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_comm", t_comm, &c));
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_wgemm", t_weft_gemm, &wg));
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_gather", t_gather, &ga));
+  const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
+  auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+  // Bytes each rank's proxy moves per run: its shard to each other node's rail peer.
+  const double net_gb = double(op.shard_bytes) * double(op.plan.sends.size()) / 1e9;
+  const double bound = std::max(g, c);
+  const uint64_t runs = uint64_t(warm + iters);
+  char note[256];
+  std::vector<ResultRow> rows;
+  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d intra_comm %d inter_send %d",
+           f / bound, s / f, op.roles.compute, op.roles.intra_comm, op.roles.inter_send);
+  rows.push_back({"weft fused (one launch)", f, tf(f), note});
+  snprintf(note, sizeof note, "sequential baseline, NCCL_HOSTID per node");
+  rows.push_back({"nccl all-gather + cublas", s, tf(s), note});
+  rows.push_back({"cublas gemm alone", g, tf(g), ""});
+  rows.push_back({"nccl all-gather alone", c, 0, "NCCL_HOSTID per node"});
+  rows.push_back({"bound", bound, tf(bound), "max(gemm, all-gather)"});
+  snprintf(note, sizeof note, "%d compute blocks", op.roles.compute);
+  rows.push_back({"weft gemm alone (no wait)", wg, tf(wg), note});
+  snprintf(note, sizeof note, "%s, %s, %d channel(s), %d chunks of %.1f MiB; %.2f GB/s out per rank; per run: puts %.1f "
+           "signals %.1f fences %.1f batches %.1f stalls %.1f", op.tp->backend_name().c_str(),
+           transport::to_string(op.tp->signal_mode()), op.channels, op.chunks, double(op.chunk_bytes) / (1 << 20),
+           net_gb / (ga * 1e-3), double(c1.puts - c0.puts) / runs, double(c1.signals - c0.signals) / runs,
+           double(c1.fences - c0.fences) / runs, double(c1.batches - c0.batches) / runs,
+           double(c1.stalls - c0.stalls) / runs);
+  rows.push_back({"weft gather alone (hierarchical)", ga, 0, note});
+  if (plan.makespan_s > 0) {
+    snprintf(note, sizeof note, "tuner: compute %d intra %d inter %d, limited by %s", plan.roles.compute,
+             plan.roles.intra_comm, plan.roles.inter_send, plan.limited_by.c_str());
+    rows.push_back({"tuner prediction", plan.makespan_s * 1e3, tf(plan.makespan_s * 1e3), note});
+  }
+  char title[256];
+  snprintf(title, sizeof title, "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks on %d nodes, median of %d, "
+           "max over ranks", wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
+           static_cast<long long>(op.k), op.world, op.plan.nodes, iters);
+  char extra[256];
+  snprintf(extra, sizeof extra, "\"op\": \"ag_gemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"nodes\": %d, "
+           "\"signal_mode\": \"%s\", \"channels\": %d, \"chunks\": %d", static_cast<long long>(op.m),
+           static_cast<long long>(op.n), static_cast<long long>(op.k), op.world, op.plan.nodes,
+           transport::to_string(op.tp->signal_mode()), op.channels, op.chunks);
+  print_results(boot, title, rows, extra);
+
+  // Every rank has what it waited for once all are here: then the proxies may stop.
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  WEFT_CHECK(op.tp->flush());
+  WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.done"));
+  op.fifos.clear();
+  WEFT_CHECK(op.tp->stop());
+  cublasDestroy(blas);
+  ncclCommDestroy(comm);
+  WEFT_CHECK(op.heap->close(boot));
+  return Status::kOk;
 }
 
 }  // namespace weft::runtime::ops

@@ -22,6 +22,16 @@ for cfg in ${WEFT_OPS_CONFIGS:-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gem
   fi
 done
 
+# Multi-node examples on this one machine: 2 emulated nodes x 2 GPUs, the socket backend between the
+# nodes (WEFT_OPS_NODES_CONFIGS= leaves them out).
+for cfg in ${WEFT_OPS_NODES_CONFIGS-ag_gemm_2x2}; do
+  echo "=== weftrun run -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
+  if ! timeout 300 "$weftrun" run -n 4 --emulate-nodes 2 "$root/configs/examples/$cfg.yaml"; then
+    echo "FAIL    ops: weftrun run --emulate-nodes 2 $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
+    rc=1
+  fi
+done
+
 # PyTorch's symmetric-memory fused ops on the same shapes, same machine, same session
 # (WEFT_OPS_PEERS=0 leaves them out).
 peers=$out/torch.jsonl
@@ -44,7 +54,8 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 by = {}
 for r in rows:
-    by.setdefault((r["op"], r["m"], r["n"], r["k"]), {})[r["variant"]] = r["ms"]
+    op = r["op"] + (f"/{r['nodes']}n" if r.get("nodes", 1) > 1 else "")
+    by.setdefault((op, r["m"], r["n"], r["k"]), {})[r["variant"]] = r["ms"]
 print("ops (4 GPUs, ms, median, max over ranks)")
 print(f"  {'op':8} {'M':>6} {'N':>6} {'K':>6} {'weft':>7} {'seq':>7} {'bound':>7} {'torch':>7}  weft/bound  seq/weft")
 for (op, m, n, k), v in by.items():

@@ -1,0 +1,68 @@
+// Host API of the multi-node AllGather+GEMM kernel: one persistent launch with three SM roles.
+//
+//   blocks [0, compute)            compute: the GEMM core over the rank's shard order (positions x
+//                                  chunks as M-shards), each chunk gated by its flag
+//   next intra_comm blocks         forward chunks that arrived over the net to the node-mates (NVLink
+//                                  stores), then raise the mates' flags
+//   next inter_send blocks (1)     push the rank's own shard, chunk by chunk, to its rail peers through
+//                                  the device FIFO (one thread per channel, chunks round-robin)
+//
+// The plan (which shard goes where) is kernels/ag_gemm_nodes_plan.h; the runner is
+// runtime/ops/ag_gemm_nodes_op.cpp.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/frame.h"
+#include "kernels/gemm_epilogues.h"
+#include "kernels/gemm_types.h"
+#include "runtime/status.h"
+#include "transport/device_fifo.h"
+
+namespace weft::kernels {
+
+// The plan's moves as the kernel reads them (heap offsets are identical on every rank).
+struct AgNodesDeviceMoves {
+  static constexpr int kMaxSends = 8, kMaxForwards = 8, kMaxTargets = 8, kMaxChannels = 8;
+  int32_t num_sends = 0;
+  int32_t send_peer[kMaxSends] = {};
+  int32_t send_dst_pos[kMaxSends] = {};
+  int32_t num_forwards = 0;
+  int32_t num_targets = 0;  // node-mates per forward
+  int32_t fwd_src_pos[kMaxForwards] = {};
+  int32_t fwd_mate[kMaxForwards][kMaxTargets] = {};
+  int32_t fwd_dst_pos[kMaxForwards][kMaxTargets] = {};
+  int32_t positions = 0;  // world size
+  int32_t chunks = 1;     // per shard
+  uint64_t a_offset = 0;  // heap offset of position 0 (positions follow, shard_bytes apart)
+  uint64_t shard_bytes = 0;
+  uint64_t chunk_bytes = 0;
+  uint64_t flags_offset = 0;  // heap offset of flags[positions * chunks]
+};
+
+struct AgNodesKernelParams {
+  GemmParams gemm;       // A = the heap's positions, num_shards = positions * chunks, first_shard 0
+  FrameParams frame;     // roles: compute, intra_comm, inter_send
+  EpiScatterBf16 epi;    // dst[position] = C rows of the shard at that position
+  FlagGate gate;         // flags (per shard = per chunk), expected = epoch
+  AgNodesDeviceMoves moves;
+  transport::DeviceFifo fifo[AgNodesDeviceMoves::kMaxChannels];
+  int32_t channels = 1;
+  char* heap = nullptr;                // this rank's heap
+  char* const* peers = nullptr;        // device table of heap bases (same node; CudaHeap)
+  uint64_t epoch = 0;
+  int32_t compute = 1;                 // 0: no GEMM; compute block 0 waits for every flag (gather alone)
+  int32_t* push_error = nullptr;       // device word: first failed push's status (0: none)
+  int32_t* push_error_peer = nullptr;  // and the peer it was for
+};
+
+// Dynamic shared memory per block (the GEMM's).
+size_t ag_gemm_nodes_smem_bytes();
+// The kernel, for transport::preload_kernels.
+const void* ag_gemm_nodes_kernel_ptr();
+// Launches grid = frame.roles.total() blocks on `stream`.
+Status launch_ag_gemm_nodes(const AgNodesKernelParams& p, cudaStream_t stream);
+
+}  // namespace weft::kernels
