@@ -33,6 +33,8 @@ nlohmann::json us_json(double s) {
 
 }  // namespace
 
+const char* to_string(IntraMover m) { return m == IntraMover::kCopyEngine ? "copy_engine" : "sm"; }
+
 const LinkLoad* Plan::link(const std::string& name) const {
   for (const auto& l : links)
     if (l.link == name) return &l;
@@ -55,6 +57,7 @@ std::string format_plan_table(const Plan& p) {
            p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
+  if (p.intra_mover == IntraMover::kCopyEngine) os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
   os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)")
      << "\n";
   const int32_t counts[kNumRoles] = {p.roles.compute, p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce};
@@ -89,6 +92,7 @@ std::string format_plan_json(const Plan& p) {
   j["source"] = p.source;
   j["op"] = to_string(p.op);
   j["dtype"] = to_string(p.dtype);
+  j["intra_mover"] = to_string(p.intra_mover);
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
   j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
                   {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};

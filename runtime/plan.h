@@ -11,6 +11,12 @@
 
 namespace weft::runtime {
 
+// Who moves the bytes between the GPUs of a node: intra_comm SMs (loads and stores through the
+// peer-mapped heap), or the GPUs' copy engines (peer copies enqueued on a stream, each followed by a
+// stream write of its flag): those use no SM and get the link's full bandwidth.
+enum class IntraMover : int { kSm = 0, kCopyEngine };
+const char* to_string(IntraMover m);  // "sm", "copy_engine"
+
 // Traffic of one GPU (the busiest rank) on one kind of link, for one run of the op.
 struct LinkLoad {
   std::string link;      // "nvlink", "nic" or "pcie" (GPU <-> NIC path of GPUDirect RDMA)
@@ -42,6 +48,7 @@ struct Plan {
   // The launch.
   RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
+  IntraMover intra_mover = IntraMover::kSm;  // kCopyEngine: intra_comm gets no SM
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
@@ -65,7 +72,7 @@ struct Plan {
 // A human-readable table (role counts, time per role, bytes per link, makespan, bound).
 std::string format_plan_table(const Plan& plan);
 // The same as one JSON object (2-space indented), stable key names:
-// {"workload","op","dtype","layout":{nodes,gpus_per_node,world_size},"machine":{gpu,reason,assumed,sm_count,
+// {"workload","op","dtype","intra_mover","layout":{nodes,gpus_per_node,world_size},"machine":{gpu,reason,assumed,sm_count,
 //  inter_backend,nics_per_node},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...]}

@@ -177,7 +177,9 @@ void predict(const Demand& d, const LinkRates& r, const MachineModel& model, con
   }
   const double nv = std::max(d.nvlink_out, d.nvlink_in);
   const double nic = std::max(d.nic_out, d.nic_in);
-  const double intra = transfer_time(nv, std::min(r.nvlink_gbps, c.intra_comm * model.nvlink_sm_gbps));
+  const double intra = d.intra_mover == IntraMover::kCopyEngine
+                           ? transfer_time(nv, r.nvlink_gbps)
+                           : transfer_time(nv, std::min(r.nvlink_gbps, c.intra_comm * model.nvlink_sm_gbps));
   const double send = transfer_time(nic, std::min(r.nic_gbps, c.inter_send * model.fifo_sm_gbps));
   const double reduce = transfer_time(d.reduce_bytes, c.inter_reduce * model.reduce_sm_gbps);
   plan->role_time_s = {compute, intra, send, reduce};
@@ -198,8 +200,9 @@ RoleCounts best_roles(const Demand& d, const LinkRates& rates, const MachineMode
   // Exhaustive over the comm counts (a few hundred thousand cheap evaluations); ties go to the
   // fewest communication SMs, so adding bytes can only add communication SMs.
   const int S = model.sm_count;
-  const bool nv = std::max(d.nvlink_out, d.nvlink_in) > 0, nic = std::max(d.nic_out, d.nic_in) > 0,
-             red = d.reduce_bytes > 0;
+  // Copy engines move the NVLink bytes without SMs: intra_comm then gets none.
+  const bool nv = std::max(d.nvlink_out, d.nvlink_in) > 0 && d.intra_mover == IntraMover::kSm,
+             nic = std::max(d.nic_out, d.nic_in) > 0, red = d.reduce_bytes > 0;
   const int max_send = std::max(1, std::min(S / 4, 32)), max_red = std::max(1, std::min(S / 2, 64));
   RoleCounts best{S, 0, 0, 0};
   double best_time = 0;
@@ -243,8 +246,11 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
     return fail("roles.inter_send", "expected 0 on a single node (no inter-node traffic)");
   if (layout.nodes == 1 && c.inter_reduce > 0)
     return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
-  if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0)
+  const bool copy_engines = d.intra_mover == IntraMover::kCopyEngine;
+  if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
+  if (copy_engines && c.intra_comm > 0)
+    plan->notes.push_back("roles.intra_comm: the copy engines move the NVLink bytes, the intra_comm SMs will idle");
   if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)
     return fail("roles.inter_send", "0, but " + op + " sends data between nodes; expected at least 1");
   if (d.reduce_bytes > 0 && c.inter_reduce == 0)
@@ -263,7 +269,13 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, Plan* out, std::string* error) {
+  return tune(w, layout, topo, mapping, model, IntraMover::kSm, out, error);
+}
+
+Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
+            const MachineModel& model, IntraMover mover, Plan* out, std::string* error) {
   Plan p;
+  p.intra_mover = mover;
   p.workload = w.name;
   p.source = w.source;
   p.op = w.op;
@@ -284,7 +296,8 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   WEFT_CHECK(link_rates(w, layout, topo, mapping, model, &rates, error));
   p.inter_backend = rates.inter_backend;
   p.nics_per_node = rates.nics_per_node;
-  const Demand d = compute_demand(w, layout, model, p);
+  Demand d = compute_demand(w, layout, model, p);
+  d.intra_mover = mover;
   p.flops = d.flops;
   p.intra_chunk_bytes = std::max(d.nvlink_out, d.nvlink_in) > 0 ? d.intra_chunk : 0;  // 0: no NVLink traffic
   p.inter_chunk_bytes = d.nic_out > 0 ? d.inter_chunk : 0;
@@ -338,6 +351,12 @@ std::vector<std::string> gpu_model_names(const topology::Topology& topo) {
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names) {
+  return make_plan(w, layout, topo, mapping, IntraMover::kSm, out, error, gpu_names);
+}
+
+Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
+                 const topology::Mapping& mapping, IntraMover mover, Plan* out, std::string* error,
+                 const std::vector<std::string>* gpu_names) {
   const std::vector<std::string> names = gpu_names ? *gpu_names : gpu_model_names(topo);
   MachineModel model;
   std::string why;
@@ -352,7 +371,7 @@ Status make_plan(const Workload& w, const Layout& layout, const topology::Topolo
       return Status::kInvalidArgument;
     }
   }
-  WEFT_CHECK(tune(w, layout, topo, mapping, model, out, error));
+  WEFT_CHECK(tune(w, layout, topo, mapping, model, mover, out, error));
   out->gpu_reason = why;
   if (!w.machine_overrides.empty()) out->gpu_reason += " (with machine: overrides)";
   return Status::kOk;

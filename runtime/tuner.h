@@ -27,6 +27,7 @@ struct Demand {
   double nic_out = 0, nic_in = 0;
   double reduce_bytes = 0;  // partial sums arriving from other nodes, folded by inter_reduce
   int64_t intra_chunk = 0, inter_chunk = 0;
+  IntraMover intra_mover = IntraMover::kSm;  // kCopyEngine: NVLink bytes need no intra_comm SM
 };
 
 // Bandwidths one GPU gets, from the topology and mapping (or assumed, without GPUs).
@@ -43,6 +44,10 @@ struct LinkRates {
 // GPUs than the layout) returns kInvalidArgument with *error as "file:line:col: key: what".
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, Plan* out, std::string* error);
+// The same for a given NVLink mover: with kCopyEngine the intra_comm role gets no SM (explicit
+// counts may say 0), and the NVLink time is the link's at full bandwidth, next to all compute SMs.
+Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
+            const MachineModel& model, IntraMover mover, Plan* out, std::string* error);
 
 // Exposed for tests and for the GPU benchmarks that compare measurement with prediction.
 Demand compute_demand(const Workload& w, const Layout& layout, const MachineModel& model, const Plan& tiles);
@@ -61,6 +66,10 @@ RoleCounts best_roles(const Demand& d, const LinkRates& r, const MachineModel& m
 // without the topology's GPUs can still use what they are).
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, Plan* out, std::string* error,
+                 const std::vector<std::string>* gpu_names = nullptr);
+// The same for a given NVLink mover (see tune()).
+Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
+                 const topology::Mapping& mapping, IntraMover mover, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names = nullptr);
 // The names make_plan identifies GPUs by: the part name for known PCI ids, else the topology's name.
 std::vector<std::string> gpu_model_names(const topology::Topology& topo);

@@ -374,3 +374,58 @@ TEST_CASE("JSON and table output carry the plan") {
   CHECK(t.find("nvlink") != std::string::npos);
   CHECK(t.find("inter_reduce") != std::string::npos);
 }
+
+TEST_CASE("copy-engine mover: the NVLink bytes take no intra_comm SM, and the plan says so") {
+  const Workload w = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4));
+  std::string err;
+  Plan sm, ce;
+  REQUIRE(tune(w, w.layout, {}, {}, machine_model_h200(), IntraMover::kSm, &sm, &err) == Status::kOk);
+  REQUIRE(tune(w, w.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &ce, &err) == Status::kOk);
+  CHECK(sm.intra_mover == IntraMover::kSm);
+  CHECK(sm.roles.intra_comm >= 1);
+  CHECK(ce.intra_mover == IntraMover::kCopyEngine);
+  CHECK(ce.roles.intra_comm == 0);
+  CHECK(ce.roles.compute == ce.sm_count);
+  // The link alone at full bandwidth, next to every SM computing.
+  const LinkLoad* nv = ce.link("nvlink");
+  REQUIRE(nv != nullptr);
+  CHECK(nv->time_s > 0);
+  CHECK(ce.role_time(weft::Role::kIntraComm) == doctest::Approx(nv->time_s));
+  CHECK(ce.role_time(weft::Role::kCompute) == doctest::Approx(ce.compute_alone_s));
+  CHECK(ce.makespan_s <= sm.makespan_s);
+  CHECK(ce.bound_s == doctest::Approx(sm.bound_s));
+  // The default is the SM mover: the same plan as before.
+  Plan dflt = plan_for(w);
+  CHECK(dflt.roles.intra_comm == sm.roles.intra_comm);
+  CHECK(dflt.makespan_s == doctest::Approx(sm.makespan_s));
+  // A communication-heavy shape gets more intra_comm SMs from the SM mover, still none with copy engines.
+  const Workload wide = parse(text_for("ag_gemm", "{m: 16384, n: 8192, k: 8192}", 1, 4));
+  Plan wide_sm = plan_for(wide), wide_ce;
+  REQUIRE(tune(wide, wide.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &wide_ce, &err) ==
+          Status::kOk);
+  CHECK(wide_sm.roles.intra_comm > sm.roles.intra_comm);
+  CHECK(wide_ce.roles.intra_comm == 0);
+  // Across nodes the NIC still needs its SMs.
+  const Workload two = parse(text_for("gemm_rs", "{m: 8192, n: 8192, k: 7168}", 2, 4));
+  Plan two_ce;
+  REQUIRE(tune(two, two.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &two_ce, &err) == Status::kOk);
+  CHECK(two_ce.roles.intra_comm == 0);
+  CHECK(two_ce.roles.inter_send >= 1);
+  // Explicit counts without intra_comm SMs are fine for copy engines; SMs given anyway are said to idle.
+  const Workload none = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 132}\n");
+  Plan p;
+  CHECK(tune(none, none.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &p, &err) == Status::kOk);
+  CHECK(p.roles.intra_comm == 0);
+  CHECK(tune(none, none.layout, {}, {}, machine_model_h200(), IntraMover::kSm, &p, &err) == Status::kInvalidArgument);
+  const Workload some =
+      parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 120, intra_comm: 12}\n");
+  REQUIRE(tune(some, some.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &p, &err) == Status::kOk);
+  bool said = false;
+  for (const auto& n : p.notes) said = said || n.find("intra_comm SMs will idle") != std::string::npos;
+  CHECK(said);
+  // Printed.
+  CHECK(format_plan_json(ce).find("\"intra_mover\": \"copy_engine\"") != std::string::npos);
+  CHECK(format_plan_json(sm).find("\"intra_mover\": \"sm\"") != std::string::npos);
+  CHECK(format_plan_table(ce).find("moved by the copy engines") != std::string::npos);
+  CHECK(format_plan_table(sm).find("moved by the copy engines") == std::string::npos);
+}
