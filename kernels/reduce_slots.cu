@@ -1,4 +1,4 @@
-// Kernels behind reduce_slots.h.
+// Kernel behind reduce_slots.h.
 #include "kernels/reduce_slots.h"
 
 #include "kernels/frame.cuh"
@@ -7,6 +7,7 @@
 namespace weft::kernels {
 namespace {
 
+// Thread 0 waits for every flag; the block learns the outcome through shared memory.
 __device__ bool wait_all(const FrameParams& f, const uint64_t* flags, int32_t count, uint64_t expected) {
   __shared__ int ok;
   if (threadIdx.x == 0) {
@@ -18,14 +19,24 @@ __device__ bool wait_all(const FrameParams& f, const uint64_t* flags, int32_t co
   return ok != 0;
 }
 
-__global__ void reduce_slots_kernel(const ReduceSlotsArgs a, const FrameParams f) {
-  if (!wait_all(f, a.arrived, a.slots, a.expected)) return;
+__global__ void peer_reduce_kernel(const PeerReduceArgs a, const FrameParams f) {
+  // The GEMM before this kernel on the stream has completed: its partial is in memory.
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    __threadfence_system();
+    for (int32_t q = 0; q < a.ranks; ++q) flag_store_release(a.ready_out[q], a.epoch);
+  }
+  if (!wait_all(f, a.ready_in, a.ranks, a.epoch)) return;
   const int64_t vecs = a.elems % 8 == 0 ? a.elems / 8 : 0;
   for (int64_t v = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; v < vecs; v += int64_t(gridDim.x) * blockDim.x) {
+    uint4 raw[PeerReduceArgs::kMaxRanks];
+#pragma unroll
+    for (int32_t q = 0; q < PeerReduceArgs::kMaxRanks; ++q)
+      if (q < a.ranks) raw[q] = reinterpret_cast<const uint4*>(a.src[q])[v];  // all loads in flight at once
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int32_t s = 0; s < a.slots; ++s) {
-      const uint4 raw = reinterpret_cast<const uint4*>(a.base + s * a.elems)[v];
-      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int32_t q = 0; q < PeerReduceArgs::kMaxRanks; ++q) {
+      if (q >= a.ranks) break;
+      const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw[q]);
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 x = __bfloat1622float2(h[j]);
@@ -42,50 +53,34 @@ __global__ void reduce_slots_kernel(const ReduceSlotsArgs a, const FrameParams f
   for (int64_t i = vecs * 8 + blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < a.elems;
        i += int64_t(gridDim.x) * blockDim.x) {
     float acc = 0;
-    for (int32_t s = 0; s < a.slots; ++s) acc += __bfloat162float(a.base[s * a.elems + i]);
+    for (int32_t q = 0; q < a.ranks; ++q) acc += __bfloat162float(a.src[q][i]);
     for (int32_t d = 0; d < a.ndst; ++d) a.dst[d][i] = __float2bfloat16_rn(acc);
   }
-}
-
-__global__ void wait_flags_kernel(const uint64_t* flags, int32_t count, uint64_t expected, const FrameParams f) {
-  wait_all(f, flags, count, expected);
-}
-
-__global__ void store_flags_kernel(const FlagTargets t, uint64_t value) {
-  __threadfence_system();
-  for (int32_t i = 0; i < t.count; ++i) flag_store_release(t.addr[i], value);
-}
-
-Status launched(const char* what) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    WEFT_WARN(kKernel, "%s launch failed: %s", what, cudaGetErrorString(e));
-    return Status::kCudaError;
+  // Every thread's reads and writes of this block happen before the counts below.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int32_t q = 0; q < a.ranks; ++q) flag_add_release(a.done_out[q], 1);
   }
-  return Status::kOk;
+  if (blockIdx.x == 0) wait_all(f, a.done_in, a.ranks, a.epoch * gridDim.x);
 }
 
 }  // namespace
 
-Status launch_reduce_slots(const ReduceSlotsArgs& args, const FrameParams& frame, int blocks, cudaStream_t stream) {
-  if (args.slots <= 0 || args.ndst <= 0 || args.ndst > ReduceSlotsArgs::kMaxDsts || !args.base || !args.arrived) {
-    WEFT_WARN(kKernel, "reduce_slots: bad arguments (%d slots, %d destinations)", args.slots, args.ndst);
+Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, int blocks, cudaStream_t stream) {
+  if (args.ranks <= 0 || args.ranks > PeerReduceArgs::kMaxRanks || args.ndst <= 0 ||
+      args.ndst > PeerReduceArgs::kMaxRanks || !args.ready_in || !args.done_in || blocks <= 0) {
+    WEFT_WARN(kKernel, "peer_reduce: bad arguments (%d ranks, %d destinations, %d blocks)", args.ranks, args.ndst,
+              blocks);
     return Status::kInvalidArgument;
   }
-  reduce_slots_kernel<<<blocks, 256, 0, stream>>>(args, frame);
-  return launched("reduce_slots");
-}
-
-Status launch_wait_flags(const uint64_t* flags, int32_t count, uint64_t expected, const FrameParams& frame,
-                         cudaStream_t stream) {
-  wait_flags_kernel<<<1, 32, 0, stream>>>(flags, count, expected, frame);
-  return launched("wait_flags");
-}
-
-Status launch_store_flags(const FlagTargets& targets, uint64_t value, cudaStream_t stream) {
-  if (targets.count < 0 || targets.count > FlagTargets::kMax) return Status::kInvalidArgument;
-  store_flags_kernel<<<1, 1, 0, stream>>>(targets, value);
-  return launched("store_flags");
+  peer_reduce_kernel<<<blocks, 256, 0, stream>>>(args, frame);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "peer_reduce launch failed: %s", cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
 }
 
 }  // namespace weft::kernels

@@ -38,6 +38,11 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_SOCKET_IFNAME", ParamType::kString, "", "",
      "network interface for the socket backend; empty = the route to the peer"},
     {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},
+    {"WEFT_GEMM_REDUCE_PATH", ParamType::kString, "auto", "",
+     "gemm_rs/gemm_ar: overlap (copy engines move partials during the GEMM, whose epilogue reduces; M/ranks a "
+     "multiple of 128), peer (one kernel after the GEMM sums the peers' partials over NVLink) or auto"},
+    {"WEFT_GEMM_REDUCE_PIECES", ParamType::kInt, "0", "pieces",
+     "gemm_rs/gemm_ar overlap path: each owner's row block moves in this many pieces; 0 = pieces of >= 4 MiB, <= 8"},
 };
 
 bool parse_bool(const char* s, bool* out) {

@@ -1,21 +1,30 @@
-// GEMM+ReduceScatter and GEMM+AllReduce on one node: K is split across ranks; each owner's block of
-// partial rows leaves for its owner as soon as the GEMM has finished it.
+// GEMM+ReduceScatter and GEMM+AllReduce on one node: K is split across ranks, each rank computes a
+// partial C, and owner o (rank o) gets the sum of row block o.
 //
-//   rank r: A_r (m × k/W), B_r (n × k/W)  ─►  partial P_r = A_r · B_rᵀ (m × n), stored locally
-//   GEMM (all SMs), tile order: owners r+1, r+2, …, r; after each tile: tiles[owner] += 1
-//   copy stream (no SMs): wait tiles[o] == e·tiles_per_owner and freed[o] >= e-1 ─► copy P_r rows
-//        of owner o into o's staging slot r over NVLink  ─►  done[r] = e on every owner
-//   owner: waits for all W slots (bounded), sums them in slot order (same bits every run) ─►
-//        RS: its m/W rows;  AR: its rows written into every rank's C, then gathered[r] = e on every
-//        rank; each rank's op ends when all W blocks are in (bounded wait).
-//   freed[o] = e (set by owner o on every writer after summing) keeps a slot from being
-//   overwritten before it was read.
+// Overlap path (M / W a multiple of 128): one persistent GEMM per rank and no reduction kernel.
+//   rank r: A_r (m × k/W), B_r (n × k/W)  ─►  partial P_r = A_r · B_rᵀ (m × n)
+//   tile order: owners r+1, r+2, …, r (own rows last), each owner's rows in S pieces (M-shards);
+//     after each tile: tiles[piece] += 1
+//   rows of other owners: the epilogue stores P_r locally; the comm stream (copy engines, no SMs)
+//     waits tiles[piece] complete ─► copies the piece into owner o's staging slot r over NVLink
+//     ─► arrived[r·S + j] = e on o (a stream write into o's memory)
+//   own rows: piece j's tiles wait (producer, bounded) on gate[j], which the comm stream raises
+//     once every peer's piece j has arrived; the epilogue adds the W-1 staged partials to the fp32
+//     accumulator in slot order (same bits every run), rounds once, and stores the sum:
+//     RS: this rank's output;  AR: its rows of C, which the comm stream then copies into every
+//     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on each peer; the op ends
+//     when every peer's rows are here (stream waits).
+//   After the GEMM: freed[r] = e on every peer (the slots may be overwritten in the next epoch).
+// Peer path (small M, latency-bound): the GEMM stores P_r in a buffer every rank maps, then one
+//   kernel (kernels/reduce_slots.h) sums rank r's rows of all W partials over NVLink and writes
+//   them to the output (RS) or into every rank's C (AR).
 //
-// Stores from the GEMM epilogue straight into peers' memory were measured slower (scattered 4-byte
-// writes over NVLink, docs/ops.md); whole row blocks through the copy engines move at link speed.
+// Every device wait is bounded: the GEMM and the peer kernel time out through the frame's error
+// record; stream waits are released and reported by the host past WEFT_DEVICE_TIMEOUT.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -35,85 +44,167 @@ namespace weft::runtime::ops {
 namespace {
 
 using bf16 = __nv_bfloat16;
+constexpr uint64_t kNever = ~0ull >> 1;  // a flag value no wait ever exceeds
 
 struct GemmReduce {
   bool all_reduce = false;
-  bool sharded = true;  // owners' row blocks are whole tiles: copies start per owner during the GEMM
+  bool overlap = true;  // overlap path, else peer path
   int rank = 0, world = 1;
-  int64_t m = 0, n = 0, k_loc = 0, m_loc = 0;
-  uint64_t tiles_per_owner = 0;
-  bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr, *partial = nullptr;
-  uint64_t* tiles = nullptr;  // per owner: finished tiles of its rows, local
-  PeerBuffer staging;  // W slots of m_loc × n
-  PeerBuffer c_full;   // AllReduce: m × n on every rank
-  PeerBuffer done, freed, gathered;  // W uint64 flags each
+  int pieces = 1;       // S: pieces per owner's row block (overlap path)
+  int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
+  uint64_t tiles_per_piece = 0;
+  bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr;
+  PeerBuffer partial;    // m × n: this rank's partial C (peers read it on the peer path)
+  PeerBuffer staging;    // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
+  PeerBuffer c_full;     // AllReduce: m × n on every rank
+  PeerBuffer arrived;    // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
+  PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
+  PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
+  PeerBuffer ready, done;  // W each: the peer kernel's entry and exit counts
+  uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
+  uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
+  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the epilogue-only timing
   uint64_t epoch = 0;
-  int reduce_blocks = 0;
-  cudaStream_t main = nullptr, copy = nullptr;
-  cudaEvent_t fork = nullptr, gemm_done = nullptr, join = nullptr;
+  int peer_blocks = 0;
+  cudaStream_t main = nullptr, comm = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   kernels::GemmParams gemm;
   kernels::FrameHost frame;
   kernels::FrameParams frame_params;
   RoleCounts roles;
+  double host_us = 0;  // host time spent enqueueing fused runs
+  int64_t host_runs = 0;
 
-  kernels::FlagTargets flags_on_every_rank(const PeerBuffer& buf) const {
-    kernels::FlagTargets t;
-    t.count = world;
-    for (int s = 0; s < world; ++s) t.addr[s] = buf.peer<uint64_t>(s) + rank;
-    return t;
+  size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
+  int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }
+
+  kernels::EpiReduceSlots reduce_epilogue() const {
+    kernels::EpiReduceSlots epi;
+    epi.partial = partial.local<bf16>();
+    epi.out = all_reduce ? c_full.local<bf16>() + int64_t(rank) * m_loc * n : out;
+    for (int p = 0; p < world; ++p)
+      if (p != rank) epi.slots[epi.nslots++] = staging.local<bf16>() + int64_t(p) * m_loc * n;
+    epi.lo = int32_t(rank * m_loc);
+    epi.hi = int32_t((rank + 1) * m_loc);
+    epi.ldc = n;
+    epi.paired = n % 2 == 0;
+    return epi;
   }
 
   Status enqueue_fused() {
+    auto t0 = std::chrono::steady_clock::now();
     ++epoch;
+    Status st = overlap ? enqueue_overlap() : enqueue_peer();
+    host_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    ++host_runs;
+    return st;
+  }
+
+  Status enqueue_overlap() {
+    const uint64_t e = epoch;
+    const int S = pieces;
     WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
-    kernels::EpiStoreBf16 epi{partial, n, n % 2 == 0};
-    kernels::TileSignal signal{sharded ? tiles : nullptr, kernels::kFlagPerShard, 1};
-    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, signal, main));
-    if (!sharded) {
-      WEFT_CUDA_CHECK(cudaEventRecord(gemm_done, main));
-      WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, gemm_done));
-    }
-    for (int i = 1; i <= world; ++i) {
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(comm, fork));
+    // The GEMM is enqueued before the comm stream's waits: should the two streams share a hardware
+    // queue, the launch must not sit behind a wait that only the GEMM itself can satisfy.
+    kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e};
+    kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1};
+    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), gate_args, signal, main));
+
+    std::vector<StreamMemOp> ops;
+    auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
+    auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };
+    auto flush = [&]() -> Status {
+      WEFT_CHECK(stream_mem_ops(comm, ops));
+      ops.clear();
+      return Status::kOk;
+    };
+    auto raise_gate = [&](int j) {
+      for (int p = 0; p < world; ++p)
+        if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
+      write(gate + rank * S + j, e);
+    };
+    const uint64_t piece_done = e * tiles_per_piece;
+    for (int i = 1; i < world; ++i) {
       const int o = (rank + i) % world;
-      if (sharded) WEFT_CHECK(stream_wait_u64_geq(copy, tiles + o, epoch * tiles_per_owner));
-      WEFT_CHECK(stream_wait_u64_geq(copy, freed.local<uint64_t>() + o, epoch - 1));
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + int64_t(rank) * m_loc * n, partial + o * m_loc * n,
-                                      size_t(m_loc * n) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
+      wait(freed.local<uint64_t>() + o, e - 1);  // o has read what this rank sent it last epoch
+      for (int j = 0; j < S; ++j) {
+        wait(tiles + o * S + j, piece_done);
+        WEFT_CHECK(flush());
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + piece_row(rank, j) * n, partial.local<bf16>() +
+                                        piece_row(o, j) * n, piece_bytes(), cudaMemcpyDeviceToDevice, comm));
+        write(arrived.peer<uint64_t>(o) + rank * S + j, e);
+        // This rank's own piece j arrives from its last sender about now (the schedule is symmetric).
+        if (i == world - 1) raise_gate(j);
+      }
     }
-    WEFT_CHECK(kernels::launch_store_flags(flags_on_every_rank(done), epoch, copy));
-    WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
+    if (world == 1)
+      for (int j = 0; j < S; ++j) raise_gate(j);
+    if (all_reduce) {
+      for (int j = 0; j < S; ++j) {
+        wait(tiles + rank * S + j, piece_done);
+        WEFT_CHECK(flush());
+        const int64_t at = piece_row(rank, j) * n;
+        for (int i = 1; i < world; ++i) {  // r+1 first: each rank receives from one sender at a time
+          const int q = (rank + i) % world;
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
+                                          cudaMemcpyDeviceToDevice, comm));
+        }
+      }
+      for (int q = 0; q < world; ++q)
+        if (q != rank) write(gathered.peer<uint64_t>(q) + rank, e);
+    }
+    WEFT_CHECK(flush());
+
+    std::vector<StreamMemOp> after;  // on main, behind the GEMM
+    for (int p = 0; p < world; ++p)
+      if (p != rank) after.push_back({StreamMemOp::kWrite, freed.peer<uint64_t>(p) + rank, e});
+    if (all_reduce)
+      for (int p = 0; p < world; ++p)
+        if (p != rank) after.push_back({StreamMemOp::kWaitGeq, gathered.local<uint64_t>() + p, e});
+    WEFT_CHECK(stream_mem_ops(main, after));
+    WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
-    kernels::ReduceSlotsArgs red;
-    red.arrived = done.local<uint64_t>();
-    red.slots = world;
-    red.expected = epoch;
-    red.base = staging.local<bf16>();
-    red.elems = m_loc * n;
-    if (all_reduce) {
-      red.ndst = world;
-      for (int s = 0; s < world; ++s) red.dst[s] = c_full.peer<bf16>(s) + int64_t(rank) * m_loc * n;
-    } else {
-      red.ndst = 1;
-      red.dst[0] = out;
-    }
-    WEFT_CHECK(kernels::launch_reduce_slots(red, frame_params, reduce_blocks, main));
-    WEFT_CHECK(kernels::launch_store_flags(flags_on_every_rank(freed), epoch, main));
-    if (all_reduce) {
-      WEFT_CHECK(kernels::launch_store_flags(flags_on_every_rank(gathered), epoch, main));
-      WEFT_CHECK(kernels::launch_wait_flags(gathered.local<uint64_t>(), world, epoch, frame_params, main));
-    }
     return Status::kOk;
   }
 
-  // A failed GEMM never completes its tile counts, and a failed peer never frees its slot: raise
-  // the flags the copy stream waits on so it drains and the error can be reported.
+  Status enqueue_peer() {
+    kernels::EpiStoreBf16 epi{partial.local<bf16>(), n, n % 2 == 0};
+    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
+    kernels::PeerReduceArgs pr;
+    pr.ranks = world;
+    pr.elems = m_loc * n;
+    for (int q = 0; q < world; ++q) {
+      pr.src[q] = partial.peer<bf16>(q) + int64_t(rank) * m_loc * n;
+      pr.ready_out[q] = ready.peer<uint64_t>(q) + rank;
+      pr.done_out[q] = done.peer<uint64_t>(q) + rank;
+      if (all_reduce) pr.dst[q] = c_full.peer<bf16>(q) + int64_t(rank) * m_loc * n;
+    }
+    pr.ndst = all_reduce ? world : 1;
+    if (!all_reduce) pr.dst[0] = out;
+    pr.ready_in = ready.local<uint64_t>();
+    pr.done_in = done.local<uint64_t>();
+    pr.epoch = epoch;
+    return kernels::launch_peer_reduce(pr, frame_params, peer_blocks, main);
+  }
+
+  // The GEMM with the reduction epilogue and its signals, without gate or copies (the staged slots
+  // hold stale data): what the epilogue and the per-tile signals cost the GEMM.
+  Status enqueue_epilogue_only() {
+    kernels::TileSignal signal{diag_tiles, kernels::kFlagPerShard, 1};
+    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), kernels::FlagGate{}, signal, main);
+  }
+
+  // A failed GEMM never completes its tile counts, and a failed peer never raises its flags: raise
+  // every local flag a stream waits on so the streams drain and the error can be reported.
   void unstick() {
     cudaStream_t s = nullptr;
     if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
-    std::vector<uint64_t> big(size_t(world), ~0ull >> 1);
-    cudaMemcpyAsync(tiles, big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(freed.local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
+    std::vector<uint64_t> big(size_t(world * pieces), kNever);
+    for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
+    cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
+    for (const PeerBuffer* f : {&freed, &gathered, &ready, &done})
+      cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
@@ -128,22 +219,23 @@ struct GemmReduce {
   ~GemmReduce() {
     cudaDeviceSynchronize();
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out), static_cast<void*>(ref),
-                    static_cast<void*>(partial), static_cast<void*>(tiles)})
+                    static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles)})
       if (p) cudaFree(p);
-    for (cudaEvent_t e : {fork, gemm_done, join})
+    for (cudaEvent_t e : {fork, join})
       if (e) cudaEventDestroy(e);
-    if (copy) cudaStreamDestroy(copy);
+    if (comm) cudaStreamDestroy(comm);
     if (main) cudaStreamDestroy(main);
   }
 };
 
 // The NCCL + cuBLAS sequence: partial GEMM, then reduce-scatter or all-reduce.
 Status enqueue_sequence(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas) {
-  WEFT_CHECK(cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial, op.n, op.main));
+  bf16* partial = op.partial.local<bf16>();
+  WEFT_CHECK(cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, partial, op.n, op.main));
   if (op.all_reduce)
-    WEFT_NCCL_CHECK(ncclAllReduce(op.partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
+    WEFT_NCCL_CHECK(ncclAllReduce(partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
   else
-    WEFT_NCCL_CHECK(ncclReduceScatter(op.partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm, op.main));
+    WEFT_NCCL_CHECK(ncclReduceScatter(partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm, op.main));
   return Status::kOk;
 }
 
@@ -151,7 +243,7 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
   WEFT_CHECK(poison_bf16(op.result(), op.result_elems(), op.main));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
   // Every rank's output is poisoned before anyone's fused run writes into it.
-  WEFT_NCCL_CHECK(ncclAllReduce(op.partial, op.partial, 1, ncclBfloat16, ncclSum, comm, op.main));
+  WEFT_NCCL_CHECK(ncclAllReduce(op.ref, op.ref, 1, ncclBfloat16, ncclSum, comm, op.main));
   WEFT_CHECK(op.enqueue_fused());
   Status synced = op.sync(name);
   WEFT_CHECK(op.frame.check(name));
@@ -188,6 +280,45 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
   return Status::kOk;
 }
 
+// Overlap path where the owners' row blocks are whole tiles (and `want_pieces` of them, if set),
+// else the peer path. Pieces: as many as asked, or the most (<= 8) of at least 4 MiB each.
+Status choose_path(GemmReduce& op, const char* name) {
+  std::string path;
+  int64_t want_pieces = 0;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PATH", &path));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PIECES", &want_pieces));
+  const int64_t tile = kernels::GemmConfig::kTileM;
+  const bool fits = op.m_loc % tile == 0;
+  if (path != "auto" && path != "overlap" && path != "peer") {
+    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_PATH='%s' is not auto, overlap or peer", op.rank, name,
+              path.c_str());
+    return Status::kInvalidArgument;
+  }
+  if (path == "overlap" && !fits) {
+    WEFT_WARN(kKernel, "rank %d: %s: the overlap path needs M/ranks (%lld) to be a multiple of %lld rows", op.rank,
+              name, static_cast<long long>(op.m_loc), static_cast<long long>(tile));
+    return Status::kInvalidArgument;
+  }
+  op.overlap = path == "overlap" || (path == "auto" && fits);
+  if (!op.overlap) return Status::kOk;
+  if (want_pieces > 0) {
+    if (want_pieces > 64 || op.m_loc % (tile * want_pieces) != 0) {
+      WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_PIECES=%lld must split %lld rows into pieces of a multiple of "
+                "%lld rows (at most 64 pieces)", op.rank, name, static_cast<long long>(want_pieces),
+                static_cast<long long>(op.m_loc), static_cast<long long>(tile));
+      return Status::kInvalidArgument;
+    }
+    op.pieces = int(want_pieces);
+  } else {
+    const int64_t block_bytes = op.m_loc * op.n * int64_t(sizeof(bf16));
+    op.pieces = 1;
+    while (op.pieces < 8 && op.m_loc % (tile * op.pieces * 2) == 0 && block_bytes / (op.pieces * 2) >= (4 << 20))
+      op.pieces *= 2;
+  }
+  op.m_piece = op.m_loc / op.pieces;
+  return Status::kOk;
+}
+
 Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
                        bool all_reduce) {
   const auto& info = boot.info();
@@ -201,9 +332,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
               "run it on one node (layout.nodes: 1)", info.rank, name, info.num_nodes);
     return Status::kUnsupported;
   }
-  if (wl.world_size() != info.size || info.size > kernels::EpiScatterBf16::kMaxOwners) {
+  if (wl.world_size() != info.size || info.size > kernels::EpiReduceSlots::kMaxSlots + 1) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (at most %d on one node) but the job has %d", info.rank, name,
-              wl.world_size(), kernels::EpiScatterBf16::kMaxOwners, info.size);
+              wl.world_size(), kernels::EpiReduceSlots::kMaxSlots + 1, info.size);
     return Status::kInvalidArgument;
   }
   GemmReduce op;
@@ -214,40 +345,55 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   op.n = wl.gemm.n;
   op.k_loc = wl.gemm.k / op.world;
   op.m_loc = op.m / op.world;
-  if (op.m % op.world || (op.m_loc * op.n) % 8) {
-    WEFT_WARN(kKernel, "rank %d: %s: %s: m %lld must split into %d row blocks of a multiple of 8 elements", info.rank,
-              name, wl.source.c_str(), static_cast<long long>(op.m), op.world);
+  if (op.m % op.world || (op.m_loc * op.n) % 8 || wl.gemm.k % op.world || op.m >= (int64_t(1) << 31)) {
+    WEFT_WARN(kKernel, "rank %d: %s: %s: m %lld and k %lld must split over %d ranks (row blocks of a multiple of 8 "
+              "elements)", info.rank, name, wl.source.c_str(), static_cast<long long>(op.m),
+              static_cast<long long>(wl.gemm.k), op.world);
     return Status::kInvalidArgument;
   }
+  WEFT_CHECK(choose_path(op, name));
 
   const Plan plan = plan_for(wl, info.rank);
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
   op.roles.compute = sms - sms % 2;
-  op.reduce_blocks = sms * 2;
+  op.peer_blocks = sms * 2;
   bool deterministic = false;
   WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
-  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
-  for (cudaEvent_t* e : {&op.fork, &op.gemm_done, &op.join})
-    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
-  WEFT_CUDA_CHECK(cudaMalloc(&op.tiles, sizeof(uint64_t) * op.world));
-  WEFT_CUDA_CHECK(cudaMemset(op.tiles, 0, sizeof(uint64_t) * op.world));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.comm, cudaStreamNonBlocking));
+  for (cudaEvent_t* e : {&op.fork, &op.join}) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  const int nflags = op.world * op.pieces;
+  for (uint64_t** f : {&op.tiles, &op.gate, &op.diag_tiles}) {
+    WEFT_CUDA_CHECK(cudaMalloc(f, sizeof(uint64_t) * nflags));
+    WEFT_CUDA_CHECK(cudaMemset(*f, 0, sizeof(uint64_t) * nflags));
+  }
+  // Other owners' pieces never wait; this rank's wait for the comm stream's epochs.
+  std::vector<uint64_t> gate_init(size_t(nflags), kNever);
+  for (int j = 0; j < op.pieces; ++j) gate_init[size_t(op.rank * op.pieces + j)] = 0;
+  WEFT_CUDA_CHECK(cudaMemcpy(op.gate, gate_init.data(), sizeof(uint64_t) * nflags, cudaMemcpyHostToDevice));
   WEFT_CUDA_CHECK(cudaMalloc(&op.a, size_t(op.m * op.k_loc) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.b, size_t(op.n * op.k_loc) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&op.partial, size_t(op.m * op.n) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.ref, size_t(op.result_elems()) * sizeof(bf16)));
   if (!all_reduce) WEFT_CUDA_CHECK(cudaMalloc(&op.out, size_t(op.m_loc * op.n) * sizeof(bf16)));
-  std::string key = std::string(name) + ".";
-  WEFT_CHECK(PeerBuffer::create(boot, size_t(op.world * op.m_loc * op.n) * sizeof(bf16), (key + "staging").c_str(),
-                                &op.staging));
+  const std::string key = std::string(name) + ".";
+  WEFT_CHECK(PeerBuffer::create(boot, size_t(op.m * op.n) * sizeof(bf16), (key + "partial").c_str(), &op.partial));
+  if (op.overlap)
+    WEFT_CHECK(PeerBuffer::create(boot, size_t(op.world * op.m_loc * op.n) * sizeof(bf16), (key + "staging").c_str(),
+                                  &op.staging));
   if (all_reduce)
     WEFT_CHECK(PeerBuffer::create(boot, size_t(op.m * op.n) * sizeof(bf16), (key + "c").c_str(), &op.c_full));
-  for (auto* f : {&op.done, &op.freed, &op.gathered}) {
-    const char* which = f == &op.done ? "done" : f == &op.freed ? "freed" : "gathered";
-    WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * op.world, (key + which).c_str(), f));
-    WEFT_CUDA_CHECK(cudaMemset(f->local<void>(), 0, sizeof(uint64_t) * op.world));
+  struct FlagSet {
+    PeerBuffer* buf;
+    const char* name;
+    int count;
+  };
+  for (const FlagSet& f : {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
+                           FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", op.world},
+                           FlagSet{&op.done, "done", op.world}}) {
+    WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
+    WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
   }
 
   uint64_t seed = 0;
@@ -264,13 +410,11 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   args.k = op.k_loc;
   args.a = op.a;
   args.b = op.b;
-  // Remote owners' rows first, own rows last, when the owners' row blocks are whole tiles; a small
-  // M (decode-like) runs in plain order: the epilogue still sends every row to its owner.
-  op.sharded = op.m_loc % kernels::GemmConfig::kTileM == 0;
-  args.num_shards = op.sharded ? op.world : 1;
-  args.first_shard = op.sharded ? (op.rank + 1) % op.world : 0;
+  // Overlap path: one M-shard per piece, other owners' pieces first (r+1, r+2, ...), own last.
+  args.num_shards = op.overlap ? op.world * op.pieces : 1;
+  args.first_shard = op.overlap ? ((op.rank + 1) % op.world) * op.pieces : 0;
   WEFT_CHECK(kernels::make_gemm_params(args, &op.gemm));
-  op.tiles_per_owner = uint64_t(op.m_loc / kernels::GemmConfig::kTileM) * uint64_t(op.gemm.n_blocks);
+  op.tiles_per_piece = uint64_t(op.m_piece / kernels::GemmConfig::kTileM) * uint64_t(op.gemm.n_blocks);
   WEFT_CHECK(op.frame.create(op.rank));
   WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
 
@@ -282,42 +426,60 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, name, deterministic));
 
   const int warm = wl.run.warmup, iters = wl.run.iters;
-  double t[5] = {};
+  double t[6] = {};
+  op.host_us = 0;
+  op.host_runs = 0;
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t[0], [&] { op.unstick(); }));
   WEFT_CHECK(op.frame.check(name));
+  const double host_us = op.host_runs ? op.host_us / double(op.host_runs) : 0;
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial, op.n, op.main);
+    return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial.local<bf16>(), op.n,
+                          op.main);
   }, &t[2]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
+    bf16* partial = op.partial.local<bf16>();
     if (op.all_reduce)
-      WEFT_NCCL_CHECK(ncclAllReduce(op.partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
+      WEFT_NCCL_CHECK(ncclAllReduce(partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
     else
-      WEFT_NCCL_CHECK(ncclReduceScatter(op.partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm,
+      WEFT_NCCL_CHECK(ncclReduceScatter(partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm,
                                         op.main));
     return Status::kOk;
   }, &t[3]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    kernels::EpiStoreBf16 epi{op.partial, op.n, op.n % 2 == 0};
+    kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
     return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
   }, &t[4]));
-  double mx[5];
-  for (int i = 0; i < 5; ++i) WEFT_CHECK(max_over_ranks(boot, key + "t" + std::to_string(i), t[i], &mx[i]));
+  if (op.overlap) {
+    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_epilogue_only(); }, &t[5]));
+    WEFT_CHECK(op.frame.check(name));
+  }
+  double mx[7];
+  for (int i = 0; i < 6; ++i) WEFT_CHECK(max_over_ranks(boot, key + "t" + std::to_string(i), t[i], &mx[i]));
+  WEFT_CHECK(max_over_ranks(boot, key + "host", host_us, &mx[6]));
 
   const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k_loc);
   auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
   const double bound = std::max(mx[2], mx[3]);
   const char* coll = all_reduce ? "all-reduce" : "reduce-scatter";
-  char note[200];
+  char note[256];
   std::vector<ResultRow> rows;
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; compute %d blocks%s", mx[0] / bound,
-           mx[1] / mx[0], op.roles.compute, deterministic ? ", deterministic" : "");
+  char path[64];
+  if (op.overlap)
+    snprintf(path, sizeof path, "overlap, %d pieces of %lld rows", op.pieces, static_cast<long long>(op.m_piece));
+  else
+    snprintf(path, sizeof path, "peer kernel, %d blocks", op.peer_blocks);
+  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s",
+           mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[6], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused", mx[0], tf(mx[0]), note});
   rows.push_back({std::string("cublas + nccl ") + coll, mx[1], tf(mx[1]), "sequential baseline"});
   rows.push_back({"cublas gemm alone", mx[2], tf(mx[2]), ""});
   rows.push_back({std::string("nccl ") + coll + " alone", mx[3], 0, ""});
   rows.push_back({"bound", bound, tf(bound), "max(gemm, collective)"});
   rows.push_back({"weft gemm alone (local store)", mx[4], tf(mx[4]), "the fused op's GEMM without its signals"});
+  if (op.overlap)
+    rows.push_back({"weft gemm + reduce epilogue", mx[5], tf(mx[5]),
+                    "the fused op's GEMM, epilogue and signals without gate or copies"});
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
              plan.limited_by.c_str());
@@ -328,8 +490,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
            name, wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
            static_cast<long long>(wl.gemm.k), op.world, op.world, iters);
   char extra[256];
-  snprintf(extra, sizeof extra, "\"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d", name,
-           static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(wl.gemm.k), op.world);
+  snprintf(extra, sizeof extra, "\"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"pieces\": %d",
+           name, static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(wl.gemm.k),
+           op.world, op.overlap ? op.pieces : 0);
   print_results(boot, title, rows, extra);
   cublasDestroy(blas);
   ncclCommDestroy(comm);

@@ -109,6 +109,53 @@ Status stream_wait_u64_geq(cudaStream_t s, const uint64_t* addr, uint64_t value)
   return Status::kOk;
 }
 
+namespace {
+using BatchMemOpFn = CUresult (*)(CUstream, unsigned int, CUstreamBatchMemOpParams*, unsigned int);
+BatchMemOpFn batch_mem_op_fn() {
+  static BatchMemOpFn fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuStreamBatchMemOp", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return BatchMemOpFn(nullptr);
+    return reinterpret_cast<BatchMemOpFn>(p);
+  }();
+  return fn;
+}
+}  // namespace
+
+Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops) {
+  if (ops.empty()) return Status::kOk;
+  BatchMemOpFn fn = batch_mem_op_fn();
+  if (!fn || ops.size() > 255) {
+    WEFT_WARN(kKernel, "cuStreamBatchMemOp %s (%zu steps)", fn ? "takes at most 255 steps" : "is not available", ops.size());
+    return Status::kUnsupported;
+  }
+  std::vector<CUstreamBatchMemOpParams> p(ops.size());
+  for (size_t i = 0; i < ops.size(); ++i) {
+    memset(&p[i], 0, sizeof p[i]);
+    if (ops[i].kind == StreamMemOp::kWaitGeq) {
+      p[i].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+      p[i].waitValue.address = reinterpret_cast<CUdeviceptr>(ops[i].addr);
+      p[i].waitValue.value64 = ops[i].value;
+      p[i].waitValue.flags = CU_STREAM_WAIT_VALUE_GEQ;
+    } else {
+      p[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+      p[i].writeValue.address = reinterpret_cast<CUdeviceptr>(ops[i].addr);
+      p[i].writeValue.value64 = ops[i].value;
+      p[i].writeValue.flags = CU_STREAM_WRITE_VALUE_DEFAULT;
+    }
+  }
+  CUresult r = fn(reinterpret_cast<CUstream>(s), unsigned(p.size()), p.data(), 0);
+  if (r != CUDA_SUCCESS) {
+    WEFT_WARN(kKernel, "cuStreamBatchMemOp of %zu steps (first %s %p, %llu) failed: CUresult %d", ops.size(),
+              ops[0].kind == StreamMemOp::kWaitGeq ? "wait for" : "write", static_cast<void*>(ops[0].addr),
+              static_cast<unsigned long long>(ops[0].value), int(r));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
 Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick) {
   auto start = std::chrono::steady_clock::now();
   auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
