@@ -35,6 +35,9 @@ const std::vector<ParamInfo> kParams = {
      "proxy channels (a proxy thread and its connections each) a fused op spreads its inter-node pushes over (1..8)"},
     {"WEFT_AG_CHUNKS", ParamType::kInt, "8", "chunks",
      "ag_gemm across nodes: at most this many chunks (a put+signal each) per A shard crossing nodes"},
+    {"WEFT_SIGNAL_BATCH_BYTES", ParamType::kInt, "1048576", "bytes",
+     "batched signal mode: a batch is posted before a put that would leave more than this much data behind its "
+     "first signal (0: no bound)"},
     {"WEFT_SOCKET_IFNAME", ParamType::kString, "", "",
      "network interface for the socket backend; empty = the route to the peer"},
     {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},

@@ -2,6 +2,7 @@
 #include <cuda.h>  // CUfunction / CUresult types only: cuFuncLoad is reached through the runtime
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -24,20 +25,32 @@ void* pinned_alloc(uint64_t bytes) {
 
 void pinned_free(void* p) { cudaFreeHost(p); }
 
+// Streams for the copies of one device. Each proxy thread (one per channel) takes its own stream on
+// its first copy, so the channels' copies run side by side instead of waiting for each other's.
 struct CopyContext {
+  static constexpr int kStreams = 16;
   int device;
-  cudaStream_t stream;
+  cudaStream_t streams[kStreams];
+  std::atomic<int> next{0};
 };
+
+cudaStream_t thread_stream(CopyContext* c) {
+  thread_local std::map<CopyContext*, int> slot;  // no CUDA call here: the streams exist already
+  auto it = slot.find(c);
+  if (it == slot.end()) it = slot.emplace(c, c->next.fetch_add(1) % CopyContext::kStreams).first;
+  return c->streams[it->second];
+}
 
 Status copy(void* ctx, void* dst, const void* src, uint64_t bytes, cudaMemcpyKind kind) {
   auto* c = static_cast<CopyContext*>(ctx);
-  if (!c->stream) {  // the legacy default stream would queue behind every kernel of the device
+  cudaStream_t stream = thread_stream(c);
+  if (!stream) {  // the legacy default stream would queue behind every kernel of the device
     WEFT_WARN(kTransport, "GPU %d: no copy stream for the socket backend (creating it failed)", c->device);
     return Status::kCudaError;
   }
   cudaError_t e = cudaSetDevice(c->device);  // the proxy thread starts with device 0 current
-  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, kind, c->stream);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+  if (e == cudaSuccess) e = cudaMemcpyAsync(dst, src, bytes, kind, stream);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {
     WEFT_WARN(kTransport, "GPU %d: %s copy of %llu bytes for the socket backend: %s", c->device,
               kind == cudaMemcpyHostToDevice ? "host-to-device" : "device-to-host", (unsigned long long)bytes,
@@ -53,6 +66,20 @@ Status to_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
 Status from_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
   return copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
+
+// Page-locked staging (portable: usable from any device's copies). Failure is not an error: the
+// backend then stages through ordinary memory, slower.
+void* host_alloc(void* ctx, uint64_t bytes) {
+  void* p = nullptr;
+  cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e != cudaSuccess) {
+    WEFT_INFO(kTransport, "GPU %d: cudaHostAlloc(%llu) for socket staging: %s; staging through pageable memory",
+              static_cast<CopyContext*>(ctx)->device, (unsigned long long)bytes, cudaGetErrorString(e));
+    return nullptr;
+  }
+  return p;
+}
+void host_free(void*, void* p) { cudaFreeHost(p); }
 
 }  // namespace
 
@@ -70,21 +97,27 @@ DeviceCopyHooks cuda_copy_hooks(int device) {
   std::lock_guard<std::mutex> lock(mu);
   CopyContext*& c = contexts[device];
   if (!c) {
-    c = new CopyContext{device, nullptr};
+    c = new CopyContext();
+    c->device = device;
     int prev = 0;
     cudaGetDevice(&prev);
     cudaError_t e = cudaSetDevice(device);
-    if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-    if (e != cudaSuccess) {
-      WEFT_WARN(kTransport, "GPU %d: cannot create the socket backend's copy stream: %s", device,
-                cudaGetErrorString(e));
-      c->stream = nullptr;  // copies then fail with this reason instead of using the legacy stream
+    for (int i = 0; i < CopyContext::kStreams; ++i) {
+      c->streams[i] = nullptr;
+      if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&c->streams[i], cudaStreamNonBlocking);
+      if (e != cudaSuccess) {
+        WEFT_WARN(kTransport, "GPU %d: cannot create the socket backend's copy stream: %s", device,
+                  cudaGetErrorString(e));
+        c->streams[i] = nullptr;  // copies then fail with this reason instead of using the legacy stream
+      }
     }
     cudaSetDevice(prev);
   }
   DeviceCopyHooks h;
   h.to_region = to_region;
   h.from_region = from_region;
+  h.alloc_host = host_alloc;
+  h.free_host = host_free;
   h.ctx = c;
   return h;
 }

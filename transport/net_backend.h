@@ -23,6 +23,11 @@ struct DeviceCopyHooks {
   Status (*to_region)(void* ctx, void* dst_in_region, const void* host_src, uint64_t bytes) = nullptr;
   Status (*from_region)(void* ctx, void* host_dst, const void* src_in_region, uint64_t bytes) = nullptr;
   void* ctx = nullptr;
+  // Optional: page-locked host memory for the staging buffers (the copies then run at full PCIe speed
+  // instead of bouncing through the driver's own buffer). Called when a peer is connected and at
+  // close, never while the proxy runs. Null: ordinary heap memory.
+  void* (*alloc_host)(void* ctx, uint64_t bytes) = nullptr;
+  void (*free_host)(void* ctx, void* p) = nullptr;
 };
 
 // The one memory region a backend serves: the rank's symmetric heap. Offsets index into it.

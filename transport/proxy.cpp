@@ -80,7 +80,7 @@ Proxy::Proxy(const ProxyConfig& config, FifoRingHeader* ring, NetBackend* backen
       backend_(backend),
       outstanding_(config.world_size, 0),
       outstanding_puts_(config.world_size, 0),
-      batcher_(config.world_size, config.batch_max) {}
+      batcher_(config.world_size, config.batch_max, config.batch_max_bytes) {}
 
 Proxy::~Proxy() {
   if (thread_.joinable()) stop();
@@ -263,6 +263,8 @@ Status Proxy::handle(const FifoCommand& cmd) {
 
 Status Proxy::post_put(int peer, uint64_t src, uint64_t dst, uint64_t bytes) {
   if (bytes == 0) return Status::kOk;
+  // Batched signals already waiting for this peer go out before a put that would delay them too much.
+  if (cfg_.mode == SignalMode::kBatched && batcher_.close_before_put(peer, bytes)) WEFT_CHECK(flush_batch(peer));
   WEFT_CHECK(wait_room(peer));
   PostFlags f;
   f.need_completion = cfg_.mode == SignalMode::kSerial;

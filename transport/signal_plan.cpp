@@ -31,6 +31,13 @@ bool SignalBatcher::add(int peer, uint64_t flag, uint64_t value) {
   return static_cast<int>(pend.size()) >= batch_max_;
 }
 
+bool SignalBatcher::close_before_put(int peer, uint64_t bytes) {
+  if (pending_[peer].empty()) return false;
+  if (bytes > max_behind_ || behind_[peer] > max_behind_ - bytes) return true;
+  behind_[peer] += bytes;
+  return false;
+}
+
 std::vector<SignalPost> SignalBatcher::take(int peer) {
   auto& pend = pending_[peer];
   std::vector<SignalPost> out;
@@ -39,6 +46,7 @@ std::vector<SignalPost> SignalBatcher::take(int peer) {
     out.push_back({pend[i].first, pend[i].second, signal_fence(SignalMode::kBatched, i == 0)});
   total_ -= pend.size();
   pend.clear();
+  behind_[peer] = 0;
   return out;
 }
 

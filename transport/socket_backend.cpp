@@ -99,11 +99,18 @@ struct SendOp {
   uint64_t wr_id = 0;
 };
 
+// A staging buffer between the socket and a device region: page-locked when the copy hooks can
+// allocate it (set up when the peer is connected), else ordinary memory on first use.
+struct Stage {
+  uint8_t* p = nullptr;
+  bool pinned = false;
+  std::vector<uint8_t> heap;
+};
+
 struct OutConn {
   int fd = -1;
   std::deque<SendOp> queue;
-  std::vector<uint8_t> stage;  // device regions: the chunk being sent
-  uint64_t stage_begin = 0, stage_len = 0;
+  uint64_t stage_begin = 0, stage_len = 0;  // device regions: the part of the payload in the stage
   const SendOp* staged_for = nullptr;
 };
 
@@ -116,12 +123,14 @@ struct InConn {
   bool in_payload = false;
   uint64_t payload_got = 0;
   bool bye = false;
-  std::vector<uint8_t> stage;
+  std::vector<uint8_t> stage;  // abort text
+  uint64_t fill = 0;           // device regions: payload bytes in the stage, not yet copied in
 };
 
 class SocketBackend final : public NetBackend {
  public:
-  explicit SocketBackend(const BackendConfig& c) : cfg_(c), out_(c.size), in_by_rank_(c.size, -1) {}
+  explicit SocketBackend(const BackendConfig& c)
+      : cfg_(c), out_(c.size), in_by_rank_(c.size, -1), out_stage_(c.size), in_stage_(c.size) {}
   ~SocketBackend() override { release_all(); }
 
   const char* name() const override { return "socket"; }
@@ -172,6 +181,9 @@ class SocketBackend final : public NetBackend {
           continue;
         }
         out_[peer].fd = fd;
+        // Connections are symmetric (a peer sends to me when I send to it): stage both ways.
+        prepare_stage(&out_stage_[peer]);
+        prepare_stage(&in_stage_[peer]);
         return Status::kOk;
       }
       usleep(20000);
@@ -390,17 +402,17 @@ class SocketBackend final : public NetBackend {
       uint64_t pay_done = op.sent > sizeof(WireHeader) ? op.sent - sizeof(WireHeader) : 0;
       if (op.payload > pay_done) {
         if (region_.kind == MemKind::kDevice) {
+          uint8_t* stage = stage_buffer(&out_stage_[peer]);
           if (o.staged_for != &op || pay_done >= o.stage_begin + o.stage_len) {
-            o.stage.resize(kStageBytes);
             o.stage_begin = pay_done;
             o.stage_len = std::min<uint64_t>(kStageBytes, op.payload - pay_done);
             o.staged_for = &op;
             Status s =
-                cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, o.stage.data(),
+                cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, stage,
                                             static_cast<char*>(region_.base) + op.local_offset + pay_done, o.stage_len);
             if (s != Status::kOk) return fail(s, "copy from the device region failed");
           }
-          iov[n++] = {o.stage.data() + (pay_done - o.stage_begin), o.stage_begin + o.stage_len - pay_done};
+          iov[n++] = {stage + (pay_done - o.stage_begin), o.stage_begin + o.stage_len - pay_done};
         } else {
           iov[n++] = {static_cast<char*>(region_.base) + op.local_offset + pay_done, op.payload - pay_done};
         }
@@ -464,9 +476,10 @@ class SocketBackend final : public NetBackend {
       } else {
         uint64_t left = c->hdr.length - c->payload_got;
         if (region_.kind == MemKind::kDevice) {
-          c->stage.resize(kStageBytes);
-          dst = c->stage.data();
-          want = std::min<uint64_t>(left, kStageBytes);
+          // Fill the stage (or the rest of the put) before one copy: a copy per recv() would cost
+          // a CUDA round trip per socket read.
+          dst = stage_buffer(&in_stage_[c->src]) + c->fill;
+          want = std::min<uint64_t>(left, kStageBytes) - c->fill;
         } else {
           dst = static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got;
           want = left;
@@ -505,12 +518,18 @@ class SocketBackend final : public NetBackend {
                                                std::string(c->stage.begin(), c->stage.end()));
       } else {
         if (region_.kind == MemKind::kDevice) {
-          Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx,
-                                               static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got, dst,
-                                               static_cast<uint64_t>(r));
-          if (s != Status::kOk) return fail(s, "copy into the device region failed");
+          c->fill += static_cast<uint64_t>(r);
+          if (c->fill == std::min<uint64_t>(c->hdr.length - c->payload_got, kStageBytes)) {
+            Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx,
+                                                 static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got,
+                                                 stage_buffer(&in_stage_[c->src]), c->fill);
+            if (s != Status::kOk) return fail(s, "copy into the device region failed");
+            c->payload_got += c->fill;
+            c->fill = 0;
+          }
+        } else {
+          c->payload_got += static_cast<uint64_t>(r);
         }
-        c->payload_got += static_cast<uint64_t>(r);
         if (c->payload_got == c->hdr.length) c->in_payload = false;
       }
     }
@@ -546,6 +565,7 @@ class SocketBackend final : public NetBackend {
       case WireKind::kPut:
         c->in_payload = true;
         c->payload_got = 0;
+        c->fill = 0;
         return Status::kOk;
       case WireKind::kSignal: {
         // Everything earlier on this stream is already in the region: release-store the flag.
@@ -572,7 +592,30 @@ class SocketBackend final : public NetBackend {
     return Status::kInternal;
   }
 
+  void prepare_stage(Stage* s) {
+    if (s->p || region_.kind != MemKind::kDevice || !cfg_.copy_hooks.alloc_host) return;
+    if (void* p = cfg_.copy_hooks.alloc_host(cfg_.copy_hooks.ctx, kStageBytes)) {
+      s->p = static_cast<uint8_t*>(p);
+      s->pinned = true;
+    }
+  }
+  static uint8_t* stage_buffer(Stage* s) {
+    if (!s->p) {
+      s->heap.resize(kStageBytes);
+      s->p = s->heap.data();
+    }
+    return s->p;
+  }
+  void free_stages() {
+    for (auto* v : {&out_stage_, &in_stage_})
+      for (Stage& s : *v) {
+        if (s.pinned && cfg_.copy_hooks.free_host) cfg_.copy_hooks.free_host(cfg_.copy_hooks.ctx, s.p);
+        s = Stage();
+      }
+  }
+
   void release_all() {
+    free_stages();
     for (auto& o : out_)
       if (o.fd >= 0) ::close(o.fd), o.fd = -1;
     for (auto& c : in_)
@@ -587,6 +630,7 @@ class SocketBackend final : public NetBackend {
   std::vector<OutConn> out_;
   std::vector<InConn> in_;
   std::vector<int> in_by_rank_;
+  std::vector<Stage> out_stage_, in_stage_;  // per peer rank (device regions)
   uint64_t rejected_ = 0;
   Status status_ = Status::kOk;
   std::string error_;

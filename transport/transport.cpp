@@ -87,6 +87,8 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   }
   std::string ifname;
   WEFT_CHECK(get_param("WEFT_SOCKET_IFNAME", &ifname));
+  int64_t batch_bytes = 0;
+  WEFT_CHECK(get_param("WEFT_SIGNAL_BATCH_BYTES", &batch_bytes));
 
   // The job secret: rank 0 draws it, every rank takes rank 0's contribution. Only processes that
   // took part in this job's bootstrap know it; socket streams carrying anything else are refused.
@@ -140,6 +142,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     pc.world_size = me.size;
     pc.mode = t->mode_;
     pc.timeout_s = t->timeout_s_;
+    pc.batch_max_bytes = batch_bytes > 0 ? static_cast<uint64_t>(batch_bytes) : ~uint64_t{0};
     if (ch < static_cast<int>(options.channel_cpusets.size())) pc.cpuset = options.channel_cpusets[ch];
     auto proxy = std::make_unique<Proxy>(pc, fifo->ring(), backend.get());
     WEFT_CHECK(proxy->start());

@@ -54,6 +54,27 @@ TEST_CASE("batcher: per-destination batches, coalescing to the newest epoch, one
   CHECK(b.add(0, 24, 1));  // the fourth distinct flag fills the batch
 }
 
+TEST_CASE("batcher: a batch is posted before a put that would leave more than the byte bound behind it") {
+  SignalBatcher b(2, 64, 4 << 20);
+  CHECK_FALSE(b.close_before_put(1, 64 << 20));  // nothing pending: any put goes
+  CHECK_FALSE(b.add(1, 8, 1));                   // chunk 0's signal waits
+  CHECK_FALSE(b.close_before_put(1, 3 << 20));   // 3 MiB behind it
+  CHECK_FALSE(b.close_before_put(1, 1 << 20));   // 4 MiB: at the bound
+  CHECK(b.close_before_put(1, 1));               // one byte more: post the batch first
+  CHECK_FALSE(b.close_before_put(0, 1 << 30));   // other peers have their own batches
+  CHECK(b.take(1).size() == 1);
+  CHECK_FALSE(b.close_before_put(1, 1));         // the bound counts from the new batch
+  CHECK_FALSE(b.add(1, 16, 2));
+  CHECK(b.close_before_put(1, 5 << 20));         // a single put larger than the bound
+  CHECK(b.take(1).size() == 1);
+  CHECK_FALSE(b.add(1, 24, 3));
+  CHECK_FALSE(b.close_before_put(1, 4 << 20));   // counted from zero again after take()
+  SignalBatcher unbounded(2, 64);                // default: only the FIFO running dry or a full batch close it
+  CHECK_FALSE(unbounded.add(1, 8, 1));
+  CHECK_FALSE(unbounded.close_before_put(1, uint64_t{1} << 40));
+  CHECK_FALSE(unbounded.close_before_put(1, uint64_t{1} << 40));
+}
+
 TEST_CASE("ibverbs: a put splits into WRITEs of at most 1 GiB; only the last reports the caller's id") {
   ibv::SignalPolicy policy(32, 1024);
   uint64_t seq = 5;
