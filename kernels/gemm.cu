@@ -5,6 +5,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
+#include "runtime/params.h"
 
 namespace weft::kernels {
 namespace {
@@ -30,9 +31,9 @@ Status encode_fn(EncodeTiledFn* out) {
   return Status::kOk;
 }
 
-// 2-D bf16 tensor (rows x cols, row stride ld elements) read in boxes of box_rows x 64 columns.
+// 2-D bf16 tensor (rows x cols, row stride ld elements) accessed in boxes of box_rows x 64 columns.
 Status encode_operand(const char* name, const void* ptr, int64_t rows, int64_t cols, int64_t ld, uint32_t box_rows,
-                      CUtensorMap* out) {
+                      CUtensorMap* out, CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   EncodeTiledFn fn = nullptr;
   WEFT_CHECK(encode_fn(&fn));
   const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
@@ -40,7 +41,7 @@ Status encode_operand(const char* name, const void* ptr, int64_t rows, int64_t c
   const cuuint32_t box[2] = {uint32_t(GemmConfig::kTileK), box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
   CUresult r = fn(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     WEFT_WARN(kKernel, "gemm: cannot encode the tensor map of %s (%lld x %lld, ld %lld): CUresult %d", name,
@@ -101,11 +102,22 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
   return Status::kOk;
 }
 
+static_assert(GemmConfig::kStoreBox == GemmConfig::kTileK, "the C box reuses the operands' 64-column box");
+
 template <class Epilogue>
 Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
               const TileSignal& signal, cudaStream_t stream) {
   if (g.cluster_m == 2) return launch_cluster<2>(g, frame, epi, gate, signal, stream);
   return launch_cluster<1>(g, frame, epi, gate, signal, stream);
+}
+
+// WEFT_GEMM_TMA_STORE=0 keeps the register-store epilogue (for comparisons).
+bool tma_store_default() {
+  static const bool on = [] {
+    bool v = true;
+    return get_param("WEFT_GEMM_TMA_STORE", &v) == Status::kOk ? v : true;
+  }();
+  return on;
 }
 
 }  // namespace
@@ -166,8 +178,23 @@ Status device_sm_count(int* out) {
   return Status::kOk;
 }
 
+Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g) {
+  g->store_tma = false;
+  if (!epi.paired || !epi.c || epi.ldc % 8 != 0 || epi.ldc < g->n || reinterpret_cast<uintptr_t>(epi.c) % 16 != 0)
+    return Status::kOk;  // stores from registers (odd ldc, unaligned C): still correct, slower
+  WEFT_CHECK(encode_operand("C", epi.c, g->m, g->n, epi.ldc, GemmConfig::kStoreBox, &g->tmap_c,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  g->store_tma = true;
+  return Status::kOk;
+}
+
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream) {
+  if (tma_store_default()) {
+    GemmParams with_c = g;
+    WEFT_CHECK(enable_tma_store(epi, &with_c));
+    return launch(with_c, frame, epi, gate, signal, stream);
+  }
   return launch(g, frame, epi, gate, signal, stream);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,

@@ -44,6 +44,12 @@ size_t gemm_shared_bytes();
 // SM count of the current device.
 Status device_sm_count(int* out);
 
+// Turns on the shared-memory + TMA store epilogue of g for C = epi (encodes C's tensor map) when
+// epi allows it (paired stores, ldc % 8 == 0, 16-byte aligned C); otherwise leaves it off (stores
+// from registers). launch_gemm(EpiStoreBf16) does this itself; a fused kernel that calls
+// gemm_compute_block() with an EpiStoreBf16 calls it once per C.
+Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g);
+
 // Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
 // g.cluster_m, the first frame.roles.compute of them compute (both counts multiples of
 // cluster_m); the rest model SMs lent to other roles and exit.

@@ -32,9 +32,26 @@ namespace weft::kernels {
 
 namespace gemm_detail {
 
+// Timing hooks for bench/gemm/trace_gemm.cu only: a translation unit that defines WEFT_GEMM_TRACE
+// as the name of a __device__ uint64_t* (before including this header) gets clock64() stamps of
+// every k-block of blocks 0 and 1: [block][0 = consumer issue, 1 = producer load][k-block].
+// Compiled out everywhere else.
+#ifdef WEFT_GEMM_TRACE
+constexpr int kTraceBlocks = 2, kTraceIters = 4096;
+__device__ __forceinline__ void trace_stamp(int kind, uint32_t it) {
+  if (blockIdx.x < kTraceBlocks && it < uint32_t(kTraceIters))
+    WEFT_GEMM_TRACE[(blockIdx.x * 2 + kind) * kTraceIters + it] = clock64();
+}
+#define WEFT_TRACE_STAMP(kind, it) trace_stamp(kind, it)
+#else
+#define WEFT_TRACE_STAMP(kind, it) ((void)0)
+#endif
+
 struct __align__(1024) SharedStorage {
   __nv_bfloat16 a[GemmConfig::kStages][GemmConfig::kTileM * GemmConfig::kTileK];
   __nv_bfloat16 b[GemmConfig::kStages][GemmConfig::kTileN * GemmConfig::kTileK];
+  // Epilogue staging for TMA stores: per consumer, two 64 x 64 bf16 sub-tiles (128B swizzle).
+  __nv_bfloat16 c[GemmConfig::kConsumers][2][GemmConfig::kStoreBox * GemmConfig::kStoreBox];
   uint64_t full[GemmConfig::kStages];
   uint64_t empty[GemmConfig::kStages];
   int32_t abort;
@@ -120,6 +137,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
     for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+      WEFT_TRACE_STAMP(1, it);
       // A (own) + all of B (own part + the peers' multicast parts) land on this barrier.
       sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
       sm90::tma_load_2d(s.a[stage], &g.tmap_a, &s.full[stage], kb * Cfg::kTileK, row_a);
@@ -133,15 +151,16 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   }
 }
 
-// ---- deferred bf16 stores (EpiStoreBf16, EpiScatterBf16 without a TileSignal) ------------------
+// ---- deferred bf16 stores (EpiScatterBf16 without a TileSignal) --------------------------------
 // A finished tile is packed to bf16x2 (64 registers per thread) and its stores are issued while the
 // tensor cores already run the next tile's first k-blocks (wgmma is asynchronous; the warps are
 // otherwise idle in wgmma.wait_group), instead of both consumer warpgroups stopping the MMAs to
 // store. The values, rounding and addresses are exactly those of the epilogue's pair().
 template <class Epilogue>
 struct DeferredStore {
-  static constexpr bool kEnabled =
-      std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiScatterBf16>::value;
+  // EpiStoreBf16 stores through shared memory and TMA (store_tile_tma) or, where C does not allow
+  // that, with pair(): holding a packed tile next to the TMA path's registers would spill.
+  static constexpr bool kEnabled = std::is_same<Epilogue, EpiScatterBf16>::value;
 };
 
 // An epilogue with fragment(row, col0, m, n, acc) takes a thread's whole finished tile at once
@@ -222,6 +241,43 @@ __device__ __forceinline__ void store_pending_from(const PendingTile& pt, int32_
 }
 static_assert(PendingTile::kChunks == 4, "store_pending_from and the k-loop issue 4 slices");
 
+// ---- bf16 stores through shared memory and TMA (EpiStoreBf16 with GemmParams::store_tma) ------
+// A consumer warpgroup's 64 x 256 half of the tile leaves as four 64 x 64 boxes: the threads pack
+// their fp32 pairs to bf16x2 into a 128B-swizzled staging buffer (conflict-free 4-byte shared
+// stores), and one thread hands the box to the TMA unit, which writes whole lines to global
+// memory while the warps go on with the next tile. Two buffers alternate; a buffer is rewritten
+// only after the store issued from it two boxes earlier has read it. Storing straight from
+// registers (4-byte stores, each warp instruction touching 8 rows) stalled the consumers for
+// ~8k cycles per tile, ~6% of a K = 8192 tile (bench/gemm/trace_gemm.cu, docs/gemm.md).
+__device__ __forceinline__ void store_tile_tma(const GemmParams& g, SharedStorage& s, const float (&acc)[128],
+                                               const TileCoord& c, int32_t consumer, int32_t t128) {
+  using Cfg = GemmConfig;
+  const int32_t warp = t128 / 32, lane = t128 % 32;
+  const int32_t r0 = warp * 16 + lane / 4;  // rows r0 and r0 + 8 of this warpgroup's 64
+  const int32_t swz = r0 & 7;               // (r0 + 8) & 7 is the same
+  const uint32_t bar_id = 2 + uint32_t(consumer);
+#pragma unroll
+  for (int box = 0; box < Cfg::kTileN / Cfg::kStoreBox; ++box) {
+    uint8_t* buf = reinterpret_cast<uint8_t*>(s.c[consumer][box & 1]);
+    if (t128 == 0) sm90::bulk_wait_read<1>();  // the store issued from this buffer 2 boxes ago
+    sm90::named_barrier_sync(bar_id, 128);
+#pragma unroll
+    for (int jj = 0; jj < 8; ++jj) {  // 8 columns pairs-of-4 per 16-byte chunk: chunk jj of each row
+      const int j = box * 8 + jj;
+      const int32_t off = ((jj ^ swz) * 16) + 4 * (lane % 4);
+      sm90::st_shared_u32(buf + r0 * 128 + off, pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]));
+      sm90::st_shared_u32(buf + (r0 + 8) * 128 + off, pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]));
+    }
+    sm90::fence_proxy_async_shared();
+    sm90::named_barrier_sync(bar_id, 128);
+    if (t128 == 0) {
+      sm90::tma_store_2d(&g.tmap_c, buf, c.n_block * Cfg::kTileN + box * Cfg::kStoreBox,
+                         c.m_block * Cfg::kTileM + consumer * 64);
+      sm90::bulk_commit();
+    }
+  }
+}
+
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
                                               const TileSignal& signal, SharedStorage& s, uint32_t cta,
@@ -236,7 +292,8 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   // Deferred stores need no ordering against a signal; with a TileSignal the tile is stored (and
   // signalled) right away.
   constexpr bool kCanDefer = DeferredStore<Epilogue>::kEnabled;
-  const bool defer = kCanDefer && signal.flags == nullptr;
+  const bool tma_store = std::is_same<Epilogue, EpiStoreBf16>::value && g.store_tma;
+  const bool defer = kCanDefer && signal.flags == nullptr && !tma_store;
   PendingTile pending;
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
@@ -255,8 +312,10 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       }
       if (!wait_barrier(&s.full[stage], phase, f, c) || sm90::ld_shared_volatile(&s.abort)) {
         sm90::wgmma_wait<0>();  // leave nothing in flight (else the compiler waits on every path)
+        if (tma_store && t128 == 0) sm90::bulk_wait<0>();
         return;
       }
+      if (consumer == 0 && t128 == 0) WEFT_TRACE_STAMP(0, it);
       const uint64_t desc_a = sm90::make_smem_desc_sw128(s.a[stage] + consumer * 64 * Cfg::kTileK);
       const uint64_t desc_b = sm90::make_smem_desc_sw128(s.b[stage]);
       sm90::wgmma_fence();
@@ -286,7 +345,12 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     // 8j + 2*(lane%4) + {0, 1}.
     const int32_t row = c.m_block * Cfg::kTileM + consumer * 64 + warp * 16 + lane / 4;
     const int32_t col0 = c.n_block * Cfg::kTileN + 2 * (lane % 4);
-    if constexpr (kCanDefer) {
+    if (tma_store) {
+      if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's tile past M: nothing to store
+      store_tile_tma(g, s, acc, c, consumer, t128);
+      // A signalled tile must be in global memory before its flag moves.
+      if (signal.flags && t128 == 0) sm90::bulk_wait<0>();
+    } else if constexpr (kCanDefer) {
       // Slices of the previous tile not yet issued (K shorter than kChunks k-blocks).
       if (defer && k_iters < PendingTile::kChunks) store_pending_from(pending, k_iters, g.n);
       // Rows past M (also the cluster's second tile hanging past M) get a null row pointer.
@@ -331,6 +395,8 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   if constexpr (kCanDefer) {
     if (defer) store_pending_from(pending, 0, g.n);  // the block's last tile
   }
+  // The staging buffers must stay valid until the TMA unit has read them.
+  if (tma_store && t128 == 0) sm90::bulk_wait<0>();
 }
 
 }  // namespace gemm_detail

@@ -17,6 +17,7 @@ struct GemmConfig {
   static constexpr int kStages = 4;   // smem ring depth: 4 x 48 KiB
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kStoreBox = 64;  // epilogue: 64 x 64 bf16 sub-tiles, two buffers per consumer
 };
 
 // Device-ready GEMM arguments: C (m x n) = A (m x k, K contiguous) * B (n x k, K contiguous)^T.
@@ -30,6 +31,10 @@ struct GemmParams {
   int32_t cta_m_blocks = 0;  // ceil(m / kTileM): rows of per-tile flags
   int32_t n_blocks = 0;      // ceil(n / kTileN)
   TileSchedule sched;        // over cluster tiles of (cluster_m * kTileM) x kTileN
+  // Bf16 store epilogue through shared memory and TMA (set by enable_tma_store for one C): box
+  // {kStoreBox cols, kStoreBox rows}, 128-byte swizzle. false: stores straight from registers.
+  CUtensorMap tmap_c;
+  bool store_tma = false;
 };
 
 // Flags are indexed by 128-row CTA tiles: m_block = row / kTileM (not the cluster tile).

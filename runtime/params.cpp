@@ -25,6 +25,8 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_TEST_FAULT", ParamType::kString, "", "",
      "tests only: 'RANK:MODE' makes that rank of weftrun check stall, exit, crash or abort (MODE) before its first fence"},
     {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
+    {"WEFT_GEMM_TMA_STORE", ParamType::kBool, "1", "",
+     "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)"},
     {"WEFT_PROXY_TIMEOUT", ParamType::kDouble, "30", "s", "bound on every proxy wait (completions, FIFO space)"},
     {"WEFT_HEAP_BYTES", ParamType::kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload"},
     {"WEFT_FIFO_DEPTH", ParamType::kInt, "1024", "commands", "GPU->proxy FIFO depth per channel (power of two)"},

@@ -108,7 +108,8 @@ TEST_CASE("gemm small: one tile and a partial tile (also the compute-sanitizer c
   const int sms = require_hopper();
   (void)sms;
   check_store(128, 256, 64, 2);
-  check_store(200, 300, 136, 3);
+  check_store(200, 300, 136, 3);  // ldc % 8 != 0: stores from registers
+  check_store(200, 296, 136, 3);  // ldc % 8 == 0: TMA stores, boxes cut at M and N
 }
 
 TEST_CASE("gemm tile multiples on all SMs and on few SMs (ring phases across many tiles)") {
@@ -131,6 +132,7 @@ TEST_CASE("gemm M, N, K that are not tile multiples are handled (K a multiple of
   check_store(64, 64, 8, sms);  // smaller than one tile in every dimension
   check_store(3000, 2944, 4104, 17, 0, 3);
   check_store(129, 257, 72, sms);
+  check_store(333, 1000, 1672, sms);  // TMA stores of partial boxes on both edges
 }
 
 TEST_CASE("gemm rejects K that is not a multiple of 8, saying why") {
