@@ -27,6 +27,13 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
     {"WEFT_GEMM_TMA_STORE", ParamType::kBool, "1", "",
      "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)"},
+    {"WEFT_GEMM_SPLIT_TAIL", ParamType::kBool, "1", "",
+     "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
+    {"WEFT_AG_MOVER", ParamType::kString, "auto", "",
+     "ag_gemm on one node, who moves A's shards (comma list): copy_engine, sm (every SM mover), pull_vec, "
+     "push_vec, pull_bulk, push_bulk; auto measures all and keeps the fastest"},
+    {"WEFT_AG_INTRA", ParamType::kString, "", "SMs",
+     "ag_gemm SM movers: intra_comm SM counts to measure besides the tuner's (or the YAML's), comma list"},
     {"WEFT_PROXY_TIMEOUT", ParamType::kDouble, "30", "s", "bound on every proxy wait (completions, FIFO space)"},
     {"WEFT_HEAP_BYTES", ParamType::kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload"},
     {"WEFT_FIFO_DEPTH", ParamType::kInt, "1024", "commands", "GPU->proxy FIFO depth per channel (power of two)"},

@@ -1,25 +1,30 @@
-// AllGather+GEMM on one node: C_r = gather(A) · B_rᵀ in one persistent GEMM launch per rank.
+// AllGather+GEMM on one node: C_r = gather(A) · B_rᵀ, rank r holding A_r (m/W × k) and its weight
+// block B_r (n/W × k); every rank gets C_r (m × n/W). Two ways to move A's shards, both measured:
 //
-//   rank r holds A_r (m/W × k), its weight block B_r (n/W × k); every rank gets C_r (m × n/W).
+//   copy engines (no SMs):  copy stream: pull A_{r+1} (or its chunks) over NVLink ─► flag = epoch ─► ...
+//                           GEMM on every SM: shard r ─► shard r+1 (waits its flag) ─► ...
+//   SM movers (one launch): intra_comm blocks pull (or peers push) 128-row chunks through the
+//                           peer-mapped buffers and raise per-tile flags; compute blocks run the
+//                           same GEMM core gated per tile (kernels/ag_gemm_fused.cu)
 //
-//   copy stream (no SMs):  pull A_{r+1} from peer r+1 over NVLink ─► flag[r+1] = epoch
-//                          pull A_{r+2} ...                      ─► flag[r+2] = epoch   ...
-//   GEMM (all SMs):        shard r (local, flag set up front) ─► shard r+1 (waits flag[r+1]) ─► ...
-//
-// The copy engines move the shards while every SM computes; the GEMM's producer warp waits on a
-// shard's flag (acquire, bounded by WEFT_DEVICE_TIMEOUT) before loading its first tile, so the
-// first shard's compute hides the later shards' transfers. Flags carry a rising epoch, so the
-// buffers are reused across runs without resets. Validation: the gathered A must equal NCCL's
-// all-gather bit for bit (a misrouted shard names its rank, since every rank's random data is
-// seeded by its rank), and C must match cuBLAS on NCCL's gathered A.
+// Either way the GEMM starts on the local shard and takes remote tiles as their flags arrive, in a
+// rank-rotated order. Where the GEMM's last wave would be mostly empty (2048 × 7168: 448 tiles on
+// 128–132 SMs) a variant computes the last tile columns as a split-K pair after the gated part.
+// WEFT_AG_MOVER picks the variants (default: all, and the fastest validated one is kept). Each is
+// validated (gathered A bit for bit against NCCL's all-gather: every rank's data is seeded by its
+// rank, so a misrouted shard is caught; C against cuBLAS on NCCL's gathered A) before it is timed.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "launcher/op_registry.h"
 #include "runtime/log.h"
@@ -27,73 +32,134 @@
 #include "runtime/ops/device_data.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
+#include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {
 namespace {
 
 using bf16 = __nv_bfloat16;
+constexpr int kRows = kernels::GemmConfig::kTileM, kCols = kernels::GemmConfig::kTileN;
+
+// One way to run the op, with its own flags and epochs (variants never share a flag).
+struct Variant {
+  std::string name;
+  bool sm = false;                // SM movers; else copy engines
+  kernels::AgMover mover = kernels::AgMover::kPullVec;
+  RoleCounts roles;               // compute, and intra_comm for the SM movers
+  int ce_chunks = 1;              // copy engines: copies (each with its flag) per shard
+  bool tail = false;              // last tile columns as a split-K pair after the gated part
+  kernels::GemmParams gemm;       // the gated GEMM (all of n, or the columns before the tail)
+  PeerBuffer sm_flags;            // SM movers: per-tile flags + clear-to-send words, peer-mapped
+  uint64_t* ce_flags = nullptr;   // copy engines: one per chunk
+  uint64_t epoch = 0;
+  bool valid = false;
+  double ms = 0;
+  ~Variant() {
+    if (ce_flags) cudaFree(ce_flags);
+  }
+};
 
 struct AgGemm {
-  int rank = 0, world = 1;
+  int rank = 0, world = 1, sms = 0;
   int64_t m = 0, n = 0, k = 0, m_loc = 0;  // n is this rank's block
   PeerBuffer a_full;                       // m × k, shard s at rows [s·m_loc, (s+1)·m_loc)
   bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
-  uint64_t* flags = nullptr;               // per shard, local
-  uint64_t epoch = 0;
+  float* acc = nullptr;                    // split-K tail partial sums, zero between runs
+  int64_t n_main = 0;                      // columns before the tail (n when there is none)
+  kernels::GemmParams half[2];             // the tail's K halves
   cudaStream_t main = nullptr, copy = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  kernels::GemmParams gemm;
   kernels::FrameHost frame;
-  kernels::FrameParams frame_params;
-  RoleCounts roles;
+  kernels::FrameParams frame_base;  // roles set per launch; the error record is cleared only between runs
+  std::vector<std::unique_ptr<Variant>> variants;
 
   bf16* shard(int s) const { return a_full.local<bf16>() + int64_t(s) * m_loc * k; }
   const bf16* peer_shard(int s) const { return a_full.peer<bf16>(s) + int64_t(s) * m_loc * k; }
+  kernels::EpiStoreBf16 epi() const { return kernels::EpiStoreBf16{c, n, n % 2 == 0}; }
 
-  // One fused run: enqueue copies + flag writes on the copy stream, the gated GEMM on main.
-  Status enqueue_fused() {
-    ++epoch;
+  Status make_gemm(int64_t cols, const bf16* a, int64_t kk, const bf16* bb, int shards, int first,
+                   kernels::GemmParams* out) const {
+    kernels::GemmArgs args;
+    args.m = m;
+    args.n = cols;
+    args.k = kk;
+    args.a = a;
+    args.lda = k;
+    args.b = bb;
+    args.ldb = k;
+    args.num_shards = shards;
+    args.first_shard = first;
+    return kernels::make_gemm_params(args, out);
+  }
+
+  // The split-K pair and the fp32 -> bf16 pass after the gated part (the data is all there then).
+  Status enqueue_tail() {
+    kernels::FrameParams fp = frame_base;
+    fp.roles = RoleCounts{};
+    fp.roles.compute = sms - sms % 2;
+    WEFT_CHECK(kernels::launch_split_k_pair(half[0], half[1], fp, acc, main));
+    return kernels::launch_acc_to_bf16(acc, m, n - n_main, c + n_main, n, main);
+  }
+
+  Status enqueue_copy_engines(Variant& v, bool gemm) {
+    ++v.epoch;
     WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
-    WEFT_CHECK(stream_write_u64(main, flags + rank, epoch));
+    const int64_t rows = m_loc / v.ce_chunks;
     for (int i = 1; i < world; ++i) {
       const int s = (rank + i) % world;
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s), peer_shard(s), size_t(m_loc * k) * sizeof(bf16),
-                                      cudaMemcpyDeviceToDevice, copy));
-      WEFT_CHECK(stream_write_u64(copy, flags + s, epoch));
+      for (int ch = 0; ch < v.ce_chunks; ++ch) {
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s) + ch * rows * k, peer_shard(s) + ch * rows * k,
+                                        size_t(rows * k) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
+        WEFT_CHECK(stream_write_u64(copy, v.ce_flags + s * v.ce_chunks + ch, v.epoch));
+      }
     }
-    kernels::EpiStoreBf16 epi{c, n, n % 2 == 0};
-    kernels::FlagGate gate{flags, kernels::kFlagPerShard, epoch};
-    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, gate, kernels::TileSignal{}, main));
+    if (gemm) {
+      kernels::FrameParams fp = frame_base;
+      fp.roles = v.roles;
+      kernels::FlagGate gate{v.ce_flags, kernels::kFlagPerShard, v.epoch};
+      WEFT_CHECK(kernels::launch_gemm(v.gemm, fp, epi(), gate, kernels::TileSignal{}, main));
+      if (v.tail) WEFT_CHECK(enqueue_tail());
+    }
     WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
     return Status::kOk;
   }
 
-  // The copy-engine gather alone (what the fused run must hide).
-  Status enqueue_gather_only() {
-    WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
-    for (int i = 1; i < world; ++i) {
-      const int s = (rank + i) % world;
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s), peer_shard(s), size_t(m_loc * k) * sizeof(bf16),
-                                      cudaMemcpyDeviceToDevice, copy));
+  // gemm = false: the movers alone (no compute block), what the shards' transfer costs them.
+  Status enqueue_sm(Variant& v, bool gemm) {
+    ++v.epoch;
+    kernels::AgMoveParams mv;
+    for (int r = 0; r < world; ++r) {
+      mv.a[r] = a_full.peer<bf16>(r);
+      mv.flags[r] = v.sm_flags.peer<uint64_t>(r);
     }
-    WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+    mv.rank = rank;
+    mv.world = world;
+    mv.shard_rows = int32_t(m_loc);
+    mv.k = int32_t(k);
+    mv.m_blocks = int32_t(m / kRows);
+    mv.flag_cols = v.gemm.n_blocks;
+    mv.epoch = v.epoch;
+    mv.mover = v.mover;
+    RoleCounts roles = v.roles;
+    if (!gemm) roles.compute = 0;
+    kernels::FrameParams fp = frame_base;
+    fp.roles = roles;
+    kernels::FlagGate gate{v.sm_flags.local<uint64_t>(), kernels::kFlagPerTile, v.epoch * uint64_t(v.roles.intra_comm)};
+    WEFT_CHECK(kernels::launch_ag_gemm_fused(v.gemm, fp, epi(), gate, mv, main));
+    if (gemm && v.tail) WEFT_CHECK(enqueue_tail());
     return Status::kOk;
   }
 
-  Status enqueue_gemm_only() {
-    kernels::EpiStoreBf16 epi{c, n, n % 2 == 0};
-    return kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main);
-  }
+  Status enqueue(Variant& v, bool gemm = true) { return v.sm ? enqueue_sm(v, gemm) : enqueue_copy_engines(v, gemm); }
 
   ~AgGemm() {
     cudaDeviceSynchronize();
+    variants.clear();
     for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref),
-                    static_cast<void*>(a_nccl), static_cast<void*>(flags)})
+                    static_cast<void*>(a_nccl), static_cast<void*>(acc)})
       if (p) cudaFree(p);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -102,43 +168,129 @@ struct AgGemm {
   }
 };
 
-Status validate(AgGemm& op, ncclComm_t comm, cublasHandle_t blas, const Workload& wl) {
-  const int64_t a_elems = op.m * op.k, c_elems = op.m * op.n;
-  // Poison everything the fused run must write (the peers' shards and C).
-  for (int s = 0; s < op.world; ++s)
-    if (s != op.rank) WEFT_CHECK(poison_bf16(op.shard(s), op.m_loc * op.k, op.main));
-  WEFT_CHECK(poison_bf16(op.c, c_elems, op.main));
-  WEFT_CHECK(op.enqueue_fused());
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
-  WEFT_CHECK(op.frame.check("ag_gemm"));
-  // Reference: NCCL all-gather of the shards, then cuBLAS.
+// The tail pays when the gated part then fills whole waves and the split pair fits into one:
+// e.g. 2048 × 7168 on 128 compute SMs: 448 tiles = 3.5 waves (4 tile times), but 384 tiles + 64
+// tiles in K halves on 128 SMs = 3 + 0.5 tile times. Returns the columns before the tail, or n.
+int64_t tail_split(int64_t m, int64_t n, int64_t k, int compute, int sms) {
+  const int64_t mb = m / kRows, nb = (n + kCols - 1) / kCols, tiles = mb * nb;
+  if (k % 16 || compute <= 0 || tiles % compute == 0) return n;
+  const int64_t nb_main = (tiles / compute) * compute / mb;
+  if (nb_main <= 0 || nb_main >= nb) return n;
+  const int64_t pairs = mb * (nb - nb_main), per_half = sms / 2;
+  const double before = double((tiles + compute - 1) / compute);
+  const double after = double((mb * nb_main + compute - 1) / compute) + 0.5 * double((pairs + per_half - 1) / per_half);
+  return after + 0.25 <= before ? nb_main * kCols : n;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+// Which variants WEFT_AG_MOVER asks for; false (logged) for an unknown name.
+bool wanted_movers(int rank, bool* copy_engine, std::vector<kernels::AgMover>* sm) {
+  std::string spec;
+  if (get_param("WEFT_AG_MOVER", &spec) != Status::kOk) return false;
+  const kernels::AgMover all[] = {kernels::AgMover::kPullVec, kernels::AgMover::kPushVec, kernels::AgMover::kPullBulk,
+                                  kernels::AgMover::kPushBulk};
+  *copy_engine = false;
+  sm->clear();
+  for (const auto& item : split_list(spec)) {
+    kernels::AgMover one;
+    if (item == "auto" || item == "copy_engine") *copy_engine = true;
+    if (item == "auto" || item == "sm") {
+      sm->assign(std::begin(all), std::end(all));
+    } else if (kernels::parse_ag_mover(item.c_str(), &one)) {
+      if (std::find(sm->begin(), sm->end(), one) == sm->end()) sm->push_back(one);
+    } else if (item != "copy_engine" && item != "auto") {
+      WEFT_WARN(kKernel, "rank %d: WEFT_AG_MOVER: '%s' is not copy_engine, sm, pull_vec, push_vec, pull_bulk, "
+                "push_bulk or auto", rank, item.c_str());
+      return false;
+    }
+  }
+  return *copy_engine || !sm->empty();
+}
+
+Status reference(AgGemm& op, ncclComm_t comm, cublasHandle_t blas) {
   WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
   WEFT_CHECK(cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  return Status::kOk;
+}
+
+// One fused run on poisoned outputs, checked against the reference. kOk only when all is right.
+Status validate(AgGemm& op, Variant& v, const Workload& wl) {
+  for (int s = 0; s < op.world; ++s)
+    if (s != op.rank) WEFT_CHECK(poison_bf16(op.shard(s), op.m_loc * op.k, op.main));
+  WEFT_CHECK(poison_bf16(op.c, op.m * op.n, op.main));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  WEFT_CHECK(op.frame.params(v.roles, &op.frame_base));  // a clean error record for this variant
+  WEFT_CHECK(op.enqueue(v));
+  WEFT_CHECK(sync_bounded(op.main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm validation run",
+                          nullptr));
+  WEFT_CHECK(op.frame.check(("ag_gemm " + v.name).c_str()));
   for (int s = 0; s < op.world; ++s) {
     Comparison cmp;
     WEFT_CHECK(compare_bf16(op.shard(s), op.a_nccl + s * op.m_loc * op.k, op.m_loc * op.k, op.main, &cmp));
     if (cmp.mismatched) {
-      WEFT_WARN(kKernel, "rank %d: ag_gemm: gathered shard of rank %d differs from NCCL's all-gather in %lld of %lld "
-                "elements (first at %lld): shard misrouted or not delivered", op.rank, s,
+      WEFT_WARN(kKernel, "rank %d: ag_gemm (%s): gathered shard of rank %d differs from NCCL's all-gather in %lld of "
+                "%lld elements (first at %lld): shard misrouted or not delivered", op.rank, v.name.c_str(), s,
                 static_cast<long long>(cmp.mismatched), static_cast<long long>(op.m_loc * op.k),
                 static_cast<long long>(cmp.first_mismatch));
       return Status::kInternal;
     }
   }
   Comparison cmp;
-  WEFT_CHECK(compare_bf16(op.c, op.c_ref, c_elems, op.main, &cmp));
+  WEFT_CHECK(compare_bf16(op.c, op.c_ref, op.m * op.n, op.main, &cmp));
   const double tol = 1e-2;  // bf16 output rounding is ~2e-3
   if (cmp.non_finite || !(cmp.rel_err < tol)) {
-    WEFT_WARN(kKernel, "rank %d: ag_gemm (%s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld elements "
-              "not written or not finite", op.rank, wl.name.c_str(), cmp.rel_err, tol,
+    WEFT_WARN(kKernel, "rank %d: ag_gemm (%s, %s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
+              "elements not written or not finite", op.rank, wl.name.c_str(), v.name.c_str(), cmp.rel_err, tol,
               static_cast<long long>(cmp.non_finite));
     return Status::kInternal;
   }
-  printf("rank %d: ag_gemm validated: gathered A equals NCCL's bit for bit; C vs cuBLAS rel err %.2e, "
-         "%lld of %lld elements bit-identical\n", op.rank, cmp.rel_err,
-         static_cast<long long>(c_elems - cmp.mismatched), static_cast<long long>(c_elems));
-  (void)a_elems;
+  if (op.rank == 0)
+    printf("rank 0: ag_gemm %s validated: gathered A equals NCCL's bit for bit; C vs cuBLAS rel err %.2e, %lld of "
+           "%lld elements bit-identical\n", v.name.c_str(), cmp.rel_err,
+           static_cast<long long>(op.m * op.n - cmp.mismatched), static_cast<long long>(op.m * op.n));
   return Status::kOk;
+}
+
+// Adds a variant and its flags (collective for the SM movers: every rank maps their flags).
+Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Variant> v) {
+  const int64_t cols = v->tail ? op.n_main : op.n;
+  const int64_t own_blocks = op.m_loc / kRows;
+  if (v->sm) {
+    WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world, op.rank, &v->gemm));
+    // The same C epilogue as launch_gemm's (it encodes C's tensor map itself for the copy engines' GEMM).
+    bool tma_store = true;
+    WEFT_CHECK(get_param("WEFT_GEMM_TMA_STORE", &tma_store));
+    if (tma_store) WEFT_CHECK(kernels::enable_tma_store(op.epi(), &v->gemm));
+    const int64_t words = (op.m / kRows) * v->gemm.n_blocks + op.world;
+    const std::string name = "ag_gemm.flags." + std::to_string(op.variants.size());
+    WEFT_CHECK(PeerBuffer::create(boot, size_t(words) * 8, name.c_str(), &v->sm_flags));
+    uint64_t* f = v->sm_flags.local<uint64_t>();
+    WEFT_CUDA_CHECK(cudaMemset(f, 0, size_t(words) * 8));
+    // The rank's own rows are in place before every launch (stream order): their gate always passes.
+    WEFT_CUDA_CHECK(cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF,
+                               size_t(own_blocks * v->gemm.n_blocks) * 8));
+  } else {
+    WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks,
+                            op.rank * v->ce_chunks, &v->gemm));
+    const size_t count = size_t(op.world * v->ce_chunks);
+    WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
+    WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));
+    WEFT_CUDA_CHECK(cudaMemset(v->ce_flags + op.rank * v->ce_chunks, 0xFF, size_t(v->ce_chunks) * 8));
+  }
+  op.variants.push_back(std::move(v));
+  return Status::kOk;
+}
+
+std::string roles_text(const RoleCounts& r) {
+  return "compute " + std::to_string(r.compute) + ", intra_comm " + std::to_string(r.intra_comm);
 }
 
 }  // namespace
@@ -149,18 +301,42 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     WEFT_WARN(kKernel, "rank %d: ag_gemm needs a GPU and this rank has none", info.rank);
     return Status::kUnsupported;
   }
-  if (info.num_nodes > 1) return run_ag_gemm_nodes(ctx, wl, boot);  // across nodes: ag_gemm_nodes_op.cpp
+  if (info.num_nodes > 1) {
+    WEFT_WARN(kKernel, "rank %d: this ag_gemm runner covers one node; %d nodes take the multi-node runner",
+              info.rank, info.num_nodes);
+    return Status::kUnsupported;
+  }
   if (wl.world_size() != info.size) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank,
               wl.source.c_str(), wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
     return Status::kInvalidArgument;
   }
-  if ((wl.gemm.m / info.size) % kernels::GemmConfig::kTileM != 0) {
-    WEFT_WARN(kKernel, "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
-              "span two ranks' shards", info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size),
-              kernels::GemmConfig::kTileM);
+  if (info.size > kernels::AgMoveParams::kMaxRanks) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm on one node handles at most %d GPUs, the job has %d", info.rank,
+              kernels::AgMoveParams::kMaxRanks, info.size);
     return Status::kInvalidArgument;
   }
+  if ((wl.gemm.m / info.size) % kRows != 0) {
+    WEFT_WARN(kKernel, "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
+              "span two ranks' shards", info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size),
+              kRows);
+    return Status::kInvalidArgument;
+  }
+  bool want_ce = false;
+  std::vector<kernels::AgMover> want_sm;
+  if (!wanted_movers(info.rank, &want_ce, &want_sm)) return Status::kInvalidArgument;
+  std::vector<int> extra_intra;
+  std::string intra_spec;
+  WEFT_CHECK(get_param("WEFT_AG_INTRA", &intra_spec));
+  for (const auto& item : split_list(intra_spec)) {
+    const int x = atoi(item.c_str());
+    if (x < 1) {
+      WEFT_WARN(kKernel, "rank %d: WEFT_AG_INTRA: '%s' is not a positive SM count", info.rank, item.c_str());
+      return Status::kInvalidArgument;
+    }
+    extra_intra.push_back(x);
+  }
+
   AgGemm op;
   op.rank = info.rank;
   op.world = info.size;
@@ -169,12 +345,18 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   op.k = wl.gemm.k;
   op.n = sh.n;
   op.m_loc = op.m / op.world;
+  WEFT_CHECK(kernels::device_sm_count(&op.sms));
 
-  const Plan plan = plan_for(wl, info.rank);
-  int sms = 0;
-  WEFT_CHECK(kernels::device_sm_count(&sms));
-  // Copy engines move the shards: every SM computes (the plan's intra_comm SMs are not needed).
-  op.roles.compute = sms - sms % 2;
+  // Role counts: the copy engines use no SM; the SM movers take the plan's (the tuner's, or the YAML's).
+  const Plan plan_sm = plan_for(wl, info.rank, IntraMover::kSm);
+  const Plan plan_ce = plan_for(wl, info.rank, IntraMover::kCopyEngine);
+  RoleCounts ce_roles;
+  ce_roles.compute = op.sms;
+  RoleCounts sm_roles;
+  sm_roles.intra_comm = plan_sm.makespan_s > 0 && plan_sm.roles.intra_comm > 0 ? plan_sm.roles.intra_comm : 8;
+  sm_roles.compute = plan_sm.makespan_s > 0 ? std::min(plan_sm.roles.compute, op.sms - sm_roles.intra_comm)
+                                            : op.sms - sm_roles.intra_comm;
+  if (sm_roles.compute < 1) sm_roles.compute = op.sms - sm_roles.intra_comm;
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
@@ -185,8 +367,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   WEFT_CUDA_CHECK(cudaMalloc(&op.c, size_t(op.m * op.n) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.c_ref, size_t(op.m * op.n) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.a_nccl, size_t(op.m * op.k) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&op.flags, sizeof(uint64_t) * op.world));
-  WEFT_CUDA_CHECK(cudaMemset(op.flags, 0, sizeof(uint64_t) * op.world));
+  WEFT_CHECK(op.frame.create(op.rank));
+  WEFT_CHECK(op.frame.params(ce_roles, &op.frame_base));
 
   // Fresh inputs every run: the seed comes from rank 0's clock, shards are seeded by rank.
   uint64_t seed = 0;
@@ -194,71 +376,172 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   WEFT_CHECK(fill_random_bf16(op.shard(op.rank), op.m_loc * op.k, seed, op.rank, 1.0f, op.main));
   WEFT_CHECK(fill_random_bf16(op.b, op.n * op.k, seed + 1, op.rank, 1.0f, op.main));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
-  WEFT_CHECK(boot.barrier("weft.ag_gemm.inputs"));  // every shard written before anyone pulls
 
-  kernels::GemmArgs args;
-  args.m = op.m;
-  args.n = op.n;
-  args.k = op.k;
-  args.a = op.a_full.local<bf16>();
-  args.b = op.b;
-  args.num_shards = op.world;
-  args.first_shard = op.rank;
-  WEFT_CHECK(kernels::make_gemm_params(args, &op.gemm));
-  WEFT_CHECK(op.frame.create(op.rank));
-  WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
+  // The split-K tail, where the last wave is mostly empty for the copy engines' or the SM movers' count.
+  op.n_main = tail_split(op.m, op.n, op.k, ce_roles.compute, op.sms);
+  if (op.n_main == op.n) op.n_main = tail_split(op.m, op.n, op.k, sm_roles.compute, op.sms);
+  auto tail_for = [&](const RoleCounts& r) {
+    return op.n_main < op.n && tail_split(op.m, op.n, op.k, r.compute, op.sms) == op.n_main;
+  };
+  if (op.n_main < op.n) {
+    const bf16* b_tail = op.b + op.n_main * op.k;
+    for (int h = 0; h < 2; ++h)
+      WEFT_CHECK(op.make_gemm(op.n - op.n_main, op.a_full.local<bf16>() + h * op.k / 2, op.k / 2, b_tail + h * op.k / 2,
+                              1, 0, &op.half[h]));
+    WEFT_CUDA_CHECK(cudaMalloc(&op.acc, size_t(op.m * (op.n - op.n_main)) * sizeof(float)));
+    WEFT_CUDA_CHECK(cudaMemset(op.acc, 0, size_t(op.m * (op.n - op.n_main)) * sizeof(float)));
+  }
+
+  // The variants, cheapest to trust first (a fault in a later one cannot lose the earlier rows).
+  auto variant = [](const std::string& name, bool sm, const RoleCounts& roles) {
+    auto v = std::make_unique<Variant>();
+    v->name = name;
+    v->sm = sm;
+    v->roles = roles;
+    return v;
+  };
+  if (want_ce) {
+    std::vector<int> chunk_counts = {1};
+    int chunked = int(std::min<int64_t>(4, op.m_loc / kRows));  // chunks must split a shard into whole tiles
+    while ((op.m_loc / kRows) % chunked) --chunked;
+    if (chunked > 1) chunk_counts.push_back(chunked);
+    for (int chunks : chunk_counts) {
+      for (bool tail : {false, true}) {
+        if (tail && !tail_for(ce_roles)) continue;
+        std::string name =
+            chunks == 1 ? "copy engines, per shard" : "copy engines, " + std::to_string(chunks) + " chunks/shard";
+        if (tail) name += " + split-K tail";
+        auto v = variant(name, false, ce_roles);
+        v->ce_chunks = chunks;
+        v->tail = tail;
+        WEFT_CHECK(add_variant(op, boot, std::move(v)));
+      }
+    }
+  }
+  for (kernels::AgMover mv : want_sm) {
+    std::vector<int> counts = {sm_roles.intra_comm};
+    for (int x : extra_intra)
+      if (std::find(counts.begin(), counts.end(), x) == counts.end() && x < op.sms) counts.push_back(x);
+    for (size_t i = 0; i < counts.size(); ++i) {
+      RoleCounts r;
+      r.intra_comm = counts[i];
+      r.compute = i == 0 ? sm_roles.compute : op.sms - counts[i];
+      for (bool tail : {false, true}) {
+        if (tail && (i > 0 || !tail_for(r))) continue;
+        std::string name = std::string("SM ") + kernels::to_string(mv) + ", " + std::to_string(r.intra_comm) + " SMs";
+        if (tail) name += " + split-K tail";
+        auto v = variant(name, true, r);
+        v->mover = mv;
+        v->tail = tail;
+        WEFT_CHECK(add_variant(op, boot, std::move(v)));
+      }
+    }
+  }
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CHECK(boot.barrier("weft.ag_gemm.inputs"));  // every shard and flag written before anyone pulls or pushes
 
   ncclComm_t comm = nullptr;
   WEFT_CHECK(create_nccl_comm(boot, &comm));
   cublasHandle_t blas = nullptr;
   WEFT_CUBLAS_CHECK(cublasCreate(&blas));
-
-  if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, wl));
+  WEFT_CHECK(reference(op, comm, blas));
 
   const int warm = wl.run.warmup, iters = wl.run.iters;
-  double t_fused = 0, t_seq = 0, t_gemm = 0, t_comm = 0, t_weft_gemm = 0, t_ce = 0;
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t_fused));
-  WEFT_CHECK(op.frame.check("ag_gemm"));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
+  const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
+  auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0; };
+  int key = 0;
+  // Times `enqueue` on every rank; the max over ranks.
+  auto timed = [&](const std::function<Status()>& enqueue, double* out) -> Status {
+    double mine = 0;
+    WEFT_CHECK(time_op(comm, op.main, warm, iters, enqueue, &mine));
+    return max_over_ranks(boot, "weft.ag_gemm.t" + std::to_string(key++), mine, out);
+  };
+  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0;
+  WEFT_CHECK(timed([&]() -> Status {
     WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
     return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
   }, &t_seq));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
+  WEFT_CHECK(timed([&] {
     return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
   }, &t_gemm));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
+  WEFT_CHECK(timed([&]() -> Status {
     WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
     return Status::kOk;
   }, &t_comm));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_gemm_only(); }, &t_weft_gemm));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_gather_only(); }, &t_ce));
+  kernels::GemmParams plain;
+  WEFT_CHECK(op.make_gemm(op.n, op.a_full.local<bf16>(), op.k, op.b, op.world, op.rank, &plain));
+  auto gemm_alone = [&](int compute) {
+    kernels::FrameParams fp = op.frame_base;
+    fp.roles = RoleCounts{};
+    fp.roles.compute = compute;
+    return kernels::launch_gemm(plain, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+  };
+  WEFT_CHECK(timed([&] { return gemm_alone(op.sms); }, &t_wgemm));
+  if (!want_sm.empty()) WEFT_CHECK(timed([&] { return gemm_alone(sm_roles.compute); }, &t_wgemm_sm));
+  const double bound = std::max(t_gemm, t_comm);
 
-  double f, s, g, c, wg, ce;
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_fused", t_fused, &f));
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_seq", t_seq, &s));
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_gemm", t_gemm, &g));
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_comm", t_comm, &c));
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_wgemm", t_weft_gemm, &wg));
-  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.t_ce", t_ce, &ce));
-  const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
-  auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
-  const double bound = std::max(g, c);
-  char note[160];
   std::vector<ResultRow> rows;
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d (copy engines move A)",
-           f / bound, s / f, op.roles.compute);
-  rows.push_back({"weft fused (one launch)", f, tf(f), note});
-  rows.push_back({"nccl all-gather + cublas", s, tf(s), "sequential baseline"});
-  rows.push_back({"cublas gemm alone", g, tf(g), ""});
-  rows.push_back({"nccl all-gather alone", c, 0, ""});
-  snprintf(note, sizeof note, "max(gemm, all-gather)");
-  rows.push_back({"bound", bound, tf(bound), note});
-  rows.push_back({"weft gemm alone (no wait)", wg, tf(wg), ""});
-  rows.push_back({"copy-engine gather alone", ce, 0, ""});
-  if (plan.makespan_s > 0) {
-    snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
-             plan.limited_by.c_str());
-    rows.push_back({"tuner prediction", plan.makespan_s * 1e3, tf(plan.makespan_s * 1e3), note});
+  char note[256];
+  rows.push_back({"nccl all-gather + cublas", t_seq, tf(t_seq), "sequential baseline"});
+  rows.push_back({"cublas gemm alone", t_gemm, tf(t_gemm), ""});
+  rows.push_back({"nccl all-gather alone", t_comm, 0, ""});
+  rows.push_back({"bound", bound, tf(bound), "max(gemm, all-gather)"});
+  rows.push_back({"weft gemm alone (no wait)", t_wgemm, tf(t_wgemm), std::to_string(op.sms) + " SMs"});
+  if (t_wgemm_sm > 0)
+    rows.push_back({"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm),
+                    std::to_string(sm_roles.compute) + " SMs"});
+
+  // Each variant: validated on every rank first (all ranks agree), then timed.
+  const Variant* best = nullptr;
+  for (auto& vp : op.variants) {
+    Variant& v = *vp;
+    const Status st = validate(op, v, wl);
+    if (st == Status::kCudaError) return st;  // the context may be gone: nothing after it can be trusted
+    double any_bad = 0;
+    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), st == Status::kOk ? 0 : 1, &any_bad));
+    if (any_bad > 0) {
+      if (op.rank == 0) printf("rank 0: ag_gemm %s FAILED validation on some rank: not timed\n", v.name.c_str());
+      rows.push_back({"FAILED: " + v.name, 0, 0, "validation failed (see the warnings)"});
+      continue;
+    }
+    WEFT_CHECK(timed([&] { return op.enqueue(v); }, &v.ms));
+    const bool timed_ok = op.frame.check(("ag_gemm timed " + v.name).c_str()) == Status::kOk;
+    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), timed_ok ? 0 : 1, &any_bad));
+    if (any_bad > 0) {
+      rows.push_back({"FAILED: " + v.name, 0, 0, "a device wait timed out during the timed runs"});
+      continue;
+    }
+    v.valid = true;
+    const Plan& plan = v.sm ? plan_sm : plan_ce;
+    snprintf(note, sizeof note, "%.2fx bound; %s; tuner %.3f ms", v.ms / bound, roles_text(v.roles).c_str(),
+             plan.makespan_s * 1e3);
+    rows.push_back({"weft fused: " + v.name, v.ms, tf(v.ms), note});
+    if (op.rank == 0) printf("rank 0: ag_gemm %s: %.3f ms (%s)\n", v.name.c_str(), v.ms, note);
+    if (!best || v.ms < best->ms) best = &v;
+    // What the shards' transfer alone costs each mover (no compute blocks, or no GEMM).
+    if (!v.tail && (v.sm ? v.roles.intra_comm == sm_roles.intra_comm : v.ce_chunks == 1)) {
+      double t = 0;
+      WEFT_CHECK(timed([&] { return op.enqueue(v, false); }, &t));
+      const double gbps = double(op.world - 1) * double(op.m_loc * op.k) * sizeof(bf16) / (t * 1e-3) / 1e9;
+      if (v.sm)
+        snprintf(note, sizeof note, "%.0f GB/s in, %.1f GB/s per intra_comm SM", gbps, gbps / v.roles.intra_comm);
+      else
+        snprintf(note, sizeof note, "%.0f GB/s in", gbps);
+      rows.push_back({"gather alone: " + v.name, t, 0, note});
+      if (op.rank == 0) printf("rank 0: ag_gemm gather alone, %s: %.3f ms (%s)\n", v.name.c_str(), t, note);
+    }
+  }
+  if (best) {
+    snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; auto keeps: %s (%s)", best->ms / bound,
+             t_seq / best->ms, best->name.c_str(), roles_text(best->roles).c_str());
+    rows.insert(rows.begin(), {"weft fused (one launch)", best->ms, tf(best->ms), note});
+  }
+  for (const Plan* p : {&plan_sm, &plan_ce}) {
+    if (p->makespan_s <= 0) continue;
+    snprintf(note, sizeof note, "%s: %s, limited by %s", to_string(p->intra_mover), roles_text(p->roles).c_str(),
+             p->limited_by.c_str());
+    rows.push_back({std::string("tuner prediction, ") + to_string(p->intra_mover), p->makespan_s * 1e3,
+                    tf(p->makespan_s * 1e3), note});
   }
   char title[256];
   snprintf(title, sizeof title, "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks, median of %d, max over ranks",
@@ -271,6 +554,12 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
 
   cublasDestroy(blas);
   ncclCommDestroy(comm);
+  if (!best) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm %s: no variant validated", op.rank, wl.name.c_str());
+    return Status::kInternal;
+  }
+  for (const auto& v : op.variants)
+    if (!v->valid) return Status::kInternal;  // every variant asked for must work
   return Status::kOk;
 }
 

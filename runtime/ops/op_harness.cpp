@@ -301,13 +301,15 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
   return Status::kOk;
 }
 
-Plan plan_for(const Workload& wl, int rank) {
+Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, IntraMover::kSm); }
+
+Plan plan_for(const Workload& wl, int rank, IntraMover mover) {
   topology::Topology topo;
   Plan plan;
   std::string err;
   if (topology::load("", &topo) != Status::kOk) {
     WEFT_WARN(kTune, "rank %d: no topology, so no plan to compare with", rank);
-  } else if (make_plan(wl, wl.layout, topo, topology::map_gpus_to_nics(topo), &plan, &err) != Status::kOk) {
+  } else if (make_plan(wl, wl.layout, topo, topology::map_gpus_to_nics(topo), mover, &plan, &err) != Status::kOk) {
     WEFT_WARN(kTune, "rank %d: no plan (%s)", rank, err.c_str());
     plan = Plan();
   }

@@ -90,6 +90,8 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
 // The tuner's plan for the workload on this machine, printed next to the measurement; an empty
 // plan (makespan 0) when there is none, with the reason logged.
 Plan plan_for(const Workload& wl, int rank);
+// The same for a given NVLink mover (with the copy engines, intra_comm gets no SM).
+Plan plan_for(const Workload& wl, int rank, IntraMover mover);
 
 // One row of an op's result table.
 struct ResultRow {
