@@ -301,11 +301,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     WEFT_WARN(kKernel, "rank %d: ag_gemm needs a GPU and this rank has none", info.rank);
     return Status::kUnsupported;
   }
-  if (info.num_nodes > 1) {
-    WEFT_WARN(kKernel, "rank %d: this ag_gemm runner covers one node; %d nodes take the multi-node runner",
-              info.rank, info.num_nodes);
-    return Status::kUnsupported;
-  }
+  if (info.num_nodes > 1) return run_ag_gemm_nodes(ctx, wl, boot);  // across nodes: ag_gemm_nodes_op.cpp
   if (wl.world_size() != info.size) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank,
               wl.source.c_str(), wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
