@@ -31,7 +31,8 @@ const std::vector<ParamInfo> kParams = {
      "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
     {"WEFT_AG_MOVER", ParamType::kString, "auto", "",
      "ag_gemm on one node, who moves A's shards (comma list): copy_engine, sm (every SM mover), pull_vec, "
-     "push_vec, pull_bulk, push_bulk; auto measures all and keeps the fastest"},
+     "push_vec, pull_bulk, push_bulk; auto measures all and keeps the fastest; split_k_tail adds the split-K tail "
+     "variants (measured slower)"},
     {"WEFT_AG_INTRA", ParamType::kString, "", "SMs",
      "ag_gemm SM movers: intra_comm SM counts to measure besides the tuner's (or the YAML's), comma list"},
     {"WEFT_PROXY_TIMEOUT", ParamType::kDouble, "30", "s", "bound on every proxy wait (completions, FIFO space)"},
@@ -55,6 +56,10 @@ const std::vector<ParamInfo> kParams = {
      "multiple of 128), peer (one kernel after the GEMM sums the peers' partials over NVLink) or auto"},
     {"WEFT_GEMM_REDUCE_PIECES", ParamType::kInt, "0", "pieces",
      "gemm_rs/gemm_ar overlap path: each owner's row block moves in this many pieces; 0 = pieces of >= 4 MiB, <= 8"},
+    {"WEFT_GEMM_REDUCE_SYS_SIGNAL", ParamType::kBool, "0", "",
+     "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
+    {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
+     "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
 };
 
 bool parse_bool(const char* s, bool* out) {

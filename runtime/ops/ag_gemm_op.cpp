@@ -8,8 +8,10 @@
 //                           same GEMM core gated per tile (kernels/ag_gemm_fused.cu)
 //
 // Either way the GEMM starts on the local shard and takes remote tiles as their flags arrive, in a
-// rank-rotated order. Where the GEMM's last wave would be mostly empty (2048 × 7168: 448 tiles on
-// 128–132 SMs) a variant computes the last tile columns as a split-K pair after the gated part.
+// rank-rotated order. Where the GEMM's last wave is partly empty (2048 × 7168: 448 tiles on 132 SMs)
+// a variant uses the fewest compute SMs that give the same number of waves (112: the rest move data
+// or idle), and an opt-in variant (split_k_tail) computes the last tile columns as a split-K pair
+// after the gated part (two more launches: measured slower, docs/ops.md).
 // WEFT_AG_MOVER picks the variants (default: all, and the fastest validated one is kept). Each is
 // validated (gathered A bit for bit against NCCL's all-gather: every rank's data is seeded by its
 // rank, so a misrouted shard is caught; C against cuBLAS on NCCL's gathered A) before it is timed.
@@ -191,15 +193,20 @@ std::vector<std::string> split_list(const std::string& s) {
 }
 
 // Which variants WEFT_AG_MOVER asks for; false (logged) for an unknown name.
-bool wanted_movers(int rank, bool* copy_engine, std::vector<kernels::AgMover>* sm) {
+bool wanted_movers(int rank, bool* copy_engine, std::vector<kernels::AgMover>* sm, bool* tail) {
   std::string spec;
   if (get_param("WEFT_AG_MOVER", &spec) != Status::kOk) return false;
   const kernels::AgMover all[] = {kernels::AgMover::kPullVec, kernels::AgMover::kPushVec, kernels::AgMover::kPullBulk,
                                   kernels::AgMover::kPushBulk};
   *copy_engine = false;
+  *tail = false;
   sm->clear();
   for (const auto& item : split_list(spec)) {
     kernels::AgMover one;
+    if (item == "split_k_tail") {
+      *tail = true;
+      continue;
+    }
     if (item == "auto" || item == "copy_engine") *copy_engine = true;
     if (item == "auto" || item == "sm") {
       sm->assign(std::begin(all), std::end(all));
@@ -207,7 +214,7 @@ bool wanted_movers(int rank, bool* copy_engine, std::vector<kernels::AgMover>* s
       if (std::find(sm->begin(), sm->end(), one) == sm->end()) sm->push_back(one);
     } else if (item != "copy_engine" && item != "auto") {
       WEFT_WARN(kKernel, "rank %d: WEFT_AG_MOVER: '%s' is not copy_engine, sm, pull_vec, push_vec, pull_bulk, "
-                "push_bulk or auto", rank, item.c_str());
+                "push_bulk, split_k_tail or auto", rank, item.c_str());
       return false;
     }
   }
@@ -318,9 +325,9 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
               kRows);
     return Status::kInvalidArgument;
   }
-  bool want_ce = false;
+  bool want_ce = false, want_tail = false;
   std::vector<kernels::AgMover> want_sm;
-  if (!wanted_movers(info.rank, &want_ce, &want_sm)) return Status::kInvalidArgument;
+  if (!wanted_movers(info.rank, &want_ce, &want_sm, &want_tail)) return Status::kInvalidArgument;
   std::vector<int> extra_intra;
   std::string intra_spec;
   WEFT_CHECK(get_param("WEFT_AG_INTRA", &intra_spec));
@@ -353,6 +360,11 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   sm_roles.compute = plan_sm.makespan_s > 0 ? std::min(plan_sm.roles.compute, op.sms - sm_roles.intra_comm)
                                             : op.sms - sm_roles.intra_comm;
   if (sm_roles.compute < 1) sm_roles.compute = op.sms - sm_roles.intra_comm;
+  // The fewest compute SMs that still finish in as many tile waves as all of them: the SMs above it
+  // only shorten the last wave's idle tail (2048 x 7168: 448 tiles are 4 waves on 112 SMs as on 132).
+  const int64_t tiles = (op.m / kRows) * ((op.n + kCols - 1) / kCols);
+  const int64_t waves = (tiles + op.sms - 1) / op.sms;
+  const int same_waves = int((tiles + waves - 1) / waves);
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
@@ -377,9 +389,9 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   op.n_main = tail_split(op.m, op.n, op.k, ce_roles.compute, op.sms);
   if (op.n_main == op.n) op.n_main = tail_split(op.m, op.n, op.k, sm_roles.compute, op.sms);
   auto tail_for = [&](const RoleCounts& r) {
-    return op.n_main < op.n && tail_split(op.m, op.n, op.k, r.compute, op.sms) == op.n_main;
+    return want_tail && op.n_main < op.n && tail_split(op.m, op.n, op.k, r.compute, op.sms) == op.n_main;
   };
-  if (op.n_main < op.n) {
+  if (want_tail && op.n_main < op.n) {
     const bf16* b_tail = op.b + op.n_main * op.k;
     for (int h = 0; h < 2; ++h)
       WEFT_CHECK(op.make_gemm(op.n - op.n_main, op.a_full.local<bf16>() + h * op.k / 2, op.k / 2, b_tail + h * op.k / 2,
@@ -413,7 +425,14 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
         WEFT_CHECK(add_variant(op, boot, std::move(v)));
       }
     }
+    if (same_waves < op.sms) {
+      RoleCounts fewer;
+      fewer.compute = same_waves;
+      auto v = variant("copy engines, per shard, " + std::to_string(same_waves) + " compute SMs", false, fewer);
+      WEFT_CHECK(add_variant(op, boot, std::move(v)));
+    }
   }
+  if (same_waves < op.sms) extra_intra.push_back(op.sms - same_waves);
   for (kernels::AgMover mv : want_sm) {
     std::vector<int> counts = {sm_roles.intra_comm};
     for (int x : extra_intra)
@@ -452,7 +471,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     WEFT_CHECK(time_op(comm, op.main, warm, iters, enqueue, &mine));
     return max_over_ranks(boot, "weft.ag_gemm.t" + std::to_string(key++), mine, out);
   };
-  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0;
+  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0, t_wgemm_waves = 0;
   WEFT_CHECK(timed([&]() -> Status {
     WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
     return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
@@ -474,6 +493,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   };
   WEFT_CHECK(timed([&] { return gemm_alone(op.sms); }, &t_wgemm));
   if (!want_sm.empty()) WEFT_CHECK(timed([&] { return gemm_alone(sm_roles.compute); }, &t_wgemm_sm));
+  if (same_waves < op.sms && same_waves != sm_roles.compute)
+    WEFT_CHECK(timed([&] { return gemm_alone(same_waves); }, &t_wgemm_waves));
   const double bound = std::max(t_gemm, t_comm);
 
   std::vector<ResultRow> rows;
@@ -486,6 +507,9 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   if (t_wgemm_sm > 0)
     rows.push_back({"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm),
                     std::to_string(sm_roles.compute) + " SMs"});
+  if (t_wgemm_waves > 0)
+    rows.push_back({"weft gemm alone, same waves", t_wgemm_waves, tf(t_wgemm_waves),
+                    std::to_string(same_waves) + " SMs (the fewest for " + std::to_string(waves) + " waves)"});
 
   // Each variant: validated on every rank first (all ranks agree), then timed.
   const Variant* best = nullptr;
@@ -515,7 +539,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     if (op.rank == 0) printf("rank 0: ag_gemm %s: %.3f ms (%s)\n", v.name.c_str(), v.ms, note);
     if (!best || v.ms < best->ms) best = &v;
     // What the shards' transfer alone costs each mover (no compute blocks, or no GEMM).
-    if (!v.tail && (v.sm ? v.roles.intra_comm == sm_roles.intra_comm : v.ce_chunks == 1)) {
+    if (!v.tail && (v.sm ? v.roles.intra_comm == sm_roles.intra_comm : v.ce_chunks == 1 && v.roles.compute == op.sms)) {
       double t = 0;
       WEFT_CHECK(timed([&] { return op.enqueue(v, false); }, &t));
       const double gbps = double(op.world - 1) * double(op.m_loc * op.k) * sizeof(bf16) / (t * 1e-3) / 1e9;
