@@ -102,6 +102,9 @@ struct EpiReduceSlots {
   int32_t lo = 0, hi = 0;
   int64_t ldc = 0;
   bool paired = true;
+  // The GEMM's TileSignal counts are read only on this GPU (its copy engines, stream waits): the
+  // GEMM releases them at GPU scope. false: system scope, as for a flag in another GPU's memory.
+  bool local_signal = true;
 #if defined(__CUDACC__)
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     if (row < lo || row >= hi) {

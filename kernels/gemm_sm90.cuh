@@ -170,6 +170,16 @@ struct FragmentEpilogue {
   static constexpr bool kEnabled = std::is_same<Epilogue, EpiReduceSlots>::value;
 };
 
+// Whether a tile's signal may be released at GPU scope instead of system scope: EpiReduceSlots'
+// tile counts are read only by this GPU's copy engines and stream waits (GEMM+RS/AR), and a
+// system-scope fence after every tile cost that op's GEMM about a third of its time on H200
+// (docs/ops.md). Every other epilogue keeps system scope: its flags may be in a peer's memory.
+__device__ __forceinline__ bool gpu_scope_signal(const EpiReduceSlots& e) { return e.local_signal; }
+template <class Epilogue>
+__device__ __forceinline__ bool gpu_scope_signal(const Epilogue&) {
+  return false;
+}
+
 // Where row `row` of C starts (column 0), or null for an epilogue without the deferred path.
 __device__ __forceinline__ __nv_bfloat16* row_base(const EpiStoreBf16& e, int32_t row) {
   return e.c + int64_t(row) * e.ldc;
@@ -387,8 +397,13 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       // Every consumer thread's stores of this tile happen before the release below.
       sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
       if (t128 == 0 && consumer == 0) {
-        __threadfence_system();
-        flag_add_release(signal.flags + flag_index(signal.granularity, g, c), signal.add);
+        uint64_t* flag = signal.flags + flag_index(signal.granularity, g, c);
+        if (gpu_scope_signal(epi)) {
+          asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(flag), "l"(signal.add) : "memory");
+        } else {
+          __threadfence_system();
+          flag_add_release(flag, signal.add);
+        }
       }
     }
   }

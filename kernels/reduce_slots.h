@@ -12,31 +12,36 @@
 namespace weft::kernels {
 
 // Rank r's part of a reduce-scatter (or all-reduce) of W partial C's that every rank holds in a
-// CUDA-IPC-mapped buffer: r sums its own row block of all W partials (reading the peers' over
-// NVLink) and writes the sum to every destination. One launch, after the GEMM on the same stream:
+// CUDA-IPC-mapped buffer. One launch after the GEMM on the same stream; every transfer is a load
+// from a peer (NVLink), every store is local, and each phase ends with one system-scope release by
+// the last block to finish (a system fence per block was measured to serialise across the GPU):
 //
-//   block 0: ready_out[q] = epoch on every rank q ("my partial is complete")
-//   every block: wait (bounded) ready_in[q] >= epoch for all q; sum its share in rank order
-//     0, 1, ... (fp32, rounded once: the same bits every run); write it to each dst; then
-//     done_out[q] += 1 on every rank q
-//   block 0: wait (bounded) done_in[q] >= epoch * blocks for all q: every rank has read this
-//     rank's partial (it may be overwritten next) and written its rows here (AllReduce)
+//   block 0: ready[r] = e on every rank ("my partial is complete")
+//   every block: wait (bounded) ready[q] >= e for all q; sum its share of rank r's rows of all W
+//     partials in rank order 0, 1, ... (fp32, rounded once: the same bits every run) into `out`
+//   AllReduce: the last block: reduced[r] = e on every rank; every block waits reduced[q] >= e and
+//     copies rank q's reduced rows from q's C into the local C
+//   the last block: done[r] = e on every rank, then waits (bounded) done[q] >= e for all q: every
+//     rank has finished reading this rank's buffers, which may be overwritten next
 struct PeerReduceArgs {
   static constexpr int kMaxRanks = 8;
-  int32_t ranks = 0;
-  const __nv_bfloat16* src[kMaxRanks] = {};  // rank q's partial rows of this rank's block (peer pointers)
-  int64_t elems = 0;                         // of the block; a multiple of 8 takes the 16-byte path
-  __nv_bfloat16* dst[kMaxRanks] = {};        // RS: this rank's output; AR: this block's rows of every C
-  int32_t ndst = 0;
-  uint64_t* ready_out[kMaxRanks] = {};       // &ready[this rank] on rank q
-  const uint64_t* ready_in = nullptr;        // local ready[q]
-  uint64_t* done_out[kMaxRanks] = {};        // &done[this rank] on rank q
-  const uint64_t* done_in = nullptr;         // local done[q]
-  uint64_t epoch = 0;                        // rises by one per launch
+  int32_t ranks = 0, rank = 0;
+  const __nv_bfloat16* src[kMaxRanks] = {};     // rank q's partial rows of this rank's block (mapped)
+  int64_t elems = 0;                            // of one block; a multiple of 8 takes the 16-byte path
+  __nv_bfloat16* out = nullptr;                 // this rank's reduced block (local)
+  bool all_gather = false;                      // AllReduce: also gather every rank's reduced block
+  const __nv_bfloat16* gather_src[kMaxRanks] = {};  // rank q's reduced block in q's memory (mapped)
+  __nv_bfloat16* gather_dst[kMaxRanks] = {};        // where it goes here (local)
+  uint64_t* flags_out[kMaxRanks] = {};  // rank q's flag array (mapped): ready [0, W), reduced [W, 2W),
+                                        // done [2W, 3W); this rank writes entry `rank` of each
+  const uint64_t* flags_in = nullptr;   // this rank's flag array (3 W entries)
+  uint64_t* arrive = nullptr;           // local, 2 block counters (reduce and gather phases)
+  uint64_t epoch = 0;                   // rises by one per launch
 };
 
-// `blocks` x 256 threads; the same `blocks` on every launch of one set of flags (done counts
-// blocks). A timeout fills the frame's error record (check it with FrameHost::check).
+// `blocks` x 256 threads, all resident at once (blocks wait for each other's phases); the same
+// `blocks` on every launch of one set of counters. A timeout fills the frame's error record (check
+// it with FrameHost::check).
 Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, int blocks, cudaStream_t stream);
 
 }  // namespace weft::kernels

@@ -60,6 +60,10 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
      "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
+    {"WEFT_GEMM_REDUCE_SYS_SIGNAL", ParamType::kBool, "0", "",
+     "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
+    {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
+     "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
 };
 
 bool parse_bool(const char* s, bool* out) {

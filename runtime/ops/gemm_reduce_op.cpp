@@ -11,13 +11,15 @@
 //   own rows: piece j's tiles wait (producer, bounded) on gate[j], which the comm stream raises
 //     once every peer's piece j has arrived; the epilogue adds the W-1 staged partials to the fp32
 //     accumulator in slot order (same bits every run), rounds once, and stores the sum:
-//     RS: this rank's output;  AR: its rows of C, which the comm stream then copies into every
-//     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on each peer; the op ends
+//     RS: this rank's output;  AR: its rows of C, which one stream per peer copies into that
+//     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on the peer; the op ends
 //     when every peer's rows are here (stream waits).
+//   The tile counts are released at GPU scope (only this GPU's copy engines read them): a
+//   system-scope fence per tile cost the GEMM about a third of its time (docs/ops.md).
 //   After the GEMM: freed[r] = e on every peer (the slots may be overwritten in the next epoch).
 // Peer path (small M, latency-bound): the GEMM stores P_r in a buffer every rank maps, then one
-//   kernel (kernels/reduce_slots.h) sums rank r's rows of all W partials over NVLink and writes
-//   them to the output (RS) or into every rank's C (AR).
+//   kernel (kernels/reduce_slots.h) sums rank r's rows of all W partials, read over NVLink, into
+//   the output (RS) or its rows of C, and (AR) pulls every peer's reduced rows into its C.
 //
 // Every device wait is bounded: the GEMM and the peer kernel time out through the frame's error
 // record; stream waits are released and reported by the host past WEFT_DEVICE_TIMEOUT.
@@ -60,14 +62,19 @@ struct GemmReduce {
   PeerBuffer arrived;    // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
   PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
   PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
-  PeerBuffer ready, done;  // W each: the peer kernel's entry and exit counts
+  PeerBuffer peer_flags;   // 3 W: the peer kernel's ready, reduced and done flags
   uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
   uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
-  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the epilogue-only timing
+  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the diagnostic GEMM timings
+  uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
+  bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
+  bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
   uint64_t epoch = 0;
   int peer_blocks = 0;
   cudaStream_t main = nullptr, comm = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
+  std::vector<cudaStream_t> push;   // AllReduce: one stream per peer for the pushes of reduced pieces
+  std::vector<cudaEvent_t> pushed;  // their joins
   kernels::GemmParams gemm;
   kernels::FrameHost frame;
   kernels::FrameParams frame_params;
@@ -78,16 +85,17 @@ struct GemmReduce {
   size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
   int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }
 
-  kernels::EpiReduceSlots reduce_epilogue() const {
+  kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const {
     kernels::EpiReduceSlots epi;
     epi.partial = partial.local<bf16>();
     epi.out = all_reduce ? c_full.local<bf16>() + int64_t(rank) * m_loc * n : out;
     for (int p = 0; p < world; ++p)
       if (p != rank) epi.slots[epi.nslots++] = staging.local<bf16>() + int64_t(p) * m_loc * n;
-    epi.lo = int32_t(rank * m_loc);
-    epi.hi = int32_t((rank + 1) * m_loc);
+    epi.lo = own_rows ? int32_t(rank * m_loc) : 0;
+    epi.hi = own_rows ? int32_t((rank + 1) * m_loc) : 0;
     epi.ldc = n;
     epi.paired = n % 2 == 0;
+    epi.local_signal = !sys_signal;
     return epi;
   }
 
@@ -140,7 +148,7 @@ struct GemmReduce {
     }
     if (world == 1)
       for (int j = 0; j < S; ++j) raise_gate(j);
-    if (all_reduce) {
+    if (all_reduce && serial_push) {
       for (int j = 0; j < S; ++j) {
         wait(tiles + rank * S + j, piece_done);
         WEFT_CHECK(flush());
@@ -155,6 +163,22 @@ struct GemmReduce {
         if (q != rank) write(gathered.peer<uint64_t>(q) + rank, e);
     }
     WEFT_CHECK(flush());
+    if (all_reduce && !serial_push) {
+      // One stream per peer, enqueued after the GEMM and the comm stream (a shared hardware queue
+      // then only serialises them): each waits for a reduced piece and pushes it to its peer.
+      for (int i = 1; i < world; ++i) {
+        const int q = (rank + i) % world;
+        cudaStream_t s = push[size_t(q)];
+        WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, fork));
+        for (int j = 0; j < S; ++j) {
+          WEFT_CHECK(stream_wait_u64_geq(s, tiles + rank * S + j, piece_done));
+          const int64_t at = piece_row(rank, j) * n;
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
+                                          cudaMemcpyDeviceToDevice, s));
+        }
+        WEFT_CHECK(stream_write_u64(s, gathered.peer<uint64_t>(q) + rank, e));
+      }
+    }
 
     std::vector<StreamMemOp> after;  // on main, behind the GEMM
     for (int p = 0; p < world; ++p)
@@ -165,6 +189,12 @@ struct GemmReduce {
     WEFT_CHECK(stream_mem_ops(main, after));
     WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+    if (all_reduce && !serial_push)
+      for (int q = 0; q < world; ++q)
+        if (q != rank) {
+          WEFT_CUDA_CHECK(cudaEventRecord(pushed[size_t(q)], push[size_t(q)]));
+          WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, pushed[size_t(q)]));
+        }
     return Status::kOk;
   }
 
@@ -173,26 +203,30 @@ struct GemmReduce {
     WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
     kernels::PeerReduceArgs pr;
     pr.ranks = world;
+    pr.rank = rank;
     pr.elems = m_loc * n;
+    const int64_t own = int64_t(rank) * m_loc * n;
+    pr.out = all_reduce ? c_full.local<bf16>() + own : out;
+    pr.all_gather = all_reduce;
     for (int q = 0; q < world; ++q) {
-      pr.src[q] = partial.peer<bf16>(q) + int64_t(rank) * m_loc * n;
-      pr.ready_out[q] = ready.peer<uint64_t>(q) + rank;
-      pr.done_out[q] = done.peer<uint64_t>(q) + rank;
-      if (all_reduce) pr.dst[q] = c_full.peer<bf16>(q) + int64_t(rank) * m_loc * n;
+      pr.src[q] = partial.peer<bf16>(q) + own;
+      pr.flags_out[q] = peer_flags.peer<uint64_t>(q);
+      if (all_reduce) {
+        pr.gather_src[q] = c_full.peer<bf16>(q) + int64_t(q) * m_loc * n;
+        pr.gather_dst[q] = c_full.local<bf16>() + int64_t(q) * m_loc * n;
+      }
     }
-    pr.ndst = all_reduce ? world : 1;
-    if (!all_reduce) pr.dst[0] = out;
-    pr.ready_in = ready.local<uint64_t>();
-    pr.done_in = done.local<uint64_t>();
+    pr.flags_in = peer_flags.local<uint64_t>();
+    pr.arrive = arrive;
     pr.epoch = epoch;
     return kernels::launch_peer_reduce(pr, frame_params, peer_blocks, main);
   }
 
-  // The GEMM with the reduction epilogue and its signals, without gate or copies (the staged slots
-  // hold stale data): what the epilogue and the per-tile signals cost the GEMM.
-  Status enqueue_epilogue_only() {
-    kernels::TileSignal signal{diag_tiles, kernels::kFlagPerShard, 1};
-    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), kernels::FlagGate{}, signal, main);
+  // The fused op's GEMM without gate or copies (the staged slots hold stale data), to see what its
+  // parts cost: partial stores only; with the per-tile signals; with the own rows' reduction too.
+  Status enqueue_diag(bool own_rows, bool signalled) {
+    kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1};
+    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(own_rows), kernels::FlagGate{}, signal, main);
   }
 
   // A failed GEMM never completes its tile counts, and a failed peer never raises its flags: raise
@@ -203,7 +237,7 @@ struct GemmReduce {
     std::vector<uint64_t> big(size_t(world * pieces), kNever);
     for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
     cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
-    for (const PeerBuffer* f : {&freed, &gathered, &ready, &done})
+    for (const PeerBuffer* f : {&freed, &gathered})
       cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
@@ -219,10 +253,15 @@ struct GemmReduce {
   ~GemmReduce() {
     cudaDeviceSynchronize();
     for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out), static_cast<void*>(ref),
-                    static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles)})
+                    static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles),
+                    static_cast<void*>(arrive)})
       if (p) cudaFree(p);
     for (cudaEvent_t e : {fork, join})
       if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : pushed)
+      if (e) cudaEventDestroy(e);
+    for (cudaStream_t s : push)
+      if (s) cudaStreamDestroy(s);
     if (comm) cudaStreamDestroy(comm);
     if (main) cudaStreamDestroy(main);
   }
@@ -364,6 +403,19 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.comm, cudaStreamNonBlocking));
   for (cudaEvent_t* e : {&op.fork, &op.join}) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SYS_SIGNAL", &op.sys_signal));
+  WEFT_CHECK(get_param("WEFT_GEMM_AR_SERIAL_PUSH", &op.serial_push));
+  if (all_reduce && op.overlap && !op.serial_push) {
+    op.push.assign(size_t(op.world), nullptr);
+    op.pushed.assign(size_t(op.world), nullptr);
+    for (int q = 0; q < op.world; ++q) {
+      if (q == op.rank) continue;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.push[size_t(q)], cudaStreamNonBlocking));
+      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.pushed[size_t(q)], cudaEventDisableTiming));
+    }
+  }
+  WEFT_CUDA_CHECK(cudaMalloc(&op.arrive, 2 * sizeof(uint64_t)));
+  WEFT_CUDA_CHECK(cudaMemset(op.arrive, 0, 2 * sizeof(uint64_t)));
   const int nflags = op.world * op.pieces;
   for (uint64_t** f : {&op.tiles, &op.gate, &op.diag_tiles}) {
     WEFT_CUDA_CHECK(cudaMalloc(f, sizeof(uint64_t) * nflags));
@@ -390,8 +442,8 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     int count;
   };
   for (const FlagSet& f : {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
-                           FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", op.world},
-                           FlagSet{&op.done, "done", op.world}}) {
+                           FlagSet{&op.gathered, "gathered", op.world},
+                           FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
     WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
     WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
   }
@@ -426,7 +478,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, name, deterministic));
 
   const int warm = wl.run.warmup, iters = wl.run.iters;
-  double t[6] = {};
+  double t[9] = {};
   op.host_us = 0;
   op.host_runs = 0;
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t[0], [&] { op.unstick(); }));
@@ -451,12 +503,15 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
   }, &t[4]));
   if (op.overlap) {
-    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_epilogue_only(); }, &t[5]));
+    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, false); }, &t[6]));
+    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, true); }, &t[7]));
+    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(true, true); }, &t[5]));
     WEFT_CHECK(op.frame.check(name));
   }
-  double mx[7];
-  for (int i = 0; i < 6; ++i) WEFT_CHECK(max_over_ranks(boot, key + "t" + std::to_string(i), t[i], &mx[i]));
-  WEFT_CHECK(max_over_ranks(boot, key + "host", host_us, &mx[6]));
+  double mx[9];
+  for (int i = 0; i < 9; ++i)
+    if (i != 8) WEFT_CHECK(max_over_ranks(boot, key + "t" + std::to_string(i), t[i], &mx[i]));
+  WEFT_CHECK(max_over_ranks(boot, key + "host", host_us, &mx[8]));
 
   const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k_loc);
   auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
@@ -464,22 +519,28 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   const char* coll = all_reduce ? "all-reduce" : "reduce-scatter";
   char note[256];
   std::vector<ResultRow> rows;
-  char path[64];
+  char path[128];
   if (op.overlap)
-    snprintf(path, sizeof path, "overlap, %d pieces of %lld rows", op.pieces, static_cast<long long>(op.m_piece));
+    snprintf(path, sizeof path, "overlap, %d pieces of %lld rows%s%s", op.pieces, static_cast<long long>(op.m_piece),
+             op.sys_signal ? ", system-scope counts" : "", all_reduce && op.serial_push ? ", serial pushes" : "");
   else
     snprintf(path, sizeof path, "peer kernel, %d blocks", op.peer_blocks);
   snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s",
-           mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[6], deterministic ? ", deterministic" : "");
+           mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[8], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused", mx[0], tf(mx[0]), note});
   rows.push_back({std::string("cublas + nccl ") + coll, mx[1], tf(mx[1]), "sequential baseline"});
   rows.push_back({"cublas gemm alone", mx[2], tf(mx[2]), ""});
   rows.push_back({std::string("nccl ") + coll + " alone", mx[3], 0, ""});
   rows.push_back({"bound", bound, tf(bound), "max(gemm, collective)"});
   rows.push_back({"weft gemm alone (local store)", mx[4], tf(mx[4]), "the fused op's GEMM without its signals"});
-  if (op.overlap)
-    rows.push_back({"weft gemm + reduce epilogue", mx[5], tf(mx[5]),
+  if (op.overlap) {
+    const char* scope = op.sys_signal ? "system" : "GPU";
+    rows.push_back({"weft gemm, partial stores", mx[6], tf(mx[6]), "the fused op's GEMM without own rows or signals"});
+    snprintf(note, sizeof note, "+ a %s-scope count per tile", scope);
+    rows.push_back({"weft gemm, + tile signals", mx[7], tf(mx[7]), note});
+    rows.push_back({"weft gemm, + own-row reduction", mx[5], tf(mx[5]),
                     "the fused op's GEMM, epilogue and signals without gate or copies"});
+  }
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
              plan.limited_by.c_str());

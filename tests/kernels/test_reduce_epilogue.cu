@@ -1,0 +1,222 @@
+// GPU tests of the GEMM+RS/AR reductions on one GPU: the EpiReduceSlots epilogue (own rows summed
+// with staged partials in the epilogue, other rows stored as partials, bit-identical reruns) and
+// the peer reduce kernel with several ranks simulated by concurrent launches sharing flag arrays.
+// Exits 77 (skipped) where no Hopper GPU is visible.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/reduce_slots.h"
+#include "tests/kernels/gemm_testing.cuh"
+
+using namespace weft::kernels;
+using namespace weft::kernels::testing;
+using weft::RoleCounts;
+using weft::Status;
+
+namespace {
+
+int require_hopper() {
+  static int sms = -1;
+  if (sms < 0) sms = hopper_sm_count_or_explain();
+  if (sms == 0) std::exit(77);
+  return sms;
+}
+
+uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
+}
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(int64_t n) { WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T))); }
+  ~DevBuf() { cudaFree(p); }
+};
+
+template <class T>
+std::vector<T> to_host(const T* p, int64_t n) {
+  std::vector<T> h(static_cast<size_t>(n));
+  WEFT_CUDA_OK(cudaMemcpy(h.data(), p, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+// want[x][c] = ref[lo + x][c] + sum_i slot_i[x][c] (fp32), the exact sum the epilogue approximates.
+__global__ void own_reference(const float* ref, const __nv_bfloat16* slots, int nslots, int64_t slot_elems, int lo,
+                              int rows, int n, float* want) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < int64_t(rows) * n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    float v = ref[int64_t(lo) * n + i];
+    for (int s = 0; s < nslots; ++s) v += __bfloat162float(slots[s * slot_elems + i]);
+    want[i] = v;
+  }
+}
+
+}  // namespace
+
+TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows stored as partials, reruns bit-identical") {
+  const int sms = require_hopper();
+  const int owners = 4, pieces = 2, own = 2, m = 1024, k = 320, rpo = m / owners;
+  for (int n : {1280, 777}) {  // 777: odd N, the pair-by-pair path and a partial last tile column
+    CAPTURE(n);
+    const uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    DevBuf<__nv_bfloat16> a(int64_t(m) * k), b(int64_t(n) * k), partial(int64_t(m) * n), out(int64_t(rpo) * n);
+    DevBuf<__nv_bfloat16> slots(int64_t(owners - 1) * rpo * n);
+    DevBuf<float> ref(int64_t(m) * n), want(int64_t(rpo) * n);
+    random_bf16(a.p, int64_t(m) * k, seed);
+    random_bf16(b.p, int64_t(n) * k, seed + 1);
+    random_bf16(slots.p, int64_t(owners - 1) * rpo * n, seed + 2, 8.0f);  // partials of a similar size
+    reference(a.p, b.p, nullptr, ref.p, m, n, k);
+    own_reference<<<256, 256>>>(ref.p, slots.p, owners - 1, int64_t(rpo) * n, own * rpo, rpo, n, want.p);
+    WEFT_CUDA_OK(cudaGetLastError());
+
+    GemmArgs args;
+    args.m = m, args.n = n, args.k = k, args.a = a.p, args.b = b.p;
+    args.num_shards = owners * pieces;
+    args.first_shard = ((own + 1) % owners) * pieces;  // as the op: others' pieces first, own last
+    GemmParams g;
+    REQUIRE(make_gemm_params(args, &g) == Status::kOk);
+    const int nflags = owners * pieces;
+    DevBuf<uint64_t> gate(nflags), counts(nflags);
+    std::vector<uint64_t> gate_h(nflags, 5);  // every piece may go (expected 5 below)
+    WEFT_CUDA_OK(cudaMemcpy(gate.p, gate_h.data(), nflags * 8, cudaMemcpyHostToDevice));
+    FrameHost frame;
+    REQUIRE(frame.create(own) == Status::kOk);
+    FrameParams fp;
+    RoleCounts roles;
+    roles.compute = sms;
+    REQUIRE(frame.params(roles, &fp) == Status::kOk);
+
+    EpiReduceSlots epi;
+    epi.partial = partial.p;
+    epi.out = out.p;
+    for (int s = 0; s < owners - 1; ++s) epi.slots[epi.nslots++] = slots.p + int64_t(s) * rpo * n;
+    epi.lo = own * rpo, epi.hi = (own + 1) * rpo, epi.ldc = n, epi.paired = n % 2 == 0;
+
+    std::vector<__nv_bfloat16> first;
+    for (int run = 0; run < 2; ++run) {
+      CAPTURE(run);
+      poison_bf16(partial.p, int64_t(m) * n);
+      poison_bf16(out.p, int64_t(rpo) * n);
+      WEFT_CUDA_OK(cudaMemset(counts.p, 0, nflags * 8));
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5}, TileSignal{counts.p, kFlagPerShard, 1},
+                          nullptr) == Status::kOk);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      REQUIRE(frame.check("reduce epilogue test") == Status::kOk);
+      // Own rows: the sum, rounded once (bf16 output rounding alone is ~1.7e-3).
+      Compared own_err = compare(out.p, want.p, int64_t(rpo) * n);
+      CHECK(own_err.bad == 0);
+      CHECK(own_err.rel_err < 4e-3);
+      // Other owners' rows: this rank's plain partial; the own rows of `partial` stay untouched.
+      for (int o = 0; o < owners; ++o) {
+        CAPTURE(o);
+        Compared r = compare(partial.p + int64_t(o) * rpo * n, ref.p + int64_t(o) * rpo * n, int64_t(rpo) * n);
+        if (o == own) {
+          CHECK(r.bad == uint64_t(rpo) * n);
+        } else {
+          CHECK(r.bad == 0);
+          CHECK(r.rel_err < 4e-3);
+        }
+      }
+      const std::vector<uint64_t> c = to_host(counts.p, nflags);
+      const uint64_t per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
+      for (int i = 0; i < nflags; ++i) CHECK_MESSAGE(c[size_t(i)] == per_piece, "piece " << i);
+      std::vector<__nv_bfloat16> now = to_host(out.p, int64_t(rpo) * n);
+      if (run == 0) {
+        first = now;
+      } else {
+        CHECK(memcmp(first.data(), now.data(), now.size() * sizeof(now[0])) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("peer reduce: simulated ranks sum every partial in rank order, gather every block, publish each phase once") {
+  require_hopper();
+  const int ranks = 3, blocks = 4;
+  for (bool all_gather : {false, true})
+    for (int64_t elems : {int64_t(8) * 1000, int64_t(1001)}) {  // the 16-byte path and the scalar tail
+      CAPTURE(all_gather);
+      CAPTURE(elems);
+      const uint64_t seed = fresh_seed();
+      INFO("seed " << seed);
+      // Rank q's partial and C each hold all ranks' blocks: block r at (q * ranks + r) * elems.
+      DevBuf<__nv_bfloat16> partials(int64_t(ranks) * ranks * elems), c(int64_t(ranks) * ranks * elems);
+      DevBuf<uint64_t> flags(3 * ranks * ranks), arrive(2 * ranks);  // rank q's at 3q * ranks and 2q
+      random_bf16(partials.p, int64_t(ranks) * ranks * elems, seed, 4.0f);
+      WEFT_CUDA_OK(cudaMemset(flags.p, 0, 3 * ranks * ranks * 8));
+      WEFT_CUDA_OK(cudaMemset(arrive.p, 0, 2 * ranks * 8));
+      poison_bf16(c.p, int64_t(ranks) * ranks * elems);
+      std::vector<FrameHost> frames(ranks);
+      std::vector<FrameParams> fps(ranks);
+      std::vector<cudaStream_t> streams(ranks);
+      RoleCounts roles;
+      roles.intra_comm = blocks;
+      for (int r = 0; r < ranks; ++r) {
+        REQUIRE(frames[size_t(r)].create(r) == Status::kOk);
+        frames[size_t(r)].set_timeout(5.0);
+        REQUIRE(frames[size_t(r)].params(roles, &fps[size_t(r)]) == Status::kOk);
+        WEFT_CUDA_OK(cudaStreamCreateWithFlags(&streams[size_t(r)], cudaStreamNonBlocking));
+      }
+      auto block = [&](__nv_bfloat16* base, int q, int r) { return base + (int64_t(q) * ranks + r) * elems; };
+      for (uint64_t epoch = 1; epoch <= 2; ++epoch) {
+        CAPTURE(epoch);
+        for (int r = 0; r < ranks; ++r) {  // launched side by side: each waits for the others' phases
+          PeerReduceArgs pr;
+          pr.ranks = ranks;
+          pr.rank = r;
+          pr.elems = elems;
+          pr.out = block(c.p, r, r);
+          pr.all_gather = all_gather;
+          for (int q = 0; q < ranks; ++q) {
+            pr.src[q] = block(partials.p, q, r);
+            pr.gather_src[q] = block(c.p, q, q);
+            pr.gather_dst[q] = block(c.p, r, q);
+            pr.flags_out[q] = flags.p + 3 * q * ranks;
+          }
+          pr.flags_in = flags.p + 3 * r * ranks;
+          pr.arrive = arrive.p + 2 * r;
+          pr.epoch = epoch;
+          REQUIRE(launch_peer_reduce(pr, fps[size_t(r)], blocks, streams[size_t(r)]) == Status::kOk);
+        }
+        WEFT_CUDA_OK(cudaDeviceSynchronize());
+        for (int r = 0; r < ranks; ++r) REQUIRE(frames[size_t(r)].check("peer reduce test") == Status::kOk);
+        const std::vector<__nv_bfloat16> p = to_host(partials.p, int64_t(ranks) * ranks * elems);
+        const std::vector<__nv_bfloat16> got = to_host(c.p, int64_t(ranks) * ranks * elems);
+        int64_t wrong = 0, stray = 0;
+        for (int q = 0; q < ranks; ++q)
+          for (int r = 0; r < ranks; ++r)
+            for (int64_t i = 0; i < elems; ++i) {
+              const __nv_bfloat16 have = got[size_t((int64_t(q) * ranks + r) * elems + i)];
+              if (!all_gather && q != r) {  // reduce-scatter: only the own block is written
+                if (!std::isnan(__bfloat162float(have))) ++stray;
+                continue;
+              }
+              float sum = 0;  // fp32 in rank order, rounded once: the kernel's exact arithmetic
+              for (int s = 0; s < ranks; ++s) sum += __bfloat162float(p[size_t((int64_t(s) * ranks + r) * elems + i)]);
+              const __nv_bfloat16 want = __float2bfloat16_rn(sum);
+              if (memcmp(&want, &have, sizeof want) != 0) ++wrong;
+            }
+        CHECK(wrong == 0);
+        CHECK(stray == 0);  // elements a reduce-scatter wrote outside its own block
+        const std::vector<uint64_t> f = to_host(flags.p, 3 * ranks * ranks), ar = to_host(arrive.p, 2 * ranks);
+        for (int q = 0; q < ranks; ++q)
+          for (int k = 0; k < 3 * ranks; ++k) {
+            const bool used = k < ranks || k >= 2 * ranks || all_gather;  // reduced flags only with the gather
+            CHECK_MESSAGE(f[size_t(3 * q * ranks + k)] == (used ? epoch : 0), "rank " << q << " flag " << k);
+          }
+        for (int q = 0; q < ranks; ++q) {
+          CHECK(ar[size_t(2 * q)] == epoch * blocks);
+          CHECK(ar[size_t(2 * q + 1)] == (all_gather ? epoch * blocks : 0));
+        }
+      }
+      for (cudaStream_t s : streams) cudaStreamDestroy(s);
+    }
+}
