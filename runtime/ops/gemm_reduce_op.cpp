@@ -14,8 +14,8 @@
 //     RS: this rank's output;  AR: its rows of C, which one stream per peer copies into that
 //     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on the peer; the op ends
 //     when every peer's rows are here (stream waits).
-//   The tile counts are released at GPU scope (only this GPU's copy engines read them): a
-//   system-scope fence per tile cost the GEMM about a third of its time (docs/ops.md).
+//   The tile counts are released at GPU scope: only this GPU's copy engines and stream waits
+//   read them.
 //   After the GEMM: freed[r] = e on every peer (the slots may be overwritten in the next epoch).
 // Peer path (small M, latency-bound): the GEMM stores P_r in a buffer every rank maps, then one
 //   kernel (kernels/reduce_slots.h) sums rank r's rows of all W partials, read over NVLink, into
@@ -320,7 +320,9 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
 }
 
 // Overlap path where the owners' row blocks are whole tiles (and `want_pieces` of them, if set),
-// else the peer path. Pieces: as many as asked, or the most (<= 8) of at least 4 MiB each.
+// else the peer path. Pieces: as many as asked, or the most (<= 4) of at least 4 MiB each. Each
+// piece costs host calls (a copy and flag batches, ~7 us each); on 4x H200 8 pieces of 4 MiB made
+// the 8192-row ops host-bound (RS 0.556 ms, 343 us of enqueue per run) where 4 pieces took 0.476.
 Status choose_path(GemmReduce& op, const char* name) {
   std::string path;
   int64_t want_pieces = 0;
@@ -351,7 +353,7 @@ Status choose_path(GemmReduce& op, const char* name) {
   } else {
     const int64_t block_bytes = op.m_loc * op.n * int64_t(sizeof(bf16));
     op.pieces = 1;
-    while (op.pieces < 8 && op.m_loc % (tile * op.pieces * 2) == 0 && block_bytes / (op.pieces * 2) >= (4 << 20))
+    while (op.pieces < 4 && op.m_loc % (tile * op.pieces * 2) == 0 && block_bytes / (op.pieces * 2) >= (4 << 20))
       op.pieces *= 2;
   }
   op.m_piece = op.m_loc / op.pieces;
