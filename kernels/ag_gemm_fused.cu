@@ -26,10 +26,14 @@ namespace weft::kernels {
 
 const char* to_string(AgMover m) {
   switch (m) {
-    case AgMover::kPullVec: return "pull_vec";
-    case AgMover::kPushVec: return "push_vec";
-    case AgMover::kPullBulk: return "pull_bulk";
-    case AgMover::kPushBulk: return "push_bulk";
+    case AgMover::kPullVec:
+      return "pull_vec";
+    case AgMover::kPushVec:
+      return "push_vec";
+    case AgMover::kPullBulk:
+      return "pull_bulk";
+    case AgMover::kPushBulk:
+      return "push_bulk";
   }
   return "?";
 }
@@ -43,9 +47,9 @@ bool parse_ag_mover(const char* name, AgMover* out) {
 namespace ag_detail {
 
 constexpr int kThreads = GemmConfig::kThreads;
-constexpr int kUnroll = 8;                // 16-byte loads in flight per thread (48 KiB per SM)
-constexpr uint32_t kPieceBytes = 32768;   // one bulk copy
-constexpr int kBulkBufs = 4;              // 128 KiB of the block's shared memory in flight
+constexpr int kUnroll = 8;               // 16-byte loads in flight per thread (48 KiB per SM)
+constexpr uint32_t kPieceBytes = 32768;  // one bulk copy
+constexpr int kBulkBufs = 4;             // 128 KiB of the block's shared memory in flight
 constexpr int kChunkRows = GemmConfig::kTileM;
 
 struct MoverShared {
@@ -63,8 +67,7 @@ __device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
   return v;
 }
 __device__ __forceinline__ void st_v4(uint4* p, const uint4& v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 // After a fence.acq_rel.sys (__threadfence_system), a relaxed add is a release: one fence for all
 // of a chunk's flags instead of one per flag.
@@ -75,15 +78,14 @@ __device__ __forceinline__ void flag_add_relaxed(uint64_t* p, uint64_t v) {
 // Bulk (non-tensor) copies through shared memory; sizes and addresses multiples of 16 bytes.
 __device__ __forceinline__ void bulk_load(void* smem_dst, const void* src, uint32_t bytes, uint64_t* bar) {
   sm90::mbar_arrive_expect_tx(bar, bytes);
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          sm90::smem_addr(smem_dst)),
-      "l"(src), "r"(bytes), "r"(sm90::smem_addr(bar))
-      : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   sm90::smem_addr(smem_dst)),
+               "l"(src), "r"(bytes), "r"(sm90::smem_addr(bar))
+               : "memory");
 }
 __device__ __forceinline__ void bulk_store(void* dst, const void* smem_src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst),
-               "r"(sm90::smem_addr(smem_src)), "r"(bytes)
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(sm90::smem_addr(smem_src)),
+               "r"(bytes)
                : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
@@ -99,8 +101,8 @@ __device__ __forceinline__ void bulk_wait_all() {  // every store's writes perfo
 struct Chunk {
   const __nv_bfloat16* src;
   __nv_bfloat16* dst;
-  uint64_t* flags;   // the chunk's first flag (flag_cols of them)
-  int32_t peer;      // the other rank
+  uint64_t* flags;  // the chunk's first flag (flag_cols of them)
+  int32_t peer;     // the other rank
   bool first_to_peer;
 };
 
@@ -270,7 +272,8 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1) ag_gemm_fused_kernel(
     case Role::kIntraComm:
       move_block(p.move, p.frame, p.frame.roles.index_in_role(block), p.frame.roles.intra_comm, smem);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -332,7 +335,7 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
   } else if (move.epoch == 0) {
     why = "epochs start at 1";
   } else if (frame.roles.compute > 0 && (gate.granularity != kFlagPerTile || move.flag_cols != g.n_blocks ||
-                                          gate.expected != move.epoch * uint64_t(frame.roles.intra_comm))) {
+                                         gate.expected != move.epoch * uint64_t(frame.roles.intra_comm))) {
     why = "the gate must be per tile over the GEMM's n_blocks, expecting epoch * intra_comm";
   }
   for (int r = 0; !why && r < move.world; ++r)
@@ -362,8 +365,10 @@ Status launch_split_k_pair(const GemmParams& half0, const GemmParams& half1, con
                            cudaStream_t stream) {
   if (half0.cluster_m != 1 || half1.cluster_m != 1 || frame.roles.compute < 2 || half0.m != half1.m ||
       half0.n != half1.n || !acc) {
-    WEFT_WARN(kKernel, "split-k tail: rank %d: needs cluster_m 1, two halves of one m x n output and >= 2 compute "
-              "blocks (got %d)", frame.rank, frame.roles.compute);
+    WEFT_WARN(kKernel,
+              "split-k tail: rank %d: needs cluster_m 1, two halves of one m x n output and >= 2 compute "
+              "blocks (got %d)",
+              frame.rank, frame.roles.compute);
     return Status::kInvalidArgument;
   }
   auto kernel = ag_detail::split_k_pair_kernel;

@@ -16,8 +16,8 @@ namespace weft::kernels {
 
 // How intra_comm blocks move a 128-row chunk of a shard between two GPUs of the node.
 enum class AgMover : int32_t {
-  kPullVec = 0,  // the receiver's SMs read the peer's rows with 16-byte loads and store them locally
-  kPushVec = 1,  // the owner's SMs read their rows locally and store them into the peer with 16-byte stores
+  kPullVec = 0,   // the receiver's SMs read the peer's rows with 16-byte loads and store them locally
+  kPushVec = 1,   // the owner's SMs read their rows locally and store them into the peer with 16-byte stores
   kPullBulk = 2,  // receiver: cp.async.bulk peer global -> shared -> local global (TMA, one thread issues)
   kPushBulk = 3,  // owner: cp.async.bulk local global -> shared -> peer global
 };

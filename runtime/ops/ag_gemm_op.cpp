@@ -46,14 +46,14 @@ constexpr int kRows = kernels::GemmConfig::kTileM, kCols = kernels::GemmConfig::
 // One way to run the op, with its own flags and epochs (variants never share a flag).
 struct Variant {
   std::string name;
-  bool sm = false;                // SM movers; else copy engines
+  bool sm = false;  // SM movers; else copy engines
   kernels::AgMover mover = kernels::AgMover::kPullVec;
-  RoleCounts roles;               // compute, and intra_comm for the SM movers
-  int ce_chunks = 1;              // copy engines: copies (each with its flag) per shard
-  bool tail = false;              // last tile columns as a split-K pair after the gated part
-  kernels::GemmParams gemm;       // the gated GEMM (all of n, or the columns before the tail)
-  PeerBuffer sm_flags;            // SM movers: per-tile flags + clear-to-send words, peer-mapped
-  uint64_t* ce_flags = nullptr;   // copy engines: one per chunk
+  RoleCounts roles;              // compute, and intra_comm for the SM movers
+  int ce_chunks = 1;             // copy engines: copies (each with its flag) per shard
+  bool tail = false;             // last tile columns as a split-K pair after the gated part
+  kernels::GemmParams gemm;      // the gated GEMM (all of n, or the columns before the tail)
+  PeerBuffer sm_flags;           // SM movers: per-tile flags + clear-to-send words, peer-mapped
+  uint64_t* ce_flags = nullptr;  // copy engines: one per chunk
   uint64_t epoch = 0;
   bool valid = false;
   double ms = 0;
@@ -67,9 +67,9 @@ struct AgGemm {
   int64_t m = 0, n = 0, k = 0, m_loc = 0;  // n is this rank's block
   PeerBuffer a_full;                       // m × k, shard s at rows [s·m_loc, (s+1)·m_loc)
   bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
-  float* acc = nullptr;                    // split-K tail partial sums, zero between runs
-  int64_t n_main = 0;                      // columns before the tail (n when there is none)
-  kernels::GemmParams half[2];             // the tail's K halves
+  float* acc = nullptr;         // split-K tail partial sums, zero between runs
+  int64_t n_main = 0;           // columns before the tail (n when there is none)
+  kernels::GemmParams half[2];  // the tail's K halves
   cudaStream_t main = nullptr, copy = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   kernels::FrameHost frame;
@@ -160,8 +160,8 @@ struct AgGemm {
   ~AgGemm() {
     cudaDeviceSynchronize();
     variants.clear();
-    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref),
-                    static_cast<void*>(a_nccl), static_cast<void*>(acc)})
+    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref), static_cast<void*>(a_nccl),
+                    static_cast<void*>(acc)})
       if (p) cudaFree(p);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -213,8 +213,10 @@ bool wanted_movers(int rank, bool* copy_engine, std::vector<kernels::AgMover>* s
     } else if (kernels::parse_ag_mover(item.c_str(), &one)) {
       if (std::find(sm->begin(), sm->end(), one) == sm->end()) sm->push_back(one);
     } else if (item != "copy_engine" && item != "auto") {
-      WEFT_WARN(kKernel, "rank %d: WEFT_AG_MOVER: '%s' is not copy_engine, sm, pull_vec, push_vec, pull_bulk, "
-                "push_bulk, split_k_tail or auto", rank, item.c_str());
+      WEFT_WARN(kKernel,
+                "rank %d: WEFT_AG_MOVER: '%s' is not copy_engine, sm, pull_vec, push_vec, pull_bulk, "
+                "push_bulk, split_k_tail or auto",
+                rank, item.c_str());
       return false;
     }
   }
@@ -236,17 +238,18 @@ Status validate(AgGemm& op, Variant& v, const Workload& wl) {
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
   WEFT_CHECK(op.frame.params(v.roles, &op.frame_base));  // a clean error record for this variant
   WEFT_CHECK(op.enqueue(v));
-  WEFT_CHECK(sync_bounded(op.main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm validation run",
-                          nullptr));
+  WEFT_CHECK(
+      sync_bounded(op.main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm validation run", nullptr));
   WEFT_CHECK(op.frame.check(("ag_gemm " + v.name).c_str()));
   for (int s = 0; s < op.world; ++s) {
     Comparison cmp;
     WEFT_CHECK(compare_bf16(op.shard(s), op.a_nccl + s * op.m_loc * op.k, op.m_loc * op.k, op.main, &cmp));
     if (cmp.mismatched) {
-      WEFT_WARN(kKernel, "rank %d: ag_gemm (%s): gathered shard of rank %d differs from NCCL's all-gather in %lld of "
-                "%lld elements (first at %lld): shard misrouted or not delivered", op.rank, v.name.c_str(), s,
-                static_cast<long long>(cmp.mismatched), static_cast<long long>(op.m_loc * op.k),
-                static_cast<long long>(cmp.first_mismatch));
+      WEFT_WARN(kKernel,
+                "rank %d: ag_gemm (%s): gathered shard of rank %d differs from NCCL's all-gather in %lld of "
+                "%lld elements (first at %lld): shard misrouted or not delivered",
+                op.rank, v.name.c_str(), s, static_cast<long long>(cmp.mismatched),
+                static_cast<long long>(op.m_loc * op.k), static_cast<long long>(cmp.first_mismatch));
       return Status::kInternal;
     }
   }
@@ -254,15 +257,18 @@ Status validate(AgGemm& op, Variant& v, const Workload& wl) {
   WEFT_CHECK(compare_bf16(op.c, op.c_ref, op.m * op.n, op.main, &cmp));
   const double tol = 1e-2;  // bf16 output rounding is ~2e-3
   if (cmp.non_finite || !(cmp.rel_err < tol)) {
-    WEFT_WARN(kKernel, "rank %d: ag_gemm (%s, %s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
-              "elements not written or not finite", op.rank, wl.name.c_str(), v.name.c_str(), cmp.rel_err, tol,
-              static_cast<long long>(cmp.non_finite));
+    WEFT_WARN(kKernel,
+              "rank %d: ag_gemm (%s, %s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
+              "elements not written or not finite",
+              op.rank, wl.name.c_str(), v.name.c_str(), cmp.rel_err, tol, static_cast<long long>(cmp.non_finite));
     return Status::kInternal;
   }
   if (op.rank == 0)
-    printf("rank 0: ag_gemm %s validated: gathered A equals NCCL's bit for bit; C vs cuBLAS rel err %.2e, %lld of "
-           "%lld elements bit-identical\n", v.name.c_str(), cmp.rel_err,
-           static_cast<long long>(op.m * op.n - cmp.mismatched), static_cast<long long>(op.m * op.n));
+    printf(
+        "rank 0: ag_gemm %s validated: gathered A equals NCCL's bit for bit; C vs cuBLAS rel err %.2e, %lld of "
+        "%lld elements bit-identical\n",
+        v.name.c_str(), cmp.rel_err, static_cast<long long>(op.m * op.n - cmp.mismatched),
+        static_cast<long long>(op.m * op.n));
   return Status::kOk;
 }
 
@@ -282,11 +288,11 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
     uint64_t* f = v->sm_flags.local<uint64_t>();
     WEFT_CUDA_CHECK(cudaMemset(f, 0, size_t(words) * 8));
     // The rank's own rows are in place before every launch (stream order): their gate always passes.
-    WEFT_CUDA_CHECK(cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF,
-                               size_t(own_blocks * v->gemm.n_blocks) * 8));
+    WEFT_CUDA_CHECK(
+        cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF, size_t(own_blocks * v->gemm.n_blocks) * 8));
   } else {
-    WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks,
-                            op.rank * v->ce_chunks, &v->gemm));
+    WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks, op.rank * v->ce_chunks,
+                            &v->gemm));
     const size_t count = size_t(op.world * v->ce_chunks);
     WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
     WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));
@@ -310,8 +316,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   }
   if (info.num_nodes > 1) return run_ag_gemm_nodes(ctx, wl, boot);  // across nodes: ag_gemm_nodes_op.cpp
   if (wl.world_size() != info.size) {
-    WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank,
-              wl.source.c_str(), wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
+    WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank, wl.source.c_str(),
+              wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
     return Status::kInvalidArgument;
   }
   if (info.size > kernels::AgMoveParams::kMaxRanks) {
@@ -320,9 +326,10 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     return Status::kInvalidArgument;
   }
   if ((wl.gemm.m / info.size) % kRows != 0) {
-    WEFT_WARN(kKernel, "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
-              "span two ranks' shards", info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size),
-              kRows);
+    WEFT_WARN(kKernel,
+              "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
+              "span two ranks' shards",
+              info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size), kRows);
     return Status::kInvalidArgument;
   }
   bool want_ce = false, want_tail = false;
@@ -472,17 +479,23 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     return max_over_ranks(boot, "weft.ag_gemm.t" + std::to_string(key++), mine, out);
   };
   double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0, t_wgemm_waves = 0;
-  WEFT_CHECK(timed([&]() -> Status {
-    WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
-  }, &t_seq));
-  WEFT_CHECK(timed([&] {
-    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
-  }, &t_gemm));
-  WEFT_CHECK(timed([&]() -> Status {
-    WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-    return Status::kOk;
-  }, &t_comm));
+  WEFT_CHECK(timed(
+      [&]() -> Status {
+        WEFT_NCCL_CHECK(
+            ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+        return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
+      },
+      &t_seq));
+  WEFT_CHECK(timed(
+      [&] { return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main); },
+      &t_gemm));
+  WEFT_CHECK(timed(
+      [&]() -> Status {
+        WEFT_NCCL_CHECK(
+            ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+        return Status::kOk;
+      },
+      &t_comm));
   kernels::GemmParams plain;
   WEFT_CHECK(op.make_gemm(op.n, op.a_full.local<bf16>(), op.k, op.b, op.world, op.rank, &plain));
   auto gemm_alone = [&](int compute) {
@@ -505,8 +518,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   rows.push_back({"bound", bound, tf(bound), "max(gemm, all-gather)"});
   rows.push_back({"weft gemm alone (no wait)", t_wgemm, tf(t_wgemm), std::to_string(op.sms) + " SMs"});
   if (t_wgemm_sm > 0)
-    rows.push_back({"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm),
-                    std::to_string(sm_roles.compute) + " SMs"});
+    rows.push_back(
+        {"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm), std::to_string(sm_roles.compute) + " SMs"});
   if (t_wgemm_waves > 0)
     rows.push_back({"weft gemm alone, same waves", t_wgemm_waves, tf(t_wgemm_waves),
                     std::to_string(same_waves) + " SMs (the fewest for " + std::to_string(waves) + " waves)"});
@@ -564,9 +577,9 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
                     tf(p->makespan_s * 1e3), note});
   }
   char title[256];
-  snprintf(title, sizeof title, "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks, median of %d, max over ranks",
-           wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k),
-           op.world, iters);
+  snprintf(title, sizeof title,
+           "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks, median of %d, max over ranks", wl.name.c_str(),
+           static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k), op.world, iters);
   char extra[256];
   snprintf(extra, sizeof extra, "\"op\": \"ag_gemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d",
            static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k), op.world);

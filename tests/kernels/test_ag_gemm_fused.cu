@@ -76,8 +76,10 @@ struct Ranks {
         if (d != e) {
           WEFT_CUDA_OK(cudaSetDevice(d));
           cudaError_t err = cudaDeviceEnablePeerAccess(e, 0);
-          if (err == cudaErrorPeerAccessAlreadyEnabled) cudaGetLastError();
-          else WEFT_CUDA_OK(err);
+          if (err == cudaErrorPeerAccessAlreadyEnabled)
+            cudaGetLastError();
+          else
+            WEFT_CUDA_OK(err);
         }
     n_blocks = (n + 255) / 256;
     flag_words = int64_t(m / 128) * n_blocks + world;
@@ -227,13 +229,11 @@ TEST_CASE("ag_gemm fused: the movers alone (no compute block), one and many per 
   // Refused: no mover block, a gate that does not match the movers' count.
   FrameParams fp;
   REQUIRE(w.r[0].frame.params(roles_of(8, 0), &fp) == Status::kOk);
-  CHECK(launch_ag_gemm_fused(w.r[0].g, fp, EpiStoreBf16{w.r[0].c, w.n, true},
-                             FlagGate{w.r[0].flags, kFlagPerTile, 0}, w.move(0, AgMover::kPullVec, 1),
-                             nullptr) == Status::kInvalidArgument);
+  CHECK(launch_ag_gemm_fused(w.r[0].g, fp, EpiStoreBf16{w.r[0].c, w.n, true}, FlagGate{w.r[0].flags, kFlagPerTile, 0},
+                             w.move(0, AgMover::kPullVec, 1), nullptr) == Status::kInvalidArgument);
   REQUIRE(w.r[0].frame.params(roles_of(8, 2), &fp) == Status::kOk);
-  CHECK(launch_ag_gemm_fused(w.r[0].g, fp, EpiStoreBf16{w.r[0].c, w.n, true},
-                             FlagGate{w.r[0].flags, kFlagPerTile, 1}, w.move(0, AgMover::kPullVec, 1),
-                             nullptr) == Status::kInvalidArgument);
+  CHECK(launch_ag_gemm_fused(w.r[0].g, fp, EpiStoreBf16{w.r[0].c, w.n, true}, FlagGate{w.r[0].flags, kFlagPerTile, 1},
+                             w.move(0, AgMover::kPullVec, 1), nullptr) == Status::kInvalidArgument);
 }
 
 TEST_CASE("ag_gemm fused: a push to a peer that never starts times out naming the clear-to-send flag") {
@@ -302,8 +302,8 @@ TEST_CASE("split-k pair: two K halves on two halves of the grid, then fp32 -> bf
   // Compare row by row through a packed copy of the column block.
   bf16* packed;
   WEFT_CUDA_OK(cudaMalloc(&packed, size_t(m) * n * 2));
-  WEFT_CUDA_OK(cudaMemcpy2D(packed, size_t(n) * 2, c + col0, size_t(ldc) * 2, size_t(n) * 2, m,
-                            cudaMemcpyDeviceToDevice));
+  WEFT_CUDA_OK(
+      cudaMemcpy2D(packed, size_t(n) * 2, c + col0, size_t(ldc) * 2, size_t(n) * 2, m, cudaMemcpyDeviceToDevice));
   reference(a, b, nullptr, ref, m, n, k);
   Compared cmp = compare(packed, ref, int64_t(m) * n);
   CHECK(cmp.bad == 0);
