@@ -3,6 +3,10 @@
 #include <cuda_runtime.h>
 
 #include "kernels/gemm.h"
+
+#include <map>
+#include <mutex>
+#include <utility>
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -102,13 +106,66 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
   return Status::kOk;
 }
 
+bool split_tail_default();
+
 static_assert(GemmConfig::kStoreBox == GemmConfig::kTileK, "the C box reuses the operands' 64-column box");
 
 template <class Epilogue>
 Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
               const TileSignal& signal, cudaStream_t stream) {
-  if (g.cluster_m == 2) return launch_cluster<2>(g, frame, epi, gate, signal, stream);
-  return launch_cluster<1>(g, frame, epi, gate, signal, stream);
+  GemmParams gs = g;
+  if (split_tail_default() && g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
+  if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
+  return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
+}
+
+// WEFT_GEMM_SPLIT_TAIL=0 keeps the last wave's tiles whole (for comparisons).
+bool split_tail_default() {
+  static const bool on = [] {
+    bool v = true;
+    return get_param("WEFT_GEMM_SPLIT_TAIL", &v) == Status::kOk ? v : true;
+  }();
+  return on;
+}
+
+// Split-tail flags: one per split CTA tile (at most one per compute block), 64 KiB in front of
+// the partials.
+constexpr size_t kSplitFlagSlots = 8192;
+constexpr size_t kSplitFlagBytes = kSplitFlagSlots * sizeof(uint64_t);
+
+// Split-tail workspaces, one per (device, stream): launches on one stream run one after another,
+// so they can share one; launches on different streams may overlap and get their own.
+struct SplitWorkspace {
+  void* mem = nullptr;
+  size_t bytes = 0;
+};
+std::mutex g_ws_mu;
+std::map<std::pair<int, cudaStream_t>, SplitWorkspace> g_ws;
+
+Status split_workspace(cudaStream_t stream, size_t bytes, void** out) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return Status::kCudaError;
+  std::lock_guard<std::mutex> lock(g_ws_mu);
+  SplitWorkspace& w = g_ws[{dev, stream}];
+  if (w.bytes < bytes) {
+    if (w.mem) cudaFree(w.mem);
+    w.mem = nullptr;
+    w.bytes = 0;
+    cudaError_t err = cudaMalloc(&w.mem, bytes);
+    if (err == cudaSuccess) err = cudaMemset(w.mem, 0, kSplitFlagBytes);  // the flags start at zero
+    if (err != cudaSuccess) {
+      WEFT_WARN(kKernel, "gemm: cannot allocate %zu bytes for the split tail (%s); tiles stay whole", bytes,
+                cudaGetErrorString(err));
+      cudaGetLastError();
+      if (w.mem) cudaFree(w.mem);
+      w.mem = nullptr;
+      *out = nullptr;
+      return Status::kOk;
+    }
+    w.bytes = bytes;
+  }
+  *out = w.mem;
+  return Status::kOk;
 }
 
 // WEFT_GEMM_TMA_STORE=0 keeps the register-store epilogue (for comparisons).
@@ -156,6 +213,7 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
   }
   WEFT_CHECK(encode_operand("A", args.a, args.m, args.k, lda, GemmConfig::kTileM, &out->tmap_a));
   WEFT_CHECK(encode_operand("B", args.b, args.n, args.k, ldb, GemmConfig::kTileN / args.cluster_m, &out->tmap_b));
+  out->sched.k_iters = int32_t((args.k + GemmConfig::kTileK - 1) / GemmConfig::kTileK);
   out->cluster_m = args.cluster_m;
   out->cta_m_blocks = int32_t((args.m + GemmConfig::kTileM - 1) / GemmConfig::kTileM);
   out->n_blocks = int32_t((args.n + GemmConfig::kTileN - 1) / GemmConfig::kTileN);
@@ -178,6 +236,40 @@ Status device_sm_count(int* out) {
   return Status::kOk;
 }
 
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g) {
+  constexpr int32_t kMaxSplit = 8;
+  constexpr size_t kMaxWorkspace = size_t(64) << 20;
+  constexpr size_t kPartialBytes = size_t(GemmConfig::kTileM) * GemmConfig::kTileN * sizeof(float);
+  TileSchedule& sc = g->sched;
+  int32_t max_split = kMaxSplit;
+  for (;;) {
+    sc.plan_split(compute_blocks / g->cluster_m, max_split);
+    if (sc.split <= 1) break;
+    const size_t ws = size_t(sc.tail_tiles()) * size_t(g->cluster_m) * size_t(sc.split - 1) * kPartialBytes;
+    if (ws <= kMaxWorkspace) break;
+    max_split = sc.split - 1;
+  }
+  if (sc.split <= 1) {
+    g->split_ws = nullptr;
+    g->split_flags = nullptr;
+    return Status::kOk;
+  }
+  // The flags sit at the start of the workspace, at the same place for every launch that shares
+  // it: they are zero between launches only where the last launch left them (its final slices
+  // reset them); partials of another shape may have left any bits after them.
+  const size_t slots = size_t(sc.tail_tiles()) * size_t(g->cluster_m);
+  const size_t ws_bytes = slots * size_t(sc.split - 1) * kPartialBytes;
+  void* mem = nullptr;
+  if (slots <= kSplitFlagSlots) WEFT_CHECK(split_workspace(stream, kSplitFlagBytes + ws_bytes, &mem));
+  if (!mem) {
+    sc.plan_split(compute_blocks, 1);  // no workspace: whole tiles
+    return Status::kOk;
+  }
+  g->split_flags = static_cast<uint64_t*>(mem);
+  g->split_ws = reinterpret_cast<float*>(static_cast<char*>(mem) + kSplitFlagBytes);
+  return Status::kOk;
+}
+
 Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g) {
   g->store_tma = false;
   if (!epi.paired || !epi.c || epi.ldc % 8 != 0 || epi.ldc < g->n || reinterpret_cast<uintptr_t>(epi.c) % 16 != 0)
@@ -188,14 +280,29 @@ Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g) {
   return Status::kOk;
 }
 
+Status enable_tma_store(const EpiReduceSlots& epi, GemmParams* g) {
+  EpiStoreBf16 partial;
+  partial.c = epi.partial;
+  partial.ldc = epi.ldc;
+  partial.paired = epi.paired;
+  return enable_tma_store(partial, g);
+}
+
+namespace {
+// Epilogues whose tiles may leave through TMA stores: encode their C first (unless turned off).
+template <class Epilogue>
+Status launch_tma_capable(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
+                          const TileSignal& signal, cudaStream_t stream) {
+  if (!tma_store_default()) return launch(g, frame, epi, gate, signal, stream);
+  GemmParams with_c = g;
+  WEFT_CHECK(enable_tma_store(epi, &with_c));
+  return launch(with_c, frame, epi, gate, signal, stream);
+}
+}  // namespace
+
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream) {
-  if (tma_store_default()) {
-    GemmParams with_c = g;
-    WEFT_CHECK(enable_tma_store(epi, &with_c));
-    return launch(with_c, frame, epi, gate, signal, stream);
-  }
-  return launch(g, frame, epi, gate, signal, stream);
+  return launch_tma_capable(g, frame, epi, gate, signal, stream);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream) {
@@ -211,7 +318,7 @@ Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatt
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiReduceSlots& epi, const FlagGate& gate,
                    const TileSignal& signal, cudaStream_t stream) {
-  return launch(g, frame, epi, gate, signal, stream);
+  return launch_tma_capable(g, frame, epi, gate, signal, stream);
 }
 
 }  // namespace weft::kernels

@@ -49,6 +49,15 @@ Status device_sm_count(int* out);
 // from registers). launch_gemm(EpiStoreBf16) does this itself; a fused kernel that calls
 // gemm_compute_block() with an EpiStoreBf16 calls it once per C.
 Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g);
+// The same for EpiReduceSlots' partial tiles (C = epi.partial).
+Status enable_tma_store(const EpiReduceSlots& epi, GemmParams* g);
+
+// Splits the last wave's tiles along K when they would leave blocks idle (TileSchedule::plan_split)
+// for `compute_blocks` compute blocks, and points g at a workspace for the fp32 partials owned by
+// `stream` (launches on one stream must not overlap). launch_gemm does this itself (unless
+// WEFT_GEMM_SPLIT_TAIL=0); a fused kernel that calls gemm_compute_block() calls it once per launch
+// configuration. Leaves g unsplit when it does not pay or no workspace can be had.
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g);
 
 // Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
 // g.cluster_m, the first frame.roles.compute of them compute (both counts multiples of

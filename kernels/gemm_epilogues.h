@@ -82,6 +82,38 @@ struct EpiScatterBf16 {
       if (two) p[1] = __float2bfloat16_rn(v1);
     }
   }
+
+  // A consumer thread's whole fragment (rows row and row + 8, columns col0 + 8j + {0, 1}): the
+  // owner division once per row instead of once per pair.
+  __device__ __forceinline__ void fragment(int32_t row, int32_t col0, int32_t m, int32_t n, float (&acc)[128]) const {
+    __nv_bfloat16* r[2] = {nullptr, nullptr};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int32_t rr = row + 8 * h;
+      if (rr < m) {
+        const int32_t o = rr / int32_t(rows_per_owner);  // 32-bit: rows_per_owner <= m < 2^31
+        r[h] = dst[o] + (int64_t(rr) - int64_t(o) * rows_per_owner) * ldc;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      const int32_t col = col0 + 8 * j;
+      if (col >= n) continue;
+      const bool two = col + 1 < n;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (!r[h]) continue;
+        __nv_bfloat16* p = r[h] + col;
+        const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+        if (two && paired) {
+          *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+        } else {
+          p[0] = __float2bfloat16_rn(v0);
+          if (two) p[1] = __float2bfloat16_rn(v1);
+        }
+      }
+    }
+  }
 #endif
 };
 

@@ -113,7 +113,6 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   using Cfg = GemmConfig;
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
-  const int32_t k_iters = (g.k + Cfg::kTileK - 1) / Cfg::kTileK;
   uint32_t it = 0;
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
@@ -134,7 +133,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
     }
     const int32_t row_a = c.m_block * Cfg::kTileM;
     const int32_t row_b = c.n_block * Cfg::kTileN + int32_t(cta) * kBRows;
-    for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
+    for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
       WEFT_TRACE_STAMP(1, it);
@@ -151,23 +150,12 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   }
 }
 
-// ---- deferred bf16 stores (EpiScatterBf16 without a TileSignal) --------------------------------
-// A finished tile is packed to bf16x2 (64 registers per thread) and its stores are issued while the
-// tensor cores already run the next tile's first k-blocks (wgmma is asynchronous; the warps are
-// otherwise idle in wgmma.wait_group), instead of both consumer warpgroups stopping the MMAs to
-// store. The values, rounding and addresses are exactly those of the epilogue's pair().
-template <class Epilogue>
-struct DeferredStore {
-  // EpiStoreBf16 stores through shared memory and TMA (store_tile_tma) or, where C does not allow
-  // that, with pair(): holding a packed tile next to the TMA path's registers would spill.
-  static constexpr bool kEnabled = std::is_same<Epilogue, EpiScatterBf16>::value;
-};
-
 // An epilogue with fragment(row, col0, m, n, acc) takes a thread's whole finished tile at once
 // (EpiReduceSlots batches its loads of the staged partials) instead of one pair() at a time.
 template <class Epilogue>
 struct FragmentEpilogue {
-  static constexpr bool kEnabled = std::is_same<Epilogue, EpiReduceSlots>::value;
+  static constexpr bool kEnabled =
+      std::is_same<Epilogue, EpiReduceSlots>::value || std::is_same<Epilogue, EpiScatterBf16>::value;
 };
 
 // Whether a tile's signal may be released at GPU scope instead of system scope: EpiReduceSlots'
@@ -180,76 +168,22 @@ __device__ __forceinline__ bool gpu_scope_signal(const Epilogue&) {
   return false;
 }
 
-// Where row `row` of C starts (column 0), or null for an epilogue without the deferred path.
-__device__ __forceinline__ __nv_bfloat16* row_base(const EpiStoreBf16& e, int32_t row) {
-  return e.c + int64_t(row) * e.ldc;
-}
-__device__ __forceinline__ __nv_bfloat16* row_base(const EpiScatterBf16& e, int32_t row) {
-  const int32_t o = row / int32_t(e.rows_per_owner);  // 32-bit: rows_per_owner <= M < 2^31
-  return e.dst[o] + (int64_t(row) - int64_t(o) * e.rows_per_owner) * e.ldc;
+// Which tiles leave through the shared-memory + TMA store (to the C that enable_tma_store encoded
+// in GemmParams::tmap_c): every tile of EpiStoreBf16; EpiReduceSlots' partial tiles (rows outside
+// [lo, hi): stored as they are into `partial`); none for the other epilogues.
+__device__ __forceinline__ bool tma_store_tile(const EpiStoreBf16&, int32_t) { return true; }
+__device__ __forceinline__ bool tma_store_tile(const EpiReduceSlots& e, int32_t row0) {
+  return row0 >= e.hi || row0 + GemmConfig::kTileM <= e.lo;
 }
 template <class Epilogue>
-__device__ __forceinline__ __nv_bfloat16* row_base(const Epilogue&, int32_t) {
-  return nullptr;
+__device__ __forceinline__ bool tma_store_tile(const Epilogue&, int32_t) {
+  return false;
 }
-
-// One tile's packed results, held by one consumer thread until they are stored.
-struct PendingTile {
-  static constexpr int kChunks = 4;  // stores issued in 4 slices, one per k-block of the next tile
-  uint32_t v[64];                    // v[2j]: row r, columns col0 + 8j + {0,1}; v[2j+1]: row r + 8
-  __nv_bfloat16* row0 = nullptr;     // C[r][col0] (null: row past M, or nothing pending)
-  __nv_bfloat16* row1 = nullptr;     // C[r + 8][col0]
-  int32_t col0 = 0;
-  bool paired = true;
-  bool full = false;  // paired, and all 256 columns inside N: plain 4-byte stores, no checks
-};
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
   __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&h);
 }
-
-__device__ __forceinline__ void store_packed(__nv_bfloat16* p, uint32_t v, bool two, bool paired) {
-  if (two && paired) {
-    *reinterpret_cast<uint32_t*>(p) = v;
-  } else {
-    p[0] = __ushort_as_bfloat16(uint16_t(v & 0xFFFF));
-    if (two) p[1] = __ushort_as_bfloat16(uint16_t(v >> 16));
-  }
-}
-
-// Issues slice `kChunk` (16 of the 64 stores) of the pending tile.
-template <int kChunk>
-__device__ __forceinline__ void store_pending_chunk(const PendingTile& pt, int32_t n) {
-  constexpr int kPer = 32 / PendingTile::kChunks;
-  if (pt.full) {
-#pragma unroll
-    for (int j = kChunk * kPer; j < (kChunk + 1) * kPer; ++j) {
-      if (pt.row0) *reinterpret_cast<uint32_t*>(pt.row0 + 8 * j) = pt.v[2 * j];
-      if (pt.row1) *reinterpret_cast<uint32_t*>(pt.row1 + 8 * j) = pt.v[2 * j + 1];
-    }
-    return;
-  }
-#pragma unroll
-  for (int j = kChunk * kPer; j < (kChunk + 1) * kPer; ++j) {
-    const int32_t col = pt.col0 + 8 * j;
-    if (col < n) {
-      const bool two = col + 1 < n;
-      if (pt.row0) store_packed(pt.row0 + 8 * j, pt.v[2 * j], two, pt.paired);
-      if (pt.row1) store_packed(pt.row1 + 8 * j, pt.v[2 * j + 1], two, pt.paired);
-    }
-  }
-}
-
-// Slices [from, kChunks) of the pending tile (from is a run-time value; the slices are unrolled
-// so that v[] is indexed with constants only and stays in registers).
-__device__ __forceinline__ void store_pending_from(const PendingTile& pt, int32_t from, int32_t n) {
-  if (from <= 0) store_pending_chunk<0>(pt, n);
-  if (from <= 1) store_pending_chunk<1>(pt, n);
-  if (from <= 2) store_pending_chunk<2>(pt, n);
-  if (from <= 3) store_pending_chunk<3>(pt, n);
-}
-static_assert(PendingTile::kChunks == 4, "store_pending_from and the k-loop issue 4 slices");
 
 // ---- bf16 stores through shared memory and TMA (EpiStoreBf16 with GemmParams::store_tma) ------
 // A consumer warpgroup's 64 x 256 half of the tile leaves as four 64 x 64 boxes: the threads pack
@@ -288,26 +222,72 @@ __device__ __forceinline__ void store_tile_tma(const GemmParams& g, SharedStorag
   }
 }
 
+// ---- split tail: K-slices of the last wave's tiles (TileSchedule::plan_split) ------------------
+enum class SplitFix { kFinish, kPartialStored, kAbort };
+
+// One CTA tile's fp32 partial, 128 x 256 floats, laid out [i < 32][consumer thread < 256] as
+// float4 (acc[4i .. 4i+3] of each thread): every warp access is 512 contiguous bytes, and the
+// finishing slice reads back exactly the fragments its own threads hold.
+constexpr int kPartialFloat4s = GemmConfig::kTileM * GemmConfig::kTileN / 4;
+
+// A non-final slice stores its partial (L2 only) and counts it on the tile's flag; the final slice
+// waits (bounded) for the split - 1 partials, adds them in slice order (the same bits every run)
+// and goes on to the epilogue; it resets the flag for the next launch.
+template <int kCluster>
+__device__ __forceinline__ SplitFix split_fixup(const GemmParams& g, const FrameParams& f, SharedStorage& s,
+                                                float (&acc)[128], const TileCoord& c, uint32_t cta, int32_t tid) {
+  constexpr uint32_t kConsumerThreads = GemmConfig::kConsumers * 128;
+  const int64_t slot = int64_t(c.tail_index) * kCluster + cta;
+  uint64_t* flag = g.split_flags + slot;
+  float4* base = reinterpret_cast<float4*>(g.split_ws) + slot * (c.split - 1) * kPartialFloat4s + tid;
+  if (c.slice < c.split - 1) {
+    float4* dst = base + int64_t(c.slice) * kPartialFloat4s;
+#pragma unroll
+    for (int i = 0; i < 32; ++i)
+      __stcg(dst + i * int(kConsumerThreads), make_float4(acc[4 * i], acc[4 * i + 1], acc[4 * i + 2], acc[4 * i + 3]));
+    sm90::named_barrier_sync(1, kConsumerThreads);
+    if (tid == 0) {
+      __threadfence();
+      flag_add_release(flag, 1);
+    }
+    return SplitFix::kPartialStored;
+  }
+  if (tid == 0 &&
+      !frame_wait_flag(f, flag, uint64_t(c.split - 1), Role::kCompute, c.m_block, c.n_block, int32_t(slot)))
+    s.abort = 1;
+  sm90::named_barrier_sync(1, kConsumerThreads);
+  if (sm90::ld_shared_volatile(&s.abort)) return SplitFix::kAbort;
+  for (int32_t sl = 0; sl < c.split - 1; ++sl) {
+    const float4* src = base + int64_t(sl) * kPartialFloat4s;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) {
+      const float4 v = __ldcg(src + i * int(kConsumerThreads));
+      acc[4 * i] += v.x;
+      acc[4 * i + 1] += v.y;
+      acc[4 * i + 2] += v.z;
+      acc[4 * i + 3] += v.w;
+    }
+  }
+  if (tid == 0) *flag = 0;  // read by nobody else in this launch; the next one starts from 0
+  return SplitFix::kFinish;
+}
+
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
                                               const TileSignal& signal, SharedStorage& s, uint32_t cta,
                                               int32_t cluster_idx, int32_t clusters) {
   using Cfg = GemmConfig;
-  const int32_t k_iters = (g.k + Cfg::kTileK - 1) / Cfg::kTileK;
   const int32_t consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const int32_t t128 = threadIdx.x % 128;
   const int32_t warp = t128 / 32, lane = t128 % 32;
   float acc[128];
   uint32_t it = 0;
-  // Deferred stores need no ordering against a signal; with a TileSignal the tile is stored (and
-  // signalled) right away.
-  constexpr bool kCanDefer = DeferredStore<Epilogue>::kEnabled;
-  const bool tma_store = std::is_same<Epilogue, EpiStoreBf16>::value && g.store_tma;
-  const bool defer = kCanDefer && signal.flags == nullptr && !tma_store;
-  PendingTile pending;
+  constexpr bool kTmaEpilogue =
+      std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiReduceSlots>::value;
+  const bool tma_store = kTmaEpilogue && g.store_tma;  // some tiles may use it (staging to drain at the end)
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
-    for (int32_t kb = 0; kb < k_iters; ++kb, ++it) {
+    for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       // Normally the previous k-block's stage is released after this one's MMAs are issued
       // (below). When this k-block's data is late, retire the previous MMAs now and hand their
@@ -315,7 +295,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       // would otherwise hold the one before it, and with 2-CTA multicast the peer's as well).
       // The choice is made per warp (wgmma.wait_group is warp-synchronous).
       bool released = false;
-      if (kb > 0 && !__all_sync(0xffffffffu, sm90::mbar_try_wait(&s.full[stage], phase))) {
+      if (kb > c.k_begin && !__all_sync(0xffffffffu, sm90::mbar_try_wait(&s.full[stage], phase))) {
         sm90::wgmma_wait<0>();
         if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
         released = true;
@@ -332,52 +312,35 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
 #pragma unroll
       for (int k = 0; k < Cfg::kTileK / 16; ++k) {
         // +32 bytes per k16 step inside the swizzled 128-byte row: +2 in the >>4 address field.
-        sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > 0 || k > 0) ? 1 : 0);
+        sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > c.k_begin || k > 0) ? 1 : 0);
       }
       sm90::wgmma_commit();
-      if constexpr (kCanDefer) {
-        // The previous tile's stores, one slice per k-block, while this k-block's MMAs run.
-        if (defer && kb < PendingTile::kChunks) {
-          if (kb == 0) store_pending_chunk<0>(pending, g.n);
-          if (kb == 1) store_pending_chunk<1>(pending, g.n);
-          if (kb == 2) store_pending_chunk<2>(pending, g.n);
-          if (kb == 3) store_pending_chunk<3>(pending, g.n);
-        }
-      }
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
-      if (kb > 0 && !released && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+      if (kb > c.k_begin && !released && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+
+    // A K-slice of a split tail tile: hand the partial over, or fold the others' in.
+    if (c.split > 1) {
+      const SplitFix fix = split_fixup<kCluster>(g, f, s, acc, c, cta, consumer * 128 + t128);
+      if (fix == SplitFix::kAbort) {
+        if (tma_store && t128 == 0) sm90::bulk_wait<0>();
+        return;
+      }
+      if (fix == SplitFix::kPartialStored) continue;
+    }
 
     // The accumulator fragment: thread holds, for j in [0, 32), rows r and r+8, columns
     // 8j + 2*(lane%4) + {0, 1}.
     const int32_t row = c.m_block * Cfg::kTileM + consumer * 64 + warp * 16 + lane / 4;
     const int32_t col0 = c.n_block * Cfg::kTileN + 2 * (lane % 4);
-    if (tma_store) {
+    if (tma_store && tma_store_tile(epi, c.m_block * Cfg::kTileM)) {
       if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's tile past M: nothing to store
       store_tile_tma(g, s, acc, c, consumer, t128);
       // A signalled tile must be in global memory before its flag moves.
       if (signal.flags && t128 == 0) sm90::bulk_wait<0>();
-    } else if constexpr (kCanDefer) {
-      // Slices of the previous tile not yet issued (K shorter than kChunks k-blocks).
-      if (defer && k_iters < PendingTile::kChunks) store_pending_from(pending, k_iters, g.n);
-      // Rows past M (also the cluster's second tile hanging past M) get a null row pointer.
-      pending.row0 = row < g.m ? row_base(epi, row) + col0 : nullptr;
-      pending.row1 = row + 8 < g.m ? row_base(epi, row + 8) + col0 : nullptr;
-      pending.col0 = col0;
-      pending.paired = epi.paired;
-      pending.full = epi.paired && c.n_block * Cfg::kTileN + Cfg::kTileN <= g.n;
-#pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        pending.v[2 * j] = pack_bf16x2(acc[4 * j + 0], acc[4 * j + 1]);
-        pending.v[2 * j + 1] = pack_bf16x2(acc[4 * j + 2], acc[4 * j + 3]);
-      }
-      if (defer) continue;
-      // With a signal: store now, then signal below.
-      store_pending_from(pending, 0, g.n);
-      if (c.m_block >= g.cta_m_blocks) continue;  // no signal for the cluster's tile past M
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
       if (c.m_block >= g.cta_m_blocks) continue;
@@ -406,9 +369,6 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         }
       }
     }
-  }
-  if constexpr (kCanDefer) {
-    if (defer) store_pending_from(pending, 0, g.n);  // the block's last tile
   }
   // The staging buffers must stay valid until the TMA unit has read them.
   if (tma_store && t128 == 0) sm90::bulk_wait<0>();

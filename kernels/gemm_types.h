@@ -35,6 +35,10 @@ struct GemmParams {
   // {kStoreBox cols, kStoreBox rows}, 128-byte swizzle. false: stores straight from registers.
   CUtensorMap tmap_c;
   bool store_tma = false;
+  // Split tail (enable_tail_split): fp32 partials of the split tiles' non-final K-slices, and one
+  // flag per split CTA tile counting them (zero between launches).
+  float* split_ws = nullptr;
+  uint64_t* split_flags = nullptr;
 };
 
 // Flags are indexed by 128-row CTA tiles: m_block = row / kTileM (not the cluster tile).

@@ -23,6 +23,16 @@
 // together, so the first shard is finished first (the one a rank already holds, or the one
 // whose result must leave first). Every tile is visited exactly once across the B blocks
 // (unit-tested on the host for many shapes and block counts).
+//
+// Split tail (plan_split): when the tiles do not fill the last wave (T = W*B + tail, tail < B),
+// the last `tail` tiles are cut along K into `split` slices, so the last wave's work spreads over
+// all blocks instead of leaving B - tail of them idle for a whole tile time. Work units after the
+// W*B whole tiles: first every non-final slice of every tail tile (they store fp32 partials and
+// never wait), then the final slices (they wait for their tile's partials, add them in slice
+// order and run the epilogue). A block walks its units in increasing order, so every partial a
+// final slice waits for is computed by a block that never waits before it: no deadlock.
+//
+//   units:  whole tiles 0 .. W*B-1 | slices 0..s-2 of tail tiles | slice s-1 of tail tiles
 #pragma once
 
 #include <cstdint>
@@ -35,7 +45,12 @@ struct TileCoord {
   int32_t m_block = 0;  // tile row: rows [m_block * tile_m, ...)
   int32_t n_block = 0;  // tile column
   int32_t shard = 0;    // M-shard holding m_block
-  int64_t linear = 0;   // position in the schedule (0 .. num_tiles-1)
+  int64_t linear = 0;   // position in the schedule (0 .. num_units-1)
+  int32_t k_begin = 0;  // k-blocks [k_begin, k_end) of this unit
+  int32_t k_end = 0;
+  int32_t slice = 0;       // K-slice of a split tail tile (split - 1: the one that finishes it)
+  int32_t split = 1;       // slices of this tile (1: whole tile)
+  int32_t tail_index = 0;  // tile's index among the split tail tiles (partials, flags)
 };
 
 // The schedule's shape; a POD passed by value to kernels.
@@ -45,6 +60,9 @@ struct TileSchedule {
   int32_t group_m = 8;      // m-blocks per raster group (>= 1)
   int32_t num_shards = 1;   // M-shards; m_blocks % num_shards == 0
   int32_t first_shard = 0;  // shard visited first (e.g. this rank's own shard)
+  int32_t k_iters = 1;      // k-blocks per tile
+  int32_t split = 1;        // K-slices per tail tile (plan_split); 1: no split
+  int32_t split_from = 0;   // first split tile (linear); tiles before it are whole
 
   // Builds the schedule for an M x N output; false (and *why set) when the shard split does not
   // fall on tile boundaries.
@@ -73,7 +91,65 @@ struct TileSchedule {
     out->group_m = group_m;
     out->num_shards = num_shards;
     out->first_shard = first_shard;
+    out->k_iters = 1;
+    out->split = 1;
+    out->split_from = int32_t(mb * nb);
     return true;
+  }
+
+  // Chooses the tail split for `blocks` persistent blocks (sets split, split_from; split = 1 when
+  // it does not pay). Cost model in k-blocks of one block's time: whole waves are equal for all
+  // choices; the tail costs ceil(tail * s / blocks) slices of k_iters / s k-blocks, plus about
+  // `fixup_kb` k-blocks per partial written and read. Slices keep >= min_slice_kb k-blocks.
+  void plan_split(int32_t blocks, int32_t max_split, int32_t min_slice_kb = 4, double fixup_kb = 2.0) {
+    split = 1;
+    split_from = int32_t(num_tiles());
+    if (blocks <= 0 || max_split <= 1) return;
+    const int64_t t = num_tiles(), tail = t % blocks;
+    if (tail == 0) return;
+    double best = double(k_iters);
+    for (int32_t sp = 2; sp <= max_split && k_iters / sp >= min_slice_kb; ++sp) {
+      const int64_t rounds = (tail * sp + blocks - 1) / blocks;
+      const double cost = double(rounds) * double(k_iters) / sp + fixup_kb * sp;
+      if (cost < best * 0.97) {
+        best = cost;
+        split = sp;
+      }
+    }
+    if (split > 1) split_from = int32_t(t - tail);
+  }
+
+  WEFT_HD int64_t num_units() const {
+    return split_from + int64_t(int32_t(num_tiles()) - split_from) * split;
+  }
+  // Split tail tiles (0 when no split).
+  WEFT_HD int32_t tail_tiles() const { return split > 1 ? int32_t(num_tiles()) - split_from : 0; }
+
+  // Work unit `u` (< num_units()): a whole tile, or one K-slice of a tail tile (order above).
+  WEFT_HD TileCoord unit_at(int64_t u) const {
+    if (u < split_from || split <= 1) {
+      TileCoord c = tile_at(u);
+      c.k_end = k_iters;
+      return c;
+    }
+    const uint32_t w = uint32_t(u - split_from), tail = uint32_t(tail_tiles());
+    const uint32_t nonfinal = tail * uint32_t(split - 1);
+    uint32_t idx, sl;
+    if (w < nonfinal) {
+      idx = w / uint32_t(split - 1);
+      sl = w - idx * uint32_t(split - 1);
+    } else {
+      idx = w - nonfinal;
+      sl = uint32_t(split - 1);
+    }
+    TileCoord c = tile_at(int64_t(split_from) + idx);
+    c.linear = u;
+    c.split = split;
+    c.slice = int32_t(sl);
+    c.tail_index = int32_t(idx);
+    c.k_begin = int32_t(uint32_t(k_iters) * sl / uint32_t(split));
+    c.k_end = int32_t(uint32_t(k_iters) * (sl + 1) / uint32_t(split));
+    return c;
   }
 
   WEFT_HD int64_t num_tiles() const { return int64_t(m_blocks) * n_blocks; }
@@ -103,14 +179,14 @@ struct TileSchedule {
   }
 };
 
-// One compute block's walk through a TileSchedule: for (s.init(...); s.valid(); s.advance()).
+// One compute block's walk through a TileSchedule's work units: for (...; it.valid(); it.advance()).
 class PersistentTileIter {
  public:
   WEFT_HD PersistentTileIter(const TileSchedule& sched, int32_t block, int32_t num_blocks)
       : sched_(sched), next_(block), stride_(num_blocks) {}
 
-  WEFT_HD bool valid() const { return next_ < sched_.num_tiles(); }
-  WEFT_HD TileCoord current() const { return sched_.tile_at(next_); }
+  WEFT_HD bool valid() const { return next_ < sched_.num_units(); }
+  WEFT_HD TileCoord current() const { return sched_.unit_at(next_); }
   WEFT_HD void advance() { next_ += stride_; }
   WEFT_HD int64_t linear() const { return next_; }
 

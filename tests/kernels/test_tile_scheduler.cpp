@@ -1,6 +1,7 @@
 // Host tests of the persistent tile scheduler's index math (kernels/tile_scheduler.h).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <vector>
@@ -18,6 +19,15 @@ TileSchedule make(int64_t m, int64_t n, int group, int shards, int first) {
   const char* why = nullptr;
   REQUIRE_MESSAGE(TileSchedule::make(m, n, 128, 256, group, shards, first, &s, &why), (why ? why : ""));
   return s;
+}
+
+// Index of a split tile among the tail tiles (what TileCoord::tail_index must say).
+int64_t tile_index_in_tail(const TileSchedule& s, const TileCoord& c) {
+  for (int64_t i = s.split_from; i < s.num_tiles(); ++i) {
+    const TileCoord t = s.tile_at(i);
+    if (t.m_block == c.m_block && t.n_block == c.n_block) return i - s.split_from;
+  }
+  return -1;
 }
 
 // Walks every block's iterator; returns per-tile visit counts (row-major m_block, n_block).
@@ -114,4 +124,68 @@ TEST_CASE("a schedule whose shards do not fall on tile boundaries is refused wit
   CHECK(std::string(why).find("multiple of the tile height") != std::string::npos);
   CHECK_FALSE(TileSchedule::make(1024, 256, 128, 256, 8, 4, 4, &s, &why));  // first shard out of range
   CHECK_FALSE(TileSchedule::make(0, 256, 128, 256, 8, 1, 0, &s, &why));
+}
+
+TEST_CASE("split tail: every k-block of every tile computed once, final slices after all partials") {
+  int split_seen = 0;
+  for (int64_t mb : {3, 16, 64})
+    for (int64_t nb : {1, 7, 28})
+      for (int k_iters : {1, 5, 28, 128})
+        for (int blocks : {1, 5, 66, 132}) {
+          TileSchedule s = make(128 * mb, 256 * nb, 8, 1, 0);
+          s.k_iters = k_iters;
+          s.plan_split(blocks, 8);
+          CAPTURE(mb);
+          CAPTURE(nb);
+          CAPTURE(k_iters);
+          CAPTURE(blocks);
+          CAPTURE(s.split);
+          if (s.split > 1) ++split_seen;
+          REQUIRE(s.split >= 1);
+          REQUIRE(s.split <= 8);
+          if (s.split > 1) {
+            CHECK(k_iters / s.split >= 4);  // slices keep at least 4 k-blocks
+            CHECK(s.num_tiles() % blocks != 0);
+            CHECK(s.split_from == s.num_tiles() - s.num_tiles() % blocks);
+          }
+          std::vector<int> kb_count(std::size_t(s.num_tiles() * k_iters), 0);
+          std::vector<int64_t> last_partial(std::size_t(s.num_tiles()), -1), final_unit(std::size_t(s.num_tiles()), -1);
+          for (int b = 0; b < blocks; ++b)
+            for (PersistentTileIter it(s, b, blocks); it.valid(); it.advance()) {
+              const TileCoord c = it.current();
+              const int64_t tile = int64_t(c.m_block) * s.n_blocks + c.n_block;
+              REQUIRE(c.k_begin < c.k_end);
+              REQUIRE(c.k_end <= k_iters);
+              for (int kb = c.k_begin; kb < c.k_end; ++kb) ++kb_count[std::size_t(tile * k_iters + kb)];
+              if (c.split > 1 && c.slice < c.split - 1)
+                last_partial[std::size_t(tile)] = std::max(last_partial[std::size_t(tile)], c.linear);
+              if (c.split > 1 && c.slice == c.split - 1) final_unit[std::size_t(tile)] = c.linear;
+              if (c.split > 1) REQUIRE(c.tail_index == tile_index_in_tail(s, c));
+            }
+          for (int v : kb_count) REQUIRE(v == 1);
+          // A block walks its units in increasing order, so a final slice that comes after every
+          // partial of its tile in the global order never waits on a block that is itself waiting.
+          for (std::size_t t = 0; t < last_partial.size(); ++t)
+            if (final_unit[t] >= 0) REQUIRE(final_unit[t] > last_partial[t]);
+        }
+  CHECK(split_seen > 0);
+}
+
+TEST_CASE("split tail: the planner splits a ragged last wave and leaves full waves alone") {
+  TileSchedule s = make(2048, 7168 + 0 * 256, 8, 1, 0);  // 16 x 28 = 448 tiles: 3 waves + 52
+  s.k_iters = 128;
+  s.plan_split(132, 8);
+  CHECK(s.split > 1);
+  CHECK(s.split_from == 396);
+  CHECK(s.tail_tiles() == 52);
+  CHECK(s.num_units() == 396 + 52 * s.split);
+  TileSchedule full = make(128 * 132, 256, 8, 1, 0);  // exactly one wave
+  full.k_iters = 128;
+  full.plan_split(132, 8);
+  CHECK(full.split == 1);
+  CHECK(full.num_units() == full.num_tiles());
+  TileSchedule short_k = make(2048, 7168, 8, 1, 0);  // K too short to cut: 5 k-blocks
+  short_k.k_iters = 5;
+  short_k.plan_split(132, 8);
+  CHECK(short_k.split == 1);
 }
