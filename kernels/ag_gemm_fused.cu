@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "kernels/ag_gemm_fused.h"
+#include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
 
@@ -351,6 +352,11 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
   if (err != cudaSuccess) return ag_detail::launch_error("ag_gemm fused", frame.rank, err);
   ag_detail::FusedParams p;
   p.gemm = g;
+  // A ragged last wave is cut along K inside the GEMM (kernels/gemm.h) unless the caller planned it.
+  if (frame.roles.compute > 0 && g.sched.split <= 1) {
+    const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm);
+    if (st != Status::kOk) return st;
+  }
   p.frame = frame;
   p.epi = epi;
   p.gate = gate;

@@ -114,7 +114,7 @@ template <class Epilogue>
 Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
               const TileSignal& signal, cudaStream_t stream) {
   GemmParams gs = g;
-  if (split_tail_default() && g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
+  if (g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
   if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
   return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
 }
@@ -241,7 +241,7 @@ Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams
   constexpr size_t kMaxWorkspace = size_t(64) << 20;
   constexpr size_t kPartialBytes = size_t(GemmConfig::kTileM) * GemmConfig::kTileN * sizeof(float);
   TileSchedule& sc = g->sched;
-  int32_t max_split = kMaxSplit;
+  int32_t max_split = split_tail_default() ? kMaxSplit : 1;
   for (;;) {
     sc.plan_split(compute_blocks / g->cluster_m, max_split);
     if (sc.split <= 1) break;

@@ -56,7 +56,8 @@ Status enable_tma_store(const EpiReduceSlots& epi, GemmParams* g);
 // for `compute_blocks` compute blocks, and points g at a workspace for the fp32 partials owned by
 // `stream` (launches on one stream must not overlap). launch_gemm does this itself (unless
 // WEFT_GEMM_SPLIT_TAIL=0); a fused kernel that calls gemm_compute_block() calls it once per launch
-// configuration. Leaves g unsplit when it does not pay or no workspace can be had.
+// configuration. Leaves g unsplit when it does not pay, no workspace can be had, or
+// WEFT_GEMM_SPLIT_TAIL=0.
 Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g);
 
 // Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
