@@ -7,6 +7,19 @@
 
 namespace weft::kernels {
 
+#if defined(__CUDACC__)
+// Stores the bf16 pair (v0 at p, v1 at p + 1 when `two`): one 4-byte store when `paired` (ldc and
+// the base allow it), else element by element.
+__device__ __forceinline__ void store_bf16_pair(__nv_bfloat16* p, float v0, float v1, bool two, bool paired) {
+  if (two && paired) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
+  } else {
+    p[0] = __float2bfloat16_rn(v0);
+    if (two) p[1] = __float2bfloat16_rn(v1);
+  }
+}
+#endif
+
 // ---- epilogues: one finished pair of columns (col, col+1) of one row ----------------------------
 // Each epilogue gets (row, col, v0, v1, two): v1 belongs to col+1 and is valid only when `two`.
 // Rows/cols are already bounds-checked. Members are plain pointers: local, or a peer's heap
@@ -20,12 +33,7 @@ struct EpiStoreBf16 {
 #if defined(__CUDACC__)
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     __nv_bfloat16* p = c + int64_t(row) * ldc + col;
-    if (two && paired) {
-      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      p[0] = __float2bfloat16_rn(v0);
-      if (two) p[1] = __float2bfloat16_rn(v1);
-    }
+    store_bf16_pair(p, v0, v1, two, paired);
   }
 #endif
 };
@@ -75,12 +83,7 @@ struct EpiScatterBf16 {
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     const int32_t o = int32_t(row / rows_per_owner);
     __nv_bfloat16* p = dst[o] + (int64_t(row) - int64_t(o) * rows_per_owner) * ldc + col;
-    if (two && paired) {
-      *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-    } else {
-      p[0] = __float2bfloat16_rn(v0);
-      if (two) p[1] = __float2bfloat16_rn(v1);
-    }
+    store_bf16_pair(p, v0, v1, two, paired);
   }
 
   // A consumer thread's whole fragment (rows row and row + 8, columns col0 + 8j + {0, 1}): the
@@ -105,12 +108,7 @@ struct EpiScatterBf16 {
         if (!r[h]) continue;
         __nv_bfloat16* p = r[h] + col;
         const float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
-        if (two && paired) {
-          *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-        } else {
-          p[0] = __float2bfloat16_rn(v0);
-          if (two) p[1] = __float2bfloat16_rn(v1);
-        }
+        store_bf16_pair(p, v0, v1, two, paired);
       }
     }
   }
@@ -141,12 +139,7 @@ struct EpiReduceSlots {
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     if (row < lo || row >= hi) {
       __nv_bfloat16* p = partial + int64_t(row) * ldc + col;
-      if (two && paired) {
-        *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v0, v1);
-      } else {
-        p[0] = __float2bfloat16_rn(v0);
-        if (two) p[1] = __float2bfloat16_rn(v1);
-      }
+      store_bf16_pair(p, v0, v1, two, paired);
       return;
     }
     const int64_t off = int64_t(row - lo) * ldc + col;

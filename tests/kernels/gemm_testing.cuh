@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 namespace weft::kernels::testing {
 
@@ -160,5 +161,29 @@ inline int hopper_sm_count_or_explain() {
   }
   return prop.multiProcessorCount;
 }
+
+// The tests' GPU gate: the SM count of a Hopper GPU, or exit 77 (CTest's "skipped") after saying why.
+inline int require_hopper() {
+  static int sms = -1;
+  if (sms < 0) sms = hopper_sm_count_or_explain();
+  if (sms == 0) std::exit(77);
+  return sms;
+}
+
+// A seed drawn fresh on every call: inputs differ on every run.
+inline uint64_t fresh_seed() {
+  static std::random_device rd;
+  return (uint64_t(rd()) << 32) | rd();
+}
+
+// A device allocation of n elements, freed with its scope.
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  explicit DevBuf(int64_t n) { WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T))); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { cudaFree(p); }
+};
 
 }  // namespace weft::kernels::testing

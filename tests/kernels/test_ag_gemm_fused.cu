@@ -21,18 +21,6 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-int require_hopper() {
-  static int sms = -1;
-  if (sms < 0) sms = hopper_sm_count_or_explain();
-  if (sms == 0) std::exit(77);
-  return sms;
-}
-
-uint64_t fresh_seed() {
-  static std::random_device rd;
-  return (uint64_t(rd()) << 32) | rd();
-}
-
 __global__ void count_mismatches(const uint16_t* a, const uint16_t* b, int64_t n, unsigned long long* out) {
   unsigned long long bad = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)

@@ -17,25 +17,6 @@ using weft::Status;
 
 namespace {
 
-int require_hopper() {
-  static int sms = -1;
-  if (sms < 0) sms = hopper_sm_count_or_explain();
-  if (sms == 0) std::exit(77);
-  return sms;
-}
-
-uint64_t fresh_seed() {
-  static std::random_device rd;
-  return (uint64_t(rd()) << 32) | rd();
-}
-
-template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  explicit DevBuf(int64_t n) { WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T))); }
-  ~DevBuf() { cudaFree(p); }
-};
-
 struct Problem {
   int m, n, k;
   DevBuf<__nv_bfloat16> a, b;

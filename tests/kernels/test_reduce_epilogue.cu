@@ -21,25 +21,6 @@ using weft::Status;
 
 namespace {
 
-int require_hopper() {
-  static int sms = -1;
-  if (sms < 0) sms = hopper_sm_count_or_explain();
-  if (sms == 0) std::exit(77);
-  return sms;
-}
-
-uint64_t fresh_seed() {
-  static std::random_device rd;
-  return (uint64_t(rd()) << 32) | rd();
-}
-
-template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  explicit DevBuf(int64_t n) { WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T))); }
-  ~DevBuf() { cudaFree(p); }
-};
-
 template <class T>
 std::vector<T> to_host(const T* p, int64_t n) {
   std::vector<T> h(static_cast<size_t>(n));
