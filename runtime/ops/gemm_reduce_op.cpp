@@ -37,235 +37,58 @@
 #include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/device_data.h"
+#include "runtime/ops/gemm_reduce.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {
-namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr uint64_t kNever = ~0ull >> 1;  // a flag value no wait ever exceeds
 
-struct GemmReduce {
-  bool all_reduce = false;
-  bool overlap = true;  // overlap path, else peer path
-  int rank = 0, world = 1;
-  int pieces = 1;       // S: pieces per owner's row block (overlap path)
-  int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
-  uint64_t tiles_per_piece = 0;
-  bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr;
-  PeerBuffer partial;    // m × n: this rank's partial C (peers read it on the peer path)
-  PeerBuffer staging;    // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
-  PeerBuffer c_full;     // AllReduce: m × n on every rank
-  PeerBuffer arrived;    // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
-  PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
-  PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
-  PeerBuffer peer_flags;   // 3 W: the peer kernel's ready, reduced and done flags
-  uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
-  uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
-  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the diagnostic GEMM timings
-  uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
-  bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
-  bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
-  uint64_t epoch = 0;
-  int peer_blocks = 0;
-  cudaStream_t main = nullptr, comm = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-  std::vector<cudaStream_t> push;   // AllReduce: one stream per peer for the pushes of reduced pieces
-  std::vector<cudaEvent_t> pushed;  // their joins
-  kernels::GemmParams gemm;
-  kernels::FrameHost frame;
-  kernels::FrameParams frame_params;
-  RoleCounts roles;
-  double host_us = 0;  // host time spent enqueueing fused runs
-  int64_t host_runs = 0;
+Status GemmReduce::enqueue_fused() {
+  auto t0 = std::chrono::steady_clock::now();
+  ++epoch;
+  Status st = overlap ? enqueue_overlap() : enqueue_peer();
+  host_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  ++host_runs;
+  return st;
+}
 
-  size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
-  int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }
+void GemmReduce::unstick() {
+  cudaStream_t s = nullptr;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
+  std::vector<uint64_t> big(size_t(world * pieces), kNeverFlag);
+  for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
+  cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
+  for (const PeerBuffer* f : {&freed, &gathered})
+    cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
+  cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+}
 
-  kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const {
-    kernels::EpiReduceSlots epi;
-    epi.partial = partial.local<bf16>();
-    epi.out = all_reduce ? c_full.local<bf16>() + int64_t(rank) * m_loc * n : out;
-    for (int p = 0; p < world; ++p)
-      if (p != rank) epi.slots[epi.nslots++] = staging.local<bf16>() + int64_t(p) * m_loc * n;
-    epi.lo = own_rows ? int32_t(rank * m_loc) : 0;
-    epi.hi = own_rows ? int32_t((rank + 1) * m_loc) : 0;
-    epi.ldc = n;
-    epi.paired = n % 2 == 0;
-    epi.local_signal = !sys_signal;
-    return epi;
-  }
+Status GemmReduce::sync(const char* what) {
+  return sync_bounded(main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT"), what, [this] { unstick(); });
+}
 
-  Status enqueue_fused() {
-    auto t0 = std::chrono::steady_clock::now();
-    ++epoch;
-    Status st = overlap ? enqueue_overlap() : enqueue_peer();
-    host_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    ++host_runs;
-    return st;
-  }
+GemmReduce::~GemmReduce() {
+  cudaDeviceSynchronize();
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out), static_cast<void*>(ref),
+                  static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles),
+                  static_cast<void*>(arrive)})
+    if (p) cudaFree(p);
+  for (cudaEvent_t e : {fork, join})
+    if (e) cudaEventDestroy(e);
+  for (cudaEvent_t e : pushed)
+    if (e) cudaEventDestroy(e);
+  for (cudaStream_t s : push)
+    if (s) cudaStreamDestroy(s);
+  if (comm) cudaStreamDestroy(comm);
+  if (main) cudaStreamDestroy(main);
+}
 
-  Status enqueue_overlap() {
-    const uint64_t e = epoch;
-    const int S = pieces;
-    WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(comm, fork));
-    // The GEMM is enqueued before the comm stream's waits: should the two streams share a hardware
-    // queue, the launch must not sit behind a wait that only the GEMM itself can satisfy.
-    kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e};
-    kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1};
-    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), gate_args, signal, main));
-
-    std::vector<StreamMemOp> ops;
-    auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
-    auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };
-    auto flush = [&]() -> Status {
-      WEFT_CHECK(stream_mem_ops(comm, ops));
-      ops.clear();
-      return Status::kOk;
-    };
-    auto raise_gate = [&](int j) {
-      for (int p = 0; p < world; ++p)
-        if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
-      write(gate + rank * S + j, e);
-    };
-    const uint64_t piece_done = e * tiles_per_piece;
-    for (int i = 1; i < world; ++i) {
-      const int o = (rank + i) % world;
-      wait(freed.local<uint64_t>() + o, e - 1);  // o has read what this rank sent it last epoch
-      for (int j = 0; j < S; ++j) {
-        wait(tiles + o * S + j, piece_done);
-        WEFT_CHECK(flush());
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + piece_row(rank, j) * n, partial.local<bf16>() +
-                                        piece_row(o, j) * n, piece_bytes(), cudaMemcpyDeviceToDevice, comm));
-        write(arrived.peer<uint64_t>(o) + rank * S + j, e);
-        // This rank's own piece j arrives from its last sender about now (the schedule is symmetric).
-        if (i == world - 1) raise_gate(j);
-      }
-    }
-    if (world == 1)
-      for (int j = 0; j < S; ++j) raise_gate(j);
-    if (all_reduce && serial_push) {
-      for (int j = 0; j < S; ++j) {
-        wait(tiles + rank * S + j, piece_done);
-        WEFT_CHECK(flush());
-        const int64_t at = piece_row(rank, j) * n;
-        for (int i = 1; i < world; ++i) {  // r+1 first: each rank receives from one sender at a time
-          const int q = (rank + i) % world;
-          WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
-                                          cudaMemcpyDeviceToDevice, comm));
-        }
-      }
-      for (int q = 0; q < world; ++q)
-        if (q != rank) write(gathered.peer<uint64_t>(q) + rank, e);
-    }
-    WEFT_CHECK(flush());
-    if (all_reduce && !serial_push) {
-      // One stream per peer, enqueued after the GEMM and the comm stream (a shared hardware queue
-      // then only serialises them): each waits for a reduced piece and pushes it to its peer.
-      for (int i = 1; i < world; ++i) {
-        const int q = (rank + i) % world;
-        cudaStream_t s = push[size_t(q)];
-        WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, fork));
-        for (int j = 0; j < S; ++j) {
-          WEFT_CHECK(stream_wait_u64_geq(s, tiles + rank * S + j, piece_done));
-          const int64_t at = piece_row(rank, j) * n;
-          WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
-                                          cudaMemcpyDeviceToDevice, s));
-        }
-        WEFT_CHECK(stream_write_u64(s, gathered.peer<uint64_t>(q) + rank, e));
-      }
-    }
-
-    std::vector<StreamMemOp> after;  // on main, behind the GEMM
-    for (int p = 0; p < world; ++p)
-      if (p != rank) after.push_back({StreamMemOp::kWrite, freed.peer<uint64_t>(p) + rank, e});
-    if (all_reduce)
-      for (int p = 0; p < world; ++p)
-        if (p != rank) after.push_back({StreamMemOp::kWaitGeq, gathered.local<uint64_t>() + p, e});
-    WEFT_CHECK(stream_mem_ops(main, after));
-    WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
-    if (all_reduce && !serial_push)
-      for (int q = 0; q < world; ++q)
-        if (q != rank) {
-          WEFT_CUDA_CHECK(cudaEventRecord(pushed[size_t(q)], push[size_t(q)]));
-          WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, pushed[size_t(q)]));
-        }
-    return Status::kOk;
-  }
-
-  Status enqueue_peer() {
-    kernels::EpiStoreBf16 epi{partial.local<bf16>(), n, n % 2 == 0};
-    WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
-    kernels::PeerReduceArgs pr;
-    pr.ranks = world;
-    pr.rank = rank;
-    pr.elems = m_loc * n;
-    const int64_t own = int64_t(rank) * m_loc * n;
-    pr.out = all_reduce ? c_full.local<bf16>() + own : out;
-    pr.all_gather = all_reduce;
-    for (int q = 0; q < world; ++q) {
-      pr.src[q] = partial.peer<bf16>(q) + own;
-      pr.flags_out[q] = peer_flags.peer<uint64_t>(q);
-      if (all_reduce) {
-        pr.gather_src[q] = c_full.peer<bf16>(q) + int64_t(q) * m_loc * n;
-        pr.gather_dst[q] = c_full.local<bf16>() + int64_t(q) * m_loc * n;
-      }
-    }
-    pr.flags_in = peer_flags.local<uint64_t>();
-    pr.arrive = arrive;
-    pr.epoch = epoch;
-    return kernels::launch_peer_reduce(pr, frame_params, peer_blocks, main);
-  }
-
-  // The fused op's GEMM without gate or copies (the staged slots hold stale data), to see what its
-  // parts cost: partial stores only; with the per-tile signals; with the own rows' reduction too.
-  Status enqueue_diag(bool own_rows, bool signalled) {
-    kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1};
-    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(own_rows), kernels::FlagGate{}, signal, main);
-  }
-
-  // A failed GEMM never completes its tile counts, and a failed peer never raises its flags: raise
-  // every local flag a stream waits on so the streams drain and the error can be reported.
-  void unstick() {
-    cudaStream_t s = nullptr;
-    if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
-    std::vector<uint64_t> big(size_t(world * pieces), kNever);
-    for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
-    cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
-    for (const PeerBuffer* f : {&freed, &gathered})
-      cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
-    cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-  }
-
-  Status sync(const char* what) {
-    return sync_bounded(main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT"), what, [this] { unstick(); });
-  }
-
-  bf16* result() const { return all_reduce ? c_full.local<bf16>() : out; }
-  int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
-
-  ~GemmReduce() {
-    cudaDeviceSynchronize();
-    for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(out), static_cast<void*>(ref),
-                    static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles),
-                    static_cast<void*>(arrive)})
-      if (p) cudaFree(p);
-    for (cudaEvent_t e : {fork, join})
-      if (e) cudaEventDestroy(e);
-    for (cudaEvent_t e : pushed)
-      if (e) cudaEventDestroy(e);
-    for (cudaStream_t s : push)
-      if (s) cudaStreamDestroy(s);
-    if (comm) cudaStreamDestroy(comm);
-    if (main) cudaStreamDestroy(main);
-  }
-};
+namespace {
 
 // The NCCL + cuBLAS sequence: partial GEMM, then reduce-scatter or all-reduce.
 Status enqueue_sequence(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas) {
@@ -368,11 +191,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     WEFT_WARN(kKernel, "rank %d: %s needs a GPU and this rank has none", info.rank, name);
     return Status::kUnsupported;
   }
-  if (info.num_nodes > 1) {
-    WEFT_WARN(kKernel, "rank %d: %s across %d nodes needs the proxy path, which the fused kernel does not drive yet; "
-              "run it on one node (layout.nodes: 1)", info.rank, name, info.num_nodes);
-    return Status::kUnsupported;
-  }
+  if (info.num_nodes > 1) return run_gemm_reduce_nodes(ctx, wl, boot, all_reduce);
   if (wl.world_size() != info.size || info.size > kernels::EpiReduceSlots::kMaxSlots + 1) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (at most %d on one node) but the job has %d", info.rank, name,
               wl.world_size(), kernels::EpiReduceSlots::kMaxSlots + 1, info.size);
@@ -424,7 +243,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     WEFT_CUDA_CHECK(cudaMemset(*f, 0, sizeof(uint64_t) * nflags));
   }
   // Other owners' pieces never wait; this rank's wait for the comm stream's epochs.
-  std::vector<uint64_t> gate_init(size_t(nflags), kNever);
+  std::vector<uint64_t> gate_init(size_t(nflags), kNeverFlag);
   for (int j = 0; j < op.pieces; ++j) gate_init[size_t(op.rank * op.pieces + j)] = 0;
   WEFT_CUDA_CHECK(cudaMemcpy(op.gate, gate_init.data(), sizeof(uint64_t) * nflags, cudaMemcpyHostToDevice));
   WEFT_CUDA_CHECK(cudaMalloc(&op.a, size_t(op.m * op.k_loc) * sizeof(bf16)));

@@ -1,0 +1,89 @@
+// GEMM+ReduceScatter / GEMM+AllReduce on one node: the op's state, shared by its setup and
+// harness (gemm_reduce_op.cpp), the overlap path (gemm_reduce_overlap.cpp) and the small-M peer
+// path (gemm_reduce_peer.cpp). The design is described at the top of gemm_reduce_op.cpp.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "kernels/gemm.h"
+#include "launcher/rank.h"
+#include "runtime/ops/op_harness.h"
+#include "runtime/roles.h"
+#include "runtime/status.h"
+#include "runtime/workload.h"
+
+namespace weft::runtime::ops {
+
+constexpr uint64_t kNeverFlag = ~0ull >> 1;  // a flag value no wait ever exceeds
+
+struct GemmReduce {
+  using bf16 = __nv_bfloat16;
+  bool all_reduce = false;
+  bool overlap = true;  // overlap path, else peer path
+  int rank = 0, world = 1;
+  int pieces = 1;       // S: pieces per owner's row block (overlap path)
+  int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
+  uint64_t tiles_per_piece = 0;
+  bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr;
+  PeerBuffer partial;    // m × n: this rank's partial C (peers read it on the peer path)
+  PeerBuffer staging;    // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
+  PeerBuffer c_full;     // AllReduce: m × n on every rank
+  PeerBuffer arrived;    // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
+  PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
+  PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
+  PeerBuffer peer_flags;   // 3 W: the peer kernel's ready, reduced and done flags
+  uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
+  uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
+  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the diagnostic GEMM timings
+  uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
+  bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
+  bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
+  uint64_t epoch = 0;
+  int peer_blocks = 0;
+  cudaStream_t main = nullptr, comm = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  std::vector<cudaStream_t> push;   // AllReduce: one stream per peer for the pushes of reduced pieces
+  std::vector<cudaEvent_t> pushed;  // their joins
+  kernels::GemmParams gemm;
+  kernels::FrameHost frame;
+  kernels::FrameParams frame_params;
+  RoleCounts roles;
+  double host_us = 0;  // host time spent enqueueing fused runs
+  int64_t host_runs = 0;
+
+  size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
+  int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }
+  bf16* result() const { return all_reduce ? c_full.local<bf16>() : out; }
+  int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
+
+  // One fused run: the overlap or the peer path (enqueued on `main`, host time accounted).
+  Status enqueue_fused();
+  // Overlap path (gemm_reduce_overlap.cpp).
+  Status enqueue_overlap();
+  kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const;
+  // The fused op's GEMM without gate or copies (the staged slots hold stale data), to see what its
+  // parts cost: partial stores only; with the per-tile signals; with the own rows' reduction too.
+  Status enqueue_diag(bool own_rows, bool signalled);
+  // Peer path (gemm_reduce_peer.cpp).
+  Status enqueue_peer();
+  // A failed GEMM never completes its tile counts, and a failed peer never raises its flags: raise
+  // every local flag a stream waits on so the streams drain and the error can be reported.
+  void unstick();
+  Status sync(const char* what);
+
+  GemmReduce() = default;
+  GemmReduce(const GemmReduce&) = delete;
+  GemmReduce& operator=(const GemmReduce&) = delete;
+  ~GemmReduce();
+};
+
+// GEMM+RS / GEMM+AR when the job spans several nodes (gemm_reduce_nodes_op.cpp).
+Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
+                             bool all_reduce);
+
+}  // namespace weft::runtime::ops

@@ -1,0 +1,126 @@
+// GEMM+RS / GEMM+AR, overlap path: one persistent GEMM per rank, partial pieces moved by the copy
+// engines as their tiles finish, own rows reduced in the GEMM's epilogue (gemm_reduce_op.cpp has
+// the picture).
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "kernels/gemm.h"
+#include "kernels/reduce_slots.h"
+#include "runtime/ops/cuda_check.h"
+#include "runtime/ops/gemm_reduce.h"
+
+namespace weft::runtime::ops {
+
+using bf16 = __nv_bfloat16;
+
+kernels::EpiReduceSlots GemmReduce::reduce_epilogue(bool own_rows) const {
+  kernels::EpiReduceSlots epi;
+  epi.partial = partial.local<bf16>();
+  epi.out = all_reduce ? c_full.local<bf16>() + int64_t(rank) * m_loc * n : out;
+  for (int p = 0; p < world; ++p)
+    if (p != rank) epi.slots[epi.nslots++] = staging.local<bf16>() + int64_t(p) * m_loc * n;
+  epi.lo = own_rows ? int32_t(rank * m_loc) : 0;
+  epi.hi = own_rows ? int32_t((rank + 1) * m_loc) : 0;
+  epi.ldc = n;
+  epi.paired = n % 2 == 0;
+  epi.local_signal = !sys_signal;
+  return epi;
+}
+
+Status GemmReduce::enqueue_overlap() {
+  const uint64_t e = epoch;
+  const int S = pieces;
+  WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(comm, fork));
+  // The GEMM is enqueued before the comm stream's waits: should the two streams share a hardware
+  // queue, the launch must not sit behind a wait that only the GEMM itself can satisfy.
+  kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e};
+  kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1};
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), gate_args, signal, main));
+
+  std::vector<StreamMemOp> ops;
+  auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
+  auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };
+  auto flush = [&]() -> Status {
+    WEFT_CHECK(stream_mem_ops(comm, ops));
+    ops.clear();
+    return Status::kOk;
+  };
+  auto raise_gate = [&](int j) {
+    for (int p = 0; p < world; ++p)
+      if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
+    write(gate + rank * S + j, e);
+  };
+  const uint64_t piece_done = e * tiles_per_piece;
+  for (int i = 1; i < world; ++i) {
+    const int o = (rank + i) % world;
+    wait(freed.local<uint64_t>() + o, e - 1);  // o has read what this rank sent it last epoch
+    for (int j = 0; j < S; ++j) {
+      wait(tiles + o * S + j, piece_done);
+      WEFT_CHECK(flush());
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + piece_row(rank, j) * n, partial.local<bf16>() +
+                                      piece_row(o, j) * n, piece_bytes(), cudaMemcpyDeviceToDevice, comm));
+      write(arrived.peer<uint64_t>(o) + rank * S + j, e);
+      // This rank's own piece j arrives from its last sender about now (the schedule is symmetric).
+      if (i == world - 1) raise_gate(j);
+    }
+  }
+  if (world == 1)
+    for (int j = 0; j < S; ++j) raise_gate(j);
+  if (all_reduce && serial_push) {
+    for (int j = 0; j < S; ++j) {
+      wait(tiles + rank * S + j, piece_done);
+      WEFT_CHECK(flush());
+      const int64_t at = piece_row(rank, j) * n;
+      for (int i = 1; i < world; ++i) {  // r+1 first: each rank receives from one sender at a time
+        const int q = (rank + i) % world;
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
+                                        cudaMemcpyDeviceToDevice, comm));
+      }
+    }
+    for (int q = 0; q < world; ++q)
+      if (q != rank) write(gathered.peer<uint64_t>(q) + rank, e);
+  }
+  WEFT_CHECK(flush());
+  if (all_reduce && !serial_push) {
+    // One stream per peer, enqueued after the GEMM and the comm stream (a shared hardware queue
+    // then only serialises them): each waits for a reduced piece and pushes it to its peer.
+    for (int i = 1; i < world; ++i) {
+      const int q = (rank + i) % world;
+      cudaStream_t s = push[size_t(q)];
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, fork));
+      for (int j = 0; j < S; ++j) {
+        WEFT_CHECK(stream_wait_u64_geq(s, tiles + rank * S + j, piece_done));
+        const int64_t at = piece_row(rank, j) * n;
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
+                                        cudaMemcpyDeviceToDevice, s));
+      }
+      WEFT_CHECK(stream_write_u64(s, gathered.peer<uint64_t>(q) + rank, e));
+    }
+  }
+
+  std::vector<StreamMemOp> after;  // on main, behind the GEMM
+  for (int p = 0; p < world; ++p)
+    if (p != rank) after.push_back({StreamMemOp::kWrite, freed.peer<uint64_t>(p) + rank, e});
+  if (all_reduce)
+    for (int p = 0; p < world; ++p)
+      if (p != rank) after.push_back({StreamMemOp::kWaitGeq, gathered.local<uint64_t>() + p, e});
+  WEFT_CHECK(stream_mem_ops(main, after));
+  WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+  if (all_reduce && !serial_push)
+    for (int q = 0; q < world; ++q)
+      if (q != rank) {
+        WEFT_CUDA_CHECK(cudaEventRecord(pushed[size_t(q)], push[size_t(q)]));
+        WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, pushed[size_t(q)]));
+      }
+  return Status::kOk;
+}
+
+Status GemmReduce::enqueue_diag(bool own_rows, bool signalled) {
+  kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1};
+  return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(own_rows), kernels::FlagGate{}, signal, main);
+}
+
+}  // namespace weft::runtime::ops
