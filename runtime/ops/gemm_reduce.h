@@ -63,6 +63,10 @@ struct GemmReduce {
 
   // One fused run: the overlap or the peer path (enqueued on `main`, host time accounted).
   Status enqueue_fused();
+  // The GEMM's params and tile order (both paths), and the overlap path's streams
+  // (gemm_reduce_overlap.cpp).
+  Status make_gemm();
+  Status setup_overlap();
   // Overlap path (gemm_reduce_overlap.cpp).
   Status enqueue_overlap();
   kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const;

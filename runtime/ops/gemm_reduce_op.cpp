@@ -226,15 +226,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   for (cudaEvent_t* e : {&op.fork, &op.join}) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SYS_SIGNAL", &op.sys_signal));
   WEFT_CHECK(get_param("WEFT_GEMM_AR_SERIAL_PUSH", &op.serial_push));
-  if (all_reduce && op.overlap && !op.serial_push) {
-    op.push.assign(size_t(op.world), nullptr);
-    op.pushed.assign(size_t(op.world), nullptr);
-    for (int q = 0; q < op.world; ++q) {
-      if (q == op.rank) continue;
-      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.push[size_t(q)], cudaStreamNonBlocking));
-      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.pushed[size_t(q)], cudaEventDisableTiming));
-    }
-  }
+  if (op.overlap) WEFT_CHECK(op.setup_overlap());
   WEFT_CUDA_CHECK(cudaMalloc(&op.arrive, 2 * sizeof(uint64_t)));
   WEFT_CUDA_CHECK(cudaMemset(op.arrive, 0, 2 * sizeof(uint64_t)));
   const int nflags = op.world * op.pieces;
@@ -277,17 +269,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(boot.barrier(key + "inputs"));  // flags zeroed everywhere before anyone signals
 
-  kernels::GemmArgs args;
-  args.m = op.m;
-  args.n = op.n;
-  args.k = op.k_loc;
-  args.a = op.a;
-  args.b = op.b;
-  // Overlap path: one M-shard per piece, other owners' pieces first (r+1, r+2, ...), own last.
-  args.num_shards = op.overlap ? op.world * op.pieces : 1;
-  args.first_shard = op.overlap ? ((op.rank + 1) % op.world) * op.pieces : 0;
-  WEFT_CHECK(kernels::make_gemm_params(args, &op.gemm));
-  op.tiles_per_piece = uint64_t(op.m_piece / kernels::GemmConfig::kTileM) * uint64_t(op.gemm.n_blocks);
+  WEFT_CHECK(op.make_gemm());
   WEFT_CHECK(op.frame.create(op.rank));
   WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
 

@@ -14,6 +14,34 @@ namespace weft::runtime::ops {
 
 using bf16 = __nv_bfloat16;
 
+Status GemmReduce::setup_overlap() {
+  if (all_reduce && !serial_push) {
+    push.assign(size_t(world), nullptr);
+    pushed.assign(size_t(world), nullptr);
+    for (int q = 0; q < world; ++q) {
+      if (q == rank) continue;
+      WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&push[size_t(q)], cudaStreamNonBlocking));
+      WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&pushed[size_t(q)], cudaEventDisableTiming));
+    }
+  }
+  return Status::kOk;
+}
+
+Status GemmReduce::make_gemm() {
+  kernels::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k_loc;
+  args.a = a;
+  args.b = b;
+  // Overlap path: one M-shard per piece, other owners' pieces first (r+1, r+2, ...), own last.
+  args.num_shards = overlap ? world * pieces : 1;
+  args.first_shard = overlap ? ((rank + 1) % world) * pieces : 0;
+  WEFT_CHECK(kernels::make_gemm_params(args, &gemm));
+  tiles_per_piece = uint64_t(m_piece / kernels::GemmConfig::kTileM) * uint64_t(gemm.n_blocks);
+  return Status::kOk;
+}
+
 kernels::EpiReduceSlots GemmReduce::reduce_epilogue(bool own_rows) const {
   kernels::EpiReduceSlots epi;
   epi.partial = partial.local<bf16>();
