@@ -96,6 +96,95 @@ __global__ void peer_reduce_kernel(const PeerReduceArgs a, const FrameParams f) 
   wait_all(f, a.flags_in + 2 * a.ranks, a.ranks, a.epoch);
 }
 
+
+// ---- small-shape reduction (small_reduce_plan.h) -------------------------------------------------
+
+constexpr int32_t kSmallReduceTag = -2;  // tile_m of this kernel's error records
+
+// Thread 0: waits (bounded) for words_in[first + q] >= expected for every q (but `skip`); false once
+// a wait timed out or another block failed.
+__device__ bool wait_words(const FrameParams& f, const SmallReduceArgs& a, int32_t first, uint64_t expected,
+                           int32_t skip) {
+  for (int32_t q = 0; q < a.plan.ranks; ++q) {
+    if (q == skip) continue;
+    if (!frame_wait_flag(f, a.words_in + first + q, expected, Role::kIntraComm, kSmallReduceTag, q, first + q))
+      return false;
+  }
+  return true;
+}
+
+__device__ __forceinline__ uint4 pack8(const float (&acc)[8]) {
+  uint4 out;
+  __nv_bfloat162* o = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) o[j] = __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
+  return out;
+}
+
+// This thread's vectors: all kUnroll x W loads issued before any is used, summed in rank order.
+__device__ __forceinline__ void reduce_vectors(const SmallReduceArgs& a) {
+  constexpr int kR = SmallReducePlan::kMaxRanks, kU = SmallReducePlan::kUnroll;
+  const SmallReducePlan& p = a.plan;
+  const uint4* src[kR];
+#pragma unroll
+  for (int q = 0; q < kR; ++q) src[q] = q < p.ranks ? reinterpret_cast<const uint4*>(a.src[q] + p.region) : nullptr;
+  uint4* out = reinterpret_cast<uint4*>(a.out);
+  const bool push = p.pushes() && !(a.skip & kSmallReduceSkipPush);
+  const int64_t passes = p.passes();
+  for (int64_t pass = 0; pass < passes; ++pass) {
+    int64_t v[kU];
+    uint4 raw[kU][kR];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      v[u] = p.vec_at(pass, u, int32_t(blockIdx.x), int32_t(threadIdx.x));
+#pragma unroll
+      for (int q = 0; q < kR; ++q)
+        if (q < p.ranks && v[u] < p.vecs) raw[u][q] = __ldcg(src[q] + v[u]);  // L2 only: written by another GPU
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      if (v[u] >= p.vecs) continue;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int q = 0; q < kR; ++q)
+        if (q < p.ranks) add8(raw[u][q], acc);
+      const uint4 sum = pack8(acc);
+      out[v[u]] = sum;
+      if (push) {
+#pragma unroll
+        for (int q = 0; q < kR; ++q)
+          if (q < p.ranks && q != p.rank) reinterpret_cast<uint4*>(a.push[q])[v[u]] = sum;
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(SmallReducePlan::kThreads) small_reduce_kernel(const SmallReduceArgs a,
+                                                                                 const FrameParams f) {
+  // Launched as a dependent of the GEMM: its partial is complete and visible past this point.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const SmallReducePlan& p = a.plan;
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0) {
+      __threadfence_system();
+      for (int32_t q = 0; q < p.ranks; ++q) flag_store_release(a.words_out[q] + p.ready_word(p.rank), a.epoch);
+    }
+    ok = wait_words(f, a, p.ready_word(0), a.epoch, -1) ? 1 : 0;
+  }
+  __syncthreads();
+  if (!ok) return;
+  if (!(a.skip & kSmallReduceSkipData)) reduce_vectors(a);
+  if (!p.pushes()) return;
+  // Two-shot: this block's pushes are complete at system scope before each peer's count moves.
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  __threadfence_system();
+  for (int32_t q = 0; q < p.ranks; ++q)
+    if (q != p.rank) flag_add_release(a.words_out[q] + p.gathered_word(p.rank), 1);
+  if (blockIdx.x == 0) wait_words(f, a, p.gathered_word(0), p.gathered_expected(a.epoch), p.rank);
+}
+
 }  // namespace
 
 Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, int blocks, cudaStream_t stream) {
@@ -111,6 +200,49 @@ Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, 
     return Status::kCudaError;
   }
   return Status::kOk;
+}
+
+Status launch_small_reduce(const SmallReduceArgs& a, const FrameParams& frame, bool after_previous,
+                           cudaStream_t stream) {
+  const SmallReducePlan& p = a.plan;
+  bool ok = p.ranks > 0 && p.ranks <= SmallReducePlan::kMaxRanks && p.rank >= 0 && p.rank < p.ranks &&
+            p.blocks > 0 && p.vecs > 0 && a.out && a.words_in && a.epoch > 0;
+  for (int32_t q = 0; ok && q < p.ranks; ++q)
+    ok = a.src[q] && a.words_out[q] && (!p.pushes() || q == p.rank || a.push[q]);
+  if (!ok) {
+    WEFT_WARN(kKernel, "small_reduce: rank %d of %d: bad arguments (%d blocks, %lld vectors, epoch %llu, a null "
+              "pointer?)", p.rank, p.ranks, p.blocks, static_cast<long long>(p.vecs),
+              static_cast<unsigned long long>(a.epoch));
+    return Status::kInvalidArgument;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute attr[1];
+  cfg.gridDim = dim3(unsigned(p.blocks));
+  cfg.blockDim = dim3(SmallReducePlan::kThreads);
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = after_previous ? 1 : 0;
+  cudaError_t e = cudaLaunchKernelEx(&cfg, small_reduce_kernel, a, frame);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "small_reduce: rank %d launch failed: %s", p.rank, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+void describe_small_reduce_error(const DeviceError& e, const SmallReducePlan& plan, const char* what) {
+  if (e.status == 0 || !e.committed || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) ||
+      e.tile_m != kSmallReduceTag)
+    return;
+  const bool ready = e.flag_index < plan.ranks;
+  WEFT_WARN(kKernel, "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d: %s "
+            "(flag word %d >= %llu, last seen %llu)", what, e.rank, to_string(static_cast<Role>(e.role)), e.block,
+            double(e.waited_ns) * 1e-9, e.tile_n,
+            ready ? "its partial of this run to be complete (ready)" : "its reduced rows to arrive here (gathered)",
+            e.flag_index, static_cast<unsigned long long>(e.expected), static_cast<unsigned long long>(e.seen));
 }
 
 }  // namespace weft::kernels

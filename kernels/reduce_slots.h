@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/frame.h"
+#include "kernels/small_reduce_plan.h"
 #include "runtime/status.h"
 
 namespace weft::kernels {
@@ -43,5 +44,31 @@ struct PeerReduceArgs {
 // `blocks` on every launch of one set of counters. A timeout fills the frame's error record (check
 // it with FrameHost::check).
 Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, int blocks, cudaStream_t stream);
+
+// The small-shape reduction (plan and phases in small_reduce_plan.h): one flag round before the
+// data, and for the two-shot AllReduce one after it; 16-byte loads of all W partials in flight at
+// once, pushes straight from registers.
+struct SmallReduceArgs {
+  SmallReducePlan plan;
+  const __nv_bfloat16* src[SmallReducePlan::kMaxRanks] = {};  // rank q's partial of this epoch (mapped), at
+                                                              // element 0 of C (the plan's region is added)
+  __nv_bfloat16* out = nullptr;  // local: element `plan.region` of the result goes to out[0]
+  __nv_bfloat16* push[SmallReducePlan::kMaxRanks] = {};  // two-shot: where rank q keeps this rank's
+                                                         // reduced block (mapped); [rank] unused
+  uint64_t* words_out[SmallReducePlan::kMaxRanks] = {};  // rank q's flag words (mapped)
+  const uint64_t* words_in = nullptr;                    // this rank's flag words (local)
+  uint64_t epoch = 0;                                    // rises by one per launch, from 1
+  uint32_t skip = 0;                                     // kSmallReduceSkip* (diagnostics)
+};
+
+// `plan.blocks` x SmallReducePlan::kThreads. With `after_previous` the launch may start while the
+// kernel before it on the stream drains (programmatic dependent launch); the kernel waits for that
+// kernel's completion before it touches memory. A timed-out wait fills the frame's error record:
+// role intra_comm, flag_index = the awaited word (ready[q] = q, gathered[q] = W + q), tile_n = q.
+Status launch_small_reduce(const SmallReduceArgs& args, const FrameParams& frame, bool after_previous,
+                           cudaStream_t stream);
+// One line naming rank, peer and the awaited flag for a record filled by launch_small_reduce
+// (nothing when the record is empty or not this kernel's).
+void describe_small_reduce_error(const DeviceError& e, const SmallReducePlan& plan, const char* what);
 
 }  // namespace weft::kernels

@@ -75,6 +75,16 @@ struct GemmReduce {
   Status enqueue_diag(bool own_rows, bool signalled);
   // Peer path (gemm_reduce_peer.cpp).
   Status enqueue_peer();
+  // Small-shape kernel of the peer path (kernels/small_reduce_plan.h): variant, the partial in two
+  // copies (epoch parity), flag words; every variant validated and timed apart (peer_rows).
+  int peer_variant = 0, peer_sms = 0;
+  bool peer_sweep = false;
+  uint64_t peer_epoch = 0;
+  PeerBuffer peer_partials, peer_words;
+  Status setup_peer(bootstrap::Bootstrap& boot, const std::string& key);
+  const char* peer_variant_name() const;
+  Status peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm, int iters,
+                   const std::function<Status(const char*)>& validate, std::vector<ResultRow>* rows);
   // A failed GEMM never completes its tile counts, and a failed peer never raises its flags: raise
   // every local flag a stream waits on so the streams drain and the error can be reported.
   void unstick();

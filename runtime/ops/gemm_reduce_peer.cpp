@@ -1,41 +1,207 @@
 // GEMM+RS / GEMM+AR, peer path (small M, latency-bound): the GEMM stores the partial in a buffer
 // every rank maps, then one kernel sums this rank's rows of all partials over NVLink (and, for
-// AllReduce, gathers every rank's reduced rows).
+// AllReduce, gets every rank's reduced rows). Variants (WEFT_GEMM_REDUCE_PEER):
+//   pull        kernels/small_reduce_plan.h: a flag round, then every 16-byte vector of the own rows
+//               loaded from all W partials at once and summed; AllReduce pushes the sum into every
+//               peer's C from registers (two-shot) and ends with one counted flag round. Launched as
+//               a programmatic dependent of the GEMM (it starts while the GEMM drains).
+//   pull_nopdl  the same, launched after the GEMM has completed
+//   oneshot     AllReduce: every rank pulls all m rows of all partials and sums them itself (one
+//               flag round, W times the NVLink bytes of the reduction)
+//   previous    the first peer kernel (launch_peer_reduce): three flag rounds, gather by pulls
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
+#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
+#include "runtime/params.h"
 
 namespace weft::runtime::ops {
 
 using bf16 = __nv_bfloat16;
 
-Status GemmReduce::enqueue_peer() {
-  kernels::EpiStoreBf16 epi{partial.local<bf16>(), n, n % 2 == 0};
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
+namespace {
+
+enum PeerVariant { kPull = 0, kPullNoPdl = 1, kOneShot = 2, kPrevious = 3, kNumVariants = 4 };
+const char* const kVariantNames[kNumVariants] = {"pull", "pull_nopdl", "oneshot", "previous"};
+
+kernels::SmallReduceMode mode_of(const GemmReduce& op, int variant) {
+  if (!op.all_reduce) return kernels::SmallReduceMode::kReduceScatter;
+  return variant == kOneShot ? kernels::SmallReduceMode::kAllReduceOneShot
+                             : kernels::SmallReduceMode::kAllReduceTwoShot;
+}
+
+Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::SmallReducePlan* plan) {
+  const char* why = nullptr;
+  if (!kernels::SmallReducePlan::make(mode, op.world, op.rank, op.m_loc * op.n, op.peer_sms, plan, &why)) {
+    WEFT_WARN(kKernel, "rank %d: peer path: no plan for %lld x %lld over %d ranks: %s", op.rank,
+              static_cast<long long>(op.m), static_cast<long long>(op.n), op.world, why);
+    return Status::kInvalidArgument;
+  }
+  return Status::kOk;
+}
+
+// One launch of the small-shape kernel on the partial copy of the next epoch.
+Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm) {
+  kernels::SmallReduceArgs args;
+  WEFT_CHECK(make_plan(op, mode, &args.plan));
+  args.epoch = op.peer_epoch;
+  const int64_t copy = kernels::SmallReducePlan::parity(op.peer_epoch) * op.m * op.n;
+  for (int q = 0; q < op.world; ++q) {
+    args.src[q] = op.peer_partials.peer<bf16>(q) + copy;
+    args.words_out[q] = op.peer_words.peer<uint64_t>(q);
+    if (op.all_reduce) args.push[q] = op.c_full.peer<bf16>(q) + args.plan.region;
+  }
+  args.words_in = op.peer_words.local<uint64_t>();
+  args.out = op.all_reduce ? op.c_full.local<bf16>() + args.plan.region : op.out;
+  args.skip = skip;
+  return kernels::launch_small_reduce(args, op.frame_params, after_gemm, op.main);
+}
+
+Status enqueue_previous(GemmReduce& op) {
+  // Its block counts expect `epoch` launches of this kernel; the other variants advance the epoch too.
+  for (int i = 0; i < 2; ++i) WEFT_CHECK(stream_write_u64(op.main, op.arrive + i, (op.epoch - 1) * op.peer_blocks));
+  kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
+  WEFT_CHECK(kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main));
   kernels::PeerReduceArgs pr;
-  pr.ranks = world;
-  pr.rank = rank;
-  pr.elems = m_loc * n;
-  const int64_t own = int64_t(rank) * m_loc * n;
-  pr.out = all_reduce ? c_full.local<bf16>() + own : out;
-  pr.all_gather = all_reduce;
-  for (int q = 0; q < world; ++q) {
-    pr.src[q] = partial.peer<bf16>(q) + own;
-    pr.flags_out[q] = peer_flags.peer<uint64_t>(q);
-    if (all_reduce) {
-      pr.gather_src[q] = c_full.peer<bf16>(q) + int64_t(q) * m_loc * n;
-      pr.gather_dst[q] = c_full.local<bf16>() + int64_t(q) * m_loc * n;
+  pr.ranks = op.world;
+  pr.rank = op.rank;
+  pr.elems = op.m_loc * op.n;
+  const int64_t own = int64_t(op.rank) * op.m_loc * op.n;
+  pr.out = op.all_reduce ? op.c_full.local<bf16>() + own : op.out;
+  pr.all_gather = op.all_reduce;
+  for (int q = 0; q < op.world; ++q) {
+    pr.src[q] = op.partial.peer<bf16>(q) + own;
+    pr.flags_out[q] = op.peer_flags.peer<uint64_t>(q);
+    if (op.all_reduce) {
+      pr.gather_src[q] = op.c_full.peer<bf16>(q) + int64_t(q) * op.m_loc * op.n;
+      pr.gather_dst[q] = op.c_full.local<bf16>() + int64_t(q) * op.m_loc * op.n;
     }
   }
-  pr.flags_in = peer_flags.local<uint64_t>();
-  pr.arrive = arrive;
-  pr.epoch = epoch;
-  return kernels::launch_peer_reduce(pr, frame_params, peer_blocks, main);
+  pr.flags_in = op.peer_flags.local<uint64_t>();
+  pr.arrive = op.arrive;
+  pr.epoch = op.epoch;
+  return kernels::launch_peer_reduce(pr, op.frame_params, op.peer_blocks, op.main);
+}
+
+}  // namespace
+
+Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key) {
+  std::string want;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER", &want));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_SWEEP", &peer_sweep));
+  // auto: measured on 4x H200 (docs/ops.md, "Small shapes").
+  peer_variant = kPull;
+  if (want != "auto") {
+    peer_variant = -1;
+    for (int v = 0; v < kNumVariants; ++v)
+      if (want == kVariantNames[v]) peer_variant = v;
+    if (peer_variant < 0 || (peer_variant == kOneShot && !all_reduce)) {
+      WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_PEER='%s' is not auto, pull, pull_nopdl, oneshot (AllReduce only) "
+                "or previous", rank, want.c_str());
+      return Status::kInvalidArgument;
+    }
+  }
+  if (overlap && !peer_sweep) return Status::kOk;  // the same decision on every rank (same environment)
+  int sms = 0;
+  WEFT_CHECK(kernels::device_sm_count(&sms));
+  double most = 0;  // every rank must run the same block count (the gathered counts): the smallest GPU's
+  WEFT_CHECK(max_over_ranks(boot, key + "peer_sms", -double(sms), &most));
+  peer_sms = int(-most);
+  WEFT_CHECK(PeerBuffer::create(boot, 2 * size_t(m * n) * sizeof(bf16), (key + "peer_partials").c_str(),
+                                &peer_partials));
+  const size_t words = sizeof(uint64_t) * size_t(kernels::SmallReducePlan::words(world));
+  WEFT_CHECK(PeerBuffer::create(boot, words, (key + "peer_words").c_str(), &peer_words));
+  WEFT_CUDA_CHECK(cudaMemset(peer_words.local<void>(), 0, words));
+  kernels::SmallReducePlan plan;
+  return make_plan(*this, mode_of(*this, peer_variant), &plan);
+}
+
+// Without setup_peer (a runner that never called it) only the previous kernel has its buffers.
+const char* GemmReduce::peer_variant_name() const { return kVariantNames[peer_sms ? peer_variant : kPrevious]; }
+
+Status GemmReduce::enqueue_peer() {
+  if (peer_variant == kPrevious || peer_sms == 0) return enqueue_previous(*this);
+  ++peer_epoch;
+  const int64_t copy = kernels::SmallReducePlan::parity(peer_epoch) * m * n;
+  kernels::EpiStoreBf16 epi{peer_partials.local<bf16>() + copy, n, n % 2 == 0};
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
+  return launch_small(*this, mode_of(*this, peer_variant), 0, peer_variant != kPullNoPdl);
+}
+
+Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm,
+                             int iters, const std::function<Status(const char*)>& validate,
+                             std::vector<ResultRow>* rows) {
+  if ((overlap && !peer_sweep) || peer_sms == 0) return Status::kOk;
+  const bool was_overlap = overlap;
+  const int chosen = peer_variant;
+  overlap = false;
+  const double flops = 2.0 * double(m) * double(n) * double(k_loc);
+  auto tf = [&](double ms) { return flops / (ms * 1e-3) / 1e12; };
+  auto check = [&](const char* what, const kernels::SmallReducePlan& plan) {
+    kernels::describe_small_reduce_error(frame.record(), plan, what);
+    return frame.check(what);
+  };
+  char what[128], note[192];
+  // Every variant of the fused op: validated (and repeated bit for bit with WEFT_DETERMINISTIC), then timed.
+  for (int v = 0; v < kNumVariants; ++v) {
+    if (v == kOneShot && !all_reduce) continue;
+    if (v == chosen && !was_overlap) continue;  // timed as "weft fused"
+    peer_variant = v;
+    kernels::SmallReducePlan plan;
+    WEFT_CHECK(make_plan(*this, mode_of(*this, v), &plan));
+    snprintf(what, sizeof what, "%s peer path, %s", all_reduce ? "gemm_ar" : "gemm_rs", kVariantNames[v]);
+    Status st = validate(what);
+    if (st != Status::kOk) {
+      check(what, plan);
+      return st;
+    }
+    host_us = 0;
+    host_runs = 0;
+    double t = 0, mx = 0, host = 0;
+    WEFT_CHECK(time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    WEFT_CHECK(check(what, plan));
+    WEFT_CHECK(max_over_ranks(boot, key + "peer_t_" + kVariantNames[v], t, &mx));
+    WEFT_CHECK(max_over_ranks(boot, key + "peer_h_" + kVariantNames[v], host_us / double(host_runs ? host_runs : 1),
+                              &host));
+    snprintf(note, sizeof note, "validated; %d blocks; host enqueue %.0f us", v == kPrevious ? peer_blocks : plan.blocks,
+             host);
+    rows->push_back({std::string("weft peer path: ") + kVariantNames[v], mx, tf(mx), note});
+  }
+  // The reduction kernel alone (no GEMM before it; the partials hold the last run's data), phase by phase.
+  struct Diag {
+    kernels::SmallReduceMode mode;
+    uint32_t skip;
+    const char* what;
+  };
+  const kernels::SmallReduceMode own = mode_of(*this, kPull);
+  std::vector<Diag> diags = {{own, kernels::kSmallReduceSkipData, "flag rounds only"}};
+  if (all_reduce) diags.push_back({own, kernels::kSmallReduceSkipPush, "pull + sum of own rows, no push"});
+  diags.push_back({own, 0, all_reduce ? "pull + sum + push (two-shot)" : "pull + sum of own rows"});
+  if (all_reduce) diags.push_back({kernels::SmallReduceMode::kAllReduceOneShot, 0, "one-shot: pull + sum of all rows"});
+  for (size_t i = 0; i < diags.size(); ++i) {
+    const Diag& d = diags[i];
+    kernels::SmallReducePlan plan;
+    WEFT_CHECK(make_plan(*this, d.mode, &plan));
+    double t = 0, mx = 0;
+    WEFT_CHECK(time_op(comm, main, warm, iters, [&] {
+      ++peer_epoch;
+      return launch_small(*this, d.mode, d.skip, false);
+    }, &t));
+    WEFT_CHECK(check("peer reduce alone", plan));
+    WEFT_CHECK(max_over_ranks(boot, key + "peer_d" + std::to_string(i), t, &mx));
+    snprintf(note, sizeof note, "the reduction kernel alone, %d blocks x %d threads", plan.blocks,
+             kernels::SmallReducePlan::kThreads);
+    rows->push_back({std::string("peer reduce alone: ") + d.what, mx, 0, note});
+  }
+  overlap = was_overlap;
+  peer_variant = chosen;
+  return Status::kOk;
 }
 
 }  // namespace weft::runtime::ops
