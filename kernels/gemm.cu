@@ -211,6 +211,15 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
               why);
     return Status::kInvalidArgument;
   }
+  if (args.piece_major_owners > 0 &&
+      (args.num_shards % args.piece_major_owners != 0 ||
+       !out->sched.set_piece_major(args.piece_major_owners, args.num_shards / args.piece_major_owners,
+                                   args.piece_major_owner, &why))) {
+    WEFT_WARN(kKernel, "gemm: piece-major order over %d owners (owner %d) of %d shards refused: %s",
+              args.piece_major_owners, args.piece_major_owner, args.num_shards,
+              why ? why : "the shards must split evenly over the owners");
+    return Status::kInvalidArgument;
+  }
   WEFT_CHECK(encode_operand("A", args.a, args.m, args.k, lda, GemmConfig::kTileM, &out->tmap_a));
   WEFT_CHECK(encode_operand("B", args.b, args.n, args.k, ldb, GemmConfig::kTileN / args.cluster_m, &out->tmap_b));
   out->sched.k_iters = int32_t((args.k + GemmConfig::kTileK - 1) / GemmConfig::kTileK);

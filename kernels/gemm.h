@@ -32,6 +32,8 @@ struct GemmArgs {
   int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h); M / num_shards
                             // must be a multiple of cluster_m * 128 rows
   int32_t first_shard = 0;  // shard computed first (rank-rotated order)
+  int32_t piece_major_owners = 0;  // > 0: piece-major order over owners x (num_shards / owners) pieces
+  int32_t piece_major_owner = 0;   //   with this owner's pieces one round late (tile_scheduler.h)
 };
 
 // Checks the arguments (logging the reason once) and builds the device-ready params: tensor

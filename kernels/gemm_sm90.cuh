@@ -117,7 +117,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
     bool ok = true;
-    if (gate.flags && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks)) {
+    if (gate.may_wait(c.shard) && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks)) {
       const int32_t idx = flag_index(gate.granularity, g, c);
       ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
       // The data behind the flag is read by the copy engine (async proxy) next.
@@ -272,10 +272,28 @@ __device__ __forceinline__ SplitFix split_fixup(const GemmParams& g, const Frame
   return SplitFix::kFinish;
 }
 
+// Moves a finished tile's flag: every consumer thread's stores (and, with `bulk`, the TMA stores
+// each warpgroup issued) are complete before the release.
+template <class Epilogue>
+__device__ __forceinline__ void signal_tile(const Epilogue& epi, const TileSignal& signal, int32_t flag, bool bulk,
+                                            int32_t consumer, int32_t t128) {
+  if (bulk && t128 == 0) sm90::bulk_wait<0>();
+  sm90::named_barrier_sync(1, GemmConfig::kConsumers * 128);
+  if (t128 == 0 && consumer == 0) {
+    uint64_t* p = signal.flags + flag;
+    if (gpu_scope_signal(epi)) {
+      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
+    } else {
+      __threadfence_system();
+      flag_add_release(p, signal.add);
+    }
+  }
+}
+
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
-                                              const TileSignal& signal, SharedStorage& s, uint32_t cta,
-                                              int32_t cluster_idx, int32_t clusters) {
+                                              const FlagGate& gate, const TileSignal& signal, SharedStorage& s,
+                                              uint32_t cta, int32_t cluster_idx, int32_t clusters) {
   using Cfg = GemmConfig;
   const int32_t consumer = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const int32_t t128 = threadIdx.x % 128;
@@ -285,8 +303,17 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   constexpr bool kTmaEpilogue =
       std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiReduceSlots>::value;
   const bool tma_store = kTmaEpilogue && g.store_tma;  // some tiles may use it (staging to drain at the end)
+  // A TMA-stored tile's flag moves late, during the next tile's epilogue, when its bulk stores
+  // are long complete (waiting for them right after the store stalled the consumers ~4 us a
+  // tile). The flag is moved at once instead before a tile that may wait (gate, split fixup):
+  // a peer's gate may depend on it.
+  int32_t pending = -1;
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
+    if (pending >= 0 && (c.split > 1 || gate.may_wait(c.shard))) {
+      signal_tile(epi, signal, pending, true, consumer, t128);
+      pending = -1;
+    }
     for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       // Normally the previous k-block's stage is released after this one's MMAs are issued
@@ -338,9 +365,10 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     const int32_t col0 = c.n_block * Cfg::kTileN + 2 * (lane % 4);
     if (tma_store && tma_store_tile(epi, c.m_block * Cfg::kTileM)) {
       if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's tile past M: nothing to store
+      if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       store_tile_tma(g, s, acc, c, consumer, t128);
-      // A signalled tile must be in global memory before its flag moves.
-      if (signal.flags && t128 == 0) sm90::bulk_wait<0>();
+      pending = signal.flags ? flag_index(signal.granularity, g, c) : -1;
+      continue;
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
       if (c.m_block >= g.cta_m_blocks) continue;
@@ -356,20 +384,13 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         }
       }
     }
-    if (signal.flags) {
-      // Every consumer thread's stores of this tile happen before the release below.
-      sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
-      if (t128 == 0 && consumer == 0) {
-        uint64_t* flag = signal.flags + flag_index(signal.granularity, g, c);
-        if (gpu_scope_signal(epi)) {
-          asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(flag), "l"(signal.add) : "memory");
-        } else {
-          __threadfence_system();
-          flag_add_release(flag, signal.add);
-        }
-      }
+    if (pending >= 0) {  // stores from registers: the previous TMA tile's flag first, then this one
+      signal_tile(epi, signal, pending, true, consumer, t128);
+      pending = -1;
     }
+    if (signal.flags) signal_tile(epi, signal, flag_index(signal.granularity, g, c), false, consumer, t128);
   }
+  if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
   // The staging buffers must stay valid until the TMA unit has read them.
   if (tma_store && t128 == 0) sm90::bulk_wait<0>();
 }
@@ -421,7 +442,7 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
     if constexpr (kCluster > 1) sm90::cluster_sync();
   } else {
     sm90::setmaxnreg_inc<232>();
-    gemm_detail::consumer_loop<kCluster>(g, f, epi, signal, s, cta, cluster_idx, clusters);
+    gemm_detail::consumer_loop<kCluster>(g, f, epi, gate, signal, s, cta, cluster_idx, clusters);
     if constexpr (kCluster > 1) sm90::cluster_sync();
   }
 }

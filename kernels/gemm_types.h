@@ -46,14 +46,22 @@ constexpr int32_t kFlagPerTile = 0;   // flags[m_block * n_blocks + n_block]
 constexpr int32_t kFlagPerShard = 1;  // flags[shard]
 
 // Producer-side wait before loading a tile's operands: flags[index] >= expected. No wait when
-// flags is null.
+// flags is null, nor for tiles of shards outside [wait_lo, wait_hi). The range also tells the
+// consumers which tiles may wait: a tile signal is deferred (sent during the next tile) unless the
+// next tile may wait, so that no deferred signal is held while this GPU waits for a flag.
 struct FlagGate {
   const uint64_t* flags = nullptr;
   int32_t granularity = kFlagPerShard;
   uint64_t expected = 0;
+  int32_t wait_lo = 0;
+  int32_t wait_hi = 0x7fffffff;
+
+  WEFT_HD bool may_wait(int32_t shard) const { return flags && shard >= wait_lo && shard < wait_hi; }
 };
 
-// After a tile's epilogue: flags[index] += add (release, system scope). Nothing when null.
+// After a tile's epilogue: flags[index] += add (release, system scope). Nothing when null. A tile
+// stored through TMA is signalled late (during the next tile of the block, or before the block waits
+// on anything: FlagGate): its stores are complete by then, and the consumers need not stall on them.
 struct TileSignal {
   uint64_t* flags = nullptr;
   int32_t granularity = kFlagPerTile;

@@ -19,6 +19,15 @@
 //   m=4     4N  4N+2 ...          (second group starts at 4*n_blocks)
 //   m=5    4N+1 4N+3
 //
+// Piece-major order (set_piece_major, GEMM+AllReduce): the shards are W owners x S pieces
+// (shard = owner * S + piece) and the order runs piece by piece, each owner's piece j in rotated
+// order r+1, r+2, ..., with this rank's own piece j one round late (it waits for the others' piece
+// j to arrive, which they compute in the same round):
+//
+//   round 0: (r+1, 0) (r+2, 0) .. (r+W-1, 0)
+//   round j: (r+1, j) .. (r+W-1, j) (r, j-1)        j = 1 .. S-1
+//   last:    (r, S-1)
+//
 // Compute block b of B takes linear indices b, b+B, b+2B, ...: all blocks sweep the order
 // together, so the first shard is finished first (the one a rank already holds, or the one
 // whose result must leave first). Every tile is visited exactly once across the B blocks
@@ -63,6 +72,9 @@ struct TileSchedule {
   int32_t k_iters = 1;      // k-blocks per tile
   int32_t split = 1;        // K-slices per tail tile (plan_split); 1: no split
   int32_t split_from = 0;   // first split tile (linear); tiles before it are whole
+  int32_t pm_owners = 0;    // piece-major order (set_piece_major): W owners; 0 = rotated order
+  int32_t pm_pieces = 1;    //   S pieces per owner
+  int32_t pm_owner = 0;     //   r: this rank, whose own pieces run one round late
 
   // Builds the schedule for an M x N output; false (and *why set) when the shard split does not
   // fall on tile boundaries.
@@ -94,7 +106,38 @@ struct TileSchedule {
     out->k_iters = 1;
     out->split = 1;
     out->split_from = int32_t(mb * nb);
+    out->pm_owners = 0;
+    out->pm_pieces = 1;
+    out->pm_owner = 0;
     return true;
+  }
+
+  // Switches to the piece-major order drawn above; false (and *why set) unless the shards are
+  // exactly owners x pieces and owner is one of them.
+  bool set_piece_major(int32_t owners, int32_t pieces, int32_t owner, const char** why) {
+    if (owners < 2 || pieces < 1 || int64_t(owners) * pieces != num_shards || owner < 0 || owner >= owners) {
+      *why = "piece-major order needs num_shards = owners x pieces (owners >= 2) and 0 <= owner < owners";
+      return false;
+    }
+    pm_owners = owners;
+    pm_pieces = pieces;
+    pm_owner = owner;
+    return true;
+  }
+
+  // The shard at position `step` of the shard order (rotated, or piece-major).
+  WEFT_HD int32_t shard_at(uint32_t step) const {
+    if (pm_owners == 0) return int32_t((uint32_t(first_shard) + step) % uint32_t(num_shards));
+    const uint32_t w = uint32_t(pm_owners);
+    // Rounds of W slots [r+1, .., r+W-1, own piece j-1]; the empty slots (own piece -1 at the
+    // start, the others' piece S in the last round) are skipped.
+    uint32_t u = step < w - 1 ? step : step + 1;
+    if (u >= w * uint32_t(pm_pieces)) u += w - 1;
+    const uint32_t round = u / w, pos = u - round * w;
+    const bool own = pos == w - 1;
+    const uint32_t owner = own ? uint32_t(pm_owner) : (uint32_t(pm_owner) + 1 + pos) % w;
+    const uint32_t piece = own ? round - 1 : round;
+    return int32_t(owner * uint32_t(pm_pieces) + piece);
   }
 
   // Chooses the tail split for `blocks` persistent blocks (sets split, split_from; split = 1 when
@@ -166,7 +209,7 @@ struct TileSchedule {
     const uint32_t per_shard = uint32_t(shard_m_blocks()) * uint32_t(n_blocks);
     const uint32_t step = lin / per_shard;
     uint32_t i = lin - step * per_shard;
-    c.shard = int32_t((uint32_t(first_shard) + step) % uint32_t(num_shards));
+    c.shard = shard_at(step);
     const int32_t smb = shard_m_blocks();
     const uint32_t per_group = uint32_t(group_m) * uint32_t(n_blocks);
     const uint32_t group = i / per_group;
@@ -180,6 +223,9 @@ struct TileSchedule {
 };
 
 // One compute block's walk through a TileSchedule's work units: for (...; it.valid(); it.advance()).
+// It refers to the schedule (which must outlive it) instead of copying it: in a kernel the
+// schedule stays in the parameter space and its fields are read from there, not kept in the
+// register-hungry GEMM consumers' registers.
 class PersistentTileIter {
  public:
   WEFT_HD PersistentTileIter(const TileSchedule& sched, int32_t block, int32_t num_blocks)
@@ -191,7 +237,7 @@ class PersistentTileIter {
   WEFT_HD int64_t linear() const { return next_; }
 
  private:
-  TileSchedule sched_;
+  const TileSchedule& sched_;
   int64_t next_;
   int64_t stride_;
 };

@@ -60,6 +60,9 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
      "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
+    {"WEFT_GEMM_AR_ORDER", ParamType::kString, "piece", "piece|owner",
+     "gemm_ar overlap path: tile order; piece = piece by piece with the own piece one round late (reduced pieces leave "
+     "during the GEMM), owner = other owners' rows first, own rows last (as gemm_rs)"},
     {"WEFT_GEMM_REDUCE_PEER", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: two-shot), "
      "pull_nopdl, oneshot (AR: every rank reduces all rows), previous (three flag rounds) or auto"},

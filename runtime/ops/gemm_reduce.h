@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -43,6 +44,9 @@ struct GemmReduce {
   uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
   bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
   bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
+  bool piece_major = false;        // AllReduce: piece-major tile order (WEFT_GEMM_AR_ORDER)
+  cudaStream_t gates = nullptr;    // overlap: raises the own pieces' gates as the peers' pieces arrive
+  cudaEvent_t gates_done = nullptr;
   uint64_t epoch = 0;
   int peer_blocks = 0;
   cudaStream_t main = nullptr, comm = nullptr;
@@ -67,6 +71,7 @@ struct GemmReduce {
   // (gemm_reduce_overlap.cpp).
   Status make_gemm();
   Status setup_overlap();
+  std::string overlap_text() const;  // the overlap path's choices, for the results table
   // Overlap path (gemm_reduce_overlap.cpp).
   Status enqueue_overlap();
   kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const;
@@ -79,7 +84,7 @@ struct GemmReduce {
   // copies (epoch parity), flag words; every variant validated and timed apart (peer_rows).
   int peer_variant = 0, peer_sms = 0;
   bool peer_sweep = false;
-  uint64_t peer_epoch = 0;
+  uint64_t peer_epoch = 0, peer_gathered = 0;  // launches so far; their two-shot blocks (gathered counts)
   PeerBuffer peer_partials, peer_words;
   Status setup_peer(bootstrap::Bootstrap& boot, const std::string& key);
   const char* peer_variant_name() const;

@@ -78,13 +78,14 @@ GemmReduce::~GemmReduce() {
                   static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles),
                   static_cast<void*>(arrive)})
     if (p) cudaFree(p);
-  for (cudaEvent_t e : {fork, join})
+  for (cudaEvent_t e : {fork, join, gates_done})
     if (e) cudaEventDestroy(e);
   for (cudaEvent_t e : pushed)
     if (e) cudaEventDestroy(e);
   for (cudaStream_t s : push)
     if (s) cudaStreamDestroy(s);
-  if (comm) cudaStreamDestroy(comm);
+  for (cudaStream_t s : {comm, gates})
+    if (s) cudaStreamDestroy(s);
   if (main) cudaStreamDestroy(main);
 }
 
@@ -260,6 +261,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
     WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
   }
+  WEFT_CHECK(op.setup_peer(boot, key));
 
   uint64_t seed = 0;
   WEFT_CHECK(shared_seed(boot, key + "seed", &seed));
@@ -324,10 +326,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   std::vector<ResultRow> rows;
   char path[128];
   if (op.overlap)
-    snprintf(path, sizeof path, "overlap, %d pieces of %lld rows%s%s", op.pieces, static_cast<long long>(op.m_piece),
-             op.sys_signal ? ", system-scope counts" : "", all_reduce && op.serial_push ? ", serial pushes" : "");
+    snprintf(path, sizeof path, "%s", op.overlap_text().c_str());
   else
-    snprintf(path, sizeof path, "peer kernel, %d blocks", op.peer_blocks);
+    snprintf(path, sizeof path, "peer path, %s", op.peer_variant_name());
   snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s",
            mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[8], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused", mx[0], tf(mx[0]), note});
@@ -344,6 +345,8 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     rows.push_back({"weft gemm, + own-row reduction", mx[5], tf(mx[5]),
                     "the fused op's GEMM, epilogue and signals without gate or copies"});
   }
+  WEFT_CHECK(op.peer_rows(comm, boot, key, warm, iters,
+                          [&](const char* what) { return validate(op, comm, blas, what, deterministic); }, &rows));
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
              plan.limited_by.c_str());

@@ -95,6 +95,56 @@ TEST_CASE("rank-rotated order starts on the caller's shard and then wraps around
   for (int b = 0; b < 132; ++b) CHECK(PersistentTileIter(s, b, 132).current().shard == 2);
 }
 
+TEST_CASE("piece-major order: each piece round by owner, own piece one round late, every shard once") {
+  for (int owners : {2, 3, 4, 8})
+    for (int pieces : {1, 2, 4, 5})
+      for (int owner = 0; owner < owners; ++owner) {
+        CAPTURE(owners);
+        CAPTURE(pieces);
+        CAPTURE(owner);
+        TileSchedule s = make(128 * 2 * owners * pieces, 512, 8, owners * pieces, 0);
+        const char* why = nullptr;
+        REQUIRE(s.set_piece_major(owners, pieces, owner, &why));
+        std::vector<int> seen(std::size_t(owners * pieces), 0);
+        std::vector<int> own_at(std::size_t(pieces), -1), last_other_at(std::size_t(pieces), -1);
+        int prev_piece_other = 0;
+        for (int step = 0; step < owners * pieces; ++step) {
+          const int shard = s.shard_at(uint32_t(step));
+          REQUIRE(shard >= 0);
+          REQUIRE(shard < owners * pieces);
+          ++seen[std::size_t(shard)];
+          const int o = shard / pieces, j = shard % pieces;
+          if (o == owner) {
+            own_at[std::size_t(j)] = step;
+          } else {
+            // Other owners' pieces in piece order, owners rotated from owner + 1 inside a piece.
+            REQUIRE(j >= prev_piece_other);
+            prev_piece_other = j;
+            last_other_at[std::size_t(j)] = step;
+          }
+        }
+        for (int c : seen) REQUIRE(c == 1);
+        for (int j = 0; j < pieces; ++j) {
+          // Own piece j after every other owner's piece j, and (but for the last) after their piece j + 1.
+          REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(j)]);
+          if (j + 1 < pieces) REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(j + 1)]);
+          if (j > 0) REQUIRE(own_at[std::size_t(j)] > own_at[std::size_t(j - 1)]);
+        }
+        REQUIRE(own_at[std::size_t(pieces - 1)] == owners * pieces - 1);
+        // The tiles follow the shard order and each is visited once.
+        for (int b : {1, 7, 132}) {
+          std::vector<int> count = visits(s, b);
+          for (int c : count) REQUIRE(c == 1);
+        }
+        REQUIRE(s.tile_at(0).shard == ((owner + 1) % owners) * pieces);
+      }
+  TileSchedule s = make(1024, 256, 8, 4, 0);
+  const char* why = nullptr;
+  CHECK_FALSE(s.set_piece_major(3, 1, 0, &why));  // 4 shards are not 3 x 1
+  CHECK_FALSE(s.set_piece_major(2, 2, 2, &why));  // owner out of range
+  REQUIRE(why != nullptr);
+}
+
 TEST_CASE("grouped rasterization walks group_m m-blocks down a column before moving right") {
   TileSchedule s = make(128 * 10, 256 * 5, 4, 1, 0);
   // First group: m 0..3 down column 0, then column 1.
