@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(SmallReducePlan::kThreads) small_reduce_kernel
   __threadfence_system();
   for (int32_t q = 0; q < p.ranks; ++q)
     if (q != p.rank) flag_add_release(a.words_out[q] + p.gathered_word(p.rank), 1);
-  if (blockIdx.x == 0) wait_words(f, a, p.gathered_word(0), p.gathered_expected(a.epoch), p.rank);
+  if (blockIdx.x == 0) wait_words(f, a, p.gathered_word(0), a.gathered, p.rank);
 }
 
 }  // namespace
@@ -206,7 +206,7 @@ Status launch_small_reduce(const SmallReduceArgs& a, const FrameParams& frame, b
                            cudaStream_t stream) {
   const SmallReducePlan& p = a.plan;
   bool ok = p.ranks > 0 && p.ranks <= SmallReducePlan::kMaxRanks && p.rank >= 0 && p.rank < p.ranks &&
-            p.blocks > 0 && p.vecs > 0 && a.out && a.words_in && a.epoch > 0;
+            p.blocks > 0 && p.vecs > 0 && a.out && a.words_in && a.epoch > 0 && (!p.pushes() || a.gathered > 0);
   for (int32_t q = 0; ok && q < p.ranks; ++q)
     ok = a.src[q] && a.words_out[q] && (!p.pushes() || q == p.rank || a.push[q]);
   if (!ok) {

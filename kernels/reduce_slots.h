@@ -58,6 +58,7 @@ struct SmallReduceArgs {
   uint64_t* words_out[SmallReducePlan::kMaxRanks] = {};  // rank q's flag words (mapped)
   const uint64_t* words_in = nullptr;                    // this rank's flag words (local)
   uint64_t epoch = 0;                                    // rises by one per launch, from 1
+  uint64_t gathered = 0;  // two-shot: plan.gathered_after(the value after the previous launches)
   uint32_t skip = 0;                                     // kSmallReduceSkip* (diagnostics)
 };
 

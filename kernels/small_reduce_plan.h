@@ -13,8 +13,9 @@
 //           every peer's C with 16-byte stores, straight from registers
 //           one-shot AllReduce: all m rows the same way, nothing pushed
 //   gathered (two-shot only): every block, after its pushes, adds 1 to gathered[r] in every peer
-//           (system-scope release); the op is complete on this rank once gathered[q] reaches
-//           e · blocks for every peer q
+//           (system-scope release); the op is complete on this rank once gathered[q] has counted
+//           every block of every two-shot launch so far (the host keeps that total: all ranks run
+//           the same launches with the same block counts) for every peer q
 //
 // Why two copies suffice: rank q's GEMM of epoch e+2 overwrites the copy read in epoch e only after
 // q's kernel of epoch e+1 has seen ready[e+1] from every rank, and each rank raises that only after
@@ -91,8 +92,9 @@ struct SmallReducePlan {
   WEFT_HD static int32_t words(int32_t ranks) { return 2 * ranks; }
   WEFT_HD int32_t ready_word(int32_t q) const { return q; }
   WEFT_HD int32_t gathered_word(int32_t q) const { return ranks + q; }
-  // gathered[q] counts rank q's blocks over all epochs (every rank runs the same plan's block count).
-  WEFT_HD uint64_t gathered_expected(uint64_t epoch) const { return epoch * uint64_t(blocks); }
+  // gathered[q] after this launch, given its value after the launches before (`before`): rank q's
+  // blocks of every two-shot launch; other launches leave it.
+  WEFT_HD uint64_t gathered_after(uint64_t before) const { return pushes() ? before + uint64_t(blocks) : before; }
   // Which copy of the partial epoch e uses.
   WEFT_HD static int32_t parity(uint64_t epoch) { return int32_t(epoch & 1); }
 };

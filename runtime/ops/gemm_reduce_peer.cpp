@@ -36,9 +36,12 @@ kernels::SmallReduceMode mode_of(const GemmReduce& op, int variant) {
                              : kernels::SmallReduceMode::kAllReduceTwoShot;
 }
 
-Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::SmallReducePlan* plan) {
+// max_blocks 0: one block per SM.
+Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::SmallReducePlan* plan,
+                 int max_blocks = 0) {
   const char* why = nullptr;
-  if (!kernels::SmallReducePlan::make(mode, op.world, op.rank, op.m_loc * op.n, op.peer_sms, plan, &why)) {
+  if (!kernels::SmallReducePlan::make(mode, op.world, op.rank, op.m_loc * op.n, max_blocks ? max_blocks : op.peer_sms,
+                                      plan, &why)) {
     WEFT_WARN(kKernel, "rank %d: peer path: no plan for %lld x %lld over %d ranks: %s", op.rank,
               static_cast<long long>(op.m), static_cast<long long>(op.n), op.world, why);
     return Status::kInvalidArgument;
@@ -47,9 +50,10 @@ Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::S
 }
 
 // One launch of the small-shape kernel on the partial copy of the next epoch.
-Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm) {
+Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm,
+                    int max_blocks = 0) {
   kernels::SmallReduceArgs args;
-  WEFT_CHECK(make_plan(op, mode, &args.plan));
+  WEFT_CHECK(make_plan(op, mode, &args.plan, max_blocks));
   args.epoch = op.peer_epoch;
   const int64_t copy = kernels::SmallReducePlan::parity(op.peer_epoch) * op.m * op.n;
   for (int q = 0; q < op.world; ++q) {
@@ -58,6 +62,8 @@ Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip
     if (op.all_reduce) args.push[q] = op.c_full.peer<bf16>(q) + args.plan.region;
   }
   args.words_in = op.peer_words.local<uint64_t>();
+  op.peer_gathered = args.plan.gathered_after(op.peer_gathered);
+  args.gathered = op.peer_gathered;
   args.out = op.all_reduce ? op.c_full.local<bf16>() + args.plan.region : op.out;
   args.skip = skip;
   return kernels::launch_small_reduce(args, op.frame_params, after_gemm, op.main);
@@ -92,9 +98,14 @@ Status enqueue_previous(GemmReduce& op) {
 }  // namespace
 
 Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key) {
-  std::string want;
+  std::string want, sweep;
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER", &want));
-  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_SWEEP", &peer_sweep));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_SWEEP", &sweep));
+  if (sweep != "auto" && sweep != "0" && sweep != "1") {
+    WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_PEER_SWEEP='%s' is not auto, 0 or 1", rank, sweep.c_str());
+    return Status::kInvalidArgument;
+  }
+  peer_sweep = sweep == "1" || (sweep == "auto" && !overlap);
   // auto: measured on 4x H200 (docs/ops.md, "Small shapes").
   peer_variant = kPull;
   if (want != "auto") {
@@ -137,7 +148,7 @@ Status GemmReduce::enqueue_peer() {
 Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm,
                              int iters, const std::function<Status(const char*)>& validate,
                              std::vector<ResultRow>* rows) {
-  if ((overlap && !peer_sweep) || peer_sms == 0) return Status::kOk;
+  if (!peer_sweep || peer_sms == 0) return Status::kOk;
   const bool was_overlap = overlap;
   const int chosen = peer_variant;
   overlap = false;
@@ -174,24 +185,28 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
     rows->push_back({std::string("weft peer path: ") + kVariantNames[v], mx, tf(mx), note});
   }
   // The reduction kernel alone (no GEMM before it; the partials hold the last run's data), phase by phase.
+  // Fewer blocks: how many SMs the NVLink traffic needs.
   struct Diag {
     kernels::SmallReduceMode mode;
     uint32_t skip;
     const char* what;
+    int blocks;
   };
   const kernels::SmallReduceMode own = mode_of(*this, kPull);
-  std::vector<Diag> diags = {{own, kernels::kSmallReduceSkipData, "flag rounds only"}};
-  if (all_reduce) diags.push_back({own, kernels::kSmallReduceSkipPush, "pull + sum of own rows, no push"});
-  diags.push_back({own, 0, all_reduce ? "pull + sum + push (two-shot)" : "pull + sum of own rows"});
-  if (all_reduce) diags.push_back({kernels::SmallReduceMode::kAllReduceOneShot, 0, "one-shot: pull + sum of all rows"});
+  const char* full = all_reduce ? "pull + sum + push (two-shot)" : "pull + sum of own rows";
+  std::vector<Diag> diags = {{own, kernels::kSmallReduceSkipData, "flag rounds only", 0}};
+  if (all_reduce) diags.push_back({own, kernels::kSmallReduceSkipPush, "pull + sum of own rows, no push", 0});
+  diags.push_back({own, 0, full, 0});
+  for (int b : {64, 32, 16}) diags.push_back({own, 0, full, b});
+  if (all_reduce) diags.push_back({kernels::SmallReduceMode::kAllReduceOneShot, 0, "one-shot: pull + sum of all rows", 0});
   for (size_t i = 0; i < diags.size(); ++i) {
     const Diag& d = diags[i];
     kernels::SmallReducePlan plan;
-    WEFT_CHECK(make_plan(*this, d.mode, &plan));
+    WEFT_CHECK(make_plan(*this, d.mode, &plan, d.blocks));
     double t = 0, mx = 0;
     WEFT_CHECK(time_op(comm, main, warm, iters, [&] {
       ++peer_epoch;
-      return launch_small(*this, d.mode, d.skip, false);
+      return launch_small(*this, d.mode, d.skip, false, d.blocks);
     }, &t));
     WEFT_CHECK(check("peer reduce alone", plan));
     WEFT_CHECK(max_over_ranks(boot, key + "peer_d" + std::to_string(i), t, &mx));

@@ -64,11 +64,12 @@ struct Ranks {
   __nv_bfloat16* c_of(int q) { return c.p + int64_t(q) * ranks * elems; }
   uint64_t* words_of(int q) { return words.p + int64_t(q) * SmallReducePlan::words(ranks); }
 
-  SmallReduceArgs args(SmallReduceMode mode, int r, uint64_t epoch, int max_blocks) {
+  SmallReduceArgs args(SmallReduceMode mode, int r, uint64_t epoch, int max_blocks, uint64_t gathered_before = 0) {
     SmallReduceArgs a;
     const char* why = nullptr;
     REQUIRE_MESSAGE(SmallReducePlan::make(mode, ranks, r, elems, max_blocks, &a.plan, &why), (why ? why : ""));
     a.epoch = epoch;
+    a.gathered = a.plan.gathered_after(gathered_before);
     for (int q = 0; q < ranks; ++q) {
       a.src[q] = partial(q, SmallReducePlan::parity(epoch));
       a.words_out[q] = words_of(q);
@@ -97,6 +98,7 @@ TEST_CASE("small reduce: simulated ranks sum every partial in rank order, each e
         Ranks w(ranks, elems, 5.0);
         const bool rs = mode == SmallReduceMode::kReduceScatter;
         int blocks = 0;
+        uint64_t gathered = 0;  // what every rank's gathered[q] holds after the launches so far
         for (uint64_t epoch = 1; epoch <= 3; ++epoch) {
           CAPTURE(epoch);
           const int par = SmallReducePlan::parity(epoch);
@@ -110,8 +112,9 @@ TEST_CASE("small reduce: simulated ranks sum every partial in rank order, each e
           poison_bf16(w.out.p, int64_t(ranks) * elems);
           WEFT_CUDA_OK(cudaDeviceSynchronize());
           for (int r = 0; r < ranks; ++r) {  // side by side: each waits for the others' flags
-            const SmallReduceArgs a = w.args(mode, r, epoch, max_blocks);
+            const SmallReduceArgs a = w.args(mode, r, epoch, max_blocks, gathered);
             blocks = a.plan.blocks;
+            if (r == ranks - 1) gathered = a.gathered;
             REQUIRE(launch_small_reduce(a, w.fps[size_t(r)], pdl, w.streams[size_t(r)]) == Status::kOk);
           }
           WEFT_CUDA_OK(cudaDeviceSynchronize());
@@ -157,6 +160,60 @@ TEST_CASE("small reduce: simulated ranks sum every partial in rank order, each e
             }
         }
       }
+}
+
+TEST_CASE("small reduce: one-shot launches and other block counts between two-shot launches keep the counts right") {
+  require_hopper();
+  const int ranks = 3;
+  const int64_t elems = 8 * 512 * 3;
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Ranks w(ranks, elems, 5.0);
+  struct Launch {
+    SmallReduceMode mode;
+    int max_blocks;
+  };
+  const Launch seq[] = {{SmallReduceMode::kAllReduceTwoShot, 3},
+                        {SmallReduceMode::kAllReduceOneShot, 4},
+                        {SmallReduceMode::kAllReduceTwoShot, 1},
+                        {SmallReduceMode::kAllReduceTwoShot, 2}};
+  uint64_t gathered = 0, epoch = 0;
+  for (const Launch& l : seq) {
+    ++epoch;
+    CAPTURE(epoch);
+    const int par = SmallReducePlan::parity(epoch);
+    for (int q = 0; q < ranks; ++q)
+      rank_payload<<<256, 256>>>(w.partial(q, par), int64_t(ranks) * elems, seed + epoch * 11 + q, q);
+    poison_bf16(w.c.p, int64_t(ranks) * ranks * elems);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    uint64_t after = gathered;
+    for (int r = 0; r < ranks; ++r) {
+      const SmallReduceArgs a = w.args(l.mode, r, epoch, l.max_blocks, gathered);
+      after = a.plan.pushes() ? a.gathered : gathered;
+      REQUIRE(launch_small_reduce(a, w.fps[size_t(r)], true, w.streams[size_t(r)]) == Status::kOk);
+    }
+    gathered = after;
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    for (int r = 0; r < ranks; ++r) REQUIRE(w.frames[size_t(r)].check("small reduce test") == Status::kOk);
+    std::vector<std::vector<__nv_bfloat16>> p(ranks);
+    for (int q = 0; q < ranks; ++q) p[size_t(q)] = to_host(w.partial(q, par), int64_t(ranks) * elems);
+    const std::vector<__nv_bfloat16> c = to_host(w.c.p, int64_t(ranks) * ranks * elems);
+    int64_t wrong = 0;
+    for (int r = 0; r < ranks; ++r)
+      for (int64_t i = 0; i < int64_t(ranks) * elems; ++i) {
+        float sum = 0;
+        for (int q = 0; q < ranks; ++q) sum += __bfloat162float(p[size_t(q)][size_t(i)]);
+        const __nv_bfloat16 e = __float2bfloat16_rn(sum), have = c[size_t(int64_t(r) * ranks * elems + i)];
+        if (memcmp(&e, &have, sizeof e) != 0) ++wrong;
+      }
+    CHECK(wrong == 0);
+    const int nw = SmallReducePlan::words(ranks);
+    const std::vector<uint64_t> words = to_host(w.words.p, int64_t(ranks) * nw);
+    for (int r = 0; r < ranks; ++r)
+      for (int q = 0; q < ranks; ++q)
+        CHECK_MESSAGE(words[size_t(r * nw + ranks + q)] == (q == r ? 0 : gathered), "rank " << r << " gathered[" << q
+                                                                                            << "]");
+  }
 }
 
 TEST_CASE("small reduce: flag rounds only (diagnostic) move the flags and write nothing") {

@@ -86,7 +86,9 @@ TEST_CASE("small reduce plan: flag words, gathered counts and partial copies") {
     CHECK(p.ready_word(q) == q);
     CHECK(p.gathered_word(q) == 4 + q);
   }
-  CHECK(p.gathered_expected(3) == 3 * uint64_t(p.blocks));
+  CHECK(p.gathered_after(10) == 10 + uint64_t(p.blocks));
+  const SmallReducePlan one = make(SmallReduceMode::kAllReduceOneShot, 4, 2, 4096, 132);
+  CHECK(one.gathered_after(10) == 10);  // one-shot launches count nothing
   CHECK(SmallReducePlan::parity(1) != SmallReducePlan::parity(2));
   CHECK(SmallReducePlan::parity(1) == SmallReducePlan::parity(3));
 }
