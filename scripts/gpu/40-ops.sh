@@ -24,7 +24,7 @@ done
 
 # Multi-node examples on this one machine: 2 emulated nodes x 2 GPUs, the socket backend between the
 # nodes (WEFT_OPS_NODES_CONFIGS= leaves them out).
-for cfg in ${WEFT_OPS_NODES_CONFIGS-ag_gemm_2x2}; do
+for cfg in ${WEFT_OPS_NODES_CONFIGS-ag_gemm_2x2 gemm_rs_2x2 gemm_ar_2x2}; do
   echo "=== weftrun run -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
   if ! timeout 300 "$weftrun" run -n 4 --emulate-nodes 2 "$root/configs/examples/$cfg.yaml"; then
     echo "FAIL    ops: weftrun run --emulate-nodes 2 $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
