@@ -166,11 +166,17 @@ __global__ void __launch_bounds__(SmallReducePlan::kThreads) small_reduce_kernel
   const SmallReducePlan& p = a.plan;
   __shared__ int ok;
   if (threadIdx.x == 0) {
-    if (blockIdx.x == 0) {
-      __threadfence_system();
-      for (int32_t q = 0; q < p.ranks; ++q) flag_store_release(a.words_out[q] + p.ready_word(p.rank), a.epoch);
+    if (a.tiles[0]) {  // every GEMM's tiles of this run are counted: read the counts over NVLink
+      ok = 1;
+      for (int32_t q = 0; q < p.ranks && ok; ++q)
+        ok = frame_wait_flag(f, a.tiles[q], a.tiles_target, Role::kIntraComm, kSmallReduceTag, q, p.tiles_word());
+    } else {
+      if (blockIdx.x == 0) {
+        __threadfence_system();
+        for (int32_t q = 0; q < p.ranks; ++q) flag_store_release(a.words_out[q] + p.ready_word(p.rank), a.epoch);
+      }
+      ok = wait_words(f, a, p.ready_word(0), a.epoch, -1) ? 1 : 0;
     }
-    ok = wait_words(f, a, p.ready_word(0), a.epoch, -1) ? 1 : 0;
   }
   __syncthreads();
   if (!ok) return;
@@ -208,7 +214,8 @@ Status launch_small_reduce(const SmallReduceArgs& a, const FrameParams& frame, b
   bool ok = p.ranks > 0 && p.ranks <= SmallReducePlan::kMaxRanks && p.rank >= 0 && p.rank < p.ranks &&
             p.blocks > 0 && p.vecs > 0 && a.out && a.words_in && a.epoch > 0 && (!p.pushes() || a.gathered > 0);
   for (int32_t q = 0; ok && q < p.ranks; ++q)
-    ok = a.src[q] && a.words_out[q] && (!p.pushes() || q == p.rank || a.push[q]);
+    ok = a.src[q] && a.words_out[q] && (!p.pushes() || q == p.rank || a.push[q]) &&
+         (!a.tiles[0] || (a.tiles[q] && a.tiles_target > 0));
   if (!ok) {
     WEFT_WARN(kKernel, "small_reduce: rank %d of %d: bad arguments (%d blocks, %lld vectors, epoch %llu, a null "
               "pointer?)", p.rank, p.ranks, p.blocks, static_cast<long long>(p.vecs),
@@ -238,6 +245,13 @@ void describe_small_reduce_error(const DeviceError& e, const SmallReducePlan& pl
       e.tile_m != kSmallReduceTag)
     return;
   const bool ready = e.flag_index < plan.ranks;
+  if (e.flag_index == plan.tiles_word()) {
+    WEFT_WARN(kKernel, "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d's "
+              "GEMM to finish its tiles of this run (its tile count >= %llu, last seen %llu)", what, e.rank,
+              to_string(static_cast<Role>(e.role)), e.block, double(e.waited_ns) * 1e-9, e.tile_n,
+              static_cast<unsigned long long>(e.expected), static_cast<unsigned long long>(e.seen));
+    return;
+  }
   WEFT_WARN(kKernel, "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d: %s "
             "(flag word %d >= %llu, last seen %llu)", what, e.rank, to_string(static_cast<Role>(e.role)), e.block,
             double(e.waited_ns) * 1e-9, e.tile_n,

@@ -60,12 +60,17 @@ struct SmallReduceArgs {
   uint64_t epoch = 0;                                    // rises by one per launch, from 1
   uint64_t gathered = 0;  // two-shot: plan.gathered_after(the value after the previous launches)
   uint32_t skip = 0;                                     // kSmallReduceSkip* (diagnostics)
+  // Ready from the GEMMs' tile counts instead of the ready round: rank q's count (mapped), and the
+  // value every count reaches with this run. Null: the ready round.
+  const uint64_t* tiles[SmallReducePlan::kMaxRanks] = {};
+  uint64_t tiles_target = 0;
 };
 
 // `plan.blocks` x SmallReducePlan::kThreads. With `after_previous` the launch may start while the
 // kernel before it on the stream drains (programmatic dependent launch); the kernel waits for that
 // kernel's completion before it touches memory. A timed-out wait fills the frame's error record:
-// role intra_comm, flag_index = the awaited word (ready[q] = q, gathered[q] = W + q), tile_n = q.
+// role intra_comm, flag_index = the awaited word (ready[q] = q, gathered[q] = W + q, tiles 2 W),
+// tile_n = q.
 Status launch_small_reduce(const SmallReduceArgs& args, const FrameParams& frame, bool after_previous,
                            cudaStream_t stream);
 // One line naming rank, peer and the awaited flag for a record filled by launch_small_reduce

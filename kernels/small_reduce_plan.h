@@ -7,6 +7,8 @@
 //
 //   ready:  block 0 stores ready[r] = e into every rank's flag words; every block waits (bounded)
 //           for ready[q] >= e from all q: every partial of epoch e is complete
+//           (or, "tiles": the GEMM counts its finished tiles at system scope in its own flag words
+//           and every block reads every peer's count over NVLink: no store round after the GEMM)
 //   data:   ReduceScatter and two-shot AllReduce: this rank's row block, every vector loaded from
 //           all W partials (NVLink) at once, summed in fp32 in rank order 0, 1, ..., rounded once
 //           (the same bits on every run and on every rank); two-shot also pushes the sum into
@@ -88,8 +90,10 @@ struct SmallReducePlan {
   }
   WEFT_HD int64_t passes() const { return (vecs + pass_vecs() - 1) / pass_vecs(); }
 
-  // Flag words of one rank: ready[q] at q, gathered[q] at W + q (written by rank q).
-  WEFT_HD static int32_t words(int32_t ranks) { return 2 * ranks; }
+  // Flag words of one rank: ready[q] at q, gathered[q] at W + q (written by rank q), and the count
+  // of this rank's finished GEMM tiles at 2 W (its GEMM's TileSignal; peers read it over NVLink).
+  WEFT_HD static int32_t words(int32_t ranks) { return 2 * ranks + 1; }
+  WEFT_HD int32_t tiles_word() const { return 2 * ranks; }
   WEFT_HD int32_t ready_word(int32_t q) const { return q; }
   WEFT_HD int32_t gathered_word(int32_t q) const { return ranks + q; }
   // gathered[q] after this launch, given its value after the launches before (`before`): rank q's

@@ -66,6 +66,9 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_GEMM_REDUCE_PEER", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: two-shot), "
      "pull_nopdl, oneshot (AR: every rank reduces all rows), previous (three flag rounds) or auto"},
+    {"WEFT_GEMM_REDUCE_PEER_BLOCKS", ParamType::kInt, "16", "blocks",
+     "gemm_rs/gemm_ar peer path: at most this many blocks of 512 threads reduce (0 = one per SM); on 4x H200 16 moved "
+     "the NVLink bytes faster than 132"},
     {"WEFT_GEMM_REDUCE_PEER_SWEEP", ParamType::kString, "auto", "auto|0|1",
      "gemm_rs/gemm_ar: validate and time every peer path variant and the reduction's phases; auto = when the peer path "
      "is chosen, 1 = also on the overlap path, 0 = never"},

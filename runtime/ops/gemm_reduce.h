@@ -83,6 +83,8 @@ struct GemmReduce {
   // Small-shape kernel of the peer path (kernels/small_reduce_plan.h): variant, the partial in two
   // copies (epoch parity), flag words; every variant validated and timed apart (peer_rows).
   int peer_variant = 0, peer_sms = 0;
+  int peer_max_blocks = 0;  // WEFT_GEMM_REDUCE_PEER_BLOCKS, at most peer_sms
+  uint64_t peer_tiles = 0;  // tiles the GEMM has counted in its flag word so far (pull_tiles)
   bool peer_sweep = false;
   uint64_t peer_epoch = 0, peer_gathered = 0;  // launches so far; their two-shot blocks (gathered counts)
   PeerBuffer peer_partials, peer_words;

@@ -9,6 +9,8 @@
 //   oneshot     AllReduce: every rank pulls all m rows of all partials and sums them itself (one
 //               flag round, W times the NVLink bytes of the reduction)
 //   previous    the first peer kernel (launch_peer_reduce): three flag rounds, gather by pulls
+//   pull_tiles  pull, but the GEMM counts its finished tiles (system scope) in a word its peers read
+//               over NVLink instead of the ready round after it (single-shard GEMM schedules only)
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -27,8 +29,8 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-enum PeerVariant { kPull = 0, kPullNoPdl = 1, kOneShot = 2, kPrevious = 3, kNumVariants = 4 };
-const char* const kVariantNames[kNumVariants] = {"pull", "pull_nopdl", "oneshot", "previous"};
+enum PeerVariant { kPull = 0, kPullNoPdl = 1, kOneShot = 2, kPrevious = 3, kPullTiles = 4, kNumVariants = 5 };
+const char* const kVariantNames[kNumVariants] = {"pull", "pull_nopdl", "oneshot", "previous", "pull_tiles"};
 
 kernels::SmallReduceMode mode_of(const GemmReduce& op, int variant) {
   if (!op.all_reduce) return kernels::SmallReduceMode::kReduceScatter;
@@ -36,12 +38,12 @@ kernels::SmallReduceMode mode_of(const GemmReduce& op, int variant) {
                              : kernels::SmallReduceMode::kAllReduceTwoShot;
 }
 
-// max_blocks 0: one block per SM.
+// max_blocks 0: WEFT_GEMM_REDUCE_PEER_BLOCKS.
 Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::SmallReducePlan* plan,
                  int max_blocks = 0) {
   const char* why = nullptr;
-  if (!kernels::SmallReducePlan::make(mode, op.world, op.rank, op.m_loc * op.n, max_blocks ? max_blocks : op.peer_sms,
-                                      plan, &why)) {
+  if (!kernels::SmallReducePlan::make(mode, op.world, op.rank, op.m_loc * op.n,
+                                      max_blocks ? max_blocks : op.peer_max_blocks, plan, &why)) {
     WEFT_WARN(kKernel, "rank %d: peer path: no plan for %lld x %lld over %d ranks: %s", op.rank,
               static_cast<long long>(op.m), static_cast<long long>(op.n), op.world, why);
     return Status::kInvalidArgument;
@@ -51,7 +53,7 @@ Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::S
 
 // One launch of the small-shape kernel on the partial copy of the next epoch.
 Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm,
-                    int max_blocks = 0) {
+                    int max_blocks = 0, bool from_tiles = false) {
   kernels::SmallReduceArgs args;
   WEFT_CHECK(make_plan(op, mode, &args.plan, max_blocks));
   args.epoch = op.peer_epoch;
@@ -66,6 +68,10 @@ Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip
   args.gathered = op.peer_gathered;
   args.out = op.all_reduce ? op.c_full.local<bf16>() + args.plan.region : op.out;
   args.skip = skip;
+  if (from_tiles) {
+    for (int q = 0; q < op.world; ++q) args.tiles[q] = op.peer_words.peer<uint64_t>(q) + args.plan.tiles_word();
+    args.tiles_target = op.peer_tiles;
+  }
   return kernels::launch_small_reduce(args, op.frame_params, after_gemm, op.main);
 }
 
@@ -112,9 +118,9 @@ Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key
     peer_variant = -1;
     for (int v = 0; v < kNumVariants; ++v)
       if (want == kVariantNames[v]) peer_variant = v;
-    if (peer_variant < 0 || (peer_variant == kOneShot && !all_reduce)) {
-      WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_PEER='%s' is not auto, pull, pull_nopdl, oneshot (AllReduce only) "
-                "or previous", rank, want.c_str());
+    if (peer_variant < 0 || (peer_variant == kOneShot && !all_reduce) || (peer_variant == kPullTiles && overlap)) {
+      WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_PEER='%s' is not auto, pull, pull_nopdl, oneshot (AllReduce only), "
+                "previous or pull_tiles (peer path only)", rank, want.c_str());
       return Status::kInvalidArgument;
     }
   }
@@ -124,6 +130,9 @@ Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key
   double most = 0;  // every rank must run the same block count (the gathered counts): the smallest GPU's
   WEFT_CHECK(max_over_ranks(boot, key + "peer_sms", -double(sms), &most));
   peer_sms = int(-most);
+  int64_t blocks = 0;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_BLOCKS", &blocks));
+  peer_max_blocks = blocks > 0 && blocks < peer_sms ? int(blocks) : peer_sms;
   WEFT_CHECK(PeerBuffer::create(boot, 2 * size_t(m * n) * sizeof(bf16), (key + "peer_partials").c_str(),
                                 &peer_partials));
   const size_t words = sizeof(uint64_t) * size_t(kernels::SmallReducePlan::words(world));
@@ -141,8 +150,16 @@ Status GemmReduce::enqueue_peer() {
   ++peer_epoch;
   const int64_t copy = kernels::SmallReducePlan::parity(peer_epoch) * m * n;
   kernels::EpiStoreBf16 epi{peer_partials.local<bf16>() + copy, n, n % 2 == 0};
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main));
-  return launch_small(*this, mode_of(*this, peer_variant), 0, peer_variant != kPullNoPdl);
+  kernels::TileSignal signal;
+  const bool from_tiles = peer_variant == kPullTiles;
+  if (from_tiles) {  // one shard: every tile adds 1 to flags[0]
+    signal.flags = peer_words.local<uint64_t>() + kernels::SmallReducePlan::words(world) - 1;
+    signal.granularity = kernels::kFlagPerShard;
+    signal.add = 1;
+    peer_tiles += uint64_t(gemm.sched.num_tiles());
+  }
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, signal, main));
+  return launch_small(*this, mode_of(*this, peer_variant), 0, peer_variant != kPullNoPdl, 0, from_tiles);
 }
 
 Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm,
@@ -161,7 +178,7 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
   char what[128], note[192];
   // Every variant of the fused op: validated (and repeated bit for bit with WEFT_DETERMINISTIC), then timed.
   for (int v = 0; v < kNumVariants; ++v) {
-    if (v == kOneShot && !all_reduce) continue;
+    if ((v == kOneShot && !all_reduce) || v == kPullTiles) continue;  // pull_tiles: last, below
     if (v == chosen && !was_overlap) continue;  // timed as "weft fused"
     peer_variant = v;
     kernels::SmallReducePlan plan;
@@ -184,6 +201,27 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
              host);
     rows->push_back({std::string("weft peer path: ") + kVariantNames[v], mx, tf(mx), note});
   }
+  // The default variant with one block per SM (more SMs issuing NVLink traffic).
+  if (peer_max_blocks != peer_sms) {
+    const int saved = peer_max_blocks;
+    peer_max_blocks = peer_sms;
+    peer_variant = kPull;
+    kernels::SmallReducePlan plan;
+    WEFT_CHECK(make_plan(*this, mode_of(*this, kPull), &plan));
+    snprintf(what, sizeof what, "%s peer path, pull, %d blocks", all_reduce ? "gemm_ar" : "gemm_rs", plan.blocks);
+    Status st = validate(what);
+    if (st != Status::kOk) {
+      check(what, plan);
+      return st;
+    }
+    double t = 0, mx = 0;
+    WEFT_CHECK(time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    WEFT_CHECK(check(what, plan));
+    WEFT_CHECK(max_over_ranks(boot, key + "peer_t_wide", t, &mx));
+    snprintf(note, sizeof note, "validated; %d blocks (WEFT_GEMM_REDUCE_PEER_BLOCKS=0)", plan.blocks);
+    rows->push_back({"weft peer path: pull, one block per SM", mx, tf(mx), note});
+    peer_max_blocks = saved;
+  }
   // The reduction kernel alone (no GEMM before it; the partials hold the last run's data), phase by phase.
   // Fewer blocks: how many SMs the NVLink traffic needs.
   struct Diag {
@@ -197,8 +235,10 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
   std::vector<Diag> diags = {{own, kernels::kSmallReduceSkipData, "flag rounds only", 0}};
   if (all_reduce) diags.push_back({own, kernels::kSmallReduceSkipPush, "pull + sum of own rows, no push", 0});
   diags.push_back({own, 0, full, 0});
-  for (int b : {64, 32, 16}) diags.push_back({own, 0, full, b});
-  if (all_reduce) diags.push_back({kernels::SmallReduceMode::kAllReduceOneShot, 0, "one-shot: pull + sum of all rows", 0});
+  for (int b : {8, 32, peer_sms}) diags.push_back({own, 0, full, b});
+  if (all_reduce)
+    for (int b : {0, peer_sms})
+      diags.push_back({kernels::SmallReduceMode::kAllReduceOneShot, 0, "one-shot: pull + sum of all rows", b});
   for (size_t i = 0; i < diags.size(); ++i) {
     const Diag& d = diags[i];
     kernels::SmallReducePlan plan;
@@ -213,6 +253,31 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
     snprintf(note, sizeof note, "the reduction kernel alone, %d blocks x %d threads", plan.blocks,
              kernels::SmallReducePlan::kThreads);
     rows->push_back({std::string("peer reduce alone: ") + d.what, mx, 0, note});
+  }
+  // Last (a stall here leaves the counts of the others behind): the ready round replaced by the
+  // GEMM's tile counts; only where the GEMM runs one shard (the peer path's own schedule).
+  if (gemm.sched.num_shards == 1 && chosen != kPullTiles) {
+    peer_variant = kPullTiles;
+    kernels::SmallReducePlan plan;
+    WEFT_CHECK(make_plan(*this, mode_of(*this, kPullTiles), &plan));
+    snprintf(what, sizeof what, "%s peer path, pull_tiles", all_reduce ? "gemm_ar" : "gemm_rs");
+    Status st = validate(what);
+    double t = 0, mx = 0;
+    if (st == Status::kOk) {
+      host_us = 0;
+      host_runs = 0;
+      st = time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); });
+    }
+    if (st == Status::kOk) st = check(what, plan);
+    WEFT_CHECK(max_over_ranks(boot, key + "peer_t_tiles", st == Status::kOk ? t : 1e9, &mx));
+    if (mx < 1e9) {
+      snprintf(note, sizeof note, "validated; %d blocks; GEMM tile counts read over NVLink", plan.blocks);
+      rows->push_back({"weft peer path: pull_tiles", mx, tf(mx), note});
+    } else {
+      check(what, plan);
+      WEFT_WARN(kKernel, "rank %d: %s failed on some rank (see above); the other rows stand", rank, what);
+      rows->push_back({"weft peer path: pull_tiles FAILED", 0, 0, "see the warnings above"});
+    }
   }
   overlap = was_overlap;
   peer_variant = chosen;

@@ -258,3 +258,60 @@ TEST_CASE("small reduce: a peer that never runs ends in a bounded wait that name
   CHECK(e.expected == 1);
   describe_small_reduce_error(e, a.plan, "small reduce test (expected timeout)");
 }
+
+TEST_CASE("small reduce: ready from the GEMMs' tile counts (read over the peers' words), and a short count times out") {
+  require_hopper();
+  const int ranks = 3;
+  const int64_t elems = 8 * 1024;
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  Ranks w(ranks, elems, 0.3);
+  const int nw = SmallReducePlan::words(ranks);
+  for (int q = 0; q < ranks; ++q)
+    rank_payload<<<256, 256>>>(w.partial(q, 1), int64_t(ranks) * elems, seed + q, q);
+  poison_bf16(w.c.p, int64_t(ranks) * ranks * elems);
+  // The tile counts as three GEMMs of 64 tiles would leave them; rank 2's short by one in the second run.
+  std::vector<uint64_t> words(size_t(ranks) * nw, 0);
+  for (int q = 0; q < ranks; ++q) words[size_t(q * nw + 2 * ranks)] = 64;
+  WEFT_CUDA_OK(cudaMemcpy(w.words.p, words.data(), words.size() * 8, cudaMemcpyHostToDevice));
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  uint64_t gathered = 0;
+  for (int r = 0; r < ranks; ++r) {
+    SmallReduceArgs a = w.args(SmallReduceMode::kAllReduceTwoShot, r, 1, 2, 0);
+    gathered = a.gathered;
+    for (int q = 0; q < ranks; ++q) a.tiles[q] = w.words_of(q) + a.plan.tiles_word();
+    a.tiles_target = 64;
+    REQUIRE(launch_small_reduce(a, w.fps[size_t(r)], true, w.streams[size_t(r)]) == Status::kOk);
+  }
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  for (int r = 0; r < ranks; ++r) REQUIRE(w.frames[size_t(r)].check("small reduce test") == Status::kOk);
+  std::vector<std::vector<__nv_bfloat16>> p(ranks);
+  for (int q = 0; q < ranks; ++q) p[size_t(q)] = to_host(w.partial(q, 1), int64_t(ranks) * elems);
+  const std::vector<__nv_bfloat16> c = to_host(w.c.p, int64_t(ranks) * ranks * elems);
+  int64_t wrong = 0;
+  for (int r = 0; r < ranks; ++r)
+    for (int64_t i = 0; i < int64_t(ranks) * elems; ++i) {
+      float sum = 0;
+      for (int q = 0; q < ranks; ++q) sum += __bfloat162float(p[size_t(q)][size_t(i)]);
+      const __nv_bfloat16 e = __float2bfloat16_rn(sum), have = c[size_t(int64_t(r) * ranks * elems + i)];
+      if (memcmp(&e, &have, sizeof e) != 0) ++wrong;
+    }
+  CHECK(wrong == 0);
+  const std::vector<uint64_t> after = to_host(w.words.p, int64_t(ranks) * nw);
+  for (int r = 0; r < ranks; ++r) CHECK(after[size_t(r * nw)] == 0);  // no ready round was run
+  // Second run: rank 0 alone, rank 2's count stays one short of 128.
+  uint64_t short_count = 127, full = 128;
+  for (int q = 0; q < ranks; ++q)
+    WEFT_CUDA_OK(cudaMemcpy(w.words_of(q) + 2 * ranks, q == 2 ? &short_count : &full, 8, cudaMemcpyHostToDevice));
+  SmallReduceArgs a = w.args(SmallReduceMode::kReduceScatter, 0, 2, 2, gathered);
+  for (int q = 0; q < ranks; ++q) a.tiles[q] = w.words_of(q) + a.plan.tiles_word();
+  a.tiles_target = 128;
+  REQUIRE(launch_small_reduce(a, w.fps[0], false, w.streams[0]) == Status::kOk);
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  CHECK(w.frames[0].check("small reduce test (expected timeout)") == Status::kTimeout);
+  const DeviceError& e = w.frames[0].record();
+  CHECK(e.tile_n == 2);
+  CHECK(e.flag_index == a.plan.tiles_word());
+  CHECK(e.seen == 127);
+  describe_small_reduce_error(e, a.plan, "small reduce test (expected timeout)");
+}

@@ -81,7 +81,8 @@ TEST_CASE("small reduce plan: the decode AllReduce fills the GPU in one pass, th
 
 TEST_CASE("small reduce plan: flag words, gathered counts and partial copies") {
   const SmallReducePlan p = make(SmallReduceMode::kAllReduceTwoShot, 4, 2, 4096, 132);
-  CHECK(SmallReducePlan::words(4) == 8);
+  CHECK(SmallReducePlan::words(4) == 9);
+  CHECK(p.tiles_word() == 8);
   for (int q = 0; q < 4; ++q) {
     CHECK(p.ready_word(q) == q);
     CHECK(p.gathered_word(q) == 4 + q);
