@@ -22,8 +22,8 @@ __device__ void inter_send(const RsNodesKernelParams& p) {
   const int32_t ch = int32_t(threadIdx.x);
   if (ch == 0)
     for (int32_t i = 0; i < p.num_rails; ++i) {
-      const int rc = transport::device::push_signal<false>(p.fifo[0], p.rail_peer[i], p.rail_freed_remote[i],
-                                                           p.epoch - 1);
+      const int rc =
+          transport::device::push_signal<false>(p.fifo[0], p.rail_peer[i], p.rail_freed_remote[i], p.epoch - 1);
       if (rc != 0) {
         note_push_error(p, rc, p.rail_peer[i]);
         return;
@@ -39,8 +39,8 @@ __device__ void inter_send(const RsNodesKernelParams& p) {
     if (msg.rail >= 0 && !frame_wait_flag(p.frame, p.rail_freed_local[msg.rail], p.epoch - 1, Role::kInterSend, -1,
                                           msg.peer, -2 - msg.rail))
       return;
-    const int rc = transport::device::push_put_signal<false>(p.fifo[ch], msg.peer, msg.src_off, msg.dst_off,
-                                                             msg.bytes, msg.flag_off, p.epoch);
+    const int rc = transport::device::push_put_signal<false>(p.fifo[ch], msg.peer, msg.src_off, msg.dst_off, msg.bytes,
+                                                             msg.flag_off, p.epoch);
     if (rc != 0) {
       note_push_error(p, rc, msg.peer);
       return;

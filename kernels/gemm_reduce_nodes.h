@@ -38,27 +38,27 @@ struct RsNodesMessage {
 
 struct RsNodesKernelParams {
   static constexpr int kMaxChannels = 8, kMaxRails = 8;
-  GemmParams gemm;       // A in position order, num_shards = positions x pieces, first_shard 0
-  FrameParams frame;     // roles: compute, inter_send (1)
-  EpiReduceSlots epi;    // reduce range [lo, hi) = the positions of g2, g3, g4
-  FlagGate gate;         // per shard: gate[shard] >= epoch (never-waiting shards hold a huge value)
-  TileSignal signal;     // per shard, +1 per tile
+  GemmParams gemm;     // A in position order, num_shards = positions x pieces, first_shard 0
+  FrameParams frame;   // roles: compute, inter_send (1)
+  EpiReduceSlots epi;  // reduce range [lo, hi) = the positions of g2, g3, g4
+  FlagGate gate;       // per shard: gate[shard] >= epoch (never-waiting shards hold a huge value)
+  TileSignal signal;   // per shard, +1 per tile
   transport::DeviceFifo fifo[kMaxChannels];
   int32_t channels = 1;
   int32_t num_rails = 0;
   int32_t rail_peer[kMaxRails] = {};
-  uint64_t rail_freed_remote[kMaxRails] = {};           // heap offset of rail_freed[this rank] at the peer
-  const uint64_t* rail_freed_local[kMaxRails] = {};     // this rank's rail_freed[peer]
-  const RsNodesMessage* msgs = nullptr;  // device array
+  uint64_t rail_freed_remote[kMaxRails] = {};        // heap offset of rail_freed[this rank] at the peer
+  const uint64_t* rail_freed_local[kMaxRails] = {};  // this rank's rail_freed[peer]
+  const RsNodesMessage* msgs = nullptr;              // device array
   int32_t num_msgs = 0;
-  const uint64_t* tiles = nullptr;       // the TileSignal counts
-  uint64_t tile_target = 0;              // a shard is done when its count reaches this
+  const uint64_t* tiles = nullptr;  // the TileSignal counts
+  uint64_t tile_target = 0;         // a shard is done when its count reaches this
   uint64_t epoch = 0;
-  int32_t compute = 1;                   // 0: the exchange alone (no GEMM, no tile waits)
+  int32_t compute = 1;                     // 0: the exchange alone (no GEMM, no tile waits)
   const uint64_t* const* waits = nullptr;  // exchange alone: compute block 0 waits for each >= epoch
   int32_t num_waits = 0;
-  int32_t* push_error = nullptr;         // device word: first failed push's status (0: none)
-  int32_t* push_error_peer = nullptr;    // and its peer
+  int32_t* push_error = nullptr;       // device word: first failed push's status (0: none)
+  int32_t* push_error_peer = nullptr;  // and its peer
 };
 
 // The kernel, for transport::preload_kernels.

@@ -44,10 +44,14 @@ enum class RsNodesGroup : int { kToMate = 1, kRail = 2, kMate = 3, kOwn = 4 };
 
 inline const char* to_string(RsNodesGroup g) {
   switch (g) {
-    case RsNodesGroup::kToMate: return "another node's row block, sent to its rail rank on this node";
-    case RsNodesGroup::kRail: return "the rail peer's row block, node-reduced";
-    case RsNodesGroup::kMate: return "a node-mate's row block";
-    case RsNodesGroup::kOwn: return "this rank's own row block";
+    case RsNodesGroup::kToMate:
+      return "another node's row block, sent to its rail rank on this node";
+    case RsNodesGroup::kRail:
+      return "the rail peer's row block, node-reduced";
+    case RsNodesGroup::kMate:
+      return "a node-mate's row block";
+    case RsNodesGroup::kOwn:
+      return "this rank's own row block";
   }
   return "?";
 }
@@ -79,31 +83,35 @@ enum class RsNodesPath : int { kOwn = 0, kMateNvlink = 1, kRailProxy = 2, kForwa
 
 inline const char* to_string(RsNodesPath p) {
   switch (p) {
-    case RsNodesPath::kOwn: return "this rank's own reduction";
-    case RsNodesPath::kMateNvlink: return "the node-mate's copy over NVLink";
-    case RsNodesPath::kRailProxy: return "the rail peer's put through the proxy";
-    case RsNodesPath::kForward: return "a node-mate's NVLink forward of what its rail peer sent";
+    case RsNodesPath::kOwn:
+      return "this rank's own reduction";
+    case RsNodesPath::kMateNvlink:
+      return "the node-mate's copy over NVLink";
+    case RsNodesPath::kRailProxy:
+      return "the rail peer's put through the proxy";
+    case RsNodesPath::kForward:
+      return "a node-mate's NVLink forward of what its rail peer sent";
   }
   return "?";
 }
 
 struct RsNodesPlan {
   int rank = 0, world = 0, nodes = 0, per_node = 0, node = 0, local = 0;
-  std::vector<int> order;                // position -> owner
-  std::vector<int> pos_of;               // owner -> position
-  std::vector<RsNodesGroup> group;       // per position
-  int lo = 0;                            // first position of the reduce range [lo, world)
-  std::vector<int> mates;                // node-mates, local index l+1, l+2, ...
-  std::vector<int> rails;                // rail peers, node n+1, n+2, ...
-  std::vector<RsNodesSlot> slots;        // mates' slots first, then the rails'
+  std::vector<int> order;                    // position -> owner
+  std::vector<int> pos_of;                   // owner -> position
+  std::vector<RsNodesGroup> group;           // per position
+  int lo = 0;                                // first position of the reduce range [lo, world)
+  std::vector<int> mates;                    // node-mates, local index l+1, l+2, ...
+  std::vector<int> rails;                    // rail peers, node n+1, n+2, ...
+  std::vector<RsNodesSlot> slots;            // mates' slots first, then the rails'
   std::vector<std::vector<int>> gate_slots;  // per position: slots whose arrival opens it (empty: never waits)
-  std::vector<int> rail_freed_gate;      // per position: rail peer whose "freed" must be seen (-1: none)
-  std::vector<RsNodesCopy> copies;       // issue order = tile order
-  std::vector<RsNodesSend> sends;        // issue order = tile order
+  std::vector<int> rail_freed_gate;          // per position: rail peer whose "freed" must be seen (-1: none)
+  std::vector<RsNodesCopy> copies;           // issue order = tile order
+  std::vector<RsNodesSend> sends;            // issue order = tile order
   // AllReduce.
-  std::vector<RsNodesPath> path;         // per owner
-  std::vector<int> path_rank;            // per owner: the rank whose action delivers it (messages)
-  std::vector<int> forwards;             // rail peers whose rows this rank forwards to every mate
+  std::vector<RsNodesPath> path;                  // per owner
+  std::vector<int> path_rank;                     // per owner: the rank whose action delivers it (messages)
+  std::vector<int> forwards;                      // rail peers whose rows this rank forwards to every mate
   int reduce_rows() const { return world - lo; }  // positions in the reduce range (out, slots)
 };
 
@@ -155,12 +163,12 @@ inline bool rs_nodes_layout_ok(const std::vector<int>& node_of, const std::vecto
 }
 
 // This rank's slot index at `target` (a node-mate or a rail peer of this rank), or -1.
-inline int rs_nodes_slot_at(const std::vector<int>& node_of, const std::vector<int>& local_of, int nodes,
-                            int per_node, int rank, int target) {
+inline int rs_nodes_slot_at(const std::vector<int>& node_of, const std::vector<int>& local_of, int nodes, int per_node,
+                            int rank, int target) {
   const int n = node_of[rank], l = local_of[rank], nt = node_of[target], lt = local_of[target];
   if (target == rank) return -1;
-  if (nt == n) return (l - lt - 1 + per_node) % per_node;                    // target's mate l_t + 1 + i
-  if (lt == l) return per_node - 1 + (n - nt - 1 + nodes) % nodes;          // target's rail n_t + 1 + j
+  if (nt == n) return (l - lt - 1 + per_node) % per_node;           // target's mate l_t + 1 + i
+  if (lt == l) return per_node - 1 + (n - nt - 1 + nodes) % nodes;  // target's rail n_t + 1 + j
   return -1;
 }
 
@@ -194,10 +202,10 @@ inline bool make_rs_nodes_plan(const std::vector<int>& node_of, const std::vecto
   p.lo = (N - 1) * (G - 1);
   p.group.assign(W, RsNodesGroup::kOwn);
   for (int i = 0; i < W; ++i)
-    p.group[i] = i < p.lo ? RsNodesGroup::kToMate
+    p.group[i] = i < p.lo           ? RsNodesGroup::kToMate
                  : i < p.lo + N - 1 ? RsNodesGroup::kRail
-                 : i < W - 1 ? RsNodesGroup::kMate
-                             : RsNodesGroup::kOwn;
+                 : i < W - 1        ? RsNodesGroup::kMate
+                                    : RsNodesGroup::kOwn;
   for (int i = 1; i < G; ++i) p.mates.push_back(rs_nodes_rank_at(node_of, local_of, n, (l + i) % G));
   for (int j = 1; j < N; ++j) p.rails.push_back(rs_nodes_rank_at(node_of, local_of, (n + j) % N, l));
   for (int m : p.mates) p.slots.push_back({m, false});

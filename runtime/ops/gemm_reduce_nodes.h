@@ -47,11 +47,11 @@ struct RsNodes {
 
   bf16 *a = nullptr, *a_pos = nullptr, *b = nullptr;  // A in global row order; A in position order
   bf16 *ref = nullptr, *ref_partial = nullptr, *scratch = nullptr;
-  uint64_t *tiles = nullptr, *gate = nullptr;         // local, per shard (position x piece)
-  kernels::RsNodesMessage* msgs = nullptr;            // device copy of the messages
-  const uint64_t** waits = nullptr;                   // device: the exchange-alone waits
+  uint64_t *tiles = nullptr, *gate = nullptr;  // local, per shard (position x piece)
+  kernels::RsNodesMessage* msgs = nullptr;     // device copy of the messages
+  const uint64_t** waits = nullptr;            // device: the exchange-alone waits
   int num_msgs = 0, num_waits = 0;
-  int32_t* push_err = nullptr;                        // [status, peer]
+  int32_t* push_err = nullptr;  // [status, peer]
   uint64_t epoch = 0, tile_runs = 0;
   cudaStream_t main = nullptr, copy = nullptr, gates = nullptr, ag = nullptr, fwd = nullptr;
   cudaEvent_t fork = nullptr, joined[4] = {};
@@ -66,9 +66,13 @@ struct RsNodes {
   char* base() const { return static_cast<char*>(heap->local()); }
   char* peer_base(int r) const { return static_cast<char*>(heap->peer(r)); }
   template <typename T>
-  T* at(uint64_t off) const { return reinterpret_cast<T*>(base() + off); }
+  T* at(uint64_t off) const {
+    return reinterpret_cast<T*>(base() + off);
+  }
   template <typename T>
-  T* peer_at(int r, uint64_t off) const { return reinterpret_cast<T*>(peer_base(r) + off); }
+  T* peer_at(int r, uint64_t off) const {
+    return reinterpret_cast<T*>(peer_base(r) + off);
+  }
   int nslots() const { return int(plan.slots.size()); }
   uint64_t out_region(int pos) const { return out_off + uint64_t(pos - plan.lo) * block_bytes; }
   uint64_t slot_region(int slot, int pos) const {
@@ -81,9 +85,7 @@ struct RsNodes {
   int shard(int pos, int j) const { return pos * pieces + j; }
   // Whether slot `s` receives data at position `pos` (else its region there stays zero).
   bool slot_has_data(int s, int pos) const;
-  bf16* result() const {
-    return all_reduce ? at<bf16>(c_off) : at<bf16>(out_region(world - 1));
-  }
+  bf16* result() const { return all_reduce ? at<bf16>(c_off) : at<bf16>(out_region(world - 1)); }
   int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
 
   // Collective: heap, transport, buffers, GEMM params, kernel params (gemm_reduce_nodes_run.cpp).

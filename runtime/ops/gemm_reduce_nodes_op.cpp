@@ -38,8 +38,8 @@ Status enqueue_sequence(RsNodes& op, ncclComm_t comm, cublasHandle_t blas) {
   if (op.all_reduce)
     WEFT_NCCL_CHECK(ncclAllReduce(op.ref_partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
   else
-    WEFT_NCCL_CHECK(ncclReduceScatter(op.ref_partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm,
-                                      op.main));
+    WEFT_NCCL_CHECK(
+        ncclReduceScatter(op.ref_partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm, op.main));
   return Status::kOk;
 }
 
@@ -47,8 +47,8 @@ Status enqueue_collective(RsNodes& op, ncclComm_t comm) {
   if (op.all_reduce)
     WEFT_NCCL_CHECK(ncclAllReduce(op.ref_partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
   else
-    WEFT_NCCL_CHECK(ncclReduceScatter(op.ref_partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm,
-                                      op.main));
+    WEFT_NCCL_CHECK(
+        ncclReduceScatter(op.ref_partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm, op.main));
   return Status::kOk;
 }
 
@@ -78,9 +78,11 @@ Status validate(RsNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
       WEFT_CHECK(compare_bf16(op.result() + at, op.ref + at, op.m_loc * op.n, op.main, &c));
       if (!c.non_finite && c.rel_err < tol) continue;
       const kernels::RsNodesPath path = op.plan.path[size_t(owner)];
-      WEFT_WARN(kKernel, "rank %d: %s across nodes: owner %d's rows differ from cuBLAS + NCCL: rel err %.3g "
+      WEFT_WARN(kKernel,
+                "rank %d: %s across nodes: owner %d's rows differ from cuBLAS + NCCL: rel err %.3g "
                 "(tolerance %.0e), %lld of %lld elements not written or not finite (first %lld); they came from %s "
-                "(rank %d)%s", op.rank, name, owner, c.rel_err, tol, static_cast<long long>(c.non_finite),
+                "(rank %d)%s",
+                op.rank, name, owner, c.rel_err, tol, static_cast<long long>(c.non_finite),
                 static_cast<long long>(op.m_loc * op.n), static_cast<long long>(c.first_mismatch),
                 kernels::to_string(path), op.plan.path_rank[size_t(owner)],
                 path == kernels::RsNodesPath::kOwn ? ", summed from this rank's partial, its node-mates' partials "
@@ -100,9 +102,10 @@ Status validate(RsNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
     Comparison c;
     WEFT_CHECK(compare_bf16(op.result(), op.ref, op.result_elems(), op.main, &c));
     if (c.mismatched) {
-      WEFT_WARN(kKernel, "rank %d: %s across nodes: WEFT_DETERMINISTIC=1 but a second run differs in %lld elements "
-                "(first %lld)", op.rank, name, static_cast<long long>(c.mismatched),
-                static_cast<long long>(c.first_mismatch));
+      WEFT_WARN(kKernel,
+                "rank %d: %s across nodes: WEFT_DETERMINISTIC=1 but a second run differs in %lld elements "
+                "(first %lld)",
+                op.rank, name, static_cast<long long>(c.mismatched), static_cast<long long>(c.first_mismatch));
       return Status::kInternal;
     }
     printf("rank %d: %s across nodes repeated bit for bit (WEFT_DETERMINISTIC=1)\n", op.rank, name);
@@ -122,12 +125,13 @@ Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& w
     return Status::kInvalidArgument;
   }
   const int64_t tile = kernels::GemmConfig::kTileM;
-  if (wl.gemm.m % info.size || (wl.gemm.m / info.size) % tile || wl.gemm.k % info.size ||
-      (wl.gemm.k / info.size) % 8 || wl.gemm.m >= (int64_t(1) << 31)) {
-    WEFT_WARN(kKernel, "rank %d: %s: %s across nodes needs m / ranks (%lld) to be a multiple of %lld rows (a tile "
-              "belongs to one owner) and k / ranks (%lld) a multiple of 8", info.rank, wl.source.c_str(), name,
-              static_cast<long long>(wl.gemm.m / info.size), static_cast<long long>(tile),
-              static_cast<long long>(wl.gemm.k / info.size));
+  if (wl.gemm.m % info.size || (wl.gemm.m / info.size) % tile || wl.gemm.k % info.size || (wl.gemm.k / info.size) % 8 ||
+      wl.gemm.m >= (int64_t(1) << 31)) {
+    WEFT_WARN(kKernel,
+              "rank %d: %s: %s across nodes needs m / ranks (%lld) to be a multiple of %lld rows (a tile "
+              "belongs to one owner) and k / ranks (%lld) a multiple of 8",
+              info.rank, wl.source.c_str(), name, static_cast<long long>(wl.gemm.m / info.size),
+              static_cast<long long>(tile), static_cast<long long>(wl.gemm.k / info.size));
     return Status::kInvalidArgument;
   }
   // NCCL's baseline crosses the (emulated) nodes through its network transport, like weft: one host
@@ -175,19 +179,28 @@ Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& w
   const transport::TransportCounters c0 = op.tp->counters();
   op.host_us = 0;
   op.host_runs = 0;
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(true); }, &t[0], unstick));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue(true); }, &t[0], unstick));
   WEFT_CHECK(op.check(name));
   const double host_us = op.host_runs ? op.host_us / double(op.host_runs) : 0;
   WEFT_CHECK(op.tp->flush());
   const transport::TransportCounters c1 = op.tp->counters();
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t[5], unstick));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t[5], unstick));
   WEFT_CHECK(op.check((std::string(name) + " exchange").c_str()));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.ref_partial, op.n, op.main);
-  }, &t[2]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_collective(op, comm); }, &t[3]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_gemm_alone(); }, &t[4]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&] {
+        return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.ref_partial, op.n,
+                              op.main);
+      },
+      &t[2]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return enqueue_collective(op, comm); }, &t[3]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue_gemm_alone(); }, &t[4]));
   WEFT_CHECK(op.frame.check(name));
 
   double mx[7];
@@ -201,14 +214,15 @@ Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& w
   const char* coll = all_reduce ? "all-reduce" : "reduce-scatter";
   // Bytes each rank's proxies send per run: its node sums of the rail peers' rows (and, AllReduce,
   // its reduced rows to every rail peer).
-  const double net_gb =
-      double(op.block_bytes) * double(op.plan.rails.size()) * (all_reduce ? 2.0 : 1.0) / 1e9;
+  const double net_gb = double(op.block_bytes) * double(op.plan.rails.size()) * (all_reduce ? 2.0 : 1.0) / 1e9;
   const uint64_t runs = uint64_t(warm + iters);
   char note[320];
   std::vector<ResultRow> rows;
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d inter_send %d; %d pieces "
-           "of %lld rows; host enqueue %.0f us%s", mx[0] / bound, mx[1] / mx[0], op.roles.compute, op.roles.inter_send,
-           op.pieces, static_cast<long long>(op.m_piece), mx[6], deterministic ? ", deterministic" : "");
+  snprintf(note, sizeof note,
+           "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d inter_send %d; %d pieces "
+           "of %lld rows; host enqueue %.0f us%s",
+           mx[0] / bound, mx[1] / mx[0], op.roles.compute, op.roles.inter_send, op.pieces,
+           static_cast<long long>(op.m_piece), mx[6], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused (one launch)", mx[0], tf(mx[0]), note});
   rows.push_back({std::string("cublas + nccl ") + coll, mx[1], tf(mx[1]), "sequential baseline, NCCL_HOSTID per node"});
   rows.push_back({"cublas gemm alone", mx[2], tf(mx[2]), ""});
@@ -216,7 +230,8 @@ Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& w
   rows.push_back({"bound", bound, tf(bound), "max(gemm, collective)"});
   snprintf(note, sizeof note, "%d compute blocks, A in global order, no gates", op.roles.compute);
   rows.push_back({"weft gemm alone", mx[4], tf(mx[4]), note});
-  snprintf(note, sizeof note, "the proxy messages alone (no GEMM, no NVLink): %s, %s, %d channel(s), %.1f MiB "
+  snprintf(note, sizeof note,
+           "the proxy messages alone (no GEMM, no NVLink): %s, %s, %d channel(s), %.1f MiB "
            "messages; %.2f GB/s out per rank; per run: puts %.1f signals %.1f fences %.1f batches %.1f stalls %.1f",
            op.tp->backend_name().c_str(), transport::to_string(op.tp->signal_mode()), op.channels,
            double(op.piece_bytes) / (1 << 20), net_gb / (mx[5] * 1e-3), double(c1.puts - c0.puts) / runs,
@@ -224,14 +239,17 @@ Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& w
            double(c1.batches - c0.batches) / runs, double(c1.stalls - c0.stalls) / runs);
   rows.push_back({"weft cross-node exchange alone", mx[5], 0, note});
   char title[256];
-  snprintf(title, sizeof title, "%s %s: M %lld x N %lld x K %lld (K/%d per rank), %d ranks on %d nodes, median of %d, "
-           "max over ranks", name, wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
+  snprintf(title, sizeof title,
+           "%s %s: M %lld x N %lld x K %lld (K/%d per rank), %d ranks on %d nodes, median of %d, "
+           "max over ranks",
+           name, wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
            static_cast<long long>(wl.gemm.k), op.world, op.world, op.plan.nodes, iters);
   char extra[320];
-  snprintf(extra, sizeof extra, "\"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"nodes\": %d, "
-           "\"pieces\": %d, \"channels\": %d, \"signal_mode\": \"%s\"", name, static_cast<long long>(op.m),
-           static_cast<long long>(op.n), static_cast<long long>(wl.gemm.k), op.world, op.plan.nodes, op.pieces,
-           op.channels, transport::to_string(op.tp->signal_mode()));
+  snprintf(extra, sizeof extra,
+           "\"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"nodes\": %d, "
+           "\"pieces\": %d, \"channels\": %d, \"signal_mode\": \"%s\"",
+           name, static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(wl.gemm.k),
+           op.world, op.plan.nodes, op.pieces, op.channels, transport::to_string(op.tp->signal_mode()));
   print_results(boot, title, rows, extra);
 
   // Every rank has what it waited for once all are here: then the proxies may stop.

@@ -77,9 +77,10 @@ Status RsNodes::setup(const launcher::RankContext& ctx, const Workload& wl, boot
   WEFT_CHECK(get_param("WEFT_NET_CHANNELS", &ch));
   pieces = kernels::rs_nodes_pieces(m_loc, n * int64_t(sizeof(bf16)), kernels::GemmConfig::kTileM, int(want));
   if (pieces == 0) {
-    WEFT_WARN(kKernel, "rank %d: %s across nodes: WEFT_GEMM_REDUCE_PIECES=%lld must cut %lld rows into whole tiles of "
-              "%d rows (at most 64 pieces)", rank, name, static_cast<long long>(want), static_cast<long long>(m_loc),
-              kernels::GemmConfig::kTileM);
+    WEFT_WARN(kKernel,
+              "rank %d: %s across nodes: WEFT_GEMM_REDUCE_PIECES=%lld must cut %lld rows into whole tiles of "
+              "%d rows (at most 64 pieces)",
+              rank, name, static_cast<long long>(want), static_cast<long long>(m_loc), kernels::GemmConfig::kTileM);
     return Status::kInvalidArgument;
   }
   channels = int(std::clamp<int64_t>(ch, 1, kernels::RsNodesKernelParams::kMaxChannels));
@@ -310,8 +311,8 @@ Status RsNodes::enqueue(bool compute) {
         wait(tiles + shard(W - 1, j), done);
         WEFT_CHECK(flush(ag));
         const uint64_t at_j = uint64_t(j) * piece_bytes;
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(base() + mine + at_j, base() + own + at_j, piece_bytes,
-                                        cudaMemcpyDeviceToDevice, ag));
+        WEFT_CUDA_CHECK(
+            cudaMemcpyAsync(base() + mine + at_j, base() + own + at_j, piece_bytes, cudaMemcpyDeviceToDevice, ag));
         for (int t : plan.mates) {
           WEFT_CUDA_CHECK(cudaMemcpyAsync(peer_base(t) + mine + at_j, base() + own + at_j, piece_bytes,
                                           cudaMemcpyDeviceToDevice, ag));
@@ -328,8 +329,8 @@ Status RsNodes::enqueue(bool compute) {
             WEFT_CHECK(flush(fwd));
             const uint64_t at_fj = c_off + uint64_t(f) * block_bytes + uint64_t(j) * piece_bytes;
             for (int t : plan.mates) {
-              WEFT_CUDA_CHECK(cudaMemcpyAsync(peer_base(t) + at_fj, base() + at_fj, piece_bytes,
-                                              cudaMemcpyDeviceToDevice, fwd));
+              WEFT_CUDA_CHECK(
+                  cudaMemcpyAsync(peer_base(t) + at_fj, base() + at_fj, piece_bytes, cudaMemcpyDeviceToDevice, fwd));
               write(peer_at<uint64_t>(t, c_arrived_flag(f, j)), e);
             }
           }
@@ -380,20 +381,26 @@ Status RsNodes::check(const char* what) const {
     // inter_send's waits: flag_index >= 0 is the shard whose tiles it awaited, -2 - i rail i's "freed".
     const int idx = rec.flag_index;
     if (idx >= 0)
-      WEFT_WARN(kKernel, "rank %d: %s: inter_send waited for this rank's tiles of position %d (owner %d) piece %d "
-                "before its put to rank %d (count %llu of %llu)", rank, what, idx / pieces,
-                plan.order[size_t(idx / pieces)], idx % pieces, rec.tile_n, static_cast<unsigned long long>(rec.seen),
-                static_cast<unsigned long long>(rec.expected));
+      WEFT_WARN(kKernel,
+                "rank %d: %s: inter_send waited for this rank's tiles of position %d (owner %d) piece %d "
+                "before its put to rank %d (count %llu of %llu)",
+                rank, what, idx / pieces, plan.order[size_t(idx / pieces)], idx % pieces, rec.tile_n,
+                static_cast<unsigned long long>(rec.seen), static_cast<unsigned long long>(rec.expected));
     else
-      WEFT_WARN(kKernel, "rank %d: %s: inter_send waited for rail peer %d to free its slot of epoch %llu (through the "
-                "proxy; seen %llu)", rank, what, rec.tile_n, static_cast<unsigned long long>(rec.expected),
+      WEFT_WARN(kKernel,
+                "rank %d: %s: inter_send waited for rail peer %d to free its slot of epoch %llu (through the "
+                "proxy; seen %llu)",
+                rank, what, rec.tile_n, static_cast<unsigned long long>(rec.expected),
                 static_cast<unsigned long long>(rec.seen));
-  } else if (rec.committed && rec.role == int32_t(Role::kCompute) && rec.kind == int32_t(kernels::DeviceErrorKind::kFlagTimeout)) {
+  } else if (rec.committed && rec.role == int32_t(Role::kCompute) &&
+             rec.kind == int32_t(kernels::DeviceErrorKind::kFlagTimeout)) {
     const int idx = rec.flag_index;
     if (kp.compute && idx >= 0 && idx < world * pieces)
-      WEFT_WARN(kKernel, "rank %d: %s: the GEMM waited for the gate of position %d (owner %d, %s) piece %d: the "
-                "staged partials of slots %s did not all arrive", rank, what, idx / pieces,
-                plan.order[size_t(idx / pieces)], kernels::to_string(plan.group[size_t(idx / pieces)]), idx % pieces,
+      WEFT_WARN(kKernel,
+                "rank %d: %s: the GEMM waited for the gate of position %d (owner %d, %s) piece %d: the "
+                "staged partials of slots %s did not all arrive",
+                rank, what, idx / pieces, plan.order[size_t(idx / pieces)],
+                kernels::to_string(plan.group[size_t(idx / pieces)]), idx % pieces,
                 plan.group[size_t(idx / pieces)] == kernels::RsNodesGroup::kOwn ? "(mates' and rails')" : "(mates')");
   }
   WEFT_CHECK(frame.check(what));
@@ -404,9 +411,11 @@ Status RsNodes::check(const char* what) const {
     for (int c = 0; c < channels; ++c)
       rings += " channel " + std::to_string(c) + " tail " +
                std::to_string(__atomic_load_n(&tp->fifo_ring(c)->tail, __ATOMIC_ACQUIRE)) + ";";
-    WEFT_WARN(kKernel, "rank %d: %s: inter_send's FIFO push for rank %d failed with status %d (%s): the proxy did not "
-              "drain within WEFT_PROXY_TIMEOUT (rings:%s) %s", rank, what, err[1], err[0],
-              to_string(static_cast<Status>(err[0])), rings.c_str(), tp->error_message().c_str());
+    WEFT_WARN(kKernel,
+              "rank %d: %s: inter_send's FIFO push for rank %d failed with status %d (%s): the proxy did not "
+              "drain within WEFT_PROXY_TIMEOUT (rings:%s) %s",
+              rank, what, err[1], err[0], to_string(static_cast<Status>(err[0])), rings.c_str(),
+              tp->error_message().c_str());
     return static_cast<Status>(err[0]);
   }
   if (tp->status() != Status::kOk) {
@@ -445,7 +454,8 @@ void RsNodes::unstick() {
               flag(arrived_flag(sl, pos, j)), e);
   for (int t : plan.mates)
     if (flag(mate_freed_off + 8ull * t) + 1 < e)
-      say("node-mate " + std::to_string(t) + " to free this rank's slots there", flag(mate_freed_off + 8ull * t), e - 1);
+      say("node-mate " + std::to_string(t) + " to free this rank's slots there", flag(mate_freed_off + 8ull * t),
+          e - 1);
   for (int r : plan.rails)
     if (flag(rail_freed_off + 8ull * r) + 1 < e)
       say("rail peer " + std::to_string(r) + " to free its slot (through the proxy)", flag(rail_freed_off + 8ull * r),
@@ -478,10 +488,10 @@ Status RsNodes::sync(const char* what) {
 
 RsNodes::~RsNodes() {
   cudaDeviceSynchronize();
-  for (void* p : {static_cast<void*>(a), static_cast<void*>(a_pos), static_cast<void*>(b), static_cast<void*>(ref),
-                  static_cast<void*>(ref_partial), static_cast<void*>(scratch), static_cast<void*>(tiles),
-                  static_cast<void*>(gate), static_cast<void*>(msgs), static_cast<void*>(waits),
-                  static_cast<void*>(push_err)})
+  for (void* p :
+       {static_cast<void*>(a), static_cast<void*>(a_pos), static_cast<void*>(b), static_cast<void*>(ref),
+        static_cast<void*>(ref_partial), static_cast<void*>(scratch), static_cast<void*>(tiles),
+        static_cast<void*>(gate), static_cast<void*>(msgs), static_cast<void*>(waits), static_cast<void*>(push_err)})
     if (p) cudaFree(p);
   if (fork) cudaEventDestroy(fork);
   for (cudaEvent_t e : joined)

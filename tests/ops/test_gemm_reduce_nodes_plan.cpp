@@ -53,7 +53,7 @@ void simulate_reduce_scatter(const Layout& l) {
   const int slots = int(plans[0].slots.size());
   // slot[(rank, slot, pos)] = what arrived there (absent: nothing, i.e. the zero region).
   std::map<std::tuple<int, int, int>, Sum> slot;
-  std::vector<int> next(world, 0);     // next position each rank computes
+  std::vector<int> next(world, 0);  // next position each rank computes
   std::vector<Sum> result(world);
   bool progress = true;
   while (progress) {
@@ -135,9 +135,15 @@ void check_all_gather(const Layout& l) {
       const RsNodesPlan& p = plans[x];
       const int via = p.path_rank[o];
       switch (p.path[o]) {
-        case RsNodesPath::kOwn: CHECK(o == x); break;
-        case RsNodesPath::kMateNvlink: CHECK(l.node_of[o] == l.node_of[x]); break;
-        case RsNodesPath::kRailProxy: CHECK(l.local_of[o] == l.local_of[x]); break;
+        case RsNodesPath::kOwn:
+          CHECK(o == x);
+          break;
+        case RsNodesPath::kMateNvlink:
+          CHECK(l.node_of[o] == l.node_of[x]);
+          break;
+        case RsNodesPath::kRailProxy:
+          CHECK(l.local_of[o] == l.local_of[x]);
+          break;
         case RsNodesPath::kForward: {
           CHECK(l.node_of[via] == l.node_of[x]);
           bool fwd = false;
@@ -157,8 +163,8 @@ TEST_CASE("2 x 2: the order, groups, slots and moves of the design") {
   const RsNodesPlan& p = plans[0];
   CHECK(p.order == std::vector<int>{3, 2, 1, 0});
   CHECK(p.lo == 1);
-  CHECK(p.group == std::vector<RsNodesGroup>{RsNodesGroup::kToMate, RsNodesGroup::kRail, RsNodesGroup::kMate,
-                                            RsNodesGroup::kOwn});
+  CHECK(p.group ==
+        std::vector<RsNodesGroup>{RsNodesGroup::kToMate, RsNodesGroup::kRail, RsNodesGroup::kMate, RsNodesGroup::kOwn});
   REQUIRE(p.slots.size() == 2);
   CHECK(p.slots[0].source == 1);
   CHECK_FALSE(p.slots[0].rail);
@@ -220,10 +226,10 @@ TEST_CASE("layouts the epilogue or the rails cannot serve are refused with a rea
 
 TEST_CASE("pieces cut an owner's rows into whole tiles") {
   const int64_t row = 8192 * 2;
-  CHECK(rs_nodes_pieces(2048, row, 128, 0) == 8);     // 8 pieces of 4 MiB
+  CHECK(rs_nodes_pieces(2048, row, 128, 0) == 8);  // 8 pieces of 4 MiB
   CHECK(rs_nodes_pieces(2048, row, 128, 4) == 4);
-  CHECK(rs_nodes_pieces(2048, row, 128, 3) == 0);     // 16 tiles do not split in 3
-  CHECK(rs_nodes_pieces(256, row, 128, 0) == 2);      // 2 tiles: at most 2 pieces
-  CHECK(rs_nodes_pieces(128, 64, 128, 0) == 1);       // small: one piece
-  CHECK(rs_nodes_pieces(100, row, 128, 0) == 0);      // not whole tiles
+  CHECK(rs_nodes_pieces(2048, row, 128, 3) == 0);  // 16 tiles do not split in 3
+  CHECK(rs_nodes_pieces(256, row, 128, 0) == 2);   // 2 tiles: at most 2 pieces
+  CHECK(rs_nodes_pieces(128, 64, 128, 0) == 1);    // small: one piece
+  CHECK(rs_nodes_pieces(100, row, 128, 0) == 0);   // not whole tiles
 }
