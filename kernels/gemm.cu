@@ -214,9 +214,9 @@ Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
   if (args.piece_major_owners > 0 &&
       (args.num_shards % args.piece_major_owners != 0 ||
        !out->sched.set_piece_major(args.piece_major_owners, args.num_shards / args.piece_major_owners,
-                                   args.piece_major_owner, &why))) {
-    WEFT_WARN(kKernel, "gemm: piece-major order over %d owners (owner %d) of %d shards refused: %s",
-              args.piece_major_owners, args.piece_major_owner, args.num_shards,
+                                   args.piece_major_owner, args.piece_major_lag, &why))) {
+    WEFT_WARN(kKernel, "gemm: piece-major order over %d owners (owner %d, lag %d) of %d shards refused: %s",
+              args.piece_major_owners, args.piece_major_owner, args.piece_major_lag, args.num_shards,
               why ? why : "the shards must split evenly over the owners");
     return Status::kInvalidArgument;
   }

@@ -33,7 +33,8 @@ struct GemmArgs {
                             // must be a multiple of cluster_m * 128 rows
   int32_t first_shard = 0;  // shard computed first (rank-rotated order)
   int32_t piece_major_owners = 0;  // > 0: piece-major order over owners x (num_shards / owners) pieces
-  int32_t piece_major_owner = 0;   //   with this owner's pieces one round late (tile_scheduler.h)
+  int32_t piece_major_owner = 0;   //   with this owner's piece j after round j + lag (tile_scheduler.h)
+  int32_t piece_major_lag = 1;
 };
 
 // Checks the arguments (logging the reason once) and builds the device-ready params: tensor

@@ -277,11 +277,21 @@ __device__ __forceinline__ SplitFix split_fixup(const GemmParams& g, const Frame
 template <class Epilogue>
 __device__ __forceinline__ void signal_tile(const Epilogue& epi, const TileSignal& signal, int32_t flag, bool bulk,
                                             int32_t consumer, int32_t t128) {
+  if (signal.variant == kSignalBarrierOnly) {
+    sm90::named_barrier_sync(1, GemmConfig::kConsumers * 128);
+    return;
+  }
   if (bulk && t128 == 0) sm90::bulk_wait<0>();
+  if (signal.variant == kSignalPerWarpgroup) {
+    if (t128 == 0) asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal.flags + flag), "l"(signal.add) : "memory");
+    return;
+  }
   sm90::named_barrier_sync(1, GemmConfig::kConsumers * 128);
   if (t128 == 0 && consumer == 0) {
     uint64_t* p = signal.flags + flag;
-    if (gpu_scope_signal(epi)) {
+    if (signal.variant == kSignalRelaxed) {
+      asm volatile("red.relaxed.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
+    } else if (gpu_scope_signal(epi)) {
       asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
     } else {
       __threadfence_system();
@@ -368,6 +378,10 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       store_tile_tma(g, s, acc, c, consumer, t128);
       pending = signal.flags ? flag_index(signal.granularity, g, c) : -1;
+      if (pending >= 0 && signal.variant == kSignalImmediate) {
+        signal_tile(epi, signal, pending, true, consumer, t128);
+        pending = -1;
+      }
       continue;
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).

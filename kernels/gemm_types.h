@@ -66,6 +66,15 @@ struct TileSignal {
   uint64_t* flags = nullptr;
   int32_t granularity = kFlagPerTile;
   uint64_t add = 1;
+  int32_t variant = 0;  // kSignal*: 0 in use; the others only to measure what a signal costs
 };
+
+// TileSignal::variant. kSignalImmediate is correct too (each TMA tile waits for its stores and
+// signals at once); the last three break the count's meaning and serve only the cost breakdown.
+constexpr int32_t kSignalDeferred = 0;
+constexpr int32_t kSignalImmediate = 1;
+constexpr int32_t kSignalRelaxed = 2;      // no release fence before the add
+constexpr int32_t kSignalPerWarpgroup = 3; // each consumer warpgroup adds for its half, no block barrier
+constexpr int32_t kSignalBarrierOnly = 4;  // the block barrier, no wait for the stores, no add
 
 }  // namespace weft::kernels

@@ -19,14 +19,17 @@
 //   m=4     4N  4N+2 ...          (second group starts at 4*n_blocks)
 //   m=5    4N+1 4N+3
 //
-// Piece-major order (set_piece_major, GEMM+AllReduce): the shards are W owners x S pieces
-// (shard = owner * S + piece) and the order runs piece by piece, each owner's piece j in rotated
-// order r+1, r+2, ..., with this rank's own piece j one round late (it waits for the others' piece
-// j to arrive, which they compute in the same round):
+// Piece-major order (set_piece_major, GEMM+RS/AR): the shards are W owners x S pieces
+// (shard = owner * S + piece) and the order runs in rounds, round j holding every other owner's
+// piece j in rotated order r+1, r+2, ...; this rank's own piece j follows round j + L (lag L,
+// 1 <= L <= S; it waits for the others' piece j to arrive), the pieces that would follow round S
+// come after the last round. L = 1 (AllReduce: reduced pieces leave early):
 //
 //   round 0: (r+1, 0) (r+2, 0) .. (r+W-1, 0)
 //   round j: (r+1, j) .. (r+W-1, j) (r, j-1)        j = 1 .. S-1
 //   last:    (r, S-1)
+//
+// L = S (ReduceScatter): every round, then the own pieces 0 .. S-1 (the most slack for arrivals).
 //
 // Compute block b of B takes linear indices b, b+B, b+2B, ...: all blocks sweep the order
 // together, so the first shard is finished first (the one a rank already holds, or the one
@@ -74,7 +77,8 @@ struct TileSchedule {
   int32_t split_from = 0;   // first split tile (linear); tiles before it are whole
   int32_t pm_owners = 0;    // piece-major order (set_piece_major): W owners; 0 = rotated order
   int32_t pm_pieces = 1;    //   S pieces per owner
-  int32_t pm_owner = 0;     //   r: this rank, whose own pieces run one round late
+  int32_t pm_owner = 0;     //   r: this rank, whose own pieces run late
+  int32_t pm_lag = 1;       //   L: own piece j follows round j + L
 
   // Builds the schedule for an M x N output; false (and *why set) when the shard split does not
   // fall on tile boundaries.
@@ -109,35 +113,49 @@ struct TileSchedule {
     out->pm_owners = 0;
     out->pm_pieces = 1;
     out->pm_owner = 0;
+    out->pm_lag = 1;
     return true;
   }
 
   // Switches to the piece-major order drawn above; false (and *why set) unless the shards are
   // exactly owners x pieces and owner is one of them.
-  bool set_piece_major(int32_t owners, int32_t pieces, int32_t owner, const char** why) {
-    if (owners < 2 || pieces < 1 || int64_t(owners) * pieces != num_shards || owner < 0 || owner >= owners) {
-      *why = "piece-major order needs num_shards = owners x pieces (owners >= 2) and 0 <= owner < owners";
+  bool set_piece_major(int32_t owners, int32_t pieces, int32_t owner, int32_t lag, const char** why) {
+    if (owners < 2 || pieces < 1 || int64_t(owners) * pieces != num_shards || owner < 0 || owner >= owners ||
+        lag < 1 || lag > pieces) {
+      *why = "piece-major order needs num_shards = owners x pieces (owners >= 2), 0 <= owner < owners and "
+             "1 <= lag <= pieces";
       return false;
     }
     pm_owners = owners;
     pm_pieces = pieces;
     pm_owner = owner;
+    pm_lag = lag;
     return true;
   }
 
   // The shard at position `step` of the shard order (rotated, or piece-major).
   WEFT_HD int32_t shard_at(uint32_t step) const {
     if (pm_owners == 0) return int32_t((uint32_t(first_shard) + step) % uint32_t(num_shards));
-    const uint32_t w = uint32_t(pm_owners);
-    // Rounds of W slots [r+1, .., r+W-1, own piece j-1]; the empty slots (own piece -1 at the
-    // start, the others' piece S in the last round) are skipped.
-    uint32_t u = step < w - 1 ? step : step + 1;
-    if (u >= w * uint32_t(pm_pieces)) u += w - 1;
-    const uint32_t round = u / w, pos = u - round * w;
-    const bool own = pos == w - 1;
-    const uint32_t owner = own ? uint32_t(pm_owner) : (uint32_t(pm_owner) + 1 + pos) % w;
-    const uint32_t piece = own ? round - 1 : round;
-    return int32_t(owner * uint32_t(pm_pieces) + piece);
+    const uint32_t w = uint32_t(pm_owners), pieces = uint32_t(pm_pieces), lag = uint32_t(pm_lag);
+    const uint32_t peers = w - 1;
+    auto peer = [&](uint32_t pos, uint32_t piece) {
+      return int32_t(((uint32_t(pm_owner) + 1 + pos) % w) * pieces + piece);
+    };
+    auto own = [&](uint32_t piece) { return int32_t(uint32_t(pm_owner) * pieces + piece); };
+    // Rounds 0 .. a-1: the others' pieces only.
+    const uint32_t a = lag < pieces - 1 ? lag : pieces - 1;
+    if (step < a * peers) return peer(step % peers, step / peers);
+    step -= a * peers;
+    // Rounds a .. S-2: the others' piece t, then own piece t - L.
+    const uint32_t b = pieces - 1 - a;
+    if (step < b * w) {
+      const uint32_t t = a + step / w, pos = step % w;
+      return pos < peers ? peer(pos, t) : own(t - lag);
+    }
+    step -= b * w;
+    // The last round, then the own pieces b .. S-1.
+    if (step < peers) return peer(step, pieces - 1);
+    return own(b + step - peers);
   }
 
   // Chooses the tail split for `blocks` persistent blocks (sets split, split_from; split = 1 when

@@ -60,9 +60,14 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
      "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
-    {"WEFT_GEMM_AR_ORDER", ParamType::kString, "piece", "piece|owner",
-     "gemm_ar overlap path: tile order; piece = piece by piece with the own piece one round late (reduced pieces leave "
-     "during the GEMM), owner = other owners' rows first, own rows last (as gemm_rs)"},
+    {"WEFT_GEMM_REDUCE_PROBE", ParamType::kBool, "0", "",
+     "gemm_rs/gemm_ar overlap path: also time what the tile signals cost and print one run's timeline per rank"},
+    {"WEFT_GEMM_REDUCE_ORDER", ParamType::kString, "piece", "piece|owner",
+     "gemm_rs/gemm_ar overlap path: tile order; piece = round by round (every other owner's piece j), own pieces late "
+     "(WEFT_GEMM_REDUCE_LAG); owner = other owners' rows one after the other, own rows last"},
+    {"WEFT_GEMM_REDUCE_LAG", ParamType::kInt, "0", "rounds",
+     "gemm_rs/gemm_ar piece order: own piece j follows round j + lag; 0 = 1 for gemm_ar (reduced pieces leave early), "
+     "all own pieces last for gemm_rs"},
     {"WEFT_GEMM_REDUCE_PEER", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: two-shot), "
      "pull_nopdl, oneshot (AR: every rank reduces all rows), previous (three flag rounds) or auto"},

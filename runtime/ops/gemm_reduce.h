@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -44,9 +45,18 @@ struct GemmReduce {
   uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
   bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
   bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
-  bool piece_major = false;        // AllReduce: piece-major tile order (WEFT_GEMM_AR_ORDER)
+  bool piece_major = false;        // overlap: piece-major tile order (WEFT_GEMM_REDUCE_ORDER)
+  int lag = 1;                     //   own piece j after round j + lag (WEFT_GEMM_REDUCE_LAG)
+  std::vector<cudaStream_t> sends; // overlap: one stream per other owner, copying its pieces as they finish
+  std::vector<cudaEvent_t> sent;   // their joins
   cudaStream_t gates = nullptr;    // overlap: raises the own pieces' gates as the peers' pieces arrive
   cudaEvent_t gates_done = nullptr;
+  // The fused GEMM's tile signals (kernels::kSignal*): immediate, since a piece's last tiles then
+  // count at once (4x H200, same run: RS 8192 0.467 ms immediate against 0.544 deferred, AR 8192
+  // 0.904 against 0.959); probe() times the deferred variant.
+  int signal_variant = kernels::kSignalImmediate;
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;  // probe(): one run's timeline, if recording
+  bool recording = false;
   uint64_t epoch = 0;
   int peer_blocks = 0;
   cudaStream_t main = nullptr, comm = nullptr;
@@ -72,12 +82,19 @@ struct GemmReduce {
   Status make_gemm();
   Status setup_overlap();
   std::string overlap_text() const;  // the overlap path's choices, for the results table
+  // WEFT_GEMM_REDUCE_PROBE=1: what the tile signals cost (kernels::kSignal* variants of the
+  // diagnostic GEMM), the fused op with immediate signals, and one fused run's timeline per rank
+  // (GEMM, each copy, each gate, each push) printed; rows appended to *rows.
+  Status probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootstrap& boot, const std::string& key,
+               std::vector<ResultRow>* rows);
+  void mark(cudaStream_t s, std::string what);
   // Overlap path (gemm_reduce_overlap.cpp).
   Status enqueue_overlap();
   kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const;
   // The fused op's GEMM without gate or copies (the staged slots hold stale data), to see what its
   // parts cost: partial stores only; with the per-tile signals; with the own rows' reduction too.
-  Status enqueue_diag(bool own_rows, bool signalled);
+  // variant: kernels::kSignal*, -1 = the fused op's (signal_variant).
+  Status enqueue_diag(bool own_rows, bool signalled, int variant = -1);
   // Peer path (gemm_reduce_peer.cpp).
   Status enqueue_peer();
   // Small-shape kernel of the peer path (kernels/small_reduce_plan.h): variant, the partial in two

@@ -1,6 +1,7 @@
 // GEMM+RS / GEMM+AR, overlap path: one persistent GEMM per rank, partial pieces moved by the copy
 // engines as their tiles finish, own rows reduced in the GEMM's epilogue (gemm_reduce_op.cpp has
 // the picture).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -19,14 +20,25 @@ using bf16 = __nv_bfloat16;
 
 Status GemmReduce::setup_overlap() {
   std::string order;
-  WEFT_CHECK(get_param("WEFT_GEMM_AR_ORDER", &order));
-  if (order != "piece" && order != "owner") {
-    WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_AR_ORDER='%s' is not piece or owner", rank, order.c_str());
+  int64_t want_lag = 0;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_ORDER", &order));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_LAG", &want_lag));
+  if ((order != "piece" && order != "owner") || want_lag < 0) {
+    WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_ORDER='%s' is not piece or owner, or WEFT_GEMM_REDUCE_LAG=%lld < 0",
+              rank, order.c_str(), static_cast<long long>(want_lag));
     return Status::kInvalidArgument;
   }
-  piece_major = all_reduce && world > 1 && order == "piece";
+  piece_major = world > 1 && order == "piece";
+  lag = want_lag > 0 ? int(std::min<int64_t>(want_lag, pieces)) : (all_reduce ? 1 : pieces);
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&gates, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&gates_done, cudaEventDisableTiming));
+  sends.assign(size_t(world), nullptr);
+  sent.assign(size_t(world), nullptr);
+  for (int q = 0; q < world; ++q) {
+    if (q == rank) continue;
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&sends[size_t(q)], cudaStreamNonBlocking));
+    WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&sent[size_t(q)], cudaEventDisableTiming));
+  }
   if (all_reduce && !serial_push) {
     push.assign(size_t(world), nullptr);
     pushed.assign(size_t(world), nullptr);
@@ -41,9 +53,13 @@ Status GemmReduce::setup_overlap() {
 
 std::string GemmReduce::overlap_text() const {
   char text[160];
-  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s order%s%s", pieces, static_cast<long long>(m_piece),
-           piece_major ? "piece-major" : "owner-major", sys_signal ? ", system-scope counts" : "",
-           all_reduce && serial_push ? ", serial pushes" : "");
+  char order[48];
+  if (piece_major)
+    snprintf(order, sizeof order, "piece-major order, own lag %d", lag);
+  else
+    snprintf(order, sizeof order, "owner-major order");
+  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s%s%s", pieces, static_cast<long long>(m_piece), order,
+           sys_signal ? ", system-scope counts" : "", all_reduce && serial_push ? ", serial pushes" : "");
   return text;
 }
 
@@ -62,6 +78,7 @@ Status GemmReduce::make_gemm() {
   if (overlap && piece_major) {
     args.piece_major_owners = world;
     args.piece_major_owner = rank;
+    args.piece_major_lag = lag;
   }
   WEFT_CHECK(kernels::make_gemm_params(args, &gemm));
   tiles_per_piece = uint64_t(m_piece / kernels::GemmConfig::kTileM) * uint64_t(gemm.n_blocks);
@@ -88,15 +105,20 @@ Status GemmReduce::enqueue_overlap() {
   WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(comm, fork));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(gates, fork));
+  for (int q = 0; q < world; ++q)
+    if (q != rank) WEFT_CUDA_CHECK(cudaStreamWaitEvent(sends[size_t(q)], fork));
   // The GEMM is enqueued before the other streams' waits: should two streams share a hardware
   // queue, the launch must not sit behind a wait that only the GEMM itself can satisfy. Only this
   // rank's own pieces are gated (and only they may hold back a tile's deferred signal).
   kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e, rank * S, (rank + 1) * S};
-  kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1};
+  kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1, signal_variant};
+  mark(main, "start");
   WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), gate_args, signal, main));
+  mark(main, "gemm");
 
-  // Comm stream: each other owner's pieces, in the GEMM's order, copied into that owner's slot as
-  // their tiles complete, each followed by its arrival flag in the owner's memory.
+  // One stream per other owner: its pieces, copied into its slot as their tiles complete, each
+  // followed by its arrival flag in the owner's memory. The streams run side by side (a copy engine
+  // pushing to one peer moved ~240 GB/s on 4x H200); the host enqueues in the GEMM's order.
   std::vector<StreamMemOp> ops;
   auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
   auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };
@@ -106,23 +128,33 @@ Status GemmReduce::enqueue_overlap() {
     return Status::kOk;
   };
   const uint64_t piece_done = e * tiles_per_piece;
+  // Each stream's arrival write goes out with its next waits (one call fewer per piece).
+  std::vector<std::vector<StreamMemOp>> pend(static_cast<size_t>(world));
   auto send = [&](int o, int j) -> Status {
-    if (j == 0) wait(freed.local<uint64_t>() + o, e - 1);  // o has read what this rank sent it last epoch
-    wait(tiles + o * S + j, piece_done);
-    WEFT_CHECK(flush(comm));
+    cudaStream_t s = sends[size_t(o)];
+    std::vector<StreamMemOp>& q = pend[size_t(o)];
+    if (j == 0) q.push_back({StreamMemOp::kWaitGeq, freed.local<uint64_t>() + o, e - 1});  // o read last epoch's
+    q.push_back({StreamMemOp::kWaitGeq, tiles + o * S + j, piece_done});
+    WEFT_CHECK(stream_mem_ops(s, q));
+    q.clear();
     WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + piece_row(rank, j) * n,
                                     partial.local<bf16>() + piece_row(o, j) * n, piece_bytes(),
-                                    cudaMemcpyDeviceToDevice, comm));
-    write(arrived.peer<uint64_t>(o) + rank * S + j, e);
+                                    cudaMemcpyDeviceToDevice, s));
+    q.push_back({StreamMemOp::kWrite, arrived.peer<uint64_t>(o) + rank * S + j, e});
+    if (recording) {
+      WEFT_CHECK(stream_mem_ops(s, q));
+      q.clear();
+      mark(s, "send" + std::to_string(o) + "." + std::to_string(j));
+    }
     return Status::kOk;
   };
-  if (piece_major) {
-    for (int j = 0; j < S; ++j)
-      for (int i = 1; i < world; ++i) WEFT_CHECK(send((rank + i) % world, j));
-  } else {
-    for (int i = 1; i < world; ++i)
-      for (int j = 0; j < S; ++j) WEFT_CHECK(send((rank + i) % world, j));
+  // The GEMM's shard order (shard = owner * S + piece), read from its schedule.
+  for (int step = 0; step < world * S; ++step) {
+    const int shard = gemm.sched.shard_at(uint32_t(step)), o = shard / S, j = shard % S;
+    if (o != rank) WEFT_CHECK(send(o, j));
   }
+  for (int o = 0; o < world; ++o)
+    if (!pend[size_t(o)].empty()) WEFT_CHECK(stream_mem_ops(sends[size_t(o)], pend[size_t(o)]));
   if (all_reduce && serial_push) {
     for (int j = 0; j < S; ++j) {
       wait(tiles + rank * S + j, piece_done);
@@ -144,6 +176,10 @@ Status GemmReduce::enqueue_overlap() {
     for (int p = 0; p < world; ++p)
       if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
     write(gate + rank * S + j, e);
+    if (recording) {
+      WEFT_CHECK(flush(gates));
+      mark(gates, "gate" + std::to_string(j));
+    }
   }
   WEFT_CHECK(flush(gates));
 
@@ -159,6 +195,7 @@ Status GemmReduce::enqueue_overlap() {
         const int64_t at = piece_row(rank, j) * n;
         WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.peer<bf16>(q) + at, c_full.local<bf16>() + at, piece_bytes(),
                                         cudaMemcpyDeviceToDevice, s));
+        mark(s, "push" + std::to_string(q) + "." + std::to_string(j));
       }
       WEFT_CHECK(stream_write_u64(s, gathered.peer<uint64_t>(q) + rank, e));
     }
@@ -173,6 +210,11 @@ Status GemmReduce::enqueue_overlap() {
   WEFT_CHECK(stream_mem_ops(main, after));
   WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+  for (int q = 0; q < world; ++q)
+    if (q != rank) {
+      WEFT_CUDA_CHECK(cudaEventRecord(sent[size_t(q)], sends[size_t(q)]));
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, sent[size_t(q)]));
+    }
   WEFT_CUDA_CHECK(cudaEventRecord(gates_done, gates));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, gates_done));
   if (all_reduce && !serial_push)
@@ -181,13 +223,78 @@ Status GemmReduce::enqueue_overlap() {
         WEFT_CUDA_CHECK(cudaEventRecord(pushed[size_t(q)], push[size_t(q)]));
         WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, pushed[size_t(q)]));
       }
+  mark(main, "end");
   return Status::kOk;
 }
 
 
-Status GemmReduce::enqueue_diag(bool own_rows, bool signalled) {
-  kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1};
+Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
+  kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,
+                            variant < 0 ? signal_variant : variant};
   return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(own_rows), kernels::FlagGate{}, signal, main);
+}
+
+void GemmReduce::mark(cudaStream_t s, std::string what) {
+  if (!recording) return;
+  cudaEvent_t ev = nullptr;
+  if (cudaEventCreate(&ev) != cudaSuccess) return;
+  cudaEventRecord(ev, s);
+  marks.emplace_back(std::move(what), ev);
+}
+
+Status GemmReduce::probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootstrap& boot, const std::string& key,
+                         std::vector<ResultRow>* rows) {
+  bool on = false;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PROBE", &on));
+  if (!on || !overlap) return Status::kOk;
+  struct Variant {
+    int v;
+    const char* what;
+  };
+  const Variant variants[] = {{kernels::kSignalDeferred, "probe: gemm + signals, deferred to the next tile"},
+                              {kernels::kSignalImmediate, "probe: gemm + signals, immediate (wait for stores)"},
+                              {kernels::kSignalRelaxed, "probe: gemm + signals, deferred, no release fence"},
+                              {kernels::kSignalPerWarpgroup, "probe: gemm + signals, per warpgroup, no block barrier"},
+                              {kernels::kSignalBarrierOnly, "probe: gemm + block barrier per tile only"}};
+  for (const Variant& v : variants) {
+    double t = 0, mx = 0;
+    WEFT_CHECK(time_op(nccl, main, warm, iters, [&] { return enqueue_diag(false, true, v.v); }, &t));
+    WEFT_CHECK(max_over_ranks(boot, key + "probe" + std::to_string(v.v), t, &mx));
+    rows->push_back({v.what, mx, 0, "partial stores, no own rows, no copies"});
+  }
+  {
+    double t = 0, mx = 0;
+    const int in_use = signal_variant;
+    signal_variant = in_use == kernels::kSignalImmediate ? kernels::kSignalDeferred : kernels::kSignalImmediate;
+    WEFT_CHECK(time_op(nccl, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    const bool deferred = signal_variant == kernels::kSignalDeferred;
+    signal_variant = in_use;
+    WEFT_CHECK(max_over_ranks(boot, key + "probe_fused", t, &mx));
+    rows->push_back({deferred ? "probe: weft fused, deferred signals" : "probe: weft fused, immediate signals", mx, 0,
+                     deferred ? "a TMA tile's flag moves during the block's next tile"
+                              : "each TMA tile waits for its stores, then signals"});
+  }
+  // One run's timeline: events on every stream, relative to the event before the GEMM.
+  WEFT_CHECK(boot.barrier(key + "probe_line"));
+  recording = true;
+  Status st = enqueue_fused();
+  recording = false;
+  WEFT_CHECK(st);
+  WEFT_CHECK(sync("probe timeline"));
+  std::string line;
+  for (size_t i = 0; i < marks.size(); ++i) {
+    float ms = -1;
+    const cudaError_t err = cudaEventElapsedTime(&ms, marks[0].second, marks[i].second);
+    char item[128];
+    snprintf(item, sizeof item, "%s%s %.0f%s", i ? ", " : "", marks[i].first.c_str(), ms * 1e3,
+             err == cudaSuccess ? "" : cudaGetErrorString(err));
+    line += item;
+  }
+  for (auto& m : marks) cudaEventDestroy(m.second);  // after every difference to marks[0] is taken
+  marks.clear();
+  printf("rank %d: probe timeline (us after the GEMM's launch): %s\n", rank, line.c_str());
+  fflush(stdout);
+  return Status::kOk;
 }
 
 }  // namespace weft::runtime::ops

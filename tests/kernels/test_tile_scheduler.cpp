@@ -95,16 +95,18 @@ TEST_CASE("rank-rotated order starts on the caller's shard and then wraps around
   for (int b = 0; b < 132; ++b) CHECK(PersistentTileIter(s, b, 132).current().shard == 2);
 }
 
-TEST_CASE("piece-major order: each piece round by owner, own piece one round late, every shard once") {
+TEST_CASE("piece-major order: each piece round by owner, own piece j after round j + lag, every shard once") {
   for (int owners : {2, 3, 4, 8})
     for (int pieces : {1, 2, 4, 5})
+      for (int lag = 1; lag <= pieces; ++lag)
       for (int owner = 0; owner < owners; ++owner) {
         CAPTURE(owners);
         CAPTURE(pieces);
+        CAPTURE(lag);
         CAPTURE(owner);
         TileSchedule s = make(128 * 2 * owners * pieces, 512, 8, owners * pieces, 0);
         const char* why = nullptr;
-        REQUIRE(s.set_piece_major(owners, pieces, owner, &why));
+        REQUIRE(s.set_piece_major(owners, pieces, owner, lag, &why));
         std::vector<int> seen(std::size_t(owners * pieces), 0);
         std::vector<int> own_at(std::size_t(pieces), -1), last_other_at(std::size_t(pieces), -1);
         int prev_piece_other = 0;
@@ -125,10 +127,12 @@ TEST_CASE("piece-major order: each piece round by owner, own piece one round lat
         }
         for (int c : seen) REQUIRE(c == 1);
         for (int j = 0; j < pieces; ++j) {
-          // Own piece j after every other owner's piece j, and (but for the last) after their piece j + 1.
-          REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(j)]);
-          if (j + 1 < pieces) REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(j + 1)]);
-          if (j > 0) REQUIRE(own_at[std::size_t(j)] > own_at[std::size_t(j - 1)]);
+          // Own piece j right after round min(j + lag, S - 1) (or after the own piece before it).
+          const int round = std::min(j + lag, pieces - 1);
+          REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(round)]);
+          if (round + 1 < pieces) REQUIRE(own_at[std::size_t(j)] < last_other_at[std::size_t(round + 1)]);
+          if (j > 0) REQUIRE(own_at[std::size_t(j)] == std::max(own_at[std::size_t(j - 1)] + 1,
+                                                                last_other_at[std::size_t(round)] + 1));
         }
         REQUIRE(own_at[std::size_t(pieces - 1)] == owners * pieces - 1);
         // The tiles follow the shard order and each is visited once.
@@ -140,8 +144,9 @@ TEST_CASE("piece-major order: each piece round by owner, own piece one round lat
       }
   TileSchedule s = make(1024, 256, 8, 4, 0);
   const char* why = nullptr;
-  CHECK_FALSE(s.set_piece_major(3, 1, 0, &why));  // 4 shards are not 3 x 1
-  CHECK_FALSE(s.set_piece_major(2, 2, 2, &why));  // owner out of range
+  CHECK_FALSE(s.set_piece_major(3, 1, 0, 1, &why));  // 4 shards are not 3 x 1
+  CHECK_FALSE(s.set_piece_major(2, 2, 2, 1, &why));  // owner out of range
+  CHECK_FALSE(s.set_piece_major(2, 2, 0, 3, &why));  // lag beyond the pieces
   REQUIRE(why != nullptr);
 }
 
