@@ -14,7 +14,7 @@ fi
 export WEFT_REPORT=$out/ops.jsonl WEFT_DETERMINISTIC=1
 : >"$WEFT_REPORT"
 rc=0
-for cfg in ${WEFT_OPS_CONFIGS:-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256}; do
+for cfg in ${WEFT_OPS_CONFIGS-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256}; do
   echo "=== weftrun run configs/examples/$cfg.yaml"
   if ! timeout 300 "$weftrun" run -n 4 "$root/configs/examples/$cfg.yaml"; then
     echo "FAIL    ops: weftrun run $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
