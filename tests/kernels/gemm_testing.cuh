@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <vector>
 
 namespace weft::kernels::testing {
 
@@ -143,6 +144,14 @@ inline Compared compare(const T* out, const R* ref, int64_t n) {
   WEFT_CUDA_OK(cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost));
   WEFT_CUDA_OK(cudaFree(d));
   return Compared{h.ref2 > 0 ? std::sqrt(h.diff2 / h.ref2) : (h.diff2 > 0 ? 1e30 : 0.0), h.bad};
+}
+
+// A device array copied to the host.
+template <class T>
+std::vector<T> to_host(const T* p, int64_t n) {
+  std::vector<T> h(static_cast<size_t>(n));
+  WEFT_CUDA_OK(cudaMemcpy(h.data(), p, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
 }
 
 // 0 when no GPU of compute capability 9.0 is visible (after printing why), else the SM count.

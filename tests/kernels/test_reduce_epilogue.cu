@@ -21,13 +21,6 @@ using weft::Status;
 
 namespace {
 
-template <class T>
-std::vector<T> to_host(const T* p, int64_t n) {
-  std::vector<T> h(static_cast<size_t>(n));
-  WEFT_CUDA_OK(cudaMemcpy(h.data(), p, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // want[x][c] = ref[lo + x][c] + sum_i slot_i[x][c] (fp32), the exact sum the epilogue approximates.
 __global__ void own_reference(const float* ref, const __nv_bfloat16* slots, int nslots, int64_t slot_elems, int lo,
                               int rows, int n, float* want) {

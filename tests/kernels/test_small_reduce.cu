@@ -19,13 +19,6 @@ using weft::Status;
 
 namespace {
 
-template <class T>
-std::vector<T> to_host(const T* p, int64_t n) {
-  std::vector<T> h(static_cast<size_t>(n));
-  WEFT_CUDA_OK(cudaMemcpy(h.data(), p, size_t(n) * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 // Rank q's partial carries its rank in the integer part (q + 1) and noise below: a sum that takes
 // a rank twice or misses one is off by whole units.
 __global__ void rank_payload(__nv_bfloat16* p, int64_t n, uint64_t seed, int rank) {

@@ -11,28 +11,17 @@
 #include <vector>
 
 #include "kernels/gemm_reduce_nodes_plan.h"
+#include "tests/ops/rank_layouts.h"
 
 using namespace weft::kernels;
+using weft::testing::block;
+using weft::testing::cyclic;
+using weft::testing::Layout;
 
 namespace {
 
 constexpr int kMaxSlots = 7;  // EpiReduceSlots::kMaxSlots
 
-struct Layout {
-  std::vector<int> node_of, local_of;
-};
-
-Layout block(int nodes, int per_node) {
-  Layout l;
-  for (int n = 0; n < nodes; ++n)
-    for (int i = 0; i < per_node; ++i) l.node_of.push_back(n), l.local_of.push_back(i);
-  return l;
-}
-Layout cyclic(int nodes, int per_node) {
-  Layout l;
-  for (int r = 0; r < nodes * per_node; ++r) l.node_of.push_back(r % nodes), l.local_of.push_back(r / nodes);
-  return l;
-}
 
 std::vector<RsNodesPlan> plans_for(const Layout& l) {
   const int world = int(l.node_of.size());
