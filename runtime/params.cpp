@@ -66,8 +66,8 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar overlap path: tile order; piece = round by round (every other owner's piece j), own pieces late "
      "(WEFT_GEMM_REDUCE_LAG); owner = other owners' rows one after the other, own rows last"},
     {"WEFT_GEMM_REDUCE_LAG", ParamType::kInt, "0", "rounds",
-     "gemm_rs/gemm_ar piece order: own piece j follows round j + lag; 0 = 1 for gemm_ar (reduced pieces leave early), "
-     "all own pieces last for gemm_rs"},
+     "gemm_rs/gemm_ar piece order: own piece j follows round j + lag (a lag of the piece count or more: all own "
+     "pieces last); 0 = 1 for gemm_ar (reduced pieces leave early), all own pieces last for gemm_rs"},
     {"WEFT_GEMM_REDUCE_PEER", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: two-shot), "
      "pull_nopdl, oneshot (AR: every rank reduces all rows), previous (three flag rounds) or auto"},
