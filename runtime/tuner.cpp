@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "runtime/log.h"
+#include "runtime/params.h"
 
 namespace weft::runtime {
 namespace {
@@ -16,8 +17,17 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGB = 1e9;
 constexpr int64_t kMinInterChunk = 1 << 20;  // NIC messages below ~1 MiB lose bandwidth to per-message cost
+// GEMM+RS/AR runner defaults the model mirrors (runtime/ops/gemm_reduce*.cpp).
+constexpr double kPeerPathBytes = 16.0 * (1 << 20);  // auto: the peer path below 16 MiB row blocks
+constexpr double kPieceBytes = 4.0 * (1 << 20);      // pieces of at least 4 MiB, at most 4 per owner
 
 double ceil_div(double a, double b) { return std::ceil(a / b); }
+
+// The socket backend: one host network stack for all the node's GPUs; each rank's proxy channels
+// (a thread and its TCP streams, through page-locked staging) move socket_channel_gbps each.
+double socket_gbps_per_gpu(const MachineModel& model, int gpus_per_node) {
+  return std::min(model.socket_gbps / gpus_per_node, model.net_channels * model.socket_channel_gbps);
+}
 
 // Time for `bytes` at `gbps`, with no SMs (`sms` == 0) meaning never when there is work.
 double transfer_time(double bytes, double gbps) {
@@ -43,7 +53,8 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
       at.layout = layout;
       const GemmShard s = at.gemm_shard();
       const double m = s.m, n = s.n, k = s.k;
-      d.groups.push_back({ceil_div(m, tm) * ceil_div(n, tn), 2.0 * tm * tn * k});
+      d.groups.push_back({ceil_div(m, tm) * ceil_div(n, tn), 2.0 * tm * tn * k, ceil_div(k, tiles.tile_k)});
+      d.split_tail = true;  // launch_gemm and the fused kernels cut a ragged last wave along K
       d.flops = 2.0 * m * n * k;
       d.hbm_bytes = (m * k + k * n + m * n) * e;
       const double full_c = double(w.gemm.m) * w.gemm.n * e;
@@ -54,6 +65,12 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
         d.nic_out = d.nic_in = (N - 1) * shard;
         d.nvlink_out = d.nvlink_in = (G - 1) * N * shard;
         d.intra_chunk = static_cast<int64_t>(tm * w.gemm.k * e);  // one tile row of A
+        // Copy engines: one copy per shard on one stream. The GEMM walks shards in order, so the
+        // last one to arrive (across nodes: the forwarded one, behind its rail peer's) is computed
+        // after it: 1/W of the compute.
+        d.intra_copies = (G - 1) * N;
+        d.last_fraction = 1 / W;
+        d.last_unit_bytes = shard;
       } else {
         // Reduce-scatter inside the node first (NVLink), so only 1/G of C crosses the NIC.
         const double passes = w.op == Op::kGemmAr ? 2 : 1;  // all-reduce = reduce-scatter + all-gather
@@ -61,6 +78,24 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
         d.nic_out = d.nic_in = passes * (N - 1) / W * full_c;
         d.reduce_bytes = (N - 1) / W * full_c;
         d.intra_chunk = static_cast<int64_t>(tm * tn * e);  // one output tile
+        // weft's GEMM+RS/AR (runtime/ops): the copy engines push partials into the owners, and the
+        // owner's epilogue adds them (node-mates' partials of its rows and of the rail rows it sums
+        // for other nodes); across nodes the rail peers' node sums are added there too.
+        d.intra_push = true;
+        d.epilogue_reduce = true;
+        d.fold_bytes = (G - 1) * N / W * full_c;
+        // WEFT_GEMM_REDUCE_PATH=auto on one node: row blocks under 16 MiB or not whole tiles take the
+        // peer path, a reduction kernel after the GEMM (two flag rounds for AllReduce).
+        const double block = double(w.gemm.m) / W * w.gemm.n * e;
+        d.sequential = N == 1 && W > 1 && (w.gemm.m % (int64_t(W) * tiles.tile_m) != 0 || block < kPeerPathBytes);
+        d.rounds = static_cast<int>(passes);
+        d.tile_counts = !d.sequential;
+        // Pieces per owner (WEFT_GEMM_REDUCE_PIECES=0: at most 4 of at least 4 MiB), one copy each
+        // per pass and destination stream; the own rows' last piece is reduced after it arrives.
+        const double pieces = std::max(1.0, std::min(4.0, std::floor(block / kPieceBytes)));
+        d.intra_copies = passes * pieces;
+        d.last_fraction = 1 / (W * pieces);
+        d.last_unit_bytes = block / pieces;
       }
       break;
     }
@@ -124,6 +159,7 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
     r.pcie_gbps = model.pcie_gbps;
     r.nic_gbps = std::min(model.nic_gbps, model.pcie_gbps);
     r.inter_backend = w.transport.inter_node == InterNode::kSocket ? "socket" : "ibverbs";
+    if (r.inter_backend == "socket") r.nic_gbps = socket_gbps_per_gpu(model, G), r.pcie_gbps = 0;
   } else {
     // The node's ranks use GPUs 0..G-1 in bus id order; each shares its primary NIC's bandwidth
     // with the other ranks mapped to it. The slowest GPU sets the pace.
@@ -146,7 +182,7 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
     }
     if (socket) {
       r.inter_backend = "socket";
-      r.nic_gbps = model.socket_gbps / G;  // one host network stack for all the node's GPUs
+      r.nic_gbps = socket_gbps_per_gpu(model, G);
       r.pcie_gbps = 0;
     } else {
       r.inter_backend = "ibverbs";
@@ -166,32 +202,93 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
   return Status::kOk;
 }
 
+namespace {
+
+// Tile waves of `tiles` on `blocks` SMs. With the split tail the ragged last wave costs what the
+// GEMM core's planner (TileSchedule::plan_split) expects: rounds of K-slices plus ~2 k-blocks per
+// partial, never more than a whole wave.
+double tile_waves(double tiles, int blocks, double k_blocks, bool split) {
+  const double full = std::floor(tiles / blocks), tail = tiles - full * blocks;
+  if (tail <= 0) return full;
+  double best = 1;
+  if (split && k_blocks > 0)
+    for (int sp = 2; sp <= 8 && std::floor(k_blocks / sp) >= 4; ++sp) {
+      const double cost = std::ceil(tail * sp / blocks) / sp + 2.0 * sp / k_blocks;
+      if (cost < best * 0.97) best = cost;
+    }
+  return full + best;
+}
+
+}  // namespace
+
+IntraMover default_mover(Op op) {
+  return op == Op::kGemmRs || op == Op::kGemmAr ? IntraMover::kCopyEngine : IntraMover::kSm;
+}
+
 void predict(const Demand& d, const LinkRates& r, const MachineModel& model, const RoleCounts& c, Plan* plan) {
-  const double per_sm_tflops = d.tflops / model.sm_count;
+  const double per_sm_flops = d.tflops / model.sm_count * 1e12;
+  const double lat = model.latency_us * 1e-6;
   double compute = 0;
   if (c.compute <= 0) {
     compute = d.flops > 0 ? kInf : 0;
   } else {
-    for (const auto& g : d.groups) compute += std::ceil(g.tiles / c.compute) * g.tile_flops / (per_sm_tflops * 1e12);
+    for (const auto& g : d.groups) {
+      const double waves = tile_waves(g.tiles, c.compute, g.k_blocks, d.split_tail);
+      compute += waves * (g.tile_flops / per_sm_flops + model.tile_overhead_us * 1e-6);
+      if (d.tile_counts) compute += std::ceil(g.tiles / c.compute) * model.tile_signal_us * 1e-6;
+    }
+    // Partials added in the epilogue hold the tensor cores (the fold is not overlapped).
+    const double fold = d.fold_bytes + (c.inter_reduce == 0 && d.epilogue_reduce ? d.reduce_bytes : 0);
+    compute += transfer_time(fold, c.compute * model.reduce_sm_gbps);
     compute = std::max(compute, transfer_time(d.hbm_bytes, model.hbm_gbps * c.compute / model.sm_count));
   }
   const double nv = std::max(d.nvlink_out, d.nvlink_in);
   const double nic = std::max(d.nic_out, d.nic_in);
-  const double intra = d.intra_mover == IntraMover::kCopyEngine
-                           ? transfer_time(nv, r.nvlink_gbps)
-                           : transfer_time(nv, std::min(r.nvlink_gbps, c.intra_comm * model.nvlink_sm_gbps));
+  const bool engines = d.intra_mover == IntraMover::kCopyEngine || d.sequential;
+  double intra = 0;
+  if (nv > 0 && engines) {
+    // Copy engines (or, after the GEMM, the peer kernel's pulls, which reach the same rate).
+    const double ce = d.intra_push && !d.sequential ? model.ce_push_gbps : model.ce_pull_gbps;
+    intra = transfer_time(nv, std::min(r.nvlink_gbps, ce)) + (d.sequential ? 0 : d.intra_copies * lat);
+  } else if (nv > 0 && c.intra_comm > 0) {
+    // SM movers: each moves nvlink_sm_gbps alone, together they approach nvlink_sm_max_gbps, and
+    // beside a running GEMM (shared L2 and HBM) they keep sm_mover_busy of that.
+    double movers = 1 / (1 / (c.intra_comm * model.nvlink_sm_gbps) + 1 / model.nvlink_sm_max_gbps);
+    if (d.flops > 0 && c.compute > 0) movers *= model.sm_mover_busy;
+    intra = transfer_time(nv, std::min(r.nvlink_gbps, movers));
+  } else if (nv > 0) {
+    intra = kInf;
+  }
   const double send = transfer_time(nic, std::min(r.nic_gbps, c.inter_send * model.fifo_sm_gbps));
-  const double reduce = transfer_time(d.reduce_bytes, c.inter_reduce * model.reduce_sm_gbps);
+  double reduce = 0;
+  if (c.inter_reduce > 0)
+    reduce = transfer_time(d.reduce_bytes, c.inter_reduce * model.reduce_sm_gbps);
+  else if (!d.epilogue_reduce)
+    reduce = transfer_time(d.reduce_bytes, 0);
   plan->role_time_s = {compute, intra, send, reduce};
-
-  // What cannot overlap: one signal round, the first (or last) chunk on each link in use.
-  double tail = model.latency_us * 1e-6;
-  if (nv > 0) tail += transfer_time(std::min<double>(d.intra_chunk, nv), r.nvlink_gbps);
-  if (nic > 0) tail += transfer_time(std::min<double>(d.inter_chunk, nic), r.nic_gbps) + model.latency_us * 1e-6;
-  plan->tail_s = tail;
   int worst = 0;
   for (int i = 1; i < kNumRoles; ++i)
     if (plan->role_time_s[i] > plan->role_time_s[worst]) worst = i;
+
+  double tail = 0;
+  if (d.sequential) {
+    // The small-shape path: the exchange follows the GEMM; its flag rounds and the GEMM's fill add.
+    tail = std::min(compute, intra) + (d.rounds + 1) * lat;
+  } else {
+    // What cannot overlap: the GEMM's fill, the first chunk on each link in use, and when a link
+    // sets the pace, the compute that waits for the last unit it delivers.
+    tail = lat;
+    if (nv > 0) tail += transfer_time(std::min<double>(d.intra_chunk, nv), r.nvlink_gbps);
+    if (nic > 0) tail += transfer_time(std::min<double>(d.inter_chunk, nic), r.nic_gbps) + lat;
+    if (worst != 0 && std::isfinite(compute)) {
+      double last = d.last_fraction;
+      // SM movers signal per tile row of A, not per shard: only that chunk's tiles wait.
+      if (!engines && nic <= 0 && d.last_unit_bytes > 0)
+        last *= std::min(1.0, double(d.intra_chunk) / d.last_unit_bytes);
+      tail += compute * last;
+    }
+  }
+  plan->tail_s = tail;
   plan->makespan_s = plan->role_time_s[worst] + tail;
   plan->limited_by = to_string(static_cast<Role>(worst));
 }
@@ -201,8 +298,10 @@ RoleCounts best_roles(const Demand& d, const LinkRates& rates, const MachineMode
   // fewest communication SMs, so adding bytes can only add communication SMs.
   const int S = model.sm_count;
   // Copy engines move the NVLink bytes without SMs: intra_comm then gets none.
-  const bool nv = std::max(d.nvlink_out, d.nvlink_in) > 0 && d.intra_mover == IntraMover::kSm,
+  // So does the small-shape path's exchange after the GEMM; an epilogue fold needs no inter_reduce SM.
+  const bool nv = std::max(d.nvlink_out, d.nvlink_in) > 0 && d.intra_mover == IntraMover::kSm && !d.sequential,
              nic = std::max(d.nic_out, d.nic_in) > 0, red = d.reduce_bytes > 0;
+  const int min_red = red && !d.epilogue_reduce ? 1 : 0;
   const int max_send = std::max(1, std::min(S / 4, 32)), max_red = std::max(1, std::min(S / 2, 64));
   RoleCounts best{S, 0, 0, 0};
   double best_time = 0;
@@ -210,7 +309,7 @@ RoleCounts best_roles(const Demand& d, const LinkRates& rates, const MachineMode
   Plan trial;
   for (int i = nv ? 1 : 0; i <= (nv ? S - 1 : 0); ++i)
     for (int s = nic ? 1 : 0; s <= (nic ? max_send : 0); ++s)
-      for (int r = red ? 1 : 0; r <= (red ? max_red : 0); ++r) {
+      for (int r = min_red; r <= (red ? max_red : 0); ++r) {
         const int c = S - i - s - r;
         if (c < 1) continue;
         const RoleCounts rc{c, i, s, r};
@@ -246,14 +345,14 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
     return fail("roles.inter_send", "expected 0 on a single node (no inter-node traffic)");
   if (layout.nodes == 1 && c.inter_reduce > 0)
     return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
-  const bool copy_engines = d.intra_mover == IntraMover::kCopyEngine;
+  const bool copy_engines = d.intra_mover == IntraMover::kCopyEngine || d.sequential;
   if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
   if (copy_engines && c.intra_comm > 0)
     plan->notes.push_back("roles.intra_comm: the copy engines move the NVLink bytes, the intra_comm SMs will idle");
   if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)
     return fail("roles.inter_send", "0, but " + op + " sends data between nodes; expected at least 1");
-  if (d.reduce_bytes > 0 && c.inter_reduce == 0)
+  if (d.reduce_bytes > 0 && c.inter_reduce == 0 && !d.epilogue_reduce)
     return fail("roles.inter_reduce", "0, but " + op + " folds partial sums from other nodes; expected at least 1");
   if (d.reduce_bytes == 0 && c.inter_reduce > 0)
     return fail("roles.inter_reduce", op + " has nothing to reduce across nodes; expected 0");
@@ -269,7 +368,7 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, Plan* out, std::string* error) {
-  return tune(w, layout, topo, mapping, model, IntraMover::kSm, out, error);
+  return tune(w, layout, topo, mapping, model, default_mover(w.op), out, error);
 }
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
@@ -351,7 +450,7 @@ std::vector<std::string> gpu_model_names(const topology::Topology& topo) {
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names) {
-  return make_plan(w, layout, topo, mapping, IntraMover::kSm, out, error, gpu_names);
+  return make_plan(w, layout, topo, mapping, default_mover(w.op), out, error, gpu_names);
 }
 
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
@@ -364,6 +463,9 @@ Status make_plan(const Workload& w, const Layout& layout, const topology::Topolo
     *error = w.error_at("machine.gpu", "expected h100 or h200 (or WEFT_GPU_ARCH=auto|h100|h200)");
     return Status::kInvalidArgument;
   }
+  int64_t channels = 0;
+  if (get_param("WEFT_NET_CHANNELS", &channels) == Status::kOk && channels >= 1)
+    model.net_channels = static_cast<int>(channels);
   for (const auto& o : w.machine_overrides) {
     std::string err;
     if (set_machine_model_value(&model, o.first, o.second, &err) != Status::kOk) {

@@ -18,14 +18,25 @@ struct Demand {
   struct TileGroup {
     double tiles = 0;       // independent tiles
     double tile_flops = 0;  // FLOPs in one
+    double k_blocks = 0;    // 64-deep k-blocks in one (the split tail's cost model); 0: unknown
   };
-  std::vector<TileGroup> groups;  // compute work; each group runs in ceil(tiles / SMs) waves
+  std::vector<TileGroup> groups;  // compute work; each group runs in ceil(tiles / SMs) waves (see split_tail)
+  bool split_tail = false;        // the GEMM core cuts a ragged last wave along K (plan_split): fewer waves
   double flops = 0;
   double hbm_bytes = 0;  // compute's minimum HBM traffic
   double tflops = 0;     // all-SM throughput for this op's compute (GEMM or attention, dtype)
   double nvlink_out = 0, nvlink_in = 0;
   double nic_out = 0, nic_in = 0;
-  double reduce_bytes = 0;  // partial sums arriving from other nodes, folded by inter_reduce
+  double reduce_bytes = 0;       // partial sums arriving from other nodes, folded by inter_reduce
+  bool epilogue_reduce = false;  // ... or, with no inter_reduce SM, by the compute SMs' epilogue
+  double fold_bytes = 0;         // partials the compute SMs add in their epilogue (node-mates' partials)
+  bool tile_counts = false;      // every tile is counted after its stores (GEMM+RS/AR overlap path)
+  bool intra_push = false;       // copy engines write into the peers (RS/AR) instead of reading them (AG)
+  double intra_copies = 0;       // copy-engine copies in a row on one stream (each costs a latency)
+  bool sequential = false;       // the NVLink exchange runs after the GEMM (GEMM+RS/AR small-shape path)
+  int rounds = 0;                // flag rounds of that exchange
+  double last_fraction = 0;      // share of the compute that can start only after the last transfer unit
+  double last_unit_bytes = 0;    // that unit (a shard or a piece) as the copy engines move it
   int64_t intra_chunk = 0, inter_chunk = 0;
   IntraMover intra_mover = IntraMover::kSm;  // kCopyEngine: NVLink bytes need no intra_comm SM
 };
@@ -45,7 +56,9 @@ struct LinkRates {
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, Plan* out, std::string* error);
 // The same for a given NVLink mover: with kCopyEngine the intra_comm role gets no SM (explicit
-// counts may say 0), and the NVLink time is the link's at full bandwidth, next to all compute SMs.
+// counts may say 0), and the NVLink time is the copy engines' (model.ce_pull_gbps / ce_push_gbps).
+// The overload above plans with the op's own mover: copy engines for gemm_rs / gemm_ar (their only
+// one), SM movers otherwise.
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, IntraMover mover, Plan* out, std::string* error);
 
@@ -53,15 +66,19 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
 Demand compute_demand(const Workload& w, const Layout& layout, const MachineModel& model, const Plan& tiles);
 Status link_rates(const Workload& w, const Layout& layout, const topology::Topology& topo,
                   const topology::Mapping& mapping, const MachineModel& model, LinkRates* out, std::string* error);
+// The mover an op's runner uses when none is asked for: kCopyEngine for gemm_rs / gemm_ar, else kSm.
+IntraMover default_mover(Op op);
 // Predicted busy time of each role and the makespan for given counts (counts with no SMs for work
-// that exists give infinity).
+// that exists give infinity; inter_reduce 0 with d.epilogue_reduce folds in the compute epilogue).
+// docs/tuner.md describes the model and its fit to the H200 measurements.
 void predict(const Demand& d, const LinkRates& r, const MachineModel& model, const RoleCounts& counts, Plan* plan);
 // The counts (summing to model.sm_count) with the smallest predicted makespan; among equal ones the
 // fewest communication SMs. A role gets SMs only if it has work.
 RoleCounts best_roles(const Demand& d, const LinkRates& r, const MachineModel& model);
 
 // The convenience the CLI uses: chooses the MachineModel (workload machine.gpu, topology GPU names,
-// WEFT_GPU_ARCH, else H200), applies the workload's machine overrides, then tune().
+// WEFT_GPU_ARCH, else H200), takes net_channels from WEFT_NET_CHANNELS, applies the workload's
+// machine overrides, then tune().
 // `gpu_names`, when given, replaces the topology's GPU names for choosing the model (a plan made
 // without the topology's GPUs can still use what they are).
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
