@@ -266,28 +266,30 @@ void predict(const Demand& d, const LinkRates& r, const MachineModel& model, con
   else if (!d.epilogue_reduce)
     reduce = transfer_time(d.reduce_bytes, 0);
   plan->role_time_s = {compute, intra, send, reduce};
-  int worst = 0;
-  for (int i = 1; i < kNumRoles; ++i)
-    if (plan->role_time_s[i] > plan->role_time_s[worst]) worst = i;
 
-  double tail = 0;
   if (d.sequential) {
     // The small-shape path: the exchange follows the GEMM; its flag rounds and the GEMM's fill add.
-    tail = std::min(compute, intra) + (d.rounds + 1) * lat;
-  } else {
-    // What cannot overlap: the GEMM's fill, the first chunk on each link in use, and when a link
-    // sets the pace, the compute that waits for the last unit it delivers.
-    tail = lat;
-    if (nv > 0) tail += transfer_time(std::min<double>(d.intra_chunk, nv), r.nvlink_gbps);
-    if (nic > 0) tail += transfer_time(std::min<double>(d.inter_chunk, nic), r.nic_gbps) + lat;
-    if (worst != 0 && std::isfinite(compute)) {
-      double last = d.last_fraction;
-      // SM movers signal per tile row of A, not per shard: only that chunk's tiles wait.
-      if (!engines && nic <= 0 && d.last_unit_bytes > 0)
-        last *= std::min(1.0, double(d.intra_chunk) / d.last_unit_bytes);
-      tail += compute * last;
-    }
+    plan->tail_s = std::min(compute, intra) + (d.rounds + 1) * lat;
+    const bool link = intra > compute;
+    plan->makespan_s = std::max(compute, intra) + plan->tail_s;
+    plan->limited_by = to_string(link ? Role::kIntraComm : Role::kCompute);
+    return;
   }
+  // The compute that can start only after a link's last unit arrives follows that link's time.
+  double last = d.last_fraction;
+  // SM movers signal per tile row of A, not per shard: only that chunk's tiles wait.
+  if (!engines && nic <= 0 && d.last_unit_bytes > 0) last *= std::min(1.0, double(d.intra_chunk) / d.last_unit_bytes);
+  const double after = std::isfinite(compute) ? compute * last : 0;
+  const std::array<double, kNumRoles> paced = {compute, intra > 0 ? intra + after : 0, send > 0 ? send + after : 0,
+                                               reduce};
+  int worst = 0;
+  for (int i = 1; i < kNumRoles; ++i)
+    if (paced[i] > paced[worst]) worst = i;
+  // What cannot overlap: the GEMM's fill, and the first chunk on each link in use.
+  double tail = lat;
+  if (nv > 0) tail += transfer_time(std::min<double>(d.intra_chunk, nv), r.nvlink_gbps);
+  if (nic > 0) tail += transfer_time(std::min<double>(d.inter_chunk, nic), r.nic_gbps) + lat;
+  if (worst == static_cast<int>(Role::kIntraComm) || worst == static_cast<int>(Role::kInterSend)) tail += after;
   plan->tail_s = tail;
   plan->makespan_s = plan->role_time_s[worst] + tail;
   plan->limited_by = to_string(static_cast<Role>(worst));
