@@ -297,6 +297,60 @@ Status enable_tma_store(const EpiReduceSlots& epi, GemmParams* g) {
   return enable_tma_store(partial, g);
 }
 
+Status enable_own_tma_store(const GemmParams& g, __nv_bfloat16* const* peers, int npeers, EpiReduceSlots* epi) {
+  epi->own_maps = 0;
+  const int64_t rows = int64_t(epi->hi) - epi->lo;
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool ok = epi->paired && epi->out && rows > 0 && epi->lo % GemmConfig::kTileM == 0 &&
+            rows % GemmConfig::kTileM == 0 && epi->ldc % 8 == 0 && epi->ldc >= g.n && aligned(epi->out) &&
+            npeers >= 0 && npeers < EpiReduceSlots::kMaxOwnMaps;
+  for (int i = 0; ok && i < npeers; ++i) ok = peers[i] && aligned(peers[i]);
+  if (!ok) {
+    if (npeers > 0) {
+      WEFT_WARN(kKernel, "gemm: own tiles to %d peers need 128-row aligned own rows [%d, %d), paired 16-byte aligned "
+                "stores and ldc %lld a multiple of 8 >= n %d", npeers, epi->lo, epi->hi,
+                static_cast<long long>(epi->ldc), g.n);
+      return Status::kInvalidArgument;
+    }
+    return Status::kOk;  // stores from registers: still correct
+  }
+  WEFT_CHECK(encode_operand("own rows", epi->out, rows, g.n, epi->ldc, GemmConfig::kStoreBox, &epi->own_map[0],
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  for (int i = 0; i < npeers; ++i)
+    WEFT_CHECK(encode_operand("a peer's own rows", peers[i], rows, g.n, epi->ldc, GemmConfig::kStoreBox,
+                              &epi->own_map[1 + i], CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  epi->own_maps = 1 + npeers;
+  return Status::kOk;
+}
+
+Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, uint64_t* const* counts, int owners,
+                              int rows_per_piece, EpiReduceSlots* epi) {
+  epi->part_owners = 0;
+  const int64_t rows = int64_t(epi->hi) - epi->lo;
+  bool ok = epi->paired && rows > 0 && rows % GemmConfig::kTileM == 0 && epi->lo % rows == 0 &&
+            owners >= 1 && owners <= EpiReduceSlots::kMaxOwnMaps && int64_t(owners) * rows == g.m &&
+            rows_per_piece > 0 && rows_per_piece % GemmConfig::kTileM == 0 && rows % rows_per_piece == 0 &&
+            epi->ldc % 8 == 0 && epi->ldc >= g.n;
+  for (int o = 0; ok && o < owners; ++o)
+    ok = o == epi->lo / rows || (slots[o] && counts[o] && reinterpret_cast<uintptr_t>(slots[o]) % 16 == 0);
+  if (!ok) {
+    WEFT_WARN(kKernel, "gemm: partial tiles to %d owners need M %d = owners x a multiple of %d rows, pieces of a "
+              "multiple of %d rows, paired 16-byte aligned stores and ldc %lld a multiple of 8 >= n %d", owners, g.m,
+              GemmConfig::kTileM, GemmConfig::kTileM, static_cast<long long>(epi->ldc), g.n);
+    return Status::kInvalidArgument;
+  }
+  for (int o = 0; o < owners; ++o) {
+    if (o == epi->lo / rows) continue;  // own rows are reduced here, never sent
+    WEFT_CHECK(encode_operand("an owner's slot", slots[o], rows, g.n, epi->ldc, GemmConfig::kStoreBox, &epi->part_map[o],
+                              CU_TENSOR_MAP_L2_PROMOTION_NONE));
+    epi->part_flags[o] = counts[o];
+  }
+  epi->rows_per_owner = int32_t(rows);
+  epi->rows_per_piece = rows_per_piece;
+  epi->part_owners = owners;
+  return Status::kOk;
+}
+
 namespace {
 // Epilogues whose tiles may leave through TMA stores: encode their C first (unless turned off).
 template <class Epilogue>

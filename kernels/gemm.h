@@ -54,6 +54,16 @@ Status device_sm_count(int* out);
 Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g);
 // The same for EpiReduceSlots' partial tiles (C = epi.partial).
 Status enable_tma_store(const EpiReduceSlots& epi, GemmParams* g);
+// EpiReduceSlots' own tiles through shared memory + TMA: encodes epi->own_map[0] for epi->out
+// (rows [lo, hi) of C as rows 0..) and own_map[1 + i] for peers[i] (the same rows in a peer's
+// memory; set epi->bcast_flags too), and sets own_maps. Without peers it leaves the own tiles on
+// register stores where the layout does not allow TMA; with peers that is an error.
+Status enable_own_tma_store(const GemmParams& g, __nv_bfloat16* const* peers, int npeers, EpiReduceSlots* epi);
+// EpiReduceSlots' partial tiles straight into their owners' memory: owner o (of `owners`, each
+// hi - lo rows; this rank is lo / (hi - lo)) gets this rank's tiles of its rows at slots[o] (rows
+// 0.., ldc epi->ldc) and counts them in counts[o][piece] (pieces of rows_per_piece rows).
+Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, uint64_t* const* counts, int owners,
+                              int rows_per_piece, EpiReduceSlots* epi);
 
 // Splits the last wave's tiles along K when they would leave blocks idle (TileSchedule::plan_split)
 // for `compute_blocks` compute blocks, and points g at a workspace for the fp32 partials owned by

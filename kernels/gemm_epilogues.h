@@ -1,6 +1,7 @@
 // Epilogues of the GEMM main loop: where each finished pair of fp32 results goes (host + device).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -135,6 +136,24 @@ struct EpiReduceSlots {
   // The GEMM's TileSignal counts are read only on this GPU (its copy engines, stream waits): the
   // GEMM releases them at GPU scope. false: system scope, as for a flag in another GPU's memory.
   bool local_signal = true;
+  // Own tiles through shared memory and TMA (enable_own_tma_store; 0 maps: stores from registers).
+  // own_map[0] is `out` (rows [lo, hi) as rows 0.., box {kStoreBox, kStoreBox}); own_map[1..] are
+  // the same rows of peers' C (AllReduce: the reduced tile goes to every rank from the epilogue).
+  // Once a tile's stores are complete, each bcast_flags[i] (a word in peer i's memory) += 1 at
+  // system scope: a peer has owner r's rows once its word reached tiles-per-owner x epoch.
+  static constexpr int kMaxOwnMaps = kMaxSlots + 1;
+  int32_t own_maps = 0;
+  int32_t nbcast = 0;
+  uint64_t* bcast_flags[kMaxSlots] = {};
+  CUtensorMap own_map[kMaxOwnMaps];
+  // Partial tiles straight into their owners' staging slots (enable_remote_partials; 0: stored
+  // into `partial`, and the copy engines move them): part_map[o] is this rank's slot in owner o's
+  // staging (o's rows as rows 0..), and once a tile's stores are complete,
+  // part_flags[o][(row - o * rows_per_owner) / rows_per_piece] += 1 at system scope (o's memory).
+  int32_t part_owners = 0;
+  int32_t rows_per_owner = 0, rows_per_piece = 0;
+  uint64_t* part_flags[kMaxOwnMaps] = {};
+  CUtensorMap part_map[kMaxOwnMaps];
 #if defined(__CUDACC__)
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     if (row < lo || row >= hi) {
@@ -153,6 +172,35 @@ struct EpiReduceSlots {
     if (two) out[off + 1] = __float2bfloat16_rn(v1);
   }
 
+  // Adds the staged partials of an own fragment (rows `row` and row + 8, columns col0 + 8j + {0, 1})
+  // to acc in slot order; all of a slot's loads are issued before any is used. Needs `paired`
+  // and own rows; columns at or past n are left alone (the TMA store clips them).
+  __device__ __forceinline__ void add_slots(int32_t row, int32_t col0, int32_t n, float (&acc)[128]) const {
+    const int64_t off0 = int64_t(row - lo) * ldc + col0, off1 = off0 + 8 * ldc;
+#pragma unroll
+    for (int i = 0; i < kMaxSlots; ++i) {
+      if (i >= nslots) break;
+      const uint32_t* s0 = reinterpret_cast<const uint32_t*>(slots[i] + off0);
+      const uint32_t* s1 = reinterpret_cast<const uint32_t*>(slots[i] + off1);
+      uint32_t v[64];
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const bool in = col0 + 8 * j < n;  // n even: the pair's second column is in too
+        v[2 * j] = in ? s0[4 * j] : 0u;    // 8 bf16 columns = 4 words apart
+        v[2 * j + 1] = in ? s1[4 * j] : 0u;
+      }
+#pragma unroll
+      for (int j = 0; j < 32; ++j) {
+        const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j]));
+        const float2 x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j + 1]));
+        acc[4 * j + 0] += x0.x;
+        acc[4 * j + 1] += x0.y;
+        acc[4 * j + 2] += x1.x;
+        acc[4 * j + 3] += x1.y;
+      }
+    }
+  }
+
   // The whole tile fragment of one consumer thread at once (the GEMM calls this instead of pair()):
   // rows `row` and row + 8, columns col0 + 8j + {0, 1} for j < 32; acc[4j], acc[4j+1] are row's,
   // acc[4j+2], acc[4j+3] row + 8's. For own rows all of a slot's 64 loads are issued before any is
@@ -161,27 +209,7 @@ struct EpiReduceSlots {
   __device__ __forceinline__ void fragment(int32_t row, int32_t col0, int32_t m, int32_t n, float (&acc)[128]) const {
     if (row >= lo && row < hi && paired && col0 + 8 * 31 + 1 < n) {
       const int64_t off0 = int64_t(row - lo) * ldc + col0, off1 = off0 + 8 * ldc;
-#pragma unroll
-      for (int i = 0; i < kMaxSlots; ++i) {
-        if (i >= nslots) break;
-        const uint32_t* s0 = reinterpret_cast<const uint32_t*>(slots[i] + off0);
-        const uint32_t* s1 = reinterpret_cast<const uint32_t*>(slots[i] + off1);
-        uint32_t v[64];
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          v[2 * j] = s0[4 * j];  // 8 bf16 columns = 4 words apart
-          v[2 * j + 1] = s1[4 * j];
-        }
-#pragma unroll
-        for (int j = 0; j < 32; ++j) {
-          const float2 x0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j]));
-          const float2 x1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v[2 * j + 1]));
-          acc[4 * j + 0] += x0.x;
-          acc[4 * j + 1] += x0.y;
-          acc[4 * j + 2] += x1.x;
-          acc[4 * j + 3] += x1.y;
-        }
-      }
+      add_slots(row, col0, n, acc);
       __nv_bfloat16* o0 = out + off0;
       __nv_bfloat16* o1 = out + off1;
 #pragma unroll

@@ -173,7 +173,7 @@ __device__ __forceinline__ bool gpu_scope_signal(const Epilogue&) {
 // [lo, hi): stored as they are into `partial`); none for the other epilogues.
 __device__ __forceinline__ bool tma_store_tile(const EpiStoreBf16&, int32_t) { return true; }
 __device__ __forceinline__ bool tma_store_tile(const EpiReduceSlots& e, int32_t row0) {
-  return row0 >= e.hi || row0 + GemmConfig::kTileM <= e.lo;
+  return e.part_owners == 0 && (row0 >= e.hi || row0 + GemmConfig::kTileM <= e.lo);
 }
 template <class Epilogue>
 __device__ __forceinline__ bool tma_store_tile(const Epilogue&, int32_t) {
@@ -193,8 +193,11 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 // only after the store issued from it two boxes earlier has read it. Storing straight from
 // registers (4-byte stores, each warp instruction touching 8 rows) stalled the consumers for
 // ~8k cycles per tile, ~6% of a K = 8192 tile (bench/gemm/trace_gemm.cu, docs/gemm.md).
-__device__ __forceinline__ void store_tile_tma(const GemmParams& g, SharedStorage& s, const float (&acc)[128],
-                                               const TileCoord& c, int32_t consumer, int32_t t128) {
+// Each box goes to every one of the `nmaps` tensor maps (same coordinates: box column col0 + 64 b,
+// row row0 + 64 consumer), committed as one bulk group.
+__device__ __forceinline__ void store_tile_tma(const CUtensorMap* maps, int32_t nmaps, int32_t col0, int32_t row0,
+                                               SharedStorage& s, const float (&acc)[128], int32_t consumer,
+                                               int32_t t128) {
   using Cfg = GemmConfig;
   const int32_t warp = t128 / 32, lane = t128 % 32;
   const int32_t r0 = warp * 16 + lane / 4;  // rows r0 and r0 + 8 of this warpgroup's 64
@@ -215,8 +218,8 @@ __device__ __forceinline__ void store_tile_tma(const GemmParams& g, SharedStorag
     sm90::fence_proxy_async_shared();
     sm90::named_barrier_sync(bar_id, 128);
     if (t128 == 0) {
-      sm90::tma_store_2d(&g.tmap_c, buf, c.n_block * Cfg::kTileN + box * Cfg::kStoreBox,
-                         c.m_block * Cfg::kTileM + consumer * 64);
+      for (int32_t i = 0; i < nmaps; ++i)
+        sm90::tma_store_2d(maps + i, buf, col0 + box * Cfg::kStoreBox, row0 + consumer * 64);
       sm90::bulk_commit();
     }
   }
@@ -300,6 +303,84 @@ __device__ __forceinline__ void signal_tile(const Epilogue& epi, const TileSigna
   }
 }
 
+// Partial tiles of EpiReduceSlots go straight to their owners when it has their tensor maps.
+__device__ __forceinline__ bool remote_partial_tile(const EpiReduceSlots& e, int32_t row0) {
+  return e.part_owners > 0 && (row0 >= e.hi || row0 + GemmConfig::kTileM <= e.lo);
+}
+template <class Epilogue>
+__device__ __forceinline__ bool remote_partial_tile(const Epilogue&, int32_t) {
+  return false;
+}
+
+// Stores a partial tile into its owner's slot (TMA over NVLink), waits for the stores, and adds 1
+// to the owner's count of the piece (system scope). Other epilogues never get here.
+// The tile's local count (TileSignal) moves too, as for a tile stored here: the counts stay
+// epoch x tiles whichever way a run sent its tiles.
+template <class Epilogue>
+__device__ __forceinline__ void remote_partial_store(const Epilogue&, const TileSignal&, const GemmParams&,
+                                                     SharedStorage&, const float (&)[128], const TileCoord&, int32_t,
+                                                     int32_t) {}
+__device__ __forceinline__ void remote_partial_store(const EpiReduceSlots& epi, const TileSignal& signal,
+                                                     const GemmParams& g, SharedStorage& s, const float (&acc)[128],
+                                                     const TileCoord& c, int32_t consumer, int32_t t128) {
+  using Cfg = GemmConfig;
+  const int32_t row0 = c.m_block * Cfg::kTileM;
+  const int32_t o = row0 / epi.rows_per_owner, local_row = row0 - o * epi.rows_per_owner;
+  store_tile_tma(&epi.part_map[o], 1, c.n_block * Cfg::kTileN, local_row, s, acc, consumer, t128);
+  if (t128 == 0) sm90::bulk_wait<0>();
+  sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
+  if (t128 == 0 && consumer == 0) {
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __threadfence_system();
+    flag_add_release(epi.part_flags[o] + local_row / epi.rows_per_piece, 1);
+    if (signal.flags) flag_add_release(signal.flags + flag_index(signal.granularity, g, c), signal.add);
+  }
+}
+
+// Own tiles of EpiReduceSlots leave through shared memory and TMA when it has own tensor maps.
+__device__ __forceinline__ bool own_tile_tma(const EpiReduceSlots& e, int32_t row0) {
+  return e.own_maps > 0 && row0 >= e.lo && row0 < e.hi;
+}
+template <class Epilogue>
+__device__ __forceinline__ bool own_tile_tma(const Epilogue&, int32_t) {
+  return false;
+}
+
+// Reduces an own tile (EpiReduceSlots), stores it to every own map, waits for the stores, and
+// moves the tile's count (GPU or system scope as signal_tile) and every peer's broadcast word
+// (system scope: they live in the peers' memory). Other epilogues never get here.
+template <class Epilogue>
+__device__ __forceinline__ void own_tile_store(const Epilogue&, const TileSignal&, const GemmParams&, SharedStorage&,
+                                               float (&)[128], const TileCoord&, int32_t, int32_t, int32_t, int32_t) {}
+__device__ __forceinline__ void own_tile_store(const EpiReduceSlots& epi, const TileSignal& signal, const GemmParams& g,
+                                               SharedStorage& s, float (&acc)[128], const TileCoord& c, int32_t row,
+                                               int32_t col0, int32_t consumer, int32_t t128) {
+  using Cfg = GemmConfig;
+  epi.add_slots(row, col0, g.n, acc);
+  store_tile_tma(epi.own_map, epi.own_maps, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM - epi.lo, s, acc,
+                 consumer, t128);
+  if (!signal.flags && epi.nbcast == 0) return;
+  if (t128 == 0) sm90::bulk_wait<0>();
+  sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
+  if (t128 != 0 || consumer != 0) return;
+  if (epi.nbcast > 0) {
+    // The peers' words say the TMA unit's writes into their memory are there: order those
+    // async-proxy writes before the system-scope releases.
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+    __threadfence_system();
+    for (int32_t i = 0; i < epi.nbcast; ++i) flag_add_release(epi.bcast_flags[i], 1);
+  }
+  if (signal.flags) {
+    uint64_t* p = signal.flags + flag_index(signal.granularity, g, c);
+    if (epi.local_signal) {
+      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
+    } else {
+      __threadfence_system();
+      flag_add_release(p, signal.add);
+    }
+  }
+}
+
 template <int kCluster, class Epilogue>
 __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
                                               const FlagGate& gate, const TileSignal& signal, SharedStorage& s,
@@ -312,7 +393,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   uint32_t it = 0;
   constexpr bool kTmaEpilogue =
       std::is_same<Epilogue, EpiStoreBf16>::value || std::is_same<Epilogue, EpiReduceSlots>::value;
-  const bool tma_store = kTmaEpilogue && g.store_tma;  // some tiles may use it (staging to drain at the end)
+  const bool tma_store = kTmaEpilogue && g.store_tma;  // partial/C tiles through g.tmap_c
   // A TMA-stored tile's flag moves late, during the next tile's epilogue, when its bulk stores
   // are long complete (waiting for them right after the store stalled the consumers ~4 us a
   // tile). The flag is moved at once instead before a tile that may wait (gate, split fixup):
@@ -339,7 +420,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       }
       if (!wait_barrier(&s.full[stage], phase, f, c) || sm90::ld_shared_volatile(&s.abort)) {
         sm90::wgmma_wait<0>();  // leave nothing in flight (else the compiler waits on every path)
-        if (tma_store && t128 == 0) sm90::bulk_wait<0>();
+        if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
         return;
       }
       if (consumer == 0 && t128 == 0) WEFT_TRACE_STAMP(0, it);
@@ -363,7 +444,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     if (c.split > 1) {
       const SplitFix fix = split_fixup<kCluster>(g, f, s, acc, c, cta, consumer * 128 + t128);
       if (fix == SplitFix::kAbort) {
-        if (tma_store && t128 == 0) sm90::bulk_wait<0>();
+        if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
         return;
       }
       if (fix == SplitFix::kPartialStored) continue;
@@ -376,12 +457,31 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     if (tma_store && tma_store_tile(epi, c.m_block * Cfg::kTileM)) {
       if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's tile past M: nothing to store
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
-      store_tile_tma(g, s, acc, c, consumer, t128);
+      store_tile_tma(&g.tmap_c, 1, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM, s, acc, consumer, t128);
       pending = signal.flags ? flag_index(signal.granularity, g, c) : -1;
       if (pending >= 0 && signal.variant == kSignalImmediate) {
         signal_tile(epi, signal, pending, true, consumer, t128);
         pending = -1;
       }
+      continue;
+    } else if (remote_partial_tile(epi, c.m_block * Cfg::kTileM)) {
+      // A partial tile of GEMM+RS/AR sent by the SMs: into its owner's slot, then counted there.
+      if (c.m_block >= g.cta_m_blocks) continue;
+      if (pending >= 0) {
+        signal_tile(epi, signal, pending, true, consumer, t128);
+        pending = -1;
+      }
+      remote_partial_store(epi, signal, g, s, acc, c, consumer, t128);
+      continue;
+    } else if (own_tile_tma(epi, c.m_block * Cfg::kTileM)) {
+      // An own tile of GEMM+RS/AR: staged partials added, then through shared memory to this
+      // rank's output and (AllReduce) every peer's C; counted once all those stores are complete.
+      if (c.m_block >= g.cta_m_blocks) continue;
+      if (pending >= 0) {
+        signal_tile(epi, signal, pending, true, consumer, t128);
+        pending = -1;
+      }
+      own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128);
       continue;
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
@@ -406,7 +506,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   }
   if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
   // The staging buffers must stay valid until the TMA unit has read them.
-  if (tma_store && t128 == 0) sm90::bulk_wait<0>();
+  if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
 }
 
 }  // namespace gemm_detail

@@ -60,6 +60,15 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
      "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
+    {"WEFT_GEMM_AR_GATHER", ParamType::kString, "auto", "",
+     "gemm_ar overlap path, how reduced rows reach the peers: push (owner's copy engines), pull (peers' copy "
+     "engines), sm (the owner's epilogue stores into every peer's C), auto (validate and time all three, keep the fastest)"},
+    {"WEFT_GEMM_REDUCE_SEND", ParamType::kString, "auto", "",
+     "gemm_rs/gemm_ar overlap path, how partial tiles reach their owners: copy (this GPU's copy engines, piece by "
+     "piece), sm (the GEMM's epilogue stores each tile into the owner's slot over NVLink), auto (validate and time both, "
+     "keep the fastest)"},
+    {"WEFT_GEMM_REDUCE_OWN_TMA", ParamType::kBool, "1", "",
+     "gemm_rs/gemm_ar overlap path: store reduced own tiles through shared memory and TMA (0: from registers)"},
     {"WEFT_GEMM_REDUCE_PROBE", ParamType::kBool, "0", "",
      "gemm_rs/gemm_ar overlap path: also time what the tile signals cost and print one run's timeline per rank"},
     {"WEFT_GEMM_REDUCE_ORDER", ParamType::kString, "piece", "piece|owner",

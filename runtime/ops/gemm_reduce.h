@@ -23,6 +23,14 @@ namespace weft::runtime::ops {
 
 constexpr uint64_t kNeverFlag = ~0ull >> 1;  // a flag value no wait ever exceeds
 
+// GEMM+AllReduce, overlap path: how the reduced rows reach the other ranks (WEFT_GEMM_AR_GATHER).
+enum class ArGather {
+  kPush,  // the owner's copy engines push each reduced piece to every peer (one stream per peer)
+  kPull,  // every peer's copy engines pull it, once the owner's stream write says it is reduced
+  kSm,    // the owner's epilogue stores each reduced tile into every peer's C (TMA, NVLink)
+};
+const char* ar_gather_name(ArGather g);
+
 struct GemmReduce {
   using bf16 = __nv_bfloat16;
   bool all_reduce = false;
@@ -39,6 +47,16 @@ struct GemmReduce {
   PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
   PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
   PeerBuffer peer_flags;   // 3 W: the peer kernel's ready, reduced and done flags
+  PeerBuffer ready;        // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
+  PeerBuffer bcast;        // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
+  PeerBuffer landed;       // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
+  bool sm_send = false;     // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
+  uint64_t send_runs = 0;   // fused runs with sm_send so far (landed[j] reaches runs x (W-1) x tiles)
+  ArGather gather = ArGather::kPush;
+  uint64_t bcast_runs = 0;  // fused runs with ArGather::kSm so far (bcast[o] reaches runs x tiles)
+  bool own_tma = true;      // WEFT_GEMM_REDUCE_OWN_TMA: own tiles through shared memory + TMA
+  kernels::EpiReduceSlots epi_fused;  // make_epilogues(): the fused op's epilogue (own tensor maps)
+  kernels::EpiReduceSlots epi_diag;   //   the diagnostic GEMM's, own rows reduced locally only
   uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
   uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
   uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the diagnostic GEMM timings
@@ -91,6 +109,10 @@ struct GemmReduce {
   // Overlap path (gemm_reduce_overlap.cpp).
   Status enqueue_overlap();
   kernels::EpiReduceSlots reduce_epilogue(bool own_rows = true) const;
+  // epi_fused and epi_diag for the current gather and own_tma (after make_gemm, and again when
+  // either changes): tensor maps encoded once, not per launch.
+  Status make_epilogues();
+  uint64_t tiles_per_owner() const { return tiles_per_piece * uint64_t(pieces); }
   // The fused op's GEMM without gate or copies (the staged slots hold stale data), to see what its
   // parts cost: partial stores only; with the per-tile signals; with the own rows' reduction too.
   // variant: kernels::kSignal*, -1 = the fused op's (signal_variant).

@@ -62,8 +62,10 @@ void GemmReduce::unstick() {
   std::vector<uint64_t> big(size_t(world * pieces), kNeverFlag);
   for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
-  for (const PeerBuffer* f : {&freed, &gathered})
+  for (const PeerBuffer* f : {&freed, &gathered, &bcast})
     cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
+  for (const PeerBuffer* f : {&ready, &landed})
+    cudaMemcpyAsync(f->local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
 }
@@ -106,6 +108,8 @@ Status enqueue_sequence(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas) {
 
 Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char* name, bool deterministic) {
   WEFT_CHECK(poison_bf16(op.result(), op.result_elems(), op.main));
+  // The staged slots too: an own tile that read a slot before its piece landed shows as NaN.
+  if (op.overlap) WEFT_CHECK(poison_bf16(op.staging.local<bf16>(), op.world * op.m_loc * op.n, op.main));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
   // Every rank's output is poisoned before anyone's fused run writes into it.
   WEFT_NCCL_CHECK(ncclAllReduce(op.ref, op.ref, 1, ncclBfloat16, ncclSum, comm, op.main));
@@ -189,6 +193,37 @@ Status choose_path(GemmReduce& op, const char* name) {
   return Status::kOk;
 }
 
+// How the overlap path moves data: partial tiles sent by the copy engines or the SMs
+// (WEFT_GEMM_REDUCE_SEND), reduced rows gathered by push, pull or the SMs (WEFT_GEMM_AR_GATHER,
+// AllReduce only). "auto" tries each; the peer path has one way.
+struct Variant {
+  bool sm_send;
+  ArGather gather;
+};
+
+Status parse_variants(const GemmReduce& op, const char* name, std::vector<Variant>* out) {
+  std::string send, gather;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SEND", &send));
+  WEFT_CHECK(get_param("WEFT_GEMM_AR_GATHER", &gather));
+  std::vector<bool> sends;
+  if (send == "auto" || send == "copy") sends.push_back(false);
+  if (send == "auto" || send == "sm") sends.push_back(true);
+  std::vector<ArGather> gathers;
+  for (ArGather g : {ArGather::kPush, ArGather::kPull, ArGather::kSm})
+    if (gather == "auto" || gather == ar_gather_name(g)) gathers.push_back(g);
+  if (sends.empty() || gathers.empty()) {
+    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_SEND='%s' (copy, sm or auto) or WEFT_GEMM_AR_GATHER='%s' (push, "
+              "pull, sm or auto) is not known", op.rank, name, send.c_str(), gather.c_str());
+    return Status::kInvalidArgument;
+  }
+  if (!op.overlap) sends.resize(1);
+  if (!op.overlap || !op.all_reduce) gathers.resize(1);
+  out->clear();
+  for (bool s : sends)
+    for (ArGather g : gathers) out->push_back({s, g});
+  return Status::kOk;
+}
+
 Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
                        bool all_reduce) {
   const auto& info = boot.info();
@@ -232,6 +267,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   for (cudaEvent_t* e : {&op.fork, &op.join}) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SYS_SIGNAL", &op.sys_signal));
   WEFT_CHECK(get_param("WEFT_GEMM_AR_SERIAL_PUSH", &op.serial_push));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_OWN_TMA", &op.own_tma));
+  std::vector<Variant> variants;
+  WEFT_CHECK(parse_variants(op, name, &variants));
   if (op.overlap) WEFT_CHECK(op.setup_overlap());
   WEFT_CUDA_CHECK(cudaMalloc(&op.arrive, 2 * sizeof(uint64_t)));
   WEFT_CUDA_CHECK(cudaMemset(op.arrive, 0, 2 * sizeof(uint64_t)));
@@ -261,7 +299,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     int count;
   };
   for (const FlagSet& f : {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
-                           FlagSet{&op.gathered, "gathered", op.world},
+                           FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", nflags},
+                           FlagSet{&op.landed, "landed", nflags},
+                           FlagSet{&op.bcast, "bcast", op.world},
                            FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
     WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
     WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
@@ -277,6 +317,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CHECK(boot.barrier(key + "inputs"));  // flags zeroed everywhere before anyone signals
 
   WEFT_CHECK(op.make_gemm());
+  WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(op.frame.create(op.rank));
   WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
 
@@ -285,15 +326,42 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   cublasHandle_t blas = nullptr;
   WEFT_CUBLAS_CHECK(cublasCreate(&blas));
 
-  if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, name, deterministic));
-
+  // Each variant validated, then timed; the fastest (max over ranks, so every rank picks the same)
+  // is the op's.
   const int warm = wl.run.warmup, iters = wl.run.iters;
   double t[9] = {};
-  op.host_us = 0;
-  op.host_runs = 0;
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &t[0], [&] { op.unstick(); }));
-  WEFT_CHECK(op.frame.check(name));
-  const double host_us = op.host_runs ? op.host_us / double(op.host_runs) : 0;
+  double host_us = 0, best = 0;
+  Variant best_variant = variants.front();
+  std::vector<ResultRow> variant_rows;
+  for (const Variant& v : variants) {
+    op.sm_send = v.sm_send;
+    op.gather = v.gather;
+    WEFT_CHECK(op.make_epilogues());
+    std::string what = name;
+    if (variants.size() > 1)
+      what += std::string(" (sends ") + (v.sm_send ? "sm" : "copy") +
+              (op.all_reduce ? std::string(", gather ") + ar_gather_name(v.gather) : std::string()) + ")";
+    if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, what.c_str(), deterministic));
+    double tv = 0, mxv = 0;
+    op.host_us = 0;
+    op.host_runs = 0;
+    const Status timed =
+        time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &tv, [&] { op.unstick(); });
+    const Status device = op.frame.check(what.c_str());  // a device wait that timed out says which
+    WEFT_CHECK(timed);
+    WEFT_CHECK(device);
+    WEFT_CHECK(max_over_ranks(boot, key + "variant" + what, tv, &mxv));
+    if (variants.size() > 1) variant_rows.push_back({"weft fused, " + op.overlap_text(), mxv, 0, "variant"});
+    if (best == 0 || mxv < best) {
+      best = mxv;
+      best_variant = v;
+      t[0] = tv;
+      host_us = op.host_runs ? op.host_us / double(op.host_runs) : 0;
+    }
+  }
+  op.sm_send = best_variant.sm_send;
+  op.gather = best_variant.gather;
+  WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
     return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial.local<bf16>(), op.n,
@@ -339,6 +407,8 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s",
            mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[8], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused", mx[0], tf(mx[0]), note});
+  for (ResultRow& r : variant_rows) r.tflops = tf(r.ms);
+  rows.insert(rows.end(), variant_rows.begin(), variant_rows.end());
   rows.push_back({std::string("cublas + nccl ") + coll, mx[1], tf(mx[1]), "sequential baseline"});
   rows.push_back({"cublas gemm alone", mx[2], tf(mx[2]), ""});
   rows.push_back({std::string("nccl ") + coll + " alone", mx[3], 0, ""});

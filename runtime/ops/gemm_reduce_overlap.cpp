@@ -39,7 +39,7 @@ Status GemmReduce::setup_overlap() {
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&sends[size_t(q)], cudaStreamNonBlocking));
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&sent[size_t(q)], cudaEventDisableTiming));
   }
-  if (all_reduce && !serial_push) {
+  if (all_reduce) {  // pushes (one stream per peer) or pulls (one per owner)
     push.assign(size_t(world), nullptr);
     pushed.assign(size_t(world), nullptr);
     for (int q = 0; q < world; ++q) {
@@ -52,14 +52,18 @@ Status GemmReduce::setup_overlap() {
 }
 
 std::string GemmReduce::overlap_text() const {
-  char text[160];
+  char text[224];
   char order[48];
   if (piece_major)
     snprintf(order, sizeof order, "piece-major order, own lag %d", lag);
   else
     snprintf(order, sizeof order, "owner-major order");
-  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s%s%s", pieces, static_cast<long long>(m_piece), order,
-           sys_signal ? ", system-scope counts" : "", all_reduce && serial_push ? ", serial pushes" : "");
+  char gathered_by[48] = "";
+  if (all_reduce)
+    snprintf(gathered_by, sizeof gathered_by, ", gather %s%s", ar_gather_name(gather),
+             gather == ArGather::kPush && serial_push ? " (serial)" : "");
+  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s, sends by %s%s%s%s", pieces,
+           static_cast<long long>(m_piece), order, sm_send ? "SM" : "copy engines", gathered_by, sys_signal ? ", system-scope counts" : "", epi_fused.own_maps ? ", own tiles by TMA" : "");
   return text;
 }
 
@@ -99,6 +103,45 @@ kernels::EpiReduceSlots GemmReduce::reduce_epilogue(bool own_rows) const {
   return epi;
 }
 
+const char* ar_gather_name(ArGather g) {
+  switch (g) {
+    case ArGather::kPush: return "push";
+    case ArGather::kPull: return "pull";
+    case ArGather::kSm: return "sm";
+  }
+  return "?";
+}
+
+Status GemmReduce::make_epilogues() {
+  if (!overlap) return Status::kOk;
+  epi_fused = reduce_epilogue(true);
+  epi_diag = reduce_epilogue(true);
+  const bool sm = all_reduce && gather == ArGather::kSm;
+  std::vector<bf16*> peers;
+  if (sm) {
+    for (int i = 1; i < world; ++i) {
+      const int q = (rank + i) % world;  // r+1 first: the peers' queues fill in turn
+      peers.push_back(c_full.peer<bf16>(q) + int64_t(rank) * m_loc * n);
+      epi_fused.bcast_flags[epi_fused.nbcast++] = bcast.peer<uint64_t>(q) + rank;
+    }
+  }
+  if (own_tma || sm) {
+    WEFT_CHECK(kernels::enable_own_tma_store(gemm, peers.data(), int(peers.size()), &epi_fused));
+    WEFT_CHECK(kernels::enable_own_tma_store(gemm, nullptr, 0, &epi_diag));
+  }
+  if (sm_send) {
+    std::vector<bf16*> slots(size_t(world), nullptr);
+    std::vector<uint64_t*> counts(size_t(world), nullptr);
+    for (int o = 0; o < world; ++o)
+      if (o != rank) {
+        slots[size_t(o)] = staging.peer<bf16>(o) + int64_t(rank) * m_loc * n;
+        counts[size_t(o)] = landed.peer<uint64_t>(o) + o * pieces;
+      }
+    WEFT_CHECK(kernels::enable_remote_partials(gemm, slots.data(), counts.data(), world, int(m_piece), &epi_fused));
+  }
+  return Status::kOk;
+}
+
 Status GemmReduce::enqueue_overlap() {
   const uint64_t e = epoch;
   const int S = pieces;
@@ -112,8 +155,21 @@ Status GemmReduce::enqueue_overlap() {
   // rank's own pieces are gated (and only they may hold back a tile's deferred signal).
   kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e, rank * S, (rank + 1) * S};
   kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1, signal_variant};
+  if (sm_send) {
+    // The GEMM stores into the owners' slots itself: each owner must have read its slots of the
+    // previous epoch (its GEMM is done), and own piece j waits until every peer's tiles of it landed.
+    std::vector<StreamMemOp> before;
+    for (int o = 0; o < world; ++o)
+      if (o != rank) before.push_back({StreamMemOp::kWaitGeq, freed.local<uint64_t>() + o, e - 1});
+    WEFT_CHECK(stream_mem_ops(main, before));
+    ++send_runs;
+    gate_args.flags = landed.local<uint64_t>();
+    gate_args.expected = send_runs * uint64_t(world - 1) * tiles_per_piece;
+  }
   mark(main, "start");
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, reduce_epilogue(), gate_args, signal, main));
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi_fused, gate_args, signal, main));
+  const bool push_gather = all_reduce && gather == ArGather::kPush;
+  if (all_reduce && gather == ArGather::kSm) ++bcast_runs;
   mark(main, "gemm");
 
   // One stream per other owner: its pieces, copied into its slot as their tiles complete, each
@@ -149,13 +205,13 @@ Status GemmReduce::enqueue_overlap() {
     return Status::kOk;
   };
   // The GEMM's shard order (shard = owner * S + piece), read from its schedule.
-  for (int step = 0; step < world * S; ++step) {
+  for (int step = 0; step < world * S && !sm_send; ++step) {
     const int shard = gemm.sched.shard_at(uint32_t(step)), o = shard / S, j = shard % S;
     if (o != rank) WEFT_CHECK(send(o, j));
   }
   for (int o = 0; o < world; ++o)
     if (!pend[size_t(o)].empty()) WEFT_CHECK(stream_mem_ops(sends[size_t(o)], pend[size_t(o)]));
-  if (all_reduce && serial_push) {
+  if (push_gather && serial_push) {
     for (int j = 0; j < S; ++j) {
       wait(tiles + rank * S + j, piece_done);
       WEFT_CHECK(flush(comm));
@@ -169,10 +225,17 @@ Status GemmReduce::enqueue_overlap() {
     for (int q = 0; q < world; ++q)
       if (q != rank) write(gathered.peer<uint64_t>(q) + rank, e);
   }
+  if (all_reduce && gather == ArGather::kPull) {
+    // The owner only says when a piece is reduced; each peer's copy engines fetch it (below).
+    for (int j = 0; j < S; ++j) {
+      wait(tiles + rank * S + j, piece_done);
+      for (int i = 1; i < world; ++i) write(ready.peer<uint64_t>((rank + i) % world) + rank * S + j, e);
+    }
+  }
   WEFT_CHECK(flush(comm));
 
-  // Gate stream: own piece j opens once every peer's piece j is in its slot.
-  for (int j = 0; j < S; ++j) {
+  // Gate stream: own piece j opens once every peer's piece j is in its slot (copy-engine sends).
+  for (int j = 0; j < S && !sm_send; ++j) {
     for (int p = 0; p < world; ++p)
       if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
     write(gate + rank * S + j, e);
@@ -183,7 +246,22 @@ Status GemmReduce::enqueue_overlap() {
   }
   WEFT_CHECK(flush(gates));
 
-  if (all_reduce && !serial_push) {
+  if (all_reduce && gather == ArGather::kPull) {
+    // One stream per owner: each waits for the owner's word that piece j is reduced, then pulls it.
+    for (int i = 1; i < world; ++i) {
+      const int o = (rank + world - i) % world;  // r-1 first: owner o's peers pull in turn
+      cudaStream_t s = push[size_t(o)];
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, fork));
+      for (int j = 0; j < S; ++j) {
+        WEFT_CHECK(stream_wait_u64_geq(s, ready.local<uint64_t>() + o * S + j, e));
+        const int64_t at = piece_row(o, j) * n;
+        WEFT_CUDA_CHECK(cudaMemcpyAsync(c_full.local<bf16>() + at, c_full.peer<bf16>(o) + at, piece_bytes(),
+                                        cudaMemcpyDeviceToDevice, s));
+        mark(s, "pull" + std::to_string(o) + "." + std::to_string(j));
+      }
+    }
+  }
+  if (push_gather && !serial_push) {
     // One stream per peer, enqueued after the GEMM and the comm stream (a shared hardware queue
     // then only serialises them): each waits for a reduced piece and pushes it to its peer.
     for (int i = 1; i < world; ++i) {
@@ -204,9 +282,12 @@ Status GemmReduce::enqueue_overlap() {
   std::vector<StreamMemOp> after;  // on main, behind the GEMM
   for (int p = 0; p < world; ++p)
     if (p != rank) after.push_back({StreamMemOp::kWrite, freed.peer<uint64_t>(p) + rank, e});
-  if (all_reduce)
+  if (push_gather)
     for (int p = 0; p < world; ++p)
       if (p != rank) after.push_back({StreamMemOp::kWaitGeq, gathered.local<uint64_t>() + p, e});
+  if (all_reduce && gather == ArGather::kSm)  // every owner's tiles stored here by its epilogue
+    for (int p = 0; p < world; ++p)
+      if (p != rank) after.push_back({StreamMemOp::kWaitGeq, bcast.local<uint64_t>() + p, bcast_runs * tiles_per_owner()});
   WEFT_CHECK(stream_mem_ops(main, after));
   WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
@@ -217,7 +298,7 @@ Status GemmReduce::enqueue_overlap() {
     }
   WEFT_CUDA_CHECK(cudaEventRecord(gates_done, gates));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, gates_done));
-  if (all_reduce && !serial_push)
+  if (all_reduce && (gather == ArGather::kPull || (gather == ArGather::kPush && !serial_push)))
     for (int q = 0; q < world; ++q)
       if (q != rank) {
         WEFT_CUDA_CHECK(cudaEventRecord(pushed[size_t(q)], push[size_t(q)]));
@@ -231,7 +312,8 @@ Status GemmReduce::enqueue_overlap() {
 Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
   kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,
                             variant < 0 ? signal_variant : variant};
-  return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(own_rows), kernels::FlagGate{}, signal, main);
+  if (!own_rows) return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main);
+  return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main);
 }
 
 void GemmReduce::mark(cudaStream_t s, std::string what) {

@@ -301,7 +301,8 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
   return Status::kOk;
 }
 
-Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, IntraMover::kSm); }
+// The mover the op's runner uses by default (GEMM+RS/AR: copy engines), so the printed prediction is for it.
+Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, default_mover(wl.op)); }
 
 Plan plan_for(const Workload& wl, int rank, IntraMover mover) {
   topology::Topology topo;

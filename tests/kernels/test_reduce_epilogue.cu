@@ -37,8 +37,14 @@ __global__ void own_reference(const float* ref, const __nv_bfloat16* slots, int 
 TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows stored as partials, reruns bit-identical") {
   const int sms = require_hopper();
   const int owners = 4, pieces = 2, own = 2, m = 1024, k = 320, rpo = m / owners;
-  for (int n : {1280, 777}) {  // 777: odd N, the pair-by-pair path and a partial last tile column
+  // Own tiles: 0 from registers, 1 through TMA, 2 through TMA into two more copies (AllReduce's
+  // broadcast into peers' C, here local buffers) with a count per copy. 1000: a partial last
+  // tile column (TMA clips it); 777: odd N, the pair-by-pair path (no TMA; broadcast refused).
+  const int cases[][2] = {{1280, 0}, {1280, 1}, {1280, 2}, {1000, 2}, {777, 0}};
+  for (const auto& cs : cases) {
+    const int n = cs[0], own_path = cs[1];
     CAPTURE(n);
+    CAPTURE(own_path);
     const uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     DevBuf<__nv_bfloat16> a(int64_t(m) * k), b(int64_t(n) * k), partial(int64_t(m) * n), out(int64_t(rpo) * n);
@@ -73,12 +79,30 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
     epi.out = out.p;
     for (int s = 0; s < owners - 1; ++s) epi.slots[epi.nslots++] = slots.p + int64_t(s) * rpo * n;
     epi.lo = own * rpo, epi.hi = (own + 1) * rpo, epi.ldc = n, epi.paired = n % 2 == 0;
+    const int copies = own_path == 2 ? 2 : 0;
+    DevBuf<__nv_bfloat16> copy(int64_t(2) * rpo * n);
+    DevBuf<uint64_t> copied(2);
+    WEFT_CUDA_OK(cudaMemset(copied.p, 0, 2 * 8));
+    __nv_bfloat16* peers[2] = {copy.p, copy.p + int64_t(rpo) * n};
+    if (own_path > 0) {
+      for (int i = 0; i < copies; ++i) epi.bcast_flags[epi.nbcast++] = copied.p + i;
+      REQUIRE(enable_own_tma_store(g, peers, copies, &epi) == Status::kOk);
+      REQUIRE(epi.own_maps == 1 + copies);
+    }
+    if (n % 2) {  // the broadcast needs TMA stores, which odd N does not allow: refused, not dropped
+      EpiReduceSlots refused = epi;
+      CHECK(enable_own_tma_store(g, peers, 2, &refused) == Status::kInvalidArgument);
+      CHECK(enable_own_tma_store(g, nullptr, 0, &refused) == Status::kOk);
+      CHECK(refused.own_maps == 0);
+    }
+    const uint64_t own_tiles = uint64_t(rpo / 128) * uint64_t((n + 255) / 256);
 
     std::vector<__nv_bfloat16> first;
     for (int run = 0; run < 2; ++run) {
       CAPTURE(run);
       poison_bf16(partial.p, int64_t(m) * n);
       poison_bf16(out.p, int64_t(rpo) * n);
+      poison_bf16(copy.p, int64_t(2) * rpo * n);
       WEFT_CUDA_OK(cudaMemset(counts.p, 0, nflags * 8));
       REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5}, TileSignal{counts.p, kFlagPerShard, 1},
                           nullptr) == Status::kOk);
@@ -103,6 +127,14 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
       const uint64_t per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
       for (int i = 0; i < nflags; ++i) CHECK_MESSAGE(c[size_t(i)] == per_piece, "piece " << i);
       std::vector<__nv_bfloat16> now = to_host(out.p, int64_t(rpo) * n);
+      const std::vector<__nv_bfloat16> copy_h = to_host(copy.p, int64_t(2) * rpo * n);
+      const std::vector<uint64_t> copied_h = to_host(copied.p, 2);
+      for (int i = 0; i < 2; ++i) {
+        CAPTURE(i);
+        const bool same = memcmp(copy_h.data() + size_t(i) * now.size(), now.data(), now.size() * sizeof(now[0])) == 0;
+        CHECK(same == (i < copies));  // a copy is the output bit for bit, or untouched (poison)
+        CHECK(copied_h[size_t(i)] == (i < copies ? uint64_t(run + 1) * own_tiles : 0));
+      }
       if (run == 0) {
         first = now;
       } else {

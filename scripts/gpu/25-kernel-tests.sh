@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# GPU step of `scripts/weft gpu-check`: the fused kernels' GPU tests on one GPU (reduce epilogue with
+# own tiles by registers, TMA and TMA broadcast; the small-shape reduction kernel; the AllGather+GEMM
+# kernel). test_gemm runs in 20-gemm.sh, test_transport_gpu in 30-transport.sh. A test that skips on a
+# GPU machine is a failure here.
+# Usage: 25-kernel-tests.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
+set -uo pipefail
+OUTDIR=${1:?usage: 25-kernel-tests.sh OUTDIR}
+BUILD=${WEFT_BUILD_DIR:?WEFT_BUILD_DIR not set}
+SUMMARY=${WEFT_SUMMARY:-/dev/null}
+rc=0
+for t in test_reduce_epilogue test_small_reduce test_ag_gemm_fused; do
+  log=$OUTDIR/$t.log
+  if [ ! -x "$BUILD/bin/$t" ]; then
+    echo "SKIP    $t: not built (WEFT_BUILD_TARGETS)" >>"$SUMMARY"
+    continue
+  fi
+  if (cd "$BUILD" && timeout 300 ctest -V -R "^$t\$") >"$log" 2>&1; then
+    if grep -q "Skipped\|SKIPPED" "$log"; then
+      echo "FAIL    $t: skipped on a GPU machine ($t.log)" >>"$SUMMARY"
+      rc=1
+    else
+      echo "PASS    $t: $(grep -o 'assertions:.*' "$log" | tail -1)" >>"$SUMMARY"
+    fi
+  else
+    echo "FAIL    $t ($t.log)" >>"$SUMMARY"
+    tail -30 "$log"
+    rc=1
+  fi
+done
+exit $rc
