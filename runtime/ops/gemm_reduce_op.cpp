@@ -17,6 +17,10 @@
 //   The tile counts are released at GPU scope: only this GPU's copy engines and stream waits
 //   read them.
 //   After the GEMM: freed[r] = e on every peer (the slots may be overwritten in the next epoch).
+//   Variants (all validated and timed by `auto`; gemm_reduce_overlap.cpp): partial tiles sent by
+//   the epilogue itself (TMA into the owner's slot, a per-piece count in the owner's memory as the
+//   gate; WEFT_GEMM_REDUCE_SEND=sm), and reduced rows pulled by the peers' copy engines or stored
+//   into every peer's C by the epilogue (WEFT_GEMM_AR_GATHER=pull|sm).
 // Peer path (small M, latency-bound): the GEMM stores P_r in a buffer every rank maps, then one
 //   kernel (kernels/reduce_slots.h) sums rank r's rows of all W partials, read over NVLink, into
 //   the output (RS) or its rows of C, and (AR) pulls every peer's reduced rows into its C.
