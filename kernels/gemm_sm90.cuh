@@ -312,29 +312,71 @@ __device__ __forceinline__ bool remote_partial_tile(const Epilogue&, int32_t) {
   return false;
 }
 
-// Stores a partial tile into its owner's slot (TMA over NVLink), waits for the stores, and adds 1
-// to the owner's count of the piece (system scope). Other epilogues never get here.
-// The tile's local count (TileSignal) moves too, as for a tile stored here: the counts stay
-// epoch x tiles whichever way a run sent its tiles.
+// A tile whose TMA stores (into peers' memory, or its own output) are issued but not yet counted:
+// the owner and piece of a partial tile sent by the SMs, whether peers' broadcast words move (own
+// tile of an AllReduce gathered by the epilogue), and the tile's local count (-1: none).
+struct HeldCount {
+  int32_t owner = -1;
+  int32_t piece = 0;
+  bool bcast = false;
+  int32_t local = -1;
+  __device__ __forceinline__ bool any() const { return owner >= 0 || bcast || local >= 0; }
+};
+
+// Waits for the held tile's stores (this thread's bulk groups: issue the next tile's stores only
+// after this), then the counts move: system scope for words in peers' memory, after a proxy fence
+// (the TMA unit wrote the data); the local count at GPU scope where only this GPU reads it.
+__device__ __forceinline__ void complete_held(const EpiReduceSlots& epi, const TileSignal& signal, HeldCount& h,
+                                              int32_t consumer, int32_t t128) {
+  if (!h.any()) return;
+  if (t128 == 0) sm90::bulk_wait<0>();
+  sm90::named_barrier_sync(1, GemmConfig::kConsumers * 128);
+  if (t128 == 0 && consumer == 0) {
+    const bool remote = h.owner >= 0 || h.bcast;
+    if (remote) {
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+      __threadfence_system();
+    }
+    if (h.owner >= 0) flag_add_release(epi.part_flags[h.owner] + h.piece, 1);
+    if (h.bcast)
+      for (int32_t i = 0; i < epi.nbcast; ++i) flag_add_release(epi.bcast_flags[i], 1);
+    if (h.local >= 0) {
+      uint64_t* p = signal.flags + h.local;
+      if (epi.local_signal && !remote) {
+        asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
+      } else {
+        if (!remote) __threadfence_system();
+        flag_add_release(p, signal.add);
+      }
+    }
+  }
+  h = HeldCount{};
+}
 template <class Epilogue>
-__device__ __forceinline__ void remote_partial_store(const Epilogue&, const TileSignal&, const GemmParams&,
-                                                     SharedStorage&, const float (&)[128], const TileCoord&, int32_t,
-                                                     int32_t) {}
-__device__ __forceinline__ void remote_partial_store(const EpiReduceSlots& epi, const TileSignal& signal,
-                                                     const GemmParams& g, SharedStorage& s, const float (&acc)[128],
-                                                     const TileCoord& c, int32_t consumer, int32_t t128) {
+__device__ __forceinline__ void complete_held(const Epilogue&, const TileSignal&, HeldCount&, int32_t, int32_t) {}
+
+// Issues a partial tile's TMA stores into its owner's slot (over NVLink); the count is held.
+template <class Epilogue>
+__device__ __forceinline__ HeldCount remote_partial_store(const Epilogue&, const TileSignal&, const GemmParams&,
+                                                          SharedStorage&, const float (&)[128], const TileCoord&,
+                                                          int32_t, int32_t) {
+  return HeldCount{};
+}
+__device__ __forceinline__ HeldCount remote_partial_store(const EpiReduceSlots& epi, const TileSignal& signal,
+                                                          const GemmParams& g, SharedStorage& s,
+                                                          const float (&acc)[128], const TileCoord& c,
+                                                          int32_t consumer, int32_t t128) {
   using Cfg = GemmConfig;
   const int32_t row0 = c.m_block * Cfg::kTileM;
   const int32_t o = row0 / epi.rows_per_owner, local_row = row0 - o * epi.rows_per_owner;
   store_tile_tma(&epi.part_map[o], 1, c.n_block * Cfg::kTileN, local_row, s, acc, consumer, t128);
-  if (t128 == 0) sm90::bulk_wait<0>();
-  sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
-  if (t128 == 0 && consumer == 0) {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence_system();
-    flag_add_release(epi.part_flags[o] + local_row / epi.rows_per_piece, 1);
-    if (signal.flags) flag_add_release(signal.flags + flag_index(signal.granularity, g, c), signal.add);
-  }
+  HeldCount h;
+  h.owner = o;
+  h.piece = local_row / epi.rows_per_piece;
+  // The tile's local count moves too, as for a tile stored here: the counts stay epoch x tiles
+  // whichever way a run sent its tiles.
+  h.local = signal.flags ? flag_index(signal.granularity, g, c) : -1;
+  return h;
 }
 
 // Own tiles of EpiReduceSlots leave through shared memory and TMA when it has own tensor maps.
@@ -346,39 +388,26 @@ __device__ __forceinline__ bool own_tile_tma(const Epilogue&, int32_t) {
   return false;
 }
 
-// Reduces an own tile (EpiReduceSlots), stores it to every own map, waits for the stores, and
-// moves the tile's count (GPU or system scope as signal_tile) and every peer's broadcast word
-// (system scope: they live in the peers' memory). Other epilogues never get here.
+// Reduces an own tile (EpiReduceSlots) and issues its stores to every own map (this rank's output
+// and, for an AllReduce gathered by the epilogue, every peer's C); the counts are held.
 template <class Epilogue>
-__device__ __forceinline__ void own_tile_store(const Epilogue&, const TileSignal&, const GemmParams&, SharedStorage&,
-                                               float (&)[128], const TileCoord&, int32_t, int32_t, int32_t, int32_t) {}
-__device__ __forceinline__ void own_tile_store(const EpiReduceSlots& epi, const TileSignal& signal, const GemmParams& g,
-                                               SharedStorage& s, float (&acc)[128], const TileCoord& c, int32_t row,
-                                               int32_t col0, int32_t consumer, int32_t t128) {
+__device__ __forceinline__ HeldCount own_tile_store(const Epilogue&, const TileSignal&, const GemmParams&,
+                                                    SharedStorage&, float (&)[128], const TileCoord&, int32_t,
+                                                    int32_t, int32_t, int32_t) {
+  return HeldCount{};
+}
+__device__ __forceinline__ HeldCount own_tile_store(const EpiReduceSlots& epi, const TileSignal& signal,
+                                                    const GemmParams& g, SharedStorage& s, float (&acc)[128],
+                                                    const TileCoord& c, int32_t row, int32_t col0, int32_t consumer,
+                                                    int32_t t128) {
   using Cfg = GemmConfig;
   epi.add_slots(row, col0, g.n, acc);
   store_tile_tma(epi.own_map, epi.own_maps, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM - epi.lo, s, acc,
                  consumer, t128);
-  if (!signal.flags && epi.nbcast == 0) return;
-  if (t128 == 0) sm90::bulk_wait<0>();
-  sm90::named_barrier_sync(1, Cfg::kConsumers * 128);
-  if (t128 != 0 || consumer != 0) return;
-  if (epi.nbcast > 0) {
-    // The peers' words say the TMA unit's writes into their memory are there: order those
-    // async-proxy writes before the system-scope releases.
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence_system();
-    for (int32_t i = 0; i < epi.nbcast; ++i) flag_add_release(epi.bcast_flags[i], 1);
-  }
-  if (signal.flags) {
-    uint64_t* p = signal.flags + flag_index(signal.granularity, g, c);
-    if (epi.local_signal) {
-      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
-    } else {
-      __threadfence_system();
-      flag_add_release(p, signal.add);
-    }
-  }
+  HeldCount h;
+  h.bcast = epi.nbcast > 0;
+  h.local = signal.flags ? flag_index(signal.granularity, g, c) : -1;
+  return h;
 }
 
 template <int kCluster, class Epilogue>
@@ -399,11 +428,16 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   // tile). The flag is moved at once instead before a tile that may wait (gate, split fixup):
   // a peer's gate may depend on it.
   int32_t pending = -1;
+  // A tile stored into peers' memory (EpiReduceSlots) is counted at once, or (kSignalDeferred)
+  // before the next tile's stores, by when they are complete; before a tile that may wait too.
+  HeldCount held;
+  const bool hold = signal.variant == kSignalDeferred;
   for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
     const TileCoord c = cta_tile<kCluster>(t.current(), cta);
-    if (pending >= 0 && (c.split > 1 || gate.may_wait(c.shard))) {
-      signal_tile(epi, signal, pending, true, consumer, t128);
+    if (c.split > 1 || gate.may_wait(c.shard)) {
+      if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       pending = -1;
+      complete_held(epi, signal, held, consumer, t128);
     }
     for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
@@ -457,6 +491,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     if (tma_store && tma_store_tile(epi, c.m_block * Cfg::kTileM)) {
       if (c.m_block >= g.cta_m_blocks) continue;  // the cluster's tile past M: nothing to store
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
+      complete_held(epi, signal, held, consumer, t128);
       store_tile_tma(&g.tmap_c, 1, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM, s, acc, consumer, t128);
       pending = signal.flags ? flag_index(signal.granularity, g, c) : -1;
       if (pending >= 0 && signal.variant == kSignalImmediate) {
@@ -471,7 +506,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         signal_tile(epi, signal, pending, true, consumer, t128);
         pending = -1;
       }
-      remote_partial_store(epi, signal, g, s, acc, c, consumer, t128);
+      complete_held(epi, signal, held, consumer, t128);
+      held = remote_partial_store(epi, signal, g, s, acc, c, consumer, t128);
+      if (!hold) complete_held(epi, signal, held, consumer, t128);
       continue;
     } else if (own_tile_tma(epi, c.m_block * Cfg::kTileM)) {
       // An own tile of GEMM+RS/AR: staged partials added, then through shared memory to this
@@ -481,7 +518,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         signal_tile(epi, signal, pending, true, consumer, t128);
         pending = -1;
       }
-      own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128);
+      complete_held(epi, signal, held, consumer, t128);
+      held = own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128);
+      if (!hold) complete_held(epi, signal, held, consumer, t128);
       continue;
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
@@ -502,9 +541,11 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       signal_tile(epi, signal, pending, true, consumer, t128);
       pending = -1;
     }
+    complete_held(epi, signal, held, consumer, t128);
     if (signal.flags) signal_tile(epi, signal, flag_index(signal.granularity, g, c), false, consumer, t128);
   }
   if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
+  complete_held(epi, signal, held, consumer, t128);
   // The staging buffers must stay valid until the TMA unit has read them.
   if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
 }

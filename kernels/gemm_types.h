@@ -71,6 +71,8 @@ struct TileSignal {
 
 // TileSignal::variant. kSignalImmediate is correct too (each TMA tile waits for its stores and
 // signals at once); the last three break the count's meaning and serve only the cost breakdown.
+// EpiReduceSlots' tiles stored into peers' memory (SM sends, epilogue gather) are counted at once
+// with kSignalImmediate and, with kSignalDeferred, just before the block's next tile's stores.
 constexpr int32_t kSignalDeferred = 0;
 constexpr int32_t kSignalImmediate = 1;
 constexpr int32_t kSignalRelaxed = 2;      // no release fence before the add

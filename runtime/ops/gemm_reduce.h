@@ -73,6 +73,11 @@ struct GemmReduce {
   // count at once (4x H200, same run: RS 8192 0.467 ms immediate against 0.544 deferred, AR 8192
   // 0.904 against 0.959); probe() times the deferred variant.
   int signal_variant = kernels::kSignalImmediate;
+  // With SM sends the counts of a tile stored into peers' memory move before the block's next
+  // tile's stores instead (kSignalDeferred): 4x H200, same process, AR 8192 sends and gather by
+  // SM 0.776 ms against 0.875 immediate, RS 8192 SM sends 0.586 against 0.647.
+  int sm_send_signal = kernels::kSignalDeferred;
+  int run_signal() const { return sm_send ? sm_send_signal : signal_variant; }
   std::vector<std::pair<std::string, cudaEvent_t>> marks;  // probe(): one run's timeline, if recording
   bool recording = false;
   uint64_t epoch = 0;

@@ -154,7 +154,7 @@ Status GemmReduce::enqueue_overlap() {
   // queue, the launch must not sit behind a wait that only the GEMM itself can satisfy. Only this
   // rank's own pieces are gated (and only they may hold back a tile's deferred signal).
   kernels::FlagGate gate_args{gate, kernels::kFlagPerShard, e, rank * S, (rank + 1) * S};
-  kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1, signal_variant};
+  kernels::TileSignal signal{tiles, kernels::kFlagPerShard, 1, run_signal()};
   if (sm_send) {
     // The GEMM stores into the owners' slots itself: each owner must have read its slots of the
     // previous epoch (its GEMM is done), and own piece j waits until every peer's tiles of it landed.
@@ -346,11 +346,12 @@ Status GemmReduce::probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootst
   }
   {
     double t = 0, mx = 0;
-    const int in_use = signal_variant;
-    signal_variant = in_use == kernels::kSignalImmediate ? kernels::kSignalDeferred : kernels::kSignalImmediate;
+    int& variant = sm_send ? sm_send_signal : signal_variant;  // the one this run's tiles use
+    const int in_use = variant;
+    variant = in_use == kernels::kSignalImmediate ? kernels::kSignalDeferred : kernels::kSignalImmediate;
     WEFT_CHECK(time_op(nccl, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
-    const bool deferred = signal_variant == kernels::kSignalDeferred;
-    signal_variant = in_use;
+    const bool deferred = variant == kernels::kSignalDeferred;
+    variant = in_use;
     WEFT_CHECK(max_over_ranks(boot, key + "probe_fused", t, &mx));
     rows->push_back({deferred ? "probe: weft fused, deferred signals" : "probe: weft fused, immediate signals", mx, 0,
                      deferred ? "a TMA tile's flag moves during the block's next tile"
