@@ -279,12 +279,18 @@ Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams
   return Status::kOk;
 }
 
+namespace {
+// A bf16 destination the epilogue stores 64 x 64 boxes into (no L2 promotion: written, not reread).
+Status encode_store_map(const char* name, const void* ptr, int64_t rows, int64_t cols, int64_t ld, CUtensorMap* out) {
+  return encode_operand(name, ptr, rows, cols, ld, GemmConfig::kStoreBox, out, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+}
+}  // namespace
+
 Status enable_tma_store(const EpiStoreBf16& epi, GemmParams* g) {
   g->store_tma = false;
   if (!epi.paired || !epi.c || epi.ldc % 8 != 0 || epi.ldc < g->n || reinterpret_cast<uintptr_t>(epi.c) % 16 != 0)
     return Status::kOk;  // stores from registers (odd ldc, unaligned C): still correct, slower
-  WEFT_CHECK(encode_operand("C", epi.c, g->m, g->n, epi.ldc, GemmConfig::kStoreBox, &g->tmap_c,
-                            CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  WEFT_CHECK(encode_store_map("C", epi.c, g->m, g->n, epi.ldc, &g->tmap_c));
   g->store_tma = true;
   return Status::kOk;
 }
@@ -314,11 +320,9 @@ Status enable_own_tma_store(const GemmParams& g, __nv_bfloat16* const* peers, in
     }
     return Status::kOk;  // stores from registers: still correct
   }
-  WEFT_CHECK(encode_operand("own rows", epi->out, rows, g.n, epi->ldc, GemmConfig::kStoreBox, &epi->own_map[0],
-                            CU_TENSOR_MAP_L2_PROMOTION_NONE));
+  WEFT_CHECK(encode_store_map("own rows", epi->out, rows, g.n, epi->ldc, &epi->own_map[0]));
   for (int i = 0; i < npeers; ++i)
-    WEFT_CHECK(encode_operand("a peer's own rows", peers[i], rows, g.n, epi->ldc, GemmConfig::kStoreBox,
-                              &epi->own_map[1 + i], CU_TENSOR_MAP_L2_PROMOTION_NONE));
+    WEFT_CHECK(encode_store_map("a peer's own rows", peers[i], rows, g.n, epi->ldc, &epi->own_map[1 + i]));
   epi->own_maps = 1 + npeers;
   return Status::kOk;
 }
@@ -341,8 +345,7 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
   }
   for (int o = 0; o < owners; ++o) {
     if (o == epi->lo / rows) continue;  // own rows are reduced here, never sent
-    WEFT_CHECK(encode_operand("an owner's slot", slots[o], rows, g.n, epi->ldc, GemmConfig::kStoreBox, &epi->part_map[o],
-                              CU_TENSOR_MAP_L2_PROMOTION_NONE));
+    WEFT_CHECK(encode_store_map("an owner's slot", slots[o], rows, g.n, epi->ldc, &epi->part_map[o]));
     epi->part_flags[o] = counts[o];
   }
   epi->rows_per_owner = int32_t(rows);
