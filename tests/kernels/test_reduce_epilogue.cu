@@ -38,9 +38,12 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
   const int sms = require_hopper();
   const int owners = 4, pieces = 2, own = 2, m = 1024, k = 320, rpo = m / owners;
   // Own tiles: 0 from registers, 1 through TMA, 2 through TMA into two more copies (AllReduce's
-  // broadcast into peers' C, here local buffers) with a count per copy. 1000: a partial last
-  // tile column (TMA clips it); 777: odd N, the pair-by-pair path (no TMA; broadcast refused).
-  const int cases[][2] = {{1280, 0}, {1280, 1}, {1280, 2}, {1000, 2}, {777, 0}};
+  // broadcast into peers' C, here local buffers) with a count per copy; 3: own tiles through TMA
+  // and partial tiles sent by TMA into the other owners' slots (here local buffers) with a count per
+  // owner and piece. 1000: a partial last tile column (TMA clips it); 777: odd N, the pair-by-pair
+  // path (no TMA; broadcast and remote partials refused). Run 0 holds the counts of tiles stored
+  // by TMA until the next tile (kSignalDeferred), run 1 counts them at once.
+  const int cases[][2] = {{1280, 0}, {1280, 1}, {1280, 2}, {1000, 2}, {1280, 3}, {777, 0}};
   for (const auto& cs : cases) {
     const int n = cs[0], own_path = cs[1];
     CAPTURE(n);
@@ -89,8 +92,25 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
       REQUIRE(enable_own_tma_store(g, peers, copies, &epi) == Status::kOk);
       REQUIRE(epi.own_maps == 1 + copies);
     }
+    // Remote partials: owner o's slot at sent + o * rpo * n, its counts at landed + o * pieces.
+    const bool remote = own_path == 3;
+    DevBuf<__nv_bfloat16> sent(int64_t(owners) * rpo * n);
+    DevBuf<uint64_t> landed(owners * pieces);
+    WEFT_CUDA_OK(cudaMemset(landed.p, 0, owners * pieces * 8));
+    __nv_bfloat16* slot_of[owners];
+    uint64_t* landed_of[owners];
+    for (int o = 0; o < owners; ++o) {
+      slot_of[o] = o == own ? nullptr : sent.p + int64_t(o) * rpo * n;
+      landed_of[o] = o == own ? nullptr : landed.p + o * pieces;
+    }
+    if (remote) {
+      REQUIRE(enable_remote_partials(g, slot_of, landed_of, owners, rpo / pieces, &epi) == Status::kOk);
+      REQUIRE(epi.part_owners == owners);
+    }
     if (n % 2) {  // the broadcast needs TMA stores, which odd N does not allow: refused, not dropped
       EpiReduceSlots refused = epi;
+      CHECK(enable_remote_partials(g, slot_of, landed_of, owners, rpo / pieces, &refused) ==
+            Status::kInvalidArgument);
       CHECK(enable_own_tma_store(g, peers, 2, &refused) == Status::kInvalidArgument);
       CHECK(enable_own_tma_store(g, nullptr, 0, &refused) == Status::kOk);
       CHECK(refused.own_maps == 0);
@@ -103,25 +123,36 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
       poison_bf16(partial.p, int64_t(m) * n);
       poison_bf16(out.p, int64_t(rpo) * n);
       poison_bf16(copy.p, int64_t(2) * rpo * n);
+      poison_bf16(sent.p, int64_t(owners) * rpo * n);
       WEFT_CUDA_OK(cudaMemset(counts.p, 0, nflags * 8));
-      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5}, TileSignal{counts.p, kFlagPerShard, 1},
-                          nullptr) == Status::kOk);
+      const int32_t variant = run == 0 ? kSignalDeferred : kSignalImmediate;
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5},
+                          TileSignal{counts.p, kFlagPerShard, 1, variant}, nullptr) == Status::kOk);
       WEFT_CUDA_OK(cudaDeviceSynchronize());
       REQUIRE(frame.check("reduce epilogue test") == Status::kOk);
       // Own rows: the sum, rounded once (bf16 output rounding alone is ~1.7e-3).
       Compared own_err = compare(out.p, want.p, int64_t(rpo) * n);
       CHECK(own_err.bad == 0);
       CHECK(own_err.rel_err < 4e-3);
-      // Other owners' rows: this rank's plain partial; the own rows of `partial` stay untouched.
+      // Other owners' rows: this rank's plain partial, in `partial` or (remote) in the owner's slot;
+      // the own rows of `partial` stay untouched, and with remote partials all of it does.
+      const std::vector<uint64_t> landed_h = to_host(landed.p, owners * pieces);
+      const uint64_t tiles_per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
       for (int o = 0; o < owners; ++o) {
         CAPTURE(o);
-        Compared r = compare(partial.p + int64_t(o) * rpo * n, ref.p + int64_t(o) * rpo * n, int64_t(rpo) * n);
+        const __nv_bfloat16* got = (remote ? sent.p : partial.p) + int64_t(o) * rpo * n;
+        Compared r = compare(got, ref.p + int64_t(o) * rpo * n, int64_t(rpo) * n);
+        Compared local = compare(partial.p + int64_t(o) * rpo * n, ref.p + int64_t(o) * rpo * n, int64_t(rpo) * n);
         if (o == own) {
-          CHECK(r.bad == uint64_t(rpo) * n);
+          CHECK(local.bad == uint64_t(rpo) * n);
         } else {
           CHECK(r.bad == 0);
           CHECK(r.rel_err < 4e-3);
+          if (remote) CHECK(local.bad == uint64_t(rpo) * n);
         }
+        for (int j = 0; j < pieces; ++j)  // each owner's pieces counted once per tile, per run
+          CHECK_MESSAGE(landed_h[size_t(o * pieces + j)] == (remote && o != own ? uint64_t(run + 1) * tiles_per_piece : 0),
+                        "piece " << j);
       }
       const std::vector<uint64_t> c = to_host(counts.p, nflags);
       const uint64_t per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
