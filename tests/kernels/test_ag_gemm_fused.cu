@@ -122,6 +122,9 @@ struct Ranks {
     WEFT_CUDA_OK(cudaMemset(r[q].flags, 0, size_t(flag_words) * 8));
     const int64_t own_blocks = shard_rows / 128;
     WEFT_CUDA_OK(cudaMemset(r[q].flags + q * own_blocks * n_blocks, 0xFF, size_t(own_blocks * n_blocks) * 8));
+    // cudaMemset runs on the legacy stream, which does not order the non-blocking launch stream: without
+    // this, a kernel may read the words a freed buffer left at the same address (a stale clear-to-send).
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
   }
   void poison(int q) {
     WEFT_CUDA_OK(cudaSetDevice(r[q].dev));

@@ -191,6 +191,7 @@ TEST_CASE("peer reduce: simulated ranks sum every partial in rank order, gather 
       WEFT_CUDA_OK(cudaMemset(flags.p, 0, 3 * ranks * ranks * 8));
       WEFT_CUDA_OK(cudaMemset(arrive.p, 0, 2 * ranks * 8));
       poison_bf16(c.p, int64_t(ranks) * ranks * elems);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());  // the legacy stream's memsets before the non-blocking launches
       std::vector<FrameHost> frames(ranks);
       std::vector<FrameParams> fps(ranks);
       std::vector<cudaStream_t> streams(ranks);

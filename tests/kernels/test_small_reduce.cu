@@ -40,6 +40,7 @@ struct Ranks {
       : ranks(w), elems(e), partials(int64_t(w) * 2 * w * e), c(int64_t(w) * w * e), out(int64_t(w) * e),
         words(int64_t(w) * SmallReducePlan::words(w)), frames(size_t(w)), fps(size_t(w)), streams(size_t(w)) {
     WEFT_CUDA_OK(cudaMemset(words.p, 0, size_t(w) * SmallReducePlan::words(w) * 8));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());  // the legacy stream's memset before the non-blocking launches
     RoleCounts roles;
     roles.intra_comm = 1;
     for (int r = 0; r < w; ++r) {
