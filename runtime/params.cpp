@@ -52,10 +52,10 @@ const std::vector<ParamInfo> kParams = {
      "network interface for the socket backend; empty = the route to the peer"},
     {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},
     {"WEFT_GEMM_REDUCE_PATH", ParamType::kString, "auto", "",
-     "gemm_rs/gemm_ar: overlap (copy engines move partials during the GEMM, whose epilogue reduces; M/ranks a "
-     "multiple of 128), peer (one kernel after the GEMM sums the peers' partials over NVLink) or auto"},
+     "gemm_rs/gemm_ar: overlap (partials move during the GEMM, whose epilogue reduces; M/ranks a multiple of 128), "
+     "peer (one kernel after the GEMM sums the peers' partials over NVLink) or auto"},
     {"WEFT_GEMM_REDUCE_PIECES", ParamType::kInt, "0", "pieces",
-     "gemm_rs/gemm_ar overlap path: each owner's row block moves in this many pieces; 0 = pieces of >= 4 MiB, <= 4"},
+     "gemm_rs/gemm_ar overlap path: each owner's row block moves in this many pieces; 0 = pieces of >= 2 MiB, <= 4"},
     {"WEFT_GEMM_REDUCE_SYS_SIGNAL", ParamType::kBool, "0", "",
      "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",

@@ -154,9 +154,10 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
 }
 
 // Overlap path where the owners' row blocks are whole tiles (and `want_pieces` of them, if set),
-// else the peer path. Pieces: as many as asked, or the most (<= 4) of at least 4 MiB each. Each
-// piece costs host calls (a copy and flag batches, ~7 us each); on 4x H200 8 pieces of 4 MiB made
-// the 8192-row ops host-bound (RS 0.556 ms, 343 us of enqueue per run) where 4 pieces took 0.476.
+// else the peer path. Pieces: as many as asked, or the most (<= 4) of at least 2 MiB each. With
+// copy-engine sends each piece costs host calls (a copy and flag batches, ~7 us each); on 4x H200
+// 8 pieces of 4 MiB made the 8192-row ops host-bound (RS 0.556 ms, 343 us of enqueue per run)
+// where 4 pieces took 0.476. SM sends enqueue nothing per piece.
 Status choose_path(GemmReduce& op, const char* name) {
   std::string path;
   int64_t want_pieces = 0;
@@ -174,11 +175,15 @@ Status choose_path(GemmReduce& op, const char* name) {
               name, static_cast<long long>(op.m_loc), static_cast<long long>(tile));
     return Status::kInvalidArgument;
   }
-  // auto: the overlap path where an owner's row block is whole tiles and at least 16 MiB. Below
-  // that the copies' latency is not hidden: on 4x H200, GEMM+RS 2048 x 8192 x 7168 (8 MiB blocks)
-  // took 0.190 ms on the peer path against 0.210 on the overlap path in the same run.
+  // auto: the overlap path where an owner's row block is whole tiles, and, when only the copy
+  // engines may send, at least 16 MiB: below that their latency is not hidden. On 4x H200,
+  // GEMM+RS 2048 x 8192 x 7168 (8 MiB blocks, one call): peer path 0.183 ms; overlap path with
+  // copy-engine sends 0.185-0.249, with SM sends 0.170 (1 piece), 0.164 (2), 0.162 (4).
+  std::string send;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SEND", &send));
   const int64_t block_bytes = op.m_loc * op.n * int64_t(sizeof(bf16));
-  op.overlap = path == "overlap" || (path == "auto" && fits && block_bytes >= (int64_t(16) << 20));
+  const bool big_enough = send != "copy" || block_bytes >= (int64_t(16) << 20);
+  op.overlap = path == "overlap" || (path == "auto" && fits && big_enough);
   if (!op.overlap) return Status::kOk;
   if (want_pieces > 0) {
     if (want_pieces > 64 || op.m_loc % (tile * want_pieces) != 0) {
@@ -190,7 +195,7 @@ Status choose_path(GemmReduce& op, const char* name) {
     op.pieces = int(want_pieces);
   } else {
     op.pieces = 1;
-    while (op.pieces < 4 && op.m_loc % (tile * op.pieces * 2) == 0 && block_bytes / (op.pieces * 2) >= (4 << 20))
+    while (op.pieces < 4 && op.m_loc % (tile * op.pieces * 2) == 0 && block_bytes / (op.pieces * 2) >= (2 << 20))
       op.pieces *= 2;
   }
   op.m_piece = op.m_loc / op.pieces;
