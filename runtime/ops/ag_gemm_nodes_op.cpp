@@ -353,7 +353,11 @@ Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, b
   op.n = sh.n;
   op.m_loc = op.m / op.world;
   WEFT_CHECK(setup(ctx, wl, boot, op));
-  const Plan plan = plan_for(wl, info.rank);
+  // The prediction for what runs: these role counts, intra-node forwarding by SMs.
+  Workload as_run = wl;
+  as_run.roles.automatic = false;
+  as_run.roles.counts = op.roles;
+  const Plan plan = plan_for(as_run, info.rank, IntraMover::kSm);
 
   ncclComm_t comm = nullptr;
   WEFT_CHECK(create_nccl_comm(boot, &comm));
