@@ -28,7 +28,7 @@ struct GemmArgs {
   int64_t ldb = 0;          // elements; 0 = k
   int32_t cluster_m = 1;    // CTAs per cluster along M sharing B through TMA multicast (1 or 2);
                             // 2 is correct and tested but measured slower (docs/gemm.md)
-  int32_t group_m = 8;      // raster group height in cluster tiles (L2 reuse)
+  int32_t group_m = 16;     // raster group height in cluster tiles (L2 reuse; docs/gemm.md)
   int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h); M / num_shards
                             // must be a multiple of cluster_m * 128 rows
   int32_t first_shard = 0;  // shard computed first (rank-rotated order)

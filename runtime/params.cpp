@@ -27,6 +27,8 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
     {"WEFT_GEMM_TMA_STORE", ParamType::kBool, "1", "",
      "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)"},
+    {"WEFT_GEMM_GROUP", ParamType::kInt, "0", "tiles",
+     "fused ops' GEMMs: raster group height in 128-row tiles (L2 reuse of B); 0 = the kernel's default"},
     {"WEFT_GEMM_SPLIT_TAIL", ParamType::kBool, "1", "",
      "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
     {"WEFT_AG_MOVER", ParamType::kString, "auto", "",

@@ -84,7 +84,7 @@ double time_ms(int iters, int sets, F&& launch) {
 
 int main(int argc, char** argv) {
   int iters = 30;
-  int group_m = 8;
+  int group_m = weft::kernels::GemmArgs{}.group_m;
   bool quick = false;
   int only_shape = -1;
   const char* md_path = nullptr;

@@ -92,6 +92,7 @@ struct AgGemm {
     args.ldb = k;
     args.num_shards = shards;
     args.first_shard = first;
+    WEFT_CHECK(gemm_group(&args.group_m));
     return kernels::make_gemm_params(args, out);
   }
 

@@ -79,6 +79,7 @@ Status GemmReduce::make_gemm() {
   // one round late, so reduced pieces can leave for the peers while the GEMM goes on.
   args.num_shards = overlap ? world * pieces : 1;
   args.first_shard = overlap ? ((rank + 1) % world) * pieces : 0;
+  WEFT_CHECK(gemm_group(&args.group_m));
   if (overlap && piece_major) {
     args.piece_major_owners = world;
     args.piece_major_owner = rank;

@@ -302,6 +302,17 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
 }
 
 // The mover the op's runner uses by default (GEMM+RS/AR: copy engines), so the printed prediction is for it.
+Status gemm_group(int32_t* group_m) {
+  int64_t g = 0;
+  WEFT_CHECK(get_param("WEFT_GEMM_GROUP", &g));
+  if (g < 0 || g > 1024) {
+    WEFT_WARN(kKernel, "WEFT_GEMM_GROUP=%lld is not in [0, 1024] (0: the default)", static_cast<long long>(g));
+    return Status::kInvalidArgument;
+  }
+  if (g > 0) *group_m = int32_t(g);
+  return Status::kOk;
+}
+
 Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, default_mover(wl.op)); }
 
 Plan plan_for(const Workload& wl, int rank, IntraMover mover) {

@@ -90,6 +90,10 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
 // The tuner's plan for the workload on this machine, printed next to the measurement; an empty
 // plan (makespan 0) when there is none, with the reason logged.
 Plan plan_for(const Workload& wl, int rank);
+
+// The raster group height of the fused ops' GEMMs: WEFT_GEMM_GROUP 128-row tiles when set (> 0),
+// else GemmArgs' default.
+Status gemm_group(int32_t* group_m);
 // The same for a given NVLink mover (with the copy engines, intra_comm gets no SM).
 Plan plan_for(const Workload& wl, int rank, IntraMover mover);
 
