@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -236,7 +237,11 @@ std::vector<ForkResult> run_forked(int n, int ranks_per_node, const std::functio
       it = rounds.erase(it);
     }
   };
-  while (running > 0) {
+  // After the last exit, the channels still hold whatever the ranks sent just before: read on until
+  // every channel reports EOF (bounded), or a report sent right before _exit would be lost.
+  double all_exited_at = -1;
+  auto any_open = [&] { return std::find(gone.begin(), gone.end(), false) != gone.end(); };
+  while (running > 0 || (any_open() && now_s() - all_exited_at < 5.0)) {
     if (now_s() - t0 > timeout_s) {
       for (int r = 0; r < n; ++r)
         if (!res[r].exited && !res[r].term_signal) {
@@ -290,7 +295,8 @@ std::vector<ForkResult> run_forked(int n, int ranks_per_node, const std::functio
           --running;  // its channel reports EOF after any last messages
         }
     }
-    if (pid < 0 && errno == ECHILD) break;
+    if (pid < 0 && errno == ECHILD) running = 0;
+    if (running == 0 && all_exited_at < 0) all_exited_at = now_s();
   }
   for (int fd : fds) close(fd);
   return res;
