@@ -301,7 +301,6 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
   return Status::kOk;
 }
 
-// The mover the op's runner uses by default (GEMM+RS/AR: copy engines), so the printed prediction is for it.
 Status gemm_group(int32_t* group_m) {
   int64_t g = 0;
   WEFT_CHECK(get_param("WEFT_GEMM_GROUP", &g));
@@ -313,6 +312,7 @@ Status gemm_group(int32_t* group_m) {
   return Status::kOk;
 }
 
+// The mover the op's runner uses by default (GEMM+RS/AR: copy engines), so the printed prediction is for it.
 Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, default_mover(wl.op)); }
 
 Plan plan_for(const Workload& wl, int rank, IntraMover mover) {

@@ -90,12 +90,12 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, double
 // The tuner's plan for the workload on this machine, printed next to the measurement; an empty
 // plan (makespan 0) when there is none, with the reason logged.
 Plan plan_for(const Workload& wl, int rank);
-
-// The raster group height of the fused ops' GEMMs: WEFT_GEMM_GROUP 128-row tiles when set (> 0),
-// else GemmArgs' default.
-Status gemm_group(int32_t* group_m);
 // The same for a given NVLink mover (with the copy engines, intra_comm gets no SM).
 Plan plan_for(const Workload& wl, int rank, IntraMover mover);
+
+// The raster group height of the fused ops' GEMMs: WEFT_GEMM_GROUP 128-row tiles when set (> 0),
+// else *group_m is left as it is (GemmArgs' default); kInvalidArgument, logged, outside [0, 1024].
+Status gemm_group(int32_t* group_m);
 
 // One row of an op's result table.
 struct ResultRow {
