@@ -282,6 +282,7 @@ Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bo
   args.b = op.b;
   args.num_shards = op.world * op.chunks;
   args.first_shard = 0;
+  WEFT_CHECK(gemm_group(&args.group_m));
   WEFT_CHECK(kernels::make_gemm_params(args, &op.kp.gemm));
   args.a = op.a_nccl;
   args.num_shards = 1;

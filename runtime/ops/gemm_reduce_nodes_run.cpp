@@ -156,6 +156,7 @@ Status RsNodes::setup(const launcher::RankContext& ctx, const Workload& wl, boot
   args.b = b;
   args.num_shards = W * S;
   args.first_shard = 0;
+  WEFT_CHECK(gemm_group(&args.group_m));
   WEFT_CHECK(kernels::make_gemm_params(args, &kp.gemm));
   args.a = a;
   args.num_shards = 1;
