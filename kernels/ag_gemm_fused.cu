@@ -357,6 +357,10 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
     const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm);
     if (st != Status::kOk) return st;
   }
+  if (frame.roles.compute > 0 && !g.claims) {
+    const Status st = enable_dynamic_tiles(stream, &p.gemm);
+    if (st != Status::kOk) return st;
+  }
   p.frame = frame;
   p.epi = epi;
   p.gate = gate;
@@ -370,10 +374,10 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
 Status launch_split_k_pair(const GemmParams& half0, const GemmParams& half1, const FrameParams& frame, float* acc,
                            cudaStream_t stream) {
   if (half0.cluster_m != 1 || half1.cluster_m != 1 || frame.roles.compute < 2 || half0.m != half1.m ||
-      half0.n != half1.n || !acc) {
+      half0.n != half1.n || !acc || half0.claims || half1.claims) {
     WEFT_WARN(kKernel,
-              "split-k tail: rank %d: needs cluster_m 1, two halves of one m x n output and >= 2 compute "
-              "blocks (got %d)",
+              "split-k tail: rank %d: needs cluster_m 1, static striding (no tile claims), two halves of one "
+              "m x n output and >= 2 compute blocks (got %d)",
               frame.rank, frame.roles.compute);
     return Status::kInvalidArgument;
   }

@@ -6,6 +6,7 @@
 
 #include <map>
 #include <mutex>
+#include <type_traits>
 #include <utility>
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
@@ -107,6 +108,7 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
 }
 
 bool split_tail_default();
+bool dynamic_tiles_default();
 
 static_assert(GemmConfig::kStoreBox == GemmConfig::kTileK, "the C box reuses the operands' 64-column box");
 
@@ -115,6 +117,8 @@ Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi
               const TileSignal& signal, cudaStream_t stream) {
   GemmParams gs = g;
   if (g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
+  // Claimed tiles measured slower for GEMM+RS/AR's epilogue (docs/ops.md): those stay static.
+  if (!g.claims && !std::is_same<Epilogue, EpiReduceSlots>::value) WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
   if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
   return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
 }
@@ -138,6 +142,7 @@ constexpr size_t kSplitFlagBytes = kSplitFlagSlots * sizeof(uint64_t);
 struct SplitWorkspace {
   void* mem = nullptr;
   size_t bytes = 0;
+  uint32_t* claims = nullptr;  // enable_dynamic_tiles' two words, zero between launches
 };
 std::mutex g_ws_mu;
 std::map<std::pair<int, cudaStream_t>, SplitWorkspace> g_ws;
@@ -166,6 +171,39 @@ Status split_workspace(cudaStream_t stream, size_t bytes, void** out) {
   }
   *out = w.mem;
   return Status::kOk;
+}
+
+// The dynamic-claim words of (device, stream); null (logged) when they cannot be allocated.
+Status claim_words(cudaStream_t stream, uint32_t** out) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return Status::kCudaError;
+  std::lock_guard<std::mutex> lock(g_ws_mu);
+  SplitWorkspace& w = g_ws[{dev, stream}];
+  if (!w.claims) {
+    void* p = nullptr;
+    cudaError_t err = cudaMalloc(&p, 2 * sizeof(uint32_t));
+    if (err == cudaSuccess) err = cudaMemset(p, 0, 2 * sizeof(uint32_t));
+    if (err != cudaSuccess) {
+      WEFT_WARN(kKernel, "gemm: cannot allocate the tile-claim words (%s); tiles stay statically striped",
+                cudaGetErrorString(err));
+      cudaGetLastError();
+      if (p) cudaFree(p);
+      *out = nullptr;
+      return Status::kOk;
+    }
+    w.claims = static_cast<uint32_t*>(p);
+  }
+  *out = w.claims;
+  return Status::kOk;
+}
+
+// WEFT_GEMM_DYNAMIC=0 keeps static striding in launch_gemm (for comparisons).
+bool dynamic_tiles_default() {
+  static const bool on = [] {
+    bool v = true;
+    return get_param("WEFT_GEMM_DYNAMIC", &v) == Status::kOk ? v : true;
+  }();
+  return on;
 }
 
 // WEFT_GEMM_TMA_STORE=0 keeps the register-store epilogue (for comparisons).
@@ -277,6 +315,13 @@ Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams
   g->split_flags = static_cast<uint64_t*>(mem);
   g->split_ws = reinterpret_cast<float*>(static_cast<char*>(mem) + kSplitFlagBytes);
   return Status::kOk;
+}
+
+Status enable_dynamic_tiles(cudaStream_t stream, GemmParams* g) {
+  g->claims = nullptr;
+  // A 2-CTA cluster would have to share its claims between the two producers.
+  if (g->cluster_m != 1 || !dynamic_tiles_default()) return Status::kOk;
+  return claim_words(stream, &g->claims);
 }
 
 namespace {

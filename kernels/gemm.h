@@ -73,6 +73,13 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
 // WEFT_GEMM_SPLIT_TAIL=0.
 Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g);
 
+// Has g's compute blocks claim their work units one at a time instead of taking every B-th
+// (GemmParams::claims): the claim words belong to `stream` (launches on one stream must not
+// overlap). Leaves g static for cluster_m 2, with WEFT_GEMM_DYNAMIC=0 (comparisons) or when the
+// words cannot be had. launch_gemm does this itself (except with EpiReduceSlots, measured slower);
+// a fused kernel that calls gemm_compute_block() calls it once per launch configuration.
+Status enable_dynamic_tiles(cudaStream_t stream, GemmParams* g);
+
 // Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
 // g.cluster_m, the first frame.roles.compute of them compute (both counts multiples of
 // cluster_m); the rest model SMs lent to other roles and exit.

@@ -54,8 +54,14 @@ struct __align__(1024) SharedStorage {
   __nv_bfloat16 c[GemmConfig::kConsumers][2][GemmConfig::kStoreBox * GemmConfig::kStoreBox];
   uint64_t full[GemmConfig::kStages];
   uint64_t empty[GemmConfig::kStages];
+  // Claimed work units on their way from the producer to the consumers (GemmParams::claims).
+  uint64_t unit_full[2];
+  uint64_t unit_empty[2];
+  int32_t unit[2];
   int32_t abort;
 };
+constexpr uint32_t kUnitSlots = 2;
+constexpr int32_t kClaimAhead = 6;  // k-blocks
 static_assert(sizeof(__nv_bfloat16) * GemmConfig::kTileM * GemmConfig::kTileK % 1024 == 0,
               "every A stage must stay 1024-B aligned for the 128B swizzle");
 static_assert(sizeof(SharedStorage) + 1024 <= 227 * 1024, "shared-memory budget of one H100/H200 block");
@@ -107,6 +113,53 @@ __device__ __forceinline__ TileCoord cta_tile(const TileCoord& cc, uint32_t cta)
   return c;
 }
 
+// ---- work units: static striding, or claimed one at a time (GemmParams::claims) ---------------
+// Static: block b of B takes units b, b + B, ... Claimed: the producer thread takes the next unit
+// with one atomic add kClaimAhead k-blocks before the current unit's last load (about kStages +
+// kClaimAhead k-blocks before the consumers need it) and hands it to the consumers through a
+// two-slot ring in shared memory.
+// A block held up (a gate that opened late, a slower SM) then takes fewer tiles instead of
+// carrying its delay to the end of the kernel. Units are claimed in increasing order, so the
+// split tail's final slices still come after every partial they wait for.
+
+__device__ __forceinline__ TileCoord no_tile() {
+  TileCoord c;
+  c.m_block = -1;
+  c.n_block = -1;
+  return c;
+}
+
+// Producer: hands claim number n (unit u; u >= num_units() means "no more") to the consumers.
+__device__ __forceinline__ bool hand_unit(SharedStorage& s, uint32_t n, uint32_t u, const FrameParams& f) {
+  const uint32_t slot = n % kUnitSlots, phase = (n / kUnitSlots) & 1;
+  if (!wait_barrier(&s.unit_empty[slot], phase ^ 1, f, no_tile())) return false;
+  s.unit[slot] = int32_t(u);
+  sm90::mbar_arrive(&s.unit_full[slot]);  // release: the unit is visible to whoever sees the phase
+  return true;
+}
+
+// Consumer: takes claim number n; every warp frees the slot once all its threads have read it.
+__device__ __forceinline__ bool take_unit(SharedStorage& s, uint32_t n, const FrameParams& f, int32_t lane,
+                                          int64_t* u) {
+  const uint32_t slot = n % kUnitSlots, phase = (n / kUnitSlots) & 1;
+  if (!wait_barrier(&s.unit_full[slot], phase, f, no_tile())) return false;
+  *u = int64_t(uint32_t(sm90::ld_shared_volatile(&s.unit[slot])));
+  __syncwarp();
+  if (lane == 0) sm90::mbar_arrive(&s.unit_empty[slot]);
+  return true;
+}
+
+// Every producer calls this once on leaving (normally or not); the last of the `blocks` resets
+// both words for the next launch (all claims of this launch are made by then).
+__device__ __forceinline__ void finish_claims(uint32_t* claims, int32_t blocks) {
+  __threadfence();
+  if (atomicAdd(claims + 1, 1u) == uint32_t(blocks - 1)) {
+    __threadfence();
+    atomicExch(claims, 0u);
+    atomicExch(claims + 1, 0u);
+  }
+}
+
 template <int kCluster>
 __device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const FlagGate& gate,
                                               SharedStorage& s, uint32_t cta, int32_t cluster_idx, int32_t clusters) {
@@ -114,8 +167,24 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
   uint32_t it = 0;
-  for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
-    const TileCoord c = cta_tile<kCluster>(t.current(), cta);
+  const bool claim = kCluster == 1 && g.claims != nullptr;
+  const int64_t units = g.sched.num_units();
+  PersistentTileIter t(g.sched, cluster_idx, clusters);
+  uint32_t next = 0;  // the next unit, claimed ahead (have_next)
+  bool have_next = false;
+  for (uint32_t handed = 0;;) {
+    int64_t u;
+    if (claim) {
+      if (!have_next) next = atomicAdd(g.claims, 1u);
+      have_next = false;
+      if (!hand_unit(s, handed++, next, f) || int64_t(next) >= units) return;
+      u = int64_t(next);
+    } else {
+      if (!t.valid()) return;
+      u = t.linear();
+      t.advance();
+    }
+    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
     bool ok = true;
     if (gate.may_wait(c.shard) && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks)) {
       const int32_t idx = flag_index(gate.granularity, g, c);
@@ -135,6 +204,12 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
     const int32_t row_b = c.n_block * Cfg::kTileN + int32_t(cta) * kBRows;
     for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      // The next unit is claimed kClaimAhead k-blocks before this one's last load: the atomic's
+      // round trip (several us while the SMs also push data over NVLink) overlaps the loads.
+      if (claim && !have_next && kb + kClaimAhead >= c.k_end) {
+        next = atomicAdd(g.claims, 1u);
+        have_next = true;
+      }
       if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
       WEFT_TRACE_STAMP(1, it);
       // A (own) + all of B (own part + the peers' multicast parts) land on this barrier.
@@ -432,8 +507,23 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   // before the next tile's stores, by when they are complete; before a tile that may wait too.
   HeldCount held;
   const bool hold = signal.variant == kSignalDeferred;
-  for (PersistentTileIter t(g.sched, cluster_idx, clusters); t.valid(); t.advance()) {
-    const TileCoord c = cta_tile<kCluster>(t.current(), cta);
+  const bool claim = kCluster == 1 && g.claims != nullptr;
+  const int64_t units = g.sched.num_units();
+  PersistentTileIter t(g.sched, cluster_idx, clusters);
+  for (uint32_t taken = 0;;) {
+    int64_t u;
+    if (claim) {
+      if (!take_unit(s, taken++, f, lane, &u)) {
+        if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
+        return;
+      }
+      if (u >= units) break;
+    } else {
+      if (!t.valid()) break;
+      u = t.linear();
+      t.advance();
+    }
+    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
     if (c.split > 1 || gate.may_wait(c.shard)) {
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       pending = -1;
@@ -577,6 +667,10 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
       sm90::mbar_init(&s.full[i], 1);
       sm90::mbar_init(&s.empty[i], Cfg::kConsumers * 4 * kCluster);
     }
+    for (uint32_t i = 0; i < gemm_detail::kUnitSlots; ++i) {
+      sm90::mbar_init(&s.unit_full[i], 1);
+      sm90::mbar_init(&s.unit_empty[i], Cfg::kConsumers * 4);
+    }
     s.abort = 0;
     sm90::fence_barrier_init();
     sm90::tma_prefetch_desc(&g.tmap_a);
@@ -592,7 +686,10 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
   // barriers or write into its shared memory until then.
   if (threadIdx.x < 128) {
     sm90::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) gemm_detail::producer_loop<kCluster>(g, f, gate, s, cta, cluster_idx, clusters);
+    if (threadIdx.x == 0) {
+      gemm_detail::producer_loop<kCluster>(g, f, gate, s, cta, cluster_idx, clusters);
+      if (kCluster == 1 && g.claims) gemm_detail::finish_claims(g.claims, clusters);
+    }
     __syncwarp();
     if constexpr (kCluster > 1) sm90::cluster_sync();
   } else {

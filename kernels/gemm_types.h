@@ -39,6 +39,10 @@ struct GemmParams {
   // flag per split CTA tile counting them (zero between launches).
   float* split_ws = nullptr;
   uint64_t* split_flags = nullptr;
+  // Dynamic tile claims (enable_dynamic_tiles; single-CTA clusters only): [0] the next unit to
+  // hand out, [1] the compute blocks that are done with it; zero between launches (the last block
+  // to finish resets both). null: block b takes units b, b + B, ... (static striding).
+  uint32_t* claims = nullptr;
 };
 
 // Flags are indexed by 128-row CTA tiles: m_block = row / kTileM (not the cluster tile).

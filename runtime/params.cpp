@@ -31,6 +31,8 @@ const std::vector<ParamInfo> kParams = {
      "fused ops' GEMMs: raster group height in 128-row tiles (L2 reuse of B); 0 = the kernel's default"},
     {"WEFT_GEMM_SPLIT_TAIL", ParamType::kBool, "1", "",
      "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
+    {"WEFT_GEMM_DYNAMIC", ParamType::kBool, "1", "",
+     "GEMM: blocks claim their next tile when ready (0: block b takes every B-th tile, for comparisons)"},
     {"WEFT_AG_MOVER", ParamType::kString, "auto", "",
      "ag_gemm on one node, who moves A's shards (comma list): copy_engine, sm (every SM mover), pull_vec, "
      "push_vec, pull_bulk, push_bulk; auto measures all and keeps the fastest; split_k_tail adds the split-K tail "

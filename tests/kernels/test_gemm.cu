@@ -3,8 +3,10 @@
 // the timeout record. Exits 77 (skipped) where no Hopper GPU is visible.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -356,4 +358,127 @@ TEST_CASE("gemm flag timeout: a shard flag that is never set ends the kernel wit
 
   // The device is still usable afterwards, and the record clears for the next launch.
   check_store(256, 512, 128, sms);
+}
+
+namespace {
+std::vector<uint32_t> claim_words_now(const GemmParams& g) {
+  std::vector<uint32_t> h(2, 0xdeadbeefu);
+  WEFT_CUDA_OK(cudaMemcpy(h.data(), g.claims, 8, cudaMemcpyDeviceToHost));
+  return h;
+}
+}  // namespace
+
+TEST_CASE("gemm dynamic claims: correct, repeatable, the claim words reset after every launch") {
+  const int sms = require_hopper();
+  struct Case {
+    int m, n, k, blocks, shards, first;
+  };
+  // Split tail (2048 x 7168 on all SMs), rotated shards, edge tiles, many short tiles per block.
+  for (const Case cs : {Case{2048, 7168, 2048, sms, 4, 1}, Case{1000, 777, 520, sms, 1, 0},
+                        Case{1024, 1024, 128, 5, 1, 0}, Case{640, 512, 4096, 7, 1, 0}}) {
+    CAPTURE(cs.m);
+    CAPTURE(cs.n);
+    CAPTURE(cs.k);
+    CAPTURE(cs.blocks);
+    Problem pb(cs.m, cs.n, cs.k);
+    GemmParams g = pb.params(8, cs.shards, cs.first, 1);
+    REQUIRE(enable_dynamic_tiles(nullptr, &g) == Status::kOk);
+    REQUIRE(g.claims != nullptr);
+    const int64_t elems = int64_t(cs.m) * cs.n;
+    DevBuf<__nv_bfloat16> c1(elems), c2(elems);
+    FrameHost frame;
+    REQUIRE(frame.create(0) == Status::kOk);
+    FrameParams fp;
+    REQUIRE(frame.params(compute_only(cs.blocks), &fp) == Status::kOk);
+    for (__nv_bfloat16* c : {c1.p, c2.p}) {
+      poison_bf16(c, elems);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      EpiStoreBf16 epi;
+      epi.c = c, epi.ldc = cs.n, epi.paired = cs.n % 2 == 0;
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+    }
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(frame.check("gemm dynamic claims") == Status::kOk);
+    CHECK(claim_words_now(g) == std::vector<uint32_t>{0, 0});
+    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, cs.m, cs.n, cs.k);
+    Compared r = compare(c1.p, pb.ref.p, elems);
+    MESSAGE("dynamic claims " << cs.m << "x" << cs.n << "x" << cs.k << " blocks " << cs.blocks << ": rel err "
+                              << r.rel_err);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 4e-3);
+    // Whichever block computes a tile, its bits are the same (split-tail slices add in order).
+    CHECK(to_host(c1.p, elems) == to_host(c2.p, elems));
+  }
+}
+
+TEST_CASE("gemm dynamic claims: a gate that opens late, every tile signalled once; reset after a timeout") {
+  const int sms = require_hopper();
+  const int m = 2048, n = 1792, k = 512, shards = 4;
+  Problem pb(m, n, k);
+  const int64_t tiles = int64_t(m / 128) * ((n + 255) / 256);
+  DevBuf<uint64_t> ready(shards), tile_flags(tiles);
+  DevBuf<__nv_bfloat16> c(int64_t(m) * n);
+  GemmParams g = pb.params(8, shards, 1, 1);
+  REQUIRE(enable_dynamic_tiles(nullptr, &g) == Status::kOk);
+  REQUIRE(g.claims != nullptr);
+  cudaStream_t run = nullptr, late = nullptr;
+  WEFT_CUDA_OK(cudaStreamCreateWithFlags(&run, cudaStreamNonBlocking));
+  WEFT_CUDA_OK(cudaStreamCreateWithFlags(&late, cudaStreamNonBlocking));
+  REQUIRE(enable_dynamic_tiles(run, &g) == Status::kOk);  // the words of the stream it runs on
+  FrameHost frame;
+  REQUIRE(frame.create(2) == Status::kOk);
+  EpiStoreBf16 epi;
+  epi.c = c.p, epi.ldc = n;
+
+  SUBCASE("late gate") {
+    FrameParams fp;
+    REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+    // Shard 3 (the third visited) opens only after the others have been computed.
+    const std::vector<uint64_t> h_ready = {9, 9, 9, 0};
+    WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
+    WEFT_CUDA_OK(cudaMemset(tile_flags.p, 0, size_t(tiles) * 8));
+    poison_bf16(c.p, int64_t(m) * n);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(launch_gemm(g, fp, epi, FlagGate{ready.p, kFlagPerShard, 9}, TileSignal{tile_flags.p, kFlagPerTile, 1},
+                        run) == Status::kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const uint64_t nine = 9;
+    WEFT_CUDA_OK(cudaMemcpyAsync(ready.p + 3, &nine, 8, cudaMemcpyHostToDevice, late));
+    WEFT_CUDA_OK(cudaStreamSynchronize(late));
+    WEFT_CUDA_OK(cudaStreamSynchronize(run));
+    REQUIRE(frame.check("gemm dynamic late gate") == Status::kOk);
+    CHECK(claim_words_now(g) == std::vector<uint32_t>{0, 0});
+    for (uint64_t v : to_host(tile_flags.p, tiles)) REQUIRE(v == 1);
+    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 4e-3);
+  }
+  SUBCASE("timeout") {
+    frame.set_timeout(0.2);
+    FrameParams fp;
+    REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+    const std::vector<uint64_t> h_ready = {5, 5, 4, 5};  // shard 2 stays one short
+    WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
+    REQUIRE(launch_gemm(g, fp, epi, FlagGate{ready.p, kFlagPerShard, 5}, TileSignal{}, run) == Status::kOk);
+    WEFT_CUDA_OK(cudaStreamSynchronize(run));
+    CHECK(frame.check("gemm dynamic timeout") == Status::kTimeout);
+    CHECK(frame.record().kind == int32_t(DeviceErrorKind::kFlagTimeout));
+    CHECK(frame.record().flag_index == 2);
+    // Every producer left through finish_claims: the next launch starts from unit 0.
+    CHECK(claim_words_now(g) == std::vector<uint32_t>{0, 0});
+    WEFT_CUDA_OK(cudaMemcpy(ready.p + 2, &h_ready[0], 8, cudaMemcpyHostToDevice));
+    REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
+    poison_bf16(c.p, int64_t(m) * n);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(launch_gemm(g, fp, epi, FlagGate{ready.p, kFlagPerShard, 5}, TileSignal{}, run) == Status::kOk);
+    WEFT_CUDA_OK(cudaStreamSynchronize(run));
+    REQUIRE(frame.check("gemm dynamic after timeout") == Status::kOk);
+    reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);
+    Compared r = compare(c.p, pb.ref.p, int64_t(m) * n);
+    CHECK(r.bad == 0);
+    CHECK(r.rel_err < 4e-3);
+  }
+  WEFT_CUDA_OK(cudaStreamDestroy(run));
+  WEFT_CUDA_OK(cudaStreamDestroy(late));
 }
