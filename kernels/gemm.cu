@@ -6,7 +6,6 @@
 
 #include <map>
 #include <mutex>
-#include <type_traits>
 #include <utility>
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
@@ -117,8 +116,8 @@ Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi
               const TileSignal& signal, cudaStream_t stream) {
   GemmParams gs = g;
   if (g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
-  // Claimed tiles measured slower for GEMM+RS/AR's epilogue (docs/ops.md): those stay static.
-  if (!g.claims && !std::is_same<Epilogue, EpiReduceSlots>::value) WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
+  // Only kernels built to claim get the words (not GEMM+RS/AR's: gemm_detail::kClaimsTiles).
+  if (!g.claims && gemm_detail::kClaimsTiles<1, Epilogue>) WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
   if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
   return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
 }

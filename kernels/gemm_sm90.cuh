@@ -133,8 +133,12 @@ __device__ __forceinline__ TileCoord no_tile() {
 __device__ __forceinline__ bool hand_unit(SharedStorage& s, uint32_t n, uint32_t u, const FrameParams& f) {
   const uint32_t slot = n % kUnitSlots, phase = (n / kUnitSlots) & 1;
   if (!wait_barrier(&s.unit_empty[slot], phase ^ 1, f, no_tile())) return false;
-  s.unit[slot] = int32_t(u);
-  sm90::mbar_arrive(&s.unit_full[slot]);  // release: the unit is visible to whoever sees the phase
+  // Through the async proxy, as the TMA fills the stages: the phase of unit_full completes once the
+  // 4 bytes are there (the consumers' reads of the slot's last value are ordered before, by the
+  // fence). Tools that check shared-memory races follow this hand-off as they follow TMA loads.
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  sm90::mbar_arrive_expect_tx(&s.unit_full[slot], sizeof(int32_t));
+  sm90::st_async_u32(&s.unit[slot], u, &s.unit_full[slot]);
   return true;
 }
 
@@ -160,14 +164,20 @@ __device__ __forceinline__ void finish_claims(uint32_t* claims, int32_t blocks) 
   }
 }
 
-template <int kCluster>
+// Whether the kernel built for this epilogue claims its tiles when GemmParams::claims is set: not
+// with 2-CTA clusters (both producers would have to agree), and not for GEMM+RS/AR's epilogue,
+// which measured slower with claims (docs/ops.md); left out, the code costs its registers nothing.
+template <int kCluster, class Epilogue>
+constexpr bool kClaimsTiles = kCluster == 1 && !std::is_same<Epilogue, EpiReduceSlots>::value;
+
+template <int kCluster, bool kClaims>
 __device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const FlagGate& gate,
                                               SharedStorage& s, uint32_t cta, int32_t cluster_idx, int32_t clusters) {
   using Cfg = GemmConfig;
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
   uint32_t it = 0;
-  const bool claim = kCluster == 1 && g.claims != nullptr;
+  const bool claim = kClaims && g.claims != nullptr;
   const int64_t units = g.sched.num_units();
   PersistentTileIter t(g.sched, cluster_idx, clusters);
   uint32_t next = 0;  // the next unit, claimed ahead (have_next)
@@ -507,7 +517,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   // before the next tile's stores, by when they are complete; before a tile that may wait too.
   HeldCount held;
   const bool hold = signal.variant == kSignalDeferred;
-  const bool claim = kCluster == 1 && g.claims != nullptr;
+  const bool claim = kClaimsTiles<kCluster, Epilogue> && g.claims != nullptr;
   const int64_t units = g.sched.num_units();
   PersistentTileIter t(g.sched, cluster_idx, clusters);
   for (uint32_t taken = 0;;) {
@@ -687,8 +697,9 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
   if (threadIdx.x < 128) {
     sm90::setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
-      gemm_detail::producer_loop<kCluster>(g, f, gate, s, cta, cluster_idx, clusters);
-      if (kCluster == 1 && g.claims) gemm_detail::finish_claims(g.claims, clusters);
+      constexpr bool kClaims = gemm_detail::kClaimsTiles<kCluster, Epilogue>;
+      gemm_detail::producer_loop<kCluster, kClaims>(g, f, gate, s, cta, cluster_idx, clusters);
+      if (kClaims && g.claims) gemm_detail::finish_claims(g.claims, clusters);
     }
     __syncwarp();
     if constexpr (kCluster > 1) sm90::cluster_sync();
