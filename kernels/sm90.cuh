@@ -28,13 +28,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
 // One bounded try: true once the phase with parity `phase` has completed.
-// A 4-byte store into this CTA's shared memory through the async proxy, counted as 4 bytes of
-// transaction on `bar` (whose phase then says the value is there, like a TMA load's).
-__device__ __forceinline__ void st_async_u32(void* p, uint32_t v, uint64_t* bar) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];" ::"r"(smem_addr(p)),
-               "r"(v), "r"(smem_addr(bar))
-               : "memory");
-}
 __device__ __forceinline__ bool mbar_try_wait(uint64_t* bar, uint32_t phase) {
   uint32_t done;
   asm volatile(
