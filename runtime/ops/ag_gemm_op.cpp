@@ -433,16 +433,10 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
         WEFT_CHECK(add_variant(op, boot, std::move(v)));
       }
     }
-    // Fewer compute SMs: the fewest for the same waves, and the SM movers' count (idle SMs leave
-    // the others more of the power budget: docs/ops.md).
-    std::vector<int> fewer_counts;
-    for (int c : {same_waves, sm_roles.compute})
-      if (c > 0 && c < op.sms && std::find(fewer_counts.begin(), fewer_counts.end(), c) == fewer_counts.end())
-        fewer_counts.push_back(c);
-    for (int c : fewer_counts) {
+    if (same_waves < op.sms) {
       RoleCounts fewer;
-      fewer.compute = c;
-      auto v = variant("copy engines, per shard, " + std::to_string(c) + " compute SMs", false, fewer);
+      fewer.compute = same_waves;
+      auto v = variant("copy engines, per shard, " + std::to_string(same_waves) + " compute SMs", false, fewer);
       WEFT_CHECK(add_variant(op, boot, std::move(v)));
     }
   }
