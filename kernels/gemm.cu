@@ -124,10 +124,7 @@ Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi
 
 // WEFT_GEMM_SPLIT_TAIL=0 keeps the last wave's tiles whole (for comparisons).
 bool split_tail_default() {
-  static const bool on = [] {
-    bool v = true;
-    return get_param("WEFT_GEMM_SPLIT_TAIL", &v) == Status::kOk ? v : true;
-  }();
+  static const bool on = param_bool_or_default("WEFT_GEMM_SPLIT_TAIL");
   return on;
 }
 
@@ -198,19 +195,13 @@ Status claim_words(cudaStream_t stream, uint32_t** out) {
 
 // WEFT_GEMM_DYNAMIC=0 keeps static striding in launch_gemm (for comparisons).
 bool dynamic_tiles_default() {
-  static const bool on = [] {
-    bool v = true;
-    return get_param("WEFT_GEMM_DYNAMIC", &v) == Status::kOk ? v : true;
-  }();
+  static const bool on = param_bool_or_default("WEFT_GEMM_DYNAMIC");
   return on;
 }
 
 // WEFT_GEMM_TMA_STORE=0 keeps the register-store epilogue (for comparisons).
 bool tma_store_default() {
-  static const bool on = [] {
-    bool v = true;
-    return get_param("WEFT_GEMM_TMA_STORE", &v) == Status::kOk ? v : true;
-  }();
+  static const bool on = param_bool_or_default("WEFT_GEMM_TMA_STORE");
   return on;
 }
 

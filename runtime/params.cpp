@@ -195,6 +195,13 @@ double param_double_or_default(const char* name) {
   return p ? strtod(p->default_value, nullptr) : 0;
 }
 
+bool param_bool_or_default(const char* name) {
+  bool v = false;
+  if (get_param(name, &v) == Status::kOk) return v;
+  const ParamInfo* p = find_param(name);
+  return p && parse_bool(p->default_value, &v) && v;
+}
+
 void print_params(FILE* out) {
   fprintf(out, "%-26s %-7s %-8s %-6s %s\n", "NAME", "TYPE", "DEFAULT", "UNIT", "DESCRIPTION");
   for (const auto& p : kParams) {

@@ -34,6 +34,7 @@ Status get_param(const char* name, std::string* out);
 // For code paths that cannot propagate a Status: the default when the value is bad (logged once).
 int64_t param_int_or_default(const char* name);
 double param_double_or_default(const char* name);
+bool param_bool_or_default(const char* name);
 
 // The table `weftrun --print-params` prints.
 void print_params(FILE* out);

@@ -44,6 +44,17 @@ TEST_CASE("values from the environment are parsed; bad ones are rejected, not ig
   CHECK(depth == 256);
   unsetenv("WEFT_FIFO_DEPTH");
 
+  // The GEMM's on/off switches: a value is taken, a bad one falls back to the table's default.
+  setenv("WEFT_GEMM_DYNAMIC", "0", 1);
+  CHECK_FALSE(weft::param_bool_or_default("WEFT_GEMM_DYNAMIC"));
+  setenv("WEFT_GEMM_DYNAMIC", "maybe", 1);
+  CHECK(weft::param_bool_or_default("WEFT_GEMM_DYNAMIC"));
+  setenv("WEFT_GEMM_SPLIT_TAIL", "false", 1);
+  CHECK_FALSE(weft::param_bool_or_default("WEFT_GEMM_SPLIT_TAIL"));
+  unsetenv("WEFT_GEMM_DYNAMIC");
+  unsetenv("WEFT_GEMM_SPLIT_TAIL");
+  CHECK(weft::param_bool_or_default("WEFT_GEMM_DYNAMIC"));
+
   bool det = true;
   setenv("WEFT_DETERMINISTIC", "maybe", 1);
   CHECK(weft::get_param("WEFT_DETERMINISTIC", &det) == Status::kInvalidArgument);

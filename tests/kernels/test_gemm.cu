@@ -419,12 +419,11 @@ TEST_CASE("gemm dynamic claims: a gate that opens late, every tile signalled onc
   DevBuf<uint64_t> ready(shards), tile_flags(tiles);
   DevBuf<__nv_bfloat16> c(int64_t(m) * n);
   GemmParams g = pb.params(8, shards, 1, 1);
-  REQUIRE(enable_dynamic_tiles(nullptr, &g) == Status::kOk);
-  REQUIRE(g.claims != nullptr);
   cudaStream_t run = nullptr, late = nullptr;
   WEFT_CUDA_OK(cudaStreamCreateWithFlags(&run, cudaStreamNonBlocking));
   WEFT_CUDA_OK(cudaStreamCreateWithFlags(&late, cudaStreamNonBlocking));
   REQUIRE(enable_dynamic_tiles(run, &g) == Status::kOk);  // the words of the stream it runs on
+  REQUIRE(g.claims != nullptr);
   FrameHost frame;
   REQUIRE(frame.create(2) == Status::kOk);
   EpiStoreBf16 epi;
@@ -433,7 +432,8 @@ TEST_CASE("gemm dynamic claims: a gate that opens late, every tile signalled onc
   SUBCASE("late gate") {
     FrameParams fp;
     REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
-    // Shard 3 (the third visited) opens only after the others have been computed.
+    // Shard 3 (the third visited, order 1, 2, 3, 0) opens 50 ms after the launch, long after the
+    // tiles before it are done: blocks wait on it while others claim past it.
     const std::vector<uint64_t> h_ready = {9, 9, 9, 0};
     WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
     WEFT_CUDA_OK(cudaMemset(tile_flags.p, 0, size_t(tiles) * 8));
