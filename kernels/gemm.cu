@@ -389,6 +389,21 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
   return Status::kOk;
 }
 
+Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi) {
+  epi->slot_maps = 0;
+  const int64_t rows = int64_t(epi->hi) - epi->lo;
+  bool ok = epi->own_maps > 0 && epi->nslots > 0 && epi->nslots <= EpiReduceSlots::kMaxSlots && rows > 0 &&
+            epi->ldc % 8 == 0 && epi->ldc >= g.n;
+  for (int i = 0; ok && i < epi->nslots; ++i)
+    ok = epi->slots[i] && reinterpret_cast<uintptr_t>(epi->slots[i]) % 16 == 0;
+  if (!ok) return Status::kOk;  // the consumers load the slots themselves
+  for (int i = 0; i < epi->nslots; ++i)
+    WEFT_CHECK(encode_operand("a staged slot", epi->slots[i], rows, g.n, epi->ldc, GemmConfig::kTileM,
+                              &epi->slot_map[i]));
+  epi->slot_maps = epi->nslots;
+  return Status::kOk;
+}
+
 namespace {
 // Epilogues whose tiles may leave through TMA stores: encode their C first (unless turned off).
 template <class Epilogue>

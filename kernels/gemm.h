@@ -64,6 +64,11 @@ Status enable_own_tma_store(const GemmParams& g, __nv_bfloat16* const* peers, in
 // 0.., ldc epi->ldc) and counts them in counts[o][piece] (pieces of rows_per_piece rows).
 Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, uint64_t* const* counts, int owners,
                               int rows_per_piece, EpiReduceSlots* epi);
+// EpiReduceSlots' staged partials through the GEMM's TMA ring instead of the consumers' global
+// loads: encodes epi->slot_map[i] for epi->slots[i] and sets slot_maps. Needs own tiles through
+// TMA (enable_own_tma_store first); where the layout does not allow it (16-byte aligned slots,
+// ldc a multiple of 8) it leaves slot_maps at 0, which is still correct.
+Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi);
 
 // Splits the last wave's tiles along K when they would leave blocks idle (TileSchedule::plan_split)
 // for `compute_blocks` compute blocks, and points g at a workspace for the fp32 partials owned by

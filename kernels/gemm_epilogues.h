@@ -122,8 +122,9 @@ struct EpiScatterBf16 {
 // rounded once to bf16 and stored at out + (row - lo) * ldc: the same bits on every run. Every other
 // row is stored as this rank's bf16 partial at partial + row * ldc (the copy engines take it to its
 // owner). With lo and hi multiples of the tile height, a tile is either all inside or all outside.
-// The staged slots must be complete before the tile's operands are loaded: gate the own rows' tiles
-// on their arrival (FlagGate) — the producer's acquire orders these loads after the copies.
+// The staged slots must be complete before they are read: gate the own rows' tiles on their arrival
+// (FlagGate) — the producer's acquire orders the reads after the copies (it waits before the tile's
+// operands, or with slot_maps before the slots' loads).
 struct EpiReduceSlots {
   static constexpr int kMaxSlots = 7;
   __nv_bfloat16* partial = nullptr;
@@ -154,6 +155,13 @@ struct EpiReduceSlots {
   int32_t rows_per_owner = 0, rows_per_piece = 0;
   uint64_t* part_flags[kMaxOwnMaps] = {};
   CUtensorMap part_map[kMaxOwnMaps];
+  // The staged partials of own tiles through the GEMM's TMA ring (enable_slot_loads; 0: the
+  // consumers load them from global memory in add_slots): slot_map[i] covers slots[i] (own rows as
+  // rows 0.., box {64 columns, 128 rows}). After an own tile's last k-block the producer loads the
+  // tile's slots as extra ring stages (3 boxes of 128 x 64 per stage), and only then waits for the
+  // tile's gate: the tile's MMAs no longer wait for its partials to arrive.
+  int32_t slot_maps = 0;
+  CUtensorMap slot_map[kMaxSlots];
 #if defined(__CUDACC__)
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     if (row < lo || row >= hi) {

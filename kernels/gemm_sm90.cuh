@@ -170,9 +170,107 @@ __device__ __forceinline__ void finish_claims(uint32_t* claims, int32_t blocks) 
 template <int kCluster, class Epilogue>
 constexpr bool kClaimsTiles = kCluster == 1 && !std::is_same<Epilogue, EpiReduceSlots>::value;
 
-template <int kCluster, bool kClaims>
-__device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const FlagGate& gate,
-                                              SharedStorage& s, uint32_t cta, int32_t cluster_idx, int32_t clusters) {
+// ---- an own tile's staged partials through the ring (EpiReduceSlots::slot_maps) ---------------
+// After the tile's last k-block the producer loads its slots as extra stages: box q < 4 x slots
+// is slot q / 4's column box q % 4 (64 of the tile's 256 columns, all 128 rows), in extra stage
+// q / 3 at place q % 3 (the stage's A buffer, then the two halves of its B buffer), 128B-swizzled
+// as the TMA unit writes them. For every element the slots come in slot order (same bits every
+// run), and the loads overlap the tile's last MMAs instead of following them.
+constexpr int32_t kSlotBoxesPerStage = 3;
+constexpr uint32_t kSlotBoxBytes = GemmConfig::kTileM * GemmConfig::kTileK * sizeof(__nv_bfloat16);
+static_assert(kSlotBoxBytes * kSlotBoxesPerStage ==
+                  (GemmConfig::kTileM + GemmConfig::kTileN) * GemmConfig::kTileK * sizeof(__nv_bfloat16),
+              "three slot boxes fill one ring stage");
+static_assert(GemmConfig::kTileN == 4 * GemmConfig::kTileK, "a tile row is four 64-column boxes");
+
+// Extra ring stages of unit c: the final K-slice of an own tile when the slots travel through the
+// ring (single-CTA kernel; the own-tile test is own_tile_tma's); 0 for every other unit.
+template <int kCluster, class Epilogue>
+__device__ __forceinline__ int32_t slot_stages(const Epilogue& e, const GemmParams& g, const TileCoord& c) {
+  if constexpr (kCluster != 1 || !std::is_same<Epilogue, EpiReduceSlots>::value) {
+    return 0;
+  } else {
+    const int32_t row0 = c.m_block * GemmConfig::kTileM;
+    if (e.slot_maps == 0 || e.own_maps == 0 || c.m_block >= g.cta_m_blocks || row0 < e.lo || row0 >= e.hi ||
+        (c.split > 1 && c.slice != c.split - 1))
+      return 0;
+    return (4 * e.slot_maps + kSlotBoxesPerStage - 1) / kSlotBoxesPerStage;
+  }
+}
+
+// Where box `place` of a stage lands.
+__device__ __forceinline__ __nv_bfloat16* slot_box(SharedStorage& s, uint32_t stage, int32_t place) {
+  return place == 0 ? s.a[stage] : s.b[stage] + (place - 1) * GemmConfig::kTileM * GemmConfig::kTileK;
+}
+
+// Producer: extra stage x of unit c (slot_stages > 0) into ring stage `stage`.
+template <class Epilogue>
+__device__ __forceinline__ void load_slot_stage(const Epilogue&, SharedStorage&, const TileCoord&, int32_t, uint64_t*,
+                                                uint32_t) {}
+__device__ __forceinline__ void load_slot_stage(const EpiReduceSlots& e, SharedStorage& s, const TileCoord& c,
+                                                int32_t x, uint64_t* full, uint32_t stage) {
+  using Cfg = GemmConfig;
+  const int32_t q0 = x * kSlotBoxesPerStage, n = min(kSlotBoxesPerStage, 4 * e.slot_maps - q0);
+  const int32_t row = c.m_block * Cfg::kTileM - e.lo, col0 = c.n_block * Cfg::kTileN;
+  sm90::mbar_arrive_expect_tx(full, uint32_t(n) * kSlotBoxBytes);
+  for (int32_t p = 0; p < n; ++p) {
+    const int32_t q = q0 + p;
+    sm90::tma_load_2d(slot_box(s, stage, p), &e.slot_map[q / 4], full, col0 + (q % 4) * Cfg::kTileK, row);
+  }
+}
+
+// Consumer: adds the extra stages' slots to acc (final, after wgmma.wait_group 0) and frees the
+// stages; false when the launch was abandoned. The boxes go in groups of four stages (12 boxes,
+// 3 slots), so that each place's column box, hence every acc index, is known at compile time.
+template <class Epilogue>
+__device__ __forceinline__ bool add_slot_stages(const Epilogue&, SharedStorage&, const FrameParams&, const TileCoord&,
+                                                float (&)[128], uint32_t&, int32_t, int32_t) {
+  return true;
+}
+__device__ __forceinline__ bool add_slot_stages(const EpiReduceSlots& e, SharedStorage& s, const FrameParams& f,
+                                                const TileCoord& c, float (&acc)[128], uint32_t& it,
+                                                int32_t consumer, int32_t t128) {
+  using Cfg = GemmConfig;
+  const int32_t warp = t128 / 32, lane = t128 % 32;
+  const int32_t r0 = consumer * 64 + warp * 16 + lane / 4;  // rows r0 and r0 + 8 of a 128-row box
+  const int32_t swz = r0 & 7;                               // (r0 + 8) & 7 is the same
+  const int32_t boxes = 4 * e.slot_maps;
+  for (int32_t base = 0; base < boxes; base += 4 * kSlotBoxesPerStage) {
+#pragma unroll
+    for (int32_t x = 0; x < 4; ++x) {
+      if (base + x * kSlotBoxesPerStage >= boxes) break;
+      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
+      if (!wait_barrier(&s.full[stage], phase, f, c) || sm90::ld_shared_volatile(&s.abort)) return false;
+#pragma unroll
+      for (int32_t p = 0; p < kSlotBoxesPerStage; ++p) {
+        if (base + x * kSlotBoxesPerStage + p >= boxes) break;
+        const uint8_t* box = reinterpret_cast<const uint8_t*>(slot_box(s, stage, p));
+        const int32_t cb = (x * kSlotBoxesPerStage + p) % 4;  // base is a multiple of 4
+        const __nv_bfloat162* row_lo = reinterpret_cast<const __nv_bfloat162*>(box + r0 * 128 + 4 * (lane % 4));
+        const __nv_bfloat162* row_hi = row_lo + 8 * 128 / 4;  // row r0 + 8
+#pragma unroll
+        for (int32_t jj = 0; jj < 8; ++jj) {
+          const int32_t j = cb * 8 + jj;
+          const float2 x0 = __bfloat1622float2(row_lo[(jj ^ swz) * 4]);
+          const float2 x1 = __bfloat1622float2(row_hi[(jj ^ swz) * 4]);
+          acc[4 * j + 0] += x0.x;
+          acc[4 * j + 1] += x0.y;
+          acc[4 * j + 2] += x1.x;
+          acc[4 * j + 3] += x1.y;
+        }
+      }
+      __syncwarp();
+      if (lane == 0) release_stage<1>(&s.empty[stage]);
+      ++it;
+    }
+  }
+  return true;
+}
+
+template <int kCluster, bool kClaims, class Epilogue>
+__device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
+                                              const FlagGate& gate, SharedStorage& s, uint32_t cta,
+                                              int32_t cluster_idx, int32_t clusters) {
   using Cfg = GemmConfig;
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
@@ -195,24 +293,16 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
       t.advance();
     }
     const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
-    bool ok = true;
-    if (gate.may_wait(c.shard) && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks)) {
-      const int32_t idx = flag_index(gate.granularity, g, c);
-      ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
-      // The data behind the flag is read by the copy engine (async proxy) next.
-      asm volatile("fence.proxy.async.global;" ::: "memory");
-    }
-    if (!ok) {
-      // Wake this CTA's consumers with an empty arrival on the next stage; they see `abort`.
-      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
-      s.abort = 1;
-      sm90::mbar_arrive(&s.full[stage]);
-      return;
-    }
+    // A tile whose staged partials come through the ring waits for them only before their loads.
+    // The unit's ring stages: its k-blocks, then (an own tile of GEMM+RS/AR) its staged partials,
+    // which alone wait for the tile's gate. One loop, so that each wait is inlined once: the
+    // producer has 40 registers.
+    const int32_t k_last = c.k_end + slot_stages<kCluster>(epi, g, c);
+    const bool gated = gate.may_wait(c.shard) && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks);
+    const int32_t gate_at = gated ? (k_last > c.k_end ? c.k_end : c.k_begin) : -1;
     const int32_t row_a = c.m_block * Cfg::kTileM;
     const int32_t row_b = c.n_block * Cfg::kTileN + int32_t(cta) * kBRows;
-    for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
+    for (int32_t kb = c.k_begin; kb < k_last; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
       // The next unit is claimed kClaimAhead k-blocks before this one's last load: the atomic's
       // round trip (several us while the SMs also push data over NVLink) overlaps the loads.
@@ -220,7 +310,24 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
         next = atomicAdd(g.claims, 1u);
         have_next = true;
       }
+      if (kb == gate_at) {
+        const int32_t idx = flag_index(gate.granularity, g, c);
+        const bool ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
+        // The data behind the flag is read by the copy engine (async proxy) next.
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        if (!ok) {
+          // Wake this CTA's consumers with an empty arrival on this stage; they see `abort`.
+          if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+          s.abort = 1;
+          sm90::mbar_arrive(&s.full[stage]);
+          return;
+        }
+      }
       if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+      if (kb >= c.k_end) {
+        load_slot_stage(epi, s, c, kb - c.k_end, &s.full[stage], stage);
+        continue;
+      }
       WEFT_TRACE_STAMP(1, it);
       // A (own) + all of B (own part + the peers' multicast parts) land on this barrier.
       sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
@@ -473,20 +580,20 @@ __device__ __forceinline__ bool own_tile_tma(const Epilogue&, int32_t) {
   return false;
 }
 
-// Reduces an own tile (EpiReduceSlots) and issues its stores to every own map (this rank's output
+// Reduces an own tile (EpiReduceSlots; unless its slots came through the ring) and issues its stores to every own map (this rank's output
 // and, for an AllReduce gathered by the epilogue, every peer's C); the counts are held.
 template <class Epilogue>
 __device__ __forceinline__ HeldCount own_tile_store(const Epilogue&, const TileSignal&, const GemmParams&,
                                                     SharedStorage&, float (&)[128], const TileCoord&, int32_t,
-                                                    int32_t, int32_t, int32_t) {
+                                                    int32_t, int32_t, int32_t, bool) {
   return HeldCount{};
 }
 __device__ __forceinline__ HeldCount own_tile_store(const EpiReduceSlots& epi, const TileSignal& signal,
                                                     const GemmParams& g, SharedStorage& s, float (&acc)[128],
                                                     const TileCoord& c, int32_t row, int32_t col0, int32_t consumer,
-                                                    int32_t t128) {
+                                                    int32_t t128, bool slots_added) {
   using Cfg = GemmConfig;
-  epi.add_slots(row, col0, g.n, acc);
+  if (!slots_added) epi.add_slots(row, col0, g.n, acc);
   store_tile_tma(epi.own_map, epi.own_maps, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM - epi.lo, s, acc,
                  consumer, t128);
   HeldCount h;
@@ -573,6 +680,11 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+    // An own tile's staged partials, if they came through the ring.
+    if (slot_stages<kCluster>(epi, g, c) > 0 && !add_slot_stages(epi, s, f, c, acc, it, consumer, t128)) {
+      if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
+      return;
+    }
 
     // A K-slice of a split tail tile: hand the partial over, or fold the others' in.
     if (c.split > 1) {
@@ -619,7 +731,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         pending = -1;
       }
       complete_held(epi, signal, held, consumer, t128);
-      held = own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128);
+      held = own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128, slot_stages<kCluster>(epi, g, c) > 0);
       if (!hold) complete_held(epi, signal, held, consumer, t128);
       continue;
     } else {
@@ -698,7 +810,7 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
     sm90::setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       constexpr bool kClaims = gemm_detail::kClaimsTiles<kCluster, Epilogue>;
-      gemm_detail::producer_loop<kCluster, kClaims>(g, f, gate, s, cta, cluster_idx, clusters);
+      gemm_detail::producer_loop<kCluster, kClaims>(g, f, epi, gate, s, cta, cluster_idx, clusters);
       if (kClaims && g.claims) gemm_detail::finish_claims(g.claims, clusters);
     }
     __syncwarp();

@@ -73,6 +73,9 @@ const std::vector<ParamInfo> kParams = {
      "keep the fastest)"},
     {"WEFT_GEMM_REDUCE_OWN_TMA", ParamType::kBool, "1", "",
      "gemm_rs/gemm_ar overlap path: store reduced own tiles through shared memory and TMA (0: from registers)"},
+    {"WEFT_GEMM_REDUCE_SLOT_TMA", ParamType::kBool, "1", "",
+     "gemm_rs/gemm_ar overlap path: bring own tiles' staged partials in through the GEMM's TMA ring after the tile's "
+     "last k-block, gated there (0: the epilogue loads them from global memory, gated before the tile's operands)"},
     {"WEFT_GEMM_REDUCE_PROBE", ParamType::kBool, "0", "",
      "gemm_rs/gemm_ar overlap path: also time what the tile signals cost and print one run's timeline per rank"},
     {"WEFT_GEMM_REDUCE_ORDER", ParamType::kString, "piece", "piece|owner",

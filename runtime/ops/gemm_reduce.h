@@ -55,6 +55,7 @@ struct GemmReduce {
   ArGather gather = ArGather::kPush;
   uint64_t bcast_runs = 0;  // fused runs with ArGather::kSm so far (bcast[o] reaches runs x tiles)
   bool own_tma = true;      // WEFT_GEMM_REDUCE_OWN_TMA: own tiles through shared memory + TMA
+  bool slot_tma = true;     // WEFT_GEMM_REDUCE_SLOT_TMA: staged partials through the GEMM's TMA ring
   kernels::EpiReduceSlots epi_fused;  // make_epilogues(): the fused op's epilogue (own tensor maps)
   kernels::EpiReduceSlots epi_diag;   //   the diagnostic GEMM's, own rows reduced locally only
   uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)

@@ -52,7 +52,7 @@ Status GemmReduce::setup_overlap() {
 }
 
 std::string GemmReduce::overlap_text() const {
-  char text[224];
+  char text[256];
   char order[48];
   if (piece_major)
     snprintf(order, sizeof order, "piece-major order, own lag %d", lag);
@@ -62,8 +62,10 @@ std::string GemmReduce::overlap_text() const {
   if (all_reduce)
     snprintf(gathered_by, sizeof gathered_by, ", gather %s%s", ar_gather_name(gather),
              gather == ArGather::kPush && serial_push ? " (serial)" : "");
-  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s, sends by %s%s%s%s", pieces,
-           static_cast<long long>(m_piece), order, sm_send ? "SM" : "copy engines", gathered_by, sys_signal ? ", system-scope counts" : "", epi_fused.own_maps ? ", own tiles by TMA" : "");
+  snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s, sends by %s%s%s%s%s", pieces,
+           static_cast<long long>(m_piece), order, sm_send ? "SM" : "copy engines", gathered_by,
+           sys_signal ? ", system-scope counts" : "", epi_fused.own_maps ? ", own tiles by TMA" : "",
+           epi_fused.slot_maps ? ", slots through the ring" : "");
   return text;
 }
 
@@ -129,6 +131,10 @@ Status GemmReduce::make_epilogues() {
   if (own_tma || sm) {
     WEFT_CHECK(kernels::enable_own_tma_store(gemm, peers.data(), int(peers.size()), &epi_fused));
     WEFT_CHECK(kernels::enable_own_tma_store(gemm, nullptr, 0, &epi_diag));
+  }
+  if (slot_tma) {
+    WEFT_CHECK(kernels::enable_slot_loads(gemm, &epi_fused));
+    WEFT_CHECK(kernels::enable_slot_loads(gemm, &epi_diag));
   }
   if (sm_send) {
     std::vector<bf16*> slots(size_t(world), nullptr);

@@ -4,10 +4,12 @@
 // Exits 77 (skipped) where no Hopper GPU is visible.
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "kernels/gemm.h"
@@ -36,18 +38,34 @@ __global__ void own_reference(const float* ref, const __nv_bfloat16* slots, int 
 
 TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows stored as partials, reruns bit-identical") {
   const int sms = require_hopper();
-  const int owners = 4, pieces = 2, own = 2, m = 1024, k = 320, rpo = m / owners;
+  const int pieces = 2, rpo = 256;
   // Own tiles: 0 from registers, 1 through TMA, 2 through TMA into two more copies (AllReduce's
   // broadcast into peers' C, here local buffers) with a count per copy; 3: own tiles through TMA
   // and partial tiles sent by TMA into the other owners' slots (here local buffers) with a count per
   // owner and piece. 1000: a partial last tile column (TMA clips it); 777: odd N, the pair-by-pair
-  // path (no TMA; broadcast and remote partials refused). Run 0 holds the counts of tiles stored
-  // by TMA until the next tile (kSignalDeferred), run 1 counts them at once.
-  const int cases[][2] = {{1280, 0}, {1280, 1}, {1280, 2}, {1000, 2}, {1280, 3}, {777, 0}};
-  for (const auto& cs : cases) {
-    const int n = cs[0], own_path = cs[1];
+  // path (no TMA; broadcast, remote partials and slot loads refused). ring: the staged slots come
+  // in through the GEMM's TMA ring (enable_slot_loads); with 2, 4 and 8 owners (1, 3 and 7 slots:
+  // 2, 4 and 10 extra stages, the last ones part full) and with K = 2048, where the tiles of the
+  // one ragged wave are split along K and only an own tile's final slice loads the slots. Run 0
+  // holds the counts of tiles stored by TMA until the next tile (kSignalDeferred), run 1 counts
+  // them at once.
+  struct Case {
+    int n, own_path;
+    bool ring;
+    int owners, k;
+  };
+  const Case cases[] = {{1280, 0, false, 4, 320}, {1280, 1, false, 4, 320}, {1280, 1, true, 4, 320},
+                        {1280, 2, false, 4, 320}, {1280, 2, true, 4, 320},  {1000, 2, false, 4, 320},
+                        {1000, 2, true, 4, 320},  {1280, 3, true, 4, 320},  {777, 0, false, 4, 320},
+                        {777, 0, true, 4, 320},   {1280, 1, true, 2, 320},  {1280, 1, true, 8, 320},
+                        {1280, 1, true, 4, 2048}, {1280, 0, false, 4, 2048}};
+  for (const Case& cs : cases) {
+    const int n = cs.n, own_path = cs.own_path, owners = cs.owners, k = cs.k, m = owners * rpo, own = owners / 2;
     CAPTURE(n);
     CAPTURE(own_path);
+    CAPTURE(cs.ring);
+    CAPTURE(owners);
+    CAPTURE(k);
     const uint64_t seed = fresh_seed();
     INFO("seed " << seed);
     DevBuf<__nv_bfloat16> a(int64_t(m) * k), b(int64_t(n) * k), partial(int64_t(m) * n), out(int64_t(rpo) * n);
@@ -66,6 +84,10 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
     args.first_shard = ((own + 1) % owners) * pieces;  // as the op: others' pieces first, own last
     GemmParams g;
     REQUIRE(make_gemm_params(args, &g) == Status::kOk);
+    if (k > 1024) {  // the split tail, planned here so the test knows it is on
+      REQUIRE(enable_tail_split(sms, nullptr, &g) == Status::kOk);
+      REQUIRE(g.sched.split > 1);
+    }
     const int nflags = owners * pieces;
     DevBuf<uint64_t> gate(nflags), counts(nflags);
     std::vector<uint64_t> gate_h(nflags, 5);  // every piece may go (expected 5 below)
@@ -97,23 +119,27 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
     DevBuf<__nv_bfloat16> sent(int64_t(owners) * rpo * n);
     DevBuf<uint64_t> landed(owners * pieces);
     WEFT_CUDA_OK(cudaMemset(landed.p, 0, owners * pieces * 8));
-    __nv_bfloat16* slot_of[owners];
-    uint64_t* landed_of[owners];
+    std::vector<__nv_bfloat16*> slot_of(size_t(owners), nullptr);
+    std::vector<uint64_t*> landed_of(size_t(owners), nullptr);
     for (int o = 0; o < owners; ++o) {
-      slot_of[o] = o == own ? nullptr : sent.p + int64_t(o) * rpo * n;
-      landed_of[o] = o == own ? nullptr : landed.p + o * pieces;
+      slot_of[size_t(o)] = o == own ? nullptr : sent.p + int64_t(o) * rpo * n;
+      landed_of[size_t(o)] = o == own ? nullptr : landed.p + o * pieces;
     }
     if (remote) {
-      REQUIRE(enable_remote_partials(g, slot_of, landed_of, owners, rpo / pieces, &epi) == Status::kOk);
+      REQUIRE(enable_remote_partials(g, slot_of.data(), landed_of.data(), owners, rpo / pieces, &epi) == Status::kOk);
       REQUIRE(epi.part_owners == owners);
     }
     if (n % 2) {  // the broadcast needs TMA stores, which odd N does not allow: refused, not dropped
       EpiReduceSlots refused = epi;
-      CHECK(enable_remote_partials(g, slot_of, landed_of, owners, rpo / pieces, &refused) ==
+      CHECK(enable_remote_partials(g, slot_of.data(), landed_of.data(), owners, rpo / pieces, &refused) ==
             Status::kInvalidArgument);
       CHECK(enable_own_tma_store(g, peers, 2, &refused) == Status::kInvalidArgument);
       CHECK(enable_own_tma_store(g, nullptr, 0, &refused) == Status::kOk);
       CHECK(refused.own_maps == 0);
+    }
+    if (cs.ring) {  // only with own tiles through TMA (not for odd N)
+      REQUIRE(enable_slot_loads(g, &epi) == Status::kOk);
+      CHECK(epi.slot_maps == (epi.own_maps > 0 ? owners - 1 : 0));
     }
     const uint64_t own_tiles = uint64_t(rpo / 128) * uint64_t((n + 255) / 256);
 
@@ -173,6 +199,109 @@ TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows st
       }
     }
   }
+}
+
+TEST_CASE("reduce epilogue: own tiles read their slots only after the gate; a gate that never opens times out") {
+  const int sms = require_hopper();
+  const int owners = 4, pieces = 2, own = 1, rpo = 256, m = owners * rpo, n = 1280, k = 1024;
+  const int nflags = owners * pieces;
+  DevBuf<__nv_bfloat16> a(int64_t(m) * k), b(int64_t(n) * k), partial(int64_t(m) * n), out(int64_t(rpo) * n);
+  DevBuf<__nv_bfloat16> slots(int64_t(owners - 1) * rpo * n), staged(int64_t(owners - 1) * rpo * n);
+  DevBuf<float> ref(int64_t(m) * n), want(int64_t(rpo) * n);
+  DevBuf<uint64_t> gate(nflags), counts(nflags);
+  cudaStream_t run = nullptr, late = nullptr;
+  WEFT_CUDA_OK(cudaStreamCreateWithFlags(&run, cudaStreamNonBlocking));
+  WEFT_CUDA_OK(cudaStreamCreateWithFlags(&late, cudaStreamNonBlocking));
+  FrameHost frame;
+  REQUIRE(frame.create(own) == Status::kOk);
+  for (const bool ring : {true, false}) {
+    CAPTURE(ring);
+    const uint64_t seed = fresh_seed();
+    INFO("seed " << seed);
+    random_bf16(a.p, int64_t(m) * k, seed);
+    random_bf16(b.p, int64_t(n) * k, seed + 1);
+    random_bf16(staged.p, int64_t(owners - 1) * rpo * n, seed + 2, 8.0f);
+    reference(a.p, b.p, nullptr, ref.p, m, n, k);
+    own_reference<<<256, 256>>>(ref.p, staged.p, owners - 1, int64_t(rpo) * n, own * rpo, rpo, n, want.p);
+    WEFT_CUDA_OK(cudaGetLastError());
+    GemmArgs args;
+    args.m = m, args.n = n, args.k = k, args.a = a.p, args.b = b.p;
+    args.num_shards = nflags;
+    args.first_shard = ((own + 1) % owners) * pieces;
+    GemmParams g;
+    REQUIRE(make_gemm_params(args, &g) == Status::kOk);
+    EpiReduceSlots epi;
+    epi.partial = partial.p;
+    epi.out = out.p;
+    for (int i = 0; i < owners - 1; ++i) epi.slots[epi.nslots++] = slots.p + int64_t(i) * rpo * n;
+    epi.lo = own * rpo, epi.hi = (own + 1) * rpo, epi.ldc = n;
+    REQUIRE(enable_own_tma_store(g, nullptr, 0, &epi) == Status::kOk);
+    if (ring) REQUIRE(enable_slot_loads(g, &epi) == Status::kOk);
+    CHECK(epi.slot_maps == (ring ? owners - 1 : 0));
+    // Every piece may go but the own ones (one short); the slots hold poison until the gate opens.
+    std::vector<uint64_t> gate_h(nflags, 3);
+    for (int j = 0; j < pieces; ++j) gate_h[size_t(own * pieces + j)] = 2;
+    const uint64_t open = 3;
+
+    {  // late gate
+      FrameParams fp;
+      RoleCounts roles;
+      roles.compute = sms;
+      REQUIRE(frame.params(roles, &fp) == Status::kOk);
+      WEFT_CUDA_OK(cudaMemcpy(gate.p, gate_h.data(), nflags * 8, cudaMemcpyHostToDevice));
+      WEFT_CUDA_OK(cudaMemset(counts.p, 0, nflags * 8));
+      poison_bf16(slots.p, int64_t(owners - 1) * rpo * n);
+      poison_bf16(out.p, int64_t(rpo) * n);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, open, own * pieces, (own + 1) * pieces},
+                          TileSignal{counts.p, kFlagPerShard, 1}, run) == Status::kOk);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      // The partials land, then the gate opens, in that order on one stream (as the op's copies).
+      WEFT_CUDA_OK(cudaMemcpyAsync(slots.p, staged.p, size_t(owners - 1) * rpo * n * 2, cudaMemcpyDeviceToDevice, late));
+      for (int j = 0; j < pieces; ++j)
+        WEFT_CUDA_OK(cudaMemcpyAsync(gate.p + own * pieces + j, &open, 8, cudaMemcpyHostToDevice, late));
+      WEFT_CUDA_OK(cudaStreamSynchronize(late));
+      WEFT_CUDA_OK(cudaStreamSynchronize(run));
+      REQUIRE(frame.check("reduce epilogue late gate") == Status::kOk);
+      Compared r = compare(out.p, want.p, int64_t(rpo) * n);
+      CHECK(r.bad == 0);
+      CHECK(r.rel_err < 4e-3);
+      const uint64_t per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
+      for (uint64_t v : to_host(counts.p, nflags)) CHECK(v == per_piece);
+    }
+    {  // timeout
+      frame.set_timeout(0.2);
+      FrameParams fp;
+      RoleCounts roles;
+      roles.compute = sms;
+      REQUIRE(frame.params(roles, &fp) == Status::kOk);
+      WEFT_CUDA_OK(cudaMemcpy(gate.p, gate_h.data(), nflags * 8, cudaMemcpyHostToDevice));
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, open, own * pieces, (own + 1) * pieces},
+                          TileSignal{}, run) == Status::kOk);
+      WEFT_CUDA_OK(cudaStreamSynchronize(run));
+      CHECK(frame.check("reduce epilogue timeout") == Status::kTimeout);
+      CHECK(frame.record().kind == int32_t(DeviceErrorKind::kFlagTimeout));
+      const int32_t idx = frame.record().flag_index;
+      CHECK((idx == own * pieces || idx == own * pieces + 1));
+      // The next launch, with the gate open, is whole again.
+      frame.set_timeout(10);
+      REQUIRE(frame.params(roles, &fp) == Status::kOk);
+      WEFT_CUDA_OK(cudaMemcpy(slots.p, staged.p, size_t(owners - 1) * rpo * n * 2, cudaMemcpyDeviceToDevice));
+      for (int j = 0; j < pieces; ++j) gate_h[size_t(own * pieces + j)] = open;
+      WEFT_CUDA_OK(cudaMemcpy(gate.p, gate_h.data(), nflags * 8, cudaMemcpyHostToDevice));
+      poison_bf16(out.p, int64_t(rpo) * n);
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, open, own * pieces, (own + 1) * pieces},
+                          TileSignal{}, run) == Status::kOk);
+      WEFT_CUDA_OK(cudaStreamSynchronize(run));
+      REQUIRE(frame.check("reduce epilogue after timeout") == Status::kOk);
+      Compared r = compare(out.p, want.p, int64_t(rpo) * n);
+      CHECK(r.bad == 0);
+      CHECK(r.rel_err < 4e-3);
+    }
+  }
+  WEFT_CUDA_OK(cudaStreamDestroy(run));
+  WEFT_CUDA_OK(cudaStreamDestroy(late));
 }
 
 TEST_CASE("peer reduce: simulated ranks sum every partial in rank order, gather every block, publish each phase once") {
