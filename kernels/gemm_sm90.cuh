@@ -59,7 +59,13 @@ struct __align__(1024) SharedStorage {
   uint64_t unit_empty[2];
   int32_t unit[2];
   int32_t abort;
+  // kSignalInLoop: arrivals of the two consumer warpgroups per signalled tile (slot: see
+  // consumer_loop); the second one (odd count before it) moves the tile's flag.
+  uint32_t signal_halves[16];
 };
+constexpr uint32_t kSignalSlots = 16;  // > 2 kStages: a warpgroup runs at most kStages k-blocks ahead
+static_assert(sizeof(SharedStorage::signal_halves) == kSignalSlots * sizeof(uint32_t), "one word per slot");
+constexpr int32_t kSignalAfterKBlocks = 3;  // kSignalInLoop: into the next tile
 constexpr uint32_t kUnitSlots = 2;
 constexpr int32_t kClaimAhead = 6;  // k-blocks
 static_assert(sizeof(__nv_bfloat16) * GemmConfig::kTileM * GemmConfig::kTileK % 1024 == 0,
@@ -495,6 +501,29 @@ __device__ __forceinline__ void signal_tile(const Epilogue& epi, const TileSigna
   }
 }
 
+// kSignalInLoop: this warpgroup's half of a signalled TMA tile (shared slot `seq`) is stored; the
+// second warpgroup to get here moves the tile's flag. The shared atomic (acq_rel, CTA scope) orders
+// the first warpgroup's completed stores before the second one's release.
+template <class Epilogue>
+__device__ __forceinline__ void signal_half(const Epilogue& epi, const TileSignal& signal, SharedStorage& s,
+                                            int32_t flag, uint32_t seq, int32_t t128) {
+  if (t128 != 0) return;
+  sm90::bulk_wait<0>();
+  uint32_t before;
+  asm volatile("atom.acq_rel.cta.shared::cta.add.u32 %0, [%1], 1;"
+               : "=r"(before)
+               : "r"(sm90::smem_addr(&s.signal_halves[seq % kSignalSlots]))
+               : "memory");
+  if ((before & 1) == 0) return;  // the other half is still on its way: it moves the flag
+  uint64_t* p = signal.flags + flag;
+  if (gpu_scope_signal(epi)) {
+    asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(p), "l"(signal.add) : "memory");
+  } else {
+    __threadfence_system();
+    flag_add_release(p, signal.add);
+  }
+}
+
 // Partial tiles of EpiReduceSlots go straight to their owners when it has their tensor maps.
 __device__ __forceinline__ bool remote_partial_tile(const EpiReduceSlots& e, int32_t row0) {
   return e.part_owners > 0 && (row0 >= e.hi || row0 + GemmConfig::kTileM <= e.lo);
@@ -624,6 +653,16 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   // before the next tile's stores, by when they are complete; before a tile that may wait too.
   HeldCount held;
   const bool hold = signal.variant == kSignalDeferred;
+  // kSignalInLoop: the flag of this block's last TMA tile, moved kSignalAfterKBlocks into the next,
+  // times kSignalSlots plus its slot: the ring position after the tile mod kSignalSlots (both
+  // warpgroups agree on it, and two tiles whose halves may be in flight at once are fewer than
+  // kSignalSlots stages apart). One register.
+  int32_t loop_signal = -1;
+  auto move_loop_signal = [&]() {
+    if (loop_signal < 0) return;
+    signal_half(epi, signal, s, loop_signal / int32_t(kSignalSlots), uint32_t(loop_signal) % kSignalSlots, t128);
+    loop_signal = -1;
+  };
   const bool claim = kClaimsTiles<kCluster, Epilogue> && g.claims != nullptr;
   const int64_t units = g.sched.num_units();
   PersistentTileIter t(g.sched, cluster_idx, clusters);
@@ -644,6 +683,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     if (c.split > 1 || gate.may_wait(c.shard)) {
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       pending = -1;
+      move_loop_signal();
       complete_held(epi, signal, held, consumer, t128);
     }
     for (int32_t kb = c.k_begin; kb < c.k_end; ++kb, ++it) {
@@ -677,7 +717,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
       if (kb > c.k_begin && !released && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
+      if (kb == c.k_begin + kSignalAfterKBlocks) move_loop_signal();
     }
+    move_loop_signal();  // a tile shorter than that
     sm90::wgmma_wait<0>();
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     // An own tile's staged partials, if they came through the ring.
@@ -708,6 +750,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       pending = signal.flags ? flag_index(signal.granularity, g, c) : -1;
       if (pending >= 0 && signal.variant == kSignalImmediate) {
         signal_tile(epi, signal, pending, true, consumer, t128);
+        pending = -1;
+      } else if (pending >= 0 && signal.variant == kSignalInLoop) {
+        loop_signal = pending * int32_t(kSignalSlots) + int32_t(it % kSignalSlots);
         pending = -1;
       }
       continue;
@@ -757,6 +802,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     if (signal.flags) signal_tile(epi, signal, flag_index(signal.granularity, g, c), false, consumer, t128);
   }
   if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
+  move_loop_signal();
   complete_held(epi, signal, held, consumer, t128);
   // The staging buffers must stay valid until the TMA unit has read them.
   if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
@@ -794,6 +840,7 @@ __device__ __forceinline__ void gemm_compute_block(const GemmParams& g, const Fr
       sm90::mbar_init(&s.unit_empty[i], Cfg::kConsumers * 4);
     }
     s.abort = 0;
+    for (uint32_t i = 0; i < gemm_detail::kSignalSlots; ++i) s.signal_halves[i] = 0;
     sm90::fence_barrier_init();
     sm90::tma_prefetch_desc(&g.tmap_a);
     sm90::tma_prefetch_desc(&g.tmap_b);

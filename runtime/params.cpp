@@ -76,6 +76,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_GEMM_REDUCE_SLOT_TMA", ParamType::kBool, "1", "",
      "gemm_rs/gemm_ar overlap path: bring own tiles' staged partials in through the GEMM's TMA ring after the tile's "
      "last k-block, gated there (0: the epilogue loads them from global memory, gated before the tile's operands)"},
+    {"WEFT_GEMM_REDUCE_LOOP_SIGNAL", ParamType::kBool, "1", "",
+     "gemm_rs/gemm_ar overlap path, copy-engine sends: a partial tile's count moves from inside the block's next tile "
+     "(each consumer warpgroup once its stores are complete, no block barrier); 0: each tile waits for its stores and "
+     "counts at once"},
     {"WEFT_GEMM_REDUCE_PROBE", ParamType::kBool, "0", "",
      "gemm_rs/gemm_ar overlap path: also time what the tile signals cost and print one run's timeline per rank"},
     {"WEFT_GEMM_REDUCE_ORDER", ParamType::kString, "piece", "piece|owner",

@@ -70,10 +70,11 @@ struct GemmReduce {
   std::vector<cudaEvent_t> sent;   // their joins
   cudaStream_t gates = nullptr;    // overlap: raises the own pieces' gates as the peers' pieces arrive
   cudaEvent_t gates_done = nullptr;
-  // The fused GEMM's tile signals (kernels::kSignal*): immediate, since a piece's last tiles then
-  // count at once (4x H200, same run: RS 8192 0.467 ms immediate against 0.544 deferred, AR 8192
-  // 0.904 against 0.959); probe() times the deferred variant.
-  int signal_variant = kernels::kSignalImmediate;
+  // The fused GEMM's tile signals with copy-engine sends (kernels::kSignal*): from inside the next
+  // tile's main loop (WEFT_GEMM_REDUCE_LOOP_SIGNAL, default), or immediate; not deferred to the next
+  // tile's stores, since a piece's last tiles then count late (4x H200, same run: RS 8192 0.467 ms
+  // immediate against 0.544 deferred, AR 8192 0.904 against 0.959). probe() times the other one.
+  int signal_variant = kernels::kSignalInLoop;
   // With SM sends the counts of a tile stored into peers' memory move before the block's next
   // tile's stores instead (kSignalDeferred): 4x H200, same process, AR 8192 sends and gather by
   // SM 0.776 ms against 0.875 immediate, RS 8192 SM sends 0.586 against 0.647.

@@ -278,6 +278,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CHECK(get_param("WEFT_GEMM_AR_SERIAL_PUSH", &op.serial_push));
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_OWN_TMA", &op.own_tma));
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SLOT_TMA", &op.slot_tma));
+  bool loop_signal = true;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_LOOP_SIGNAL", &loop_signal));
+  op.signal_variant = loop_signal ? kernels::kSignalInLoop : kernels::kSignalImmediate;
   std::vector<Variant> variants;
   WEFT_CHECK(parse_variants(op, name, &variants));
   if (op.overlap) WEFT_CHECK(op.setup_overlap());

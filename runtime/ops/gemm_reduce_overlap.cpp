@@ -342,6 +342,7 @@ Status GemmReduce::probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootst
   };
   const Variant variants[] = {{kernels::kSignalDeferred, "probe: gemm + signals, deferred to the next tile"},
                               {kernels::kSignalImmediate, "probe: gemm + signals, immediate (wait for stores)"},
+                              {kernels::kSignalInLoop, "probe: gemm + signals, from the next tile's loop"},
                               {kernels::kSignalRelaxed, "probe: gemm + signals, deferred, no release fence"},
                               {kernels::kSignalPerWarpgroup, "probe: gemm + signals, per warpgroup, no block barrier"},
                               {kernels::kSignalBarrierOnly, "probe: gemm + block barrier per tile only"}};

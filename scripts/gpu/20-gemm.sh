@@ -40,13 +40,17 @@ if command -v compute-sanitizer >/dev/null; then
   # racecheck twice: on static striding (must be clean), and on claimed tiles, where it reports
   # the unit slot that the producer hands to the consumers through an mbarrier (release/acquire,
   # which racecheck does not follow): accepted only if every hazard it reports is that slot.
-  for tool in memcheck racecheck racecheck-claims; do
+  # memcheck-ring / racecheck-ring: GEMM+RS/AR's own tiles with their staged partials through the
+  # TMA ring (test_reduce_epilogue's small case).
+  for tool in memcheck racecheck racecheck-claims memcheck-ring racecheck-ring; do
     echo "---- $tool" >>"$san_log"
     dyn=0
     [ "$tool" = racecheck ] || dyn=1
     part=$OUTDIR/gemm-sanitizer-$tool.log
-    if WEFT_GEMM_DYNAMIC=$dyn compute-sanitizer --tool "${tool%-claims}" --error-exitcode 9 "$BIN/test_gemm" \
-      '--test-case=gemm small*' >"$part" 2>&1; then
+    test_bin=$BIN/test_gemm filter='--test-case=gemm small*'
+    case $tool in *-ring) test_bin=$BIN/test_reduce_epilogue filter='--test-case=reduce epilogue small*' ;; esac
+    if WEFT_GEMM_DYNAMIC=$dyn compute-sanitizer --tool "${tool%-*}" --error-exitcode 9 "$test_bin" "$filter" \
+      >"$part" 2>&1; then
       san_status+="$tool clean; "
     elif [ "$tool" = racecheck-claims ] && grep -q "Status: SUCCESS" "$part" &&
       [ "$(grep -c 'Race reported' "$part")" -gt 0 ] &&
