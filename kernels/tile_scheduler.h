@@ -180,6 +180,19 @@ struct TileSchedule {
     if (split > 1) split_from = int32_t(t - tail);
   }
 
+  // The most blocks in [lo, blocks) whose last round of work units is full once plan_split(b,
+  // max_split) has cut the tail, or 0. E.g. 2048 x 7168 tiles of 128 x 256 at K = 8192 on 132
+  // blocks leave 52 tail tiles (104 half units: 28 blocks idle in the last round); on 128 blocks
+  // 64 tail tiles in K halves are 128 units, a full round.
+  int32_t full_round_blocks(int32_t blocks, int32_t lo, int32_t max_split) const {
+    for (int32_t b = blocks - 1; b >= lo && b > 0; --b) {
+      TileSchedule t = *this;
+      t.plan_split(b, max_split);
+      if (t.num_units() % b == 0) return b;
+    }
+    return 0;
+  }
+
   WEFT_HD int64_t num_units() const {
     return split_from + int64_t(int32_t(num_tiles()) - split_from) * split;
   }

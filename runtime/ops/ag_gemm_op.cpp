@@ -9,9 +9,11 @@
 //
 // Either way the GEMM starts on the local shard and takes remote tiles as their flags arrive, in a
 // rank-rotated order. Where the GEMM's last wave is partly empty (2048 × 7168: 448 tiles on 132 SMs)
-// a variant uses the fewest compute SMs that give the same number of waves (112: the rest move data
-// or idle), and an opt-in variant (split_k_tail) computes the last tile columns as a split-K pair
-// after the gated part (two more launches: measured slower, docs/ops.md).
+// a copy-engine variant uses fewer compute SMs (the rest idle): the most whose last round is full
+// once the split tail has cut it (128: 64 tail tiles in K halves), else the fewest that give the
+// same number of waves; SM movers get the SMs above that fewest count (112: 20 movers). An opt-in
+// variant (split_k_tail) computes the last tile columns as a split-K pair after the gated part (two
+// more launches: measured slower, docs/ops.md).
 // WEFT_AG_MOVER picks the variants (default: all, and the fastest validated one is kept). Each is
 // validated (gathered A bit for bit against NCCL's all-gather: every rank's data is seeded by its
 // rank, so a misrouted shard is caught; C against cuBLAS on NCCL's gathered A) before it is timed.
@@ -373,6 +375,18 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   const int64_t tiles = (op.m / kRows) * ((op.n + kCols - 1) / kCols);
   const int64_t waves = (tiles + op.sms - 1) / op.sms;
   const int same_waves = int((tiles + waves - 1) / waves);
+  // The most compute SMs below all whose last round of work is full once the GEMM's split tail has
+  // cut the last wave (2048 x 7168: 128, where 64 tail tiles in K halves fill the round; on 132 the
+  // last round leaves 28 SMs idle): the copy engines need no SM, so the rest may idle.
+  int full_round = 0;
+  {
+    kernels::TileSchedule ts;
+    const char* why = nullptr;
+    if (kernels::TileSchedule::make(op.m, op.n, kRows, kCols, 16, op.world, op.rank, &ts, &why)) {
+      ts.k_iters = int32_t((op.k + kernels::GemmConfig::kTileK - 1) / kernels::GemmConfig::kTileK);
+      full_round = ts.full_round_blocks(op.sms, op.sms - 16, 8);
+    }
+  }
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.main, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
@@ -433,10 +447,12 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
         WEFT_CHECK(add_variant(op, boot, std::move(v)));
       }
     }
-    if (same_waves < op.sms) {
+    // Fewer compute SMs: a full last round, or else the fewest for the same waves.
+    const int fewer_sms = full_round > 0 ? full_round : same_waves;
+    if (fewer_sms < op.sms) {
       RoleCounts fewer;
-      fewer.compute = same_waves;
-      auto v = variant("copy engines, per shard, " + std::to_string(same_waves) + " compute SMs", false, fewer);
+      fewer.compute = fewer_sms;
+      auto v = variant("copy engines, per shard, " + std::to_string(fewer_sms) + " compute SMs", false, fewer);
       WEFT_CHECK(add_variant(op, boot, std::move(v)));
     }
   }
@@ -479,7 +495,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     WEFT_CHECK(time_op(comm, op.main, warm, iters, enqueue, &mine));
     return max_over_ranks(boot, "weft.ag_gemm.t" + std::to_string(key++), mine, out);
   };
-  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0, t_wgemm_waves = 0;
+  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0, t_wgemm_waves = 0, t_wgemm_full = 0;
   WEFT_CHECK(timed(
       [&]() -> Status {
         WEFT_NCCL_CHECK(
@@ -509,6 +525,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   if (!want_sm.empty()) WEFT_CHECK(timed([&] { return gemm_alone(sm_roles.compute); }, &t_wgemm_sm));
   if (same_waves < op.sms && same_waves != sm_roles.compute)
     WEFT_CHECK(timed([&] { return gemm_alone(same_waves); }, &t_wgemm_waves));
+  if (full_round > 0 && full_round != same_waves && (want_sm.empty() || full_round != sm_roles.compute))
+    WEFT_CHECK(timed([&] { return gemm_alone(full_round); }, &t_wgemm_full));
   const double bound = std::max(t_gemm, t_comm);
 
   std::vector<ResultRow> rows;
@@ -524,6 +542,9 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   if (t_wgemm_waves > 0)
     rows.push_back({"weft gemm alone, same waves", t_wgemm_waves, tf(t_wgemm_waves),
                     std::to_string(same_waves) + " SMs (the fewest for " + std::to_string(waves) + " waves)"});
+  if (t_wgemm_full > 0)
+    rows.push_back({"weft gemm alone, full last round", t_wgemm_full, tf(t_wgemm_full),
+                    std::to_string(full_round) + " SMs (the split tail's last round fills them)"});
 
   // Each variant: validated on every rank first (all ranks agree), then timed.
   const Variant* best = nullptr;

@@ -244,3 +244,19 @@ TEST_CASE("split tail: the planner splits a ragged last wave and leaves full wav
   short_k.plan_split(132, 8);
   CHECK(short_k.split == 1);
 }
+
+TEST_CASE("split tail: the most blocks below all whose last round is full") {
+  TileSchedule s = make(2048, 7168, 8, 4, 0);  // 448 tiles, K = 8192
+  s.k_iters = 128;
+  // 132: 52 tail tiles in halves, 104 units in the last round; 131..129 no better; 128: 64 x 2.
+  CHECK(s.full_round_blocks(132, 116, 8) == 128);
+  CHECK(s.split == 1);  // the schedule itself is left as it was
+  TileSchedule sq = make(8192, 7168, 8, 4, 0);  // 1792 tiles = 14 x 128
+  sq.k_iters = 128;
+  CHECK(sq.full_round_blocks(132, 116, 8) == 128);
+  // Nothing in range: 5 k-blocks cannot be cut, and no count in [125, 132) divides 448.
+  TileSchedule short_k = make(2048, 7168, 8, 4, 0);
+  short_k.k_iters = 5;
+  CHECK(short_k.full_round_blocks(132, 125, 8) == 0);
+  CHECK(short_k.full_round_blocks(132, 100, 8) == 112);  // 448 = 4 x 112
+}
