@@ -777,7 +777,13 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       }
       complete_held(epi, signal, held, consumer, t128);
       held = own_tile_store(epi, signal, g, s, acc, c, row, col0, consumer, t128, slot_stages<kCluster>(epi, g, c) > 0);
-      if (!hold) complete_held(epi, signal, held, consumer, t128);
+      if (signal.variant == kSignalInLoop && held.local >= 0 && held.owner < 0 && !held.bcast) {
+        // Only the local count: it moves from the next tile's loop, as a partial tile's does.
+        loop_signal = held.local * int32_t(kSignalSlots) + int32_t(it % kSignalSlots);
+        held = HeldCount{};
+      } else if (!hold) {
+        complete_held(epi, signal, held, consumer, t128);
+      }
       continue;
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
