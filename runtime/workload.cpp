@@ -52,18 +52,6 @@ const char* to_string(InterNode t) {
   return "?";
 }
 
-const char* to_string(SignalMode m) {
-  switch (m) {
-    case SignalMode::kSerial:
-      return "serial";
-    case SignalMode::kFenced:
-      return "fenced";
-    case SignalMode::kBatched:
-      return "batched";
-  }
-  return "?";
-}
-
 int dtype_bytes(DType t) { return t == DType::kFp8 ? 1 : 2; }
 
 bool is_gemm_op(Op op) { return op == Op::kAgGemm || op == Op::kGemmRs || op == Op::kGemmAr; }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/roles.h"
+#include "runtime/signal_mode.h"
 #include "runtime/status.h"
 
 namespace weft::runtime {
@@ -15,12 +16,10 @@ namespace weft::runtime {
 enum class Op : int { kAgGemm = 0, kGemmRs, kGemmAr, kMoe, kRingAttention };
 enum class DType : int { kBf16 = 0, kFp16, kFp8 };  // kFp8 is e4m3
 enum class InterNode : int { kAuto = 0, kIbverbs, kSocket };
-enum class SignalMode : int { kSerial = 0, kFenced, kBatched };
 
 const char* to_string(Op op);  // "ag_gemm", the spelling used in YAML
 const char* to_string(DType t);
 const char* to_string(InterNode t);
-const char* to_string(SignalMode m);
 int dtype_bytes(DType t);
 bool is_gemm_op(Op op);  // ag_gemm, gemm_rs, gemm_ar
 

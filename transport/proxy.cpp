@@ -19,18 +19,6 @@ constexpr uint64_t kPutBit = 1;  // wr_id = (sequence << 1) | is_put
 
 }  // namespace
 
-const char* to_string(SignalMode m) {
-  switch (m) {
-    case SignalMode::kSerial:
-      return "serial";
-    case SignalMode::kFenced:
-      return "fenced";
-    case SignalMode::kBatched:
-      return "batched";
-  }
-  return "?";
-}
-
 Status parse_signal_mode(const std::string& text, SignalMode* out) {
   if (text == "serial") return *out = SignalMode::kSerial, Status::kOk;
   if (text == "fenced") return *out = SignalMode::kFenced, Status::kOk;

@@ -15,12 +15,7 @@
 
 namespace weft::transport {
 
-// How a signal is ordered after the puts it covers (Perseus):
-//   serial   the proxy waits for the puts' completions, then posts the signal (the slow baseline)
-//   fenced   every signal carries a fence flag: the NIC orders it, the proxy never waits
-//   batched  signals are coalesced per destination; one fenced signal opens each batch
-enum class SignalMode : int { kSerial = 0, kFenced = 1, kBatched = 2 };
-const char* to_string(SignalMode m);
+// The signal mode (runtime/signal_mode.h, via signal_plan.h) from its spelling; logs a bad one.
 Status parse_signal_mode(const std::string& text, SignalMode* out);
 
 struct ProxyCounters {

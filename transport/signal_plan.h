@@ -5,9 +5,12 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/signal_mode.h"
+
 namespace weft::transport {
 
-enum class SignalMode : int;
+using runtime::SignalMode;
+using runtime::to_string;
 
 // serial: no fence (the proxy waited for the data); fenced: every signal; batched: the first
 // signal of each per-destination batch (the NIC then orders the whole batch after earlier puts).
