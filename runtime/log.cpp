@@ -63,7 +63,7 @@ uint32_t parse_mask(const char* s) {
   if (!s || !*s) return kAll;
   std::string list(s);
   bool negate_all = list[0] == '^';
-  uint32_t mask = negate_all ? kAll : 0;
+  uint32_t mask = negate_all ? uint32_t(kAll) : 0u;
   size_t pos = 0;
   while (pos <= list.size()) {
     size_t comma = list.find(',', pos);
