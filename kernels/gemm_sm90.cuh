@@ -65,6 +65,7 @@ struct __align__(1024) SharedStorage {
 };
 constexpr uint32_t kSignalSlots = 16;  // > 2 kStages: a warpgroup runs at most kStages k-blocks ahead
 static_assert(sizeof(SharedStorage::signal_halves) == kSignalSlots * sizeof(uint32_t), "one word per slot");
+static_assert(kSignalSlots > 2 * GemmConfig::kStages, "two tiles' halves in flight at once never share a slot");
 constexpr int32_t kSignalAfterKBlocks = 3;  // kSignalInLoop: into the next tile
 constexpr uint32_t kUnitSlots = 2;
 constexpr int32_t kClaimAhead = 6;  // k-blocks
@@ -299,7 +300,6 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
       t.advance();
     }
     const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
-    // A tile whose staged partials come through the ring waits for them only before their loads.
     // The unit's ring stages: its k-blocks, then (an own tile of GEMM+RS/AR) its staged partials,
     // which alone wait for the tile's gate. One loop, so that each wait is inlined once: the
     // producer has 40 registers.

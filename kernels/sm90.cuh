@@ -100,12 +100,6 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 __device__ __forceinline__ void st_shared_u32(void* p, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;" ::"r"(smem_addr(p)), "r"(v) : "memory");
 }
-// Ordered after the mbarrier wait that published the data (both are asm volatile).
-__device__ __forceinline__ uint32_t ld_shared_u32(const void* p) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(v) : "r"(smem_addr(p)) : "memory");
-  return v;
-}
 
 // ---- clusters -------------------------------------------------------------------------------
 __device__ __forceinline__ uint32_t cluster_ctarank() {
