@@ -85,6 +85,15 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_GEMM_REDUCE_ORDER", ParamType::kString, "piece", "piece|owner",
      "gemm_rs/gemm_ar overlap path: tile order; piece = round by round (every other owner's piece j), own pieces late "
      "(WEFT_GEMM_REDUCE_LAG); owner = other owners' rows one after the other, own rows last"},
+    {"WEFT_GEMM_REDUCE_MOVERS", ParamType::kInt, "4", "blocks",
+     "gemm_rs/gemm_ar overlap path with copy-engine sends: SMs taken from the GEMM to push partial pieces beside "
+     "the copy engines (WEFT_GEMM_REDUCE_MOVER_LAST, WEFT_GEMM_REDUCE_MOVER_ROWS)"},
+    {"WEFT_GEMM_REDUCE_MOVER_ROWS", ParamType::kInt, "0", "rows",
+     "gemm_rs/gemm_ar overlap path: rows of every partial piece that the mover SMs push (the last ones; the copy "
+     "engines move the rest); 0 = copy engines only"},
+    {"WEFT_GEMM_REDUCE_MOVER_LAST", ParamType::kBool, "1", "",
+     "gemm_rs/gemm_ar overlap path with copy-engine sends and 3 or more ranks: the mover SMs push every piece of "
+     "each round's last owner (the copy engines run only two of a round's copies at once)"},
     {"WEFT_GEMM_REDUCE_LAG", ParamType::kInt, "0", "rounds",
      "gemm_rs/gemm_ar piece order: own piece j follows round j + lag (a lag of the piece count or more: all own "
      "pieces last); 0 = 1 for gemm_ar (reduced pieces leave early), all own pieces last for gemm_rs"},

@@ -50,7 +50,23 @@ struct GemmReduce {
   PeerBuffer ready;        // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
   PeerBuffer bcast;        // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
   PeerBuffer landed;       // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
+  PeerBuffer moved;        // mover SMs: W·S: moved[p·S + j] += 1 per mover block of peer p once its rows of piece j are here
   bool sm_send = false;     // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
+  // Mover SMs beside the GEMM (copy-engine sends only): WEFT_GEMM_REDUCE_MOVERS blocks push the last
+  // WEFT_GEMM_REDUCE_MOVER_ROWS rows of every piece, the copy engines the rest (kernels/piece_push.h).
+  int mover_blocks = 0;
+  int64_t mover_rows = 0;
+  uint64_t mover_runs = 0;  // fused runs with movers so far (moved[j] reaches runs x blocks)
+  cudaStream_t movers = nullptr;
+  cudaEvent_t movers_done = nullptr;
+  bool mover_last = false;  // WEFT_GEMM_REDUCE_MOVER_LAST: the movers take the round's last owner's pieces whole
+  bool use_movers() const { return overlap && !sm_send && mover_blocks > 0 && (mover_rows > 0 || mover_last); }
+  // Rows of each of `sender`'s pieces for `owner` that the mover SMs push (the piece's last rows);
+  // the copy engines move the others.
+  int64_t mover_rows_of(int sender, int owner) const {
+    if (!use_movers()) return 0;
+    return mover_last && owner == (sender + world - 1) % world ? m_piece : mover_rows;
+  }
   uint64_t send_runs = 0;   // fused runs with sm_send so far (landed[j] reaches runs x (W-1) x tiles)
   ArGather gather = ArGather::kPush;
   uint64_t bcast_runs = 0;  // fused runs with ArGather::kSm so far (bcast[o] reaches runs x tiles)
@@ -96,6 +112,8 @@ struct GemmReduce {
   int64_t host_runs = 0;
 
   size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
+  // Launches the mover SMs for this epoch's pieces on `movers` (enqueue_overlap).
+  Status launch_movers(uint64_t piece_done);
   int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }
   bf16* result() const { return all_reduce ? c_full.local<bf16>() : out; }
   int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }

@@ -7,9 +7,12 @@
 //     after each tile: tiles[piece] += 1
 //   rows of other owners: the epilogue stores P_r locally; the comm stream (copy engines, no SMs)
 //     waits tiles[piece] complete ─► copies the piece into owner o's staging slot r over NVLink
-//     ─► arrived[r·S + j] = e on o (a stream write into o's memory)
-//   own rows: piece j's tiles wait (producer, bounded) on gate[j], which the comm stream raises
-//     once every peer's piece j has arrived; the epilogue adds the W-1 staged partials to the fp32
+//     ─► arrived[r·S + j] = e on o (a stream write into o's memory). With 3 or more ranks each
+//     round's last owner's pieces go by 4 mover SMs beside the GEMM instead (kernels/piece_push.h:
+//     16-byte stores over NVLink, then moved[r·S + j] += 1 per block on o): the copy engines run
+//     only two copies of a round at once, and the third used to wait for them.
+//   own rows: piece j's tiles wait (producer, bounded) on gate[j], which the gate stream raises
+//     once every peer's piece j has arrived (arrival flags and mover counts); the epilogue adds the W-1 staged partials to the fp32
 //     accumulator in slot order (same bits every run), rounds once, and stores the sum:
 //     RS: this rank's output;  AR: its rows of C, which one stream per peer copies into that
 //     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on the peer; the op ends
@@ -68,7 +71,7 @@ void GemmReduce::unstick() {
   cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   for (const PeerBuffer* f : {&freed, &gathered, &bcast})
     cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
-  for (const PeerBuffer* f : {&ready, &landed})
+  for (const PeerBuffer* f : {&ready, &landed, &moved})
     cudaMemcpyAsync(f->local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
@@ -84,7 +87,7 @@ GemmReduce::~GemmReduce() {
                   static_cast<void*>(tiles), static_cast<void*>(gate), static_cast<void*>(diag_tiles),
                   static_cast<void*>(arrive)})
     if (p) cudaFree(p);
-  for (cudaEvent_t e : {fork, join, gates_done})
+  for (cudaEvent_t e : {fork, join, gates_done, movers_done})
     if (e) cudaEventDestroy(e);
   for (const auto* events : {&pushed, &sent})
     for (cudaEvent_t e : *events)
@@ -92,7 +95,7 @@ GemmReduce::~GemmReduce() {
   for (const auto* streams : {&push, &sends})
     for (cudaStream_t s : *streams)
       if (s) cudaStreamDestroy(s);
-  for (cudaStream_t s : {comm, gates})
+  for (cudaStream_t s : {comm, gates, movers})
     if (s) cudaStreamDestroy(s);
   if (main) cudaStreamDestroy(main);
 }
@@ -202,6 +205,32 @@ Status choose_path(GemmReduce& op, const char* name) {
   return Status::kOk;
 }
 
+// Mover SMs beside the overlap path's GEMM with copy-engine sends: WEFT_GEMM_REDUCE_MOVERS blocks
+// push each round's last owner's pieces (WEFT_GEMM_REDUCE_MOVER_LAST, 3 or more ranks) and the last
+// WEFT_GEMM_REDUCE_MOVER_ROWS rows of every other piece; the copy engines move the rest. The GEMM
+// gets the other SMs (an even count). 0 blocks: the copy engines move everything.
+Status choose_movers(GemmReduce& op, const char* name, int sms) {
+  int64_t blocks = 0, rows = 0;
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_MOVERS", &blocks));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_MOVER_ROWS", &rows));
+  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_MOVER_LAST", &op.mover_last));
+  if (!op.overlap || blocks == 0) rows = 0, op.mover_last = false;
+  if (op.world < 3) op.mover_last = false;  // the last owner would be the only one: nothing left to the copy engines
+  if (blocks < 0 || rows < 0 || rows > op.m_piece || ((rows > 0 || op.mover_last) && (blocks < 1 || blocks > sms / 2)) ||
+      (op.m_piece - rows) * op.n % 8) {
+    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld / WEFT_GEMM_REDUCE_MOVER_ROWS=%lld: the movers need "
+              "1 to %d blocks and at most the %lld rows of a piece, leaving a multiple of 8 elements to the copy "
+              "engines", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows), sms / 2,
+              static_cast<long long>(op.m_piece));
+    return Status::kInvalidArgument;
+  }
+  op.mover_rows = rows;
+  op.mover_blocks = rows > 0 || op.mover_last ? int(blocks) : 0;
+  const int gemm_sms = sms - op.mover_blocks;
+  op.roles.compute = gemm_sms - gemm_sms % 2;
+  return Status::kOk;
+}
+
 // How the overlap path moves data: partial tiles sent by the copy engines or the SMs
 // (WEFT_GEMM_REDUCE_SEND), reduced rows gathered by push, pull or the SMs (WEFT_GEMM_AR_GATHER,
 // AllReduce only). "auto" tries each; the peer path has one way.
@@ -266,8 +295,8 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   const Plan plan = plan_for(wl, info.rank);
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
-  op.roles.compute = sms - sms % 2;
   op.peer_blocks = sms * 2;
+  WEFT_CHECK(choose_movers(op, name, sms));
   bool deterministic = false;
   WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
 
@@ -313,7 +342,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   };
   for (const FlagSet& f : {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
                            FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", nflags},
-                           FlagSet{&op.landed, "landed", nflags},
+                           FlagSet{&op.landed, "landed", nflags}, FlagSet{&op.moved, "moved", nflags},
                            FlagSet{&op.bcast, "bcast", op.world},
                            FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
     WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
@@ -39,6 +40,9 @@ Status GemmReduce::setup_overlap() {
     WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&sends[size_t(q)], cudaStreamNonBlocking));
     WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&sent[size_t(q)], cudaEventDisableTiming));
   }
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&movers, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&movers_done, cudaEventDisableTiming));
+  if (mover_blocks > 0) WEFT_CHECK(kernels::prepare_piece_push());  // never loaded beside the GEMM
   if (all_reduce) {  // pushes (one stream per peer) or pulls (one per owner)
     push.assign(size_t(world), nullptr);
     pushed.assign(size_t(world), nullptr);
@@ -52,7 +56,7 @@ Status GemmReduce::setup_overlap() {
 }
 
 std::string GemmReduce::overlap_text() const {
-  char text[256];
+  char text[384];
   char order[48];
   if (piece_major)
     snprintf(order, sizeof order, "piece-major order, own lag %d", lag);
@@ -62,8 +66,22 @@ std::string GemmReduce::overlap_text() const {
   if (all_reduce)
     snprintf(gathered_by, sizeof gathered_by, ", gather %s%s", ar_gather_name(gather),
              gather == ArGather::kPush && serial_push ? " (serial)" : "");
+  char sends_by[160] = "copy engines";
+  if (sm_send) {
+    snprintf(sends_by, sizeof sends_by, "SM");
+  } else if (use_movers()) {
+    char what[96];
+    if (mover_last && mover_rows > 0)
+      snprintf(what, sizeof what, "the last owner's pieces, %lld rows of the others'",
+               static_cast<long long>(mover_rows));
+    else if (mover_last)
+      snprintf(what, sizeof what, "each round's last owner's pieces");
+    else
+      snprintf(what, sizeof what, "%lld rows of each piece", static_cast<long long>(mover_rows));
+    snprintf(sends_by, sizeof sends_by, "copy engines and %d mover SMs (%s)", mover_blocks, what);
+  }
   snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s, sends by %s%s%s%s%s", pieces,
-           static_cast<long long>(m_piece), order, sm_send ? "SM" : "copy engines", gathered_by,
+           static_cast<long long>(m_piece), order, sends_by, gathered_by,
            sys_signal ? ", system-scope counts" : "", epi_fused.own_maps ? ", own tiles by TMA" : "",
            epi_fused.slot_maps ? ", slots through the ring" : "");
   return text;
@@ -178,6 +196,7 @@ Status GemmReduce::enqueue_overlap() {
   const bool push_gather = all_reduce && gather == ArGather::kPush;
   if (all_reduce && gather == ArGather::kSm) ++bcast_runs;
   mark(main, "gemm");
+  if (use_movers()) WEFT_CHECK(launch_movers(e * tiles_per_piece));
 
   // One stream per other owner: its pieces, copied into its slot as their tiles complete, each
   // followed by its arrival flag in the owner's memory. The streams run side by side (a copy engine
@@ -194,6 +213,8 @@ Status GemmReduce::enqueue_overlap() {
   // Each stream's arrival write goes out with its next waits (one call fewer per piece).
   std::vector<std::vector<StreamMemOp>> pend(static_cast<size_t>(world));
   auto send = [&](int o, int j) -> Status {
+    const int64_t ce_rows = m_piece - mover_rows_of(rank, o);  // the mover SMs (if any) take the last rows
+    if (ce_rows == 0) return Status::kOk;
     cudaStream_t s = sends[size_t(o)];
     std::vector<StreamMemOp>& q = pend[size_t(o)];
     if (j == 0) q.push_back({StreamMemOp::kWaitGeq, freed.local<uint64_t>() + o, e - 1});  // o read last epoch's
@@ -201,7 +222,7 @@ Status GemmReduce::enqueue_overlap() {
     WEFT_CHECK(stream_mem_ops(s, q));
     q.clear();
     WEFT_CUDA_CHECK(cudaMemcpyAsync(staging.peer<bf16>(o) + piece_row(rank, j) * n,
-                                    partial.local<bf16>() + piece_row(o, j) * n, piece_bytes(),
+                                    partial.local<bf16>() + piece_row(o, j) * n, size_t(ce_rows * n) * sizeof(bf16),
                                     cudaMemcpyDeviceToDevice, s));
     q.push_back({StreamMemOp::kWrite, arrived.peer<uint64_t>(o) + rank * S + j, e});
     if (recording) {
@@ -241,10 +262,15 @@ Status GemmReduce::enqueue_overlap() {
   }
   WEFT_CHECK(flush(comm));
 
-  // Gate stream: own piece j opens once every peer's piece j is in its slot (copy-engine sends).
+  // Gate stream: own piece j opens once every peer's piece j is in its slot (copy-engine sends,
+  // and the mover SMs' rows of it).
   for (int j = 0; j < S && !sm_send; ++j) {
-    for (int p = 0; p < world; ++p)
-      if (p != rank) wait(arrived.local<uint64_t>() + p * S + j, e);
+    for (int p = 0; p < world; ++p) {
+      if (p == rank) continue;
+      const int64_t moved_rows = mover_rows_of(p, rank);
+      if (moved_rows < m_piece) wait(arrived.local<uint64_t>() + p * S + j, e);
+      if (moved_rows > 0) wait(moved.local<uint64_t>() + p * S + j, mover_runs * uint64_t(mover_blocks));
+    }
     write(gate + rank * S + j, e);
     if (recording) {
       WEFT_CHECK(flush(gates));
@@ -303,6 +329,10 @@ Status GemmReduce::enqueue_overlap() {
       WEFT_CUDA_CHECK(cudaEventRecord(sent[size_t(q)], sends[size_t(q)]));
       WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, sent[size_t(q)]));
     }
+  if (use_movers()) {
+    WEFT_CUDA_CHECK(cudaEventRecord(movers_done, movers));
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, movers_done));
+  }
   WEFT_CUDA_CHECK(cudaEventRecord(gates_done, gates));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, gates_done));
   if (all_reduce && (gather == ArGather::kPull || (gather == ArGather::kPush && !serial_push)))
@@ -315,6 +345,40 @@ Status GemmReduce::enqueue_overlap() {
   return Status::kOk;
 }
 
+Status GemmReduce::launch_movers(uint64_t piece_done) {
+  const uint64_t e = epoch;
+  const int S = pieces;
+  kernels::PiecePushParams p;
+  for (int step = 0; step < world * S; ++step) {  // the GEMM's shard order
+    const int shard = gemm.sched.shard_at(uint32_t(step)), o = shard / S, j = shard % S;
+    const int64_t rows = o == rank ? 0 : mover_rows_of(rank, o);
+    if (rows == 0) continue;
+    const int64_t skip = m_piece - rows;  // the copy engines' rows come first
+    if (p.steps == kernels::PiecePushParams::kMaxSteps) {
+      WEFT_WARN(kKernel, "rank %d: mover SMs take at most %d pieces (%d ranks x %d pieces)", rank,
+                kernels::PiecePushParams::kMaxSteps, world, S);
+      return Status::kInvalidArgument;
+    }
+    kernels::PiecePushStep& st = p.step[p.steps++];
+    st.src = partial.local<bf16>() + (piece_row(o, j) + skip) * n;
+    st.dst = staging.peer<bf16>(o) + (piece_row(rank, j) + skip) * n;
+    st.elems = rows * n;
+    st.ready = tiles + o * S + j;
+    st.ready_at = piece_done;
+    st.clear = freed.local<uint64_t>() + o;
+    st.clear_at = e - 1;
+    st.landed = moved.peer<uint64_t>(o) + rank * S + j;
+    st.owner = o;
+    st.piece = j;
+    st.ready_index = o * S + j;
+    st.clear_index = o;
+  }
+  ++mover_runs;
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(movers, fork));
+  WEFT_CHECK(kernels::launch_piece_push(p, frame_params, mover_blocks, movers));
+  mark(movers, "movers");
+  return Status::kOk;
+}
 
 Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
   kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,

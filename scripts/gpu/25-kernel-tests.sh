@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GPU step of `scripts/weft gpu-check`: the fused kernels' GPU tests on one GPU (reduce epilogue with
-# own tiles by registers, TMA and TMA broadcast; the small-shape reduction kernel; the AllGather+GEMM
-# kernel). test_gemm runs in 20-gemm.sh, test_transport_gpu in 30-transport.sh. A test that skips on a
-# GPU machine is a failure here.
+# own tiles by registers, TMA and TMA broadcast; the small-shape reduction kernel; the mover SMs of
+# GEMM+RS/AR; the AllGather+GEMM kernel). test_gemm runs in 20-gemm.sh, test_transport_gpu in
+# 30-transport.sh. A test that skips on a GPU machine is a failure here.
 # Usage: 25-kernel-tests.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
 OUTDIR=${1:?usage: 25-kernel-tests.sh OUTDIR}
 BUILD=${WEFT_BUILD_DIR:?WEFT_BUILD_DIR not set}
 SUMMARY=${WEFT_SUMMARY:-/dev/null}
 rc=0
-for t in test_reduce_epilogue test_small_reduce test_ag_gemm_fused; do
+for t in test_reduce_epilogue test_small_reduce test_piece_push test_ag_gemm_fused; do
   log=$OUTDIR/$t.log
   if [ ! -x "$BUILD/bin/$t" ]; then
     echo "SKIP    $t: not built (WEFT_BUILD_TARGETS)" >>"$SUMMARY"
