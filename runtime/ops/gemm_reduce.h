@@ -56,6 +56,7 @@ struct GemmReduce {
   // WEFT_GEMM_REDUCE_MOVER_ROWS rows of every piece, the copy engines the rest (kernels/piece_push.h).
   int mover_blocks = 0;
   int64_t mover_rows = 0;
+  int sms = 0;              // the GPU's; the GEMM gets them all but the movers' (set_roles)
   uint64_t mover_runs = 0;  // fused runs with movers so far (moved[j] reaches runs x blocks)
   cudaStream_t movers = nullptr;
   cudaEvent_t movers_done = nullptr;
@@ -112,6 +113,9 @@ struct GemmReduce {
   int64_t host_runs = 0;
 
   size_t piece_bytes() const { return size_t(m_piece * n) * sizeof(bf16); }
+  // The GEMM's compute blocks for the current variant (every SM, less the movers' when they run,
+  // an even count) and frame_params to match; between launches only.
+  Status set_roles();
   // Launches the mover SMs for this epoch's pieces on `movers` (enqueue_overlap).
   Status launch_movers(uint64_t piece_done);
   int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc + int64_t(j) * m_piece; }

@@ -77,6 +77,12 @@ void GemmReduce::unstick() {
   cudaStreamDestroy(s);
 }
 
+Status GemmReduce::set_roles() {
+  const int gemm_sms = sms - (use_movers() ? mover_blocks : 0);
+  roles.compute = gemm_sms - gemm_sms % 2;
+  return frame.params(roles, &frame_params);
+}
+
 Status GemmReduce::sync(const char* what) {
   return sync_bounded(main, 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT"), what, [this] { unstick(); });
 }
@@ -226,8 +232,7 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
   }
   op.mover_rows = rows;
   op.mover_blocks = rows > 0 || op.mover_last ? int(blocks) : 0;
-  const int gemm_sms = sms - op.mover_blocks;
-  op.roles.compute = gemm_sms - gemm_sms % 2;
+  op.sms = sms;
   return Status::kOk;
 }
 
@@ -361,7 +366,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   WEFT_CHECK(op.make_gemm());
   WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(op.frame.create(op.rank));
-  WEFT_CHECK(op.frame.params(op.roles, &op.frame_params));
+  WEFT_CHECK(op.set_roles());
 
   ncclComm_t comm = nullptr;
   WEFT_CHECK(create_nccl_comm(boot, &comm));
@@ -379,6 +384,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     op.sm_send = v.sm_send;
     op.gather = v.gather;
     WEFT_CHECK(op.make_epilogues());
+    WEFT_CHECK(op.set_roles());
     std::string what = name;
     if (variants.size() > 1)
       what += std::string(" (sends ") + (v.sm_send ? "sm" : "copy") +
@@ -404,6 +410,7 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   op.sm_send = best_variant.sm_send;
   op.gather = best_variant.gather;
   WEFT_CHECK(op.make_epilogues());
+  WEFT_CHECK(op.set_roles());
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
   WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
     return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial.local<bf16>(), op.n,
