@@ -21,6 +21,7 @@
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
+#include "kernels/vec_copy.cuh"
 #include "runtime/log.h"
 
 namespace weft::kernels {
@@ -60,16 +61,6 @@ struct MoverShared {
 };
 static_assert(sizeof(MoverShared) + 1024 <= gemm_smem_bytes(), "the movers use the GEMM's shared memory");
 
-__device__ __forceinline__ uint4 ld_nc_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void st_v4(uint4* p, const uint4& v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
 // After a fence.acq_rel.sys (__threadfence_system), a relaxed add is a release: one fence for all
 // of a chunk's flags instead of one per flag.
 __device__ __forceinline__ void flag_add_relaxed(uint64_t* p, uint64_t v) {
@@ -166,17 +157,9 @@ __device__ void move_vec(const AgMoveParams& p, const FrameParams& f, int64_t v0
       __syncthreads();
       if (!sh.ok) return;
     }
-    const uint4* s = reinterpret_cast<const uint4*>(c.src) + v0;
-    uint4* d = reinterpret_cast<uint4*>(c.dst) + v0;
-    for (int64_t base = threadIdx.x; base < n; base += int64_t(kThreads) * kUnroll) {
-      uint4 r[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kThreads < n) r[u] = ld_nc_v4(s + base + u * kThreads);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kThreads < n) st_v4(d + base + u * kThreads, r[u]);
-    }
+    // The owners' rows are never written while the kernel runs: the non-coherent path.
+    vec::block_copy<kThreads, kUnroll, false>(reinterpret_cast<const uint4*>(c.src) + v0,
+                                              reinterpret_cast<uint4*>(c.dst) + v0, n);
     __syncthreads();  // every thread's stores of the chunk before the flags (cumulative release)
     if (threadIdx.x < 32) publish_chunk(p, c, int32_t(threadIdx.x), 32);
   }

@@ -1,7 +1,7 @@
 // Mover SMs for GEMM+RS / GEMM+AR's partial pieces (piece_push.h has the picture).
-#include "kernels/piece_push.h"
-
 #include "kernels/frame.cuh"
+#include "kernels/piece_push.h"
+#include "kernels/vec_copy.cuh"
 #include "runtime/log.h"
 
 namespace weft::kernels {
@@ -10,27 +10,13 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kUnroll = 8;  // 16-byte loads in flight per thread: 64 KiB per block
 
-// The partial was written by the GEMM running beside this kernel: read through L2 only (.cg), never
-// the non-coherent path.
-__device__ __forceinline__ uint4 ld_cg_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void st_v4(uint4* p, const uint4& v) {
-  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
-}
-
-__global__ void __launch_bounds__(kThreads) piece_push_kernel(const __grid_constant__ PiecePushParams p,
-                                                               const FrameParams f) {
+__global__ void __launch_bounds__(kThreads)
+    piece_push_kernel(const __grid_constant__ PiecePushParams p, const FrameParams f) {
   __shared__ int ok;
   for (int32_t i = 0; i < p.steps; ++i) {
     const PiecePushStep& s = p.step[i];
     if (threadIdx.x == 0) {
-      bool go = !s.clear ||
-                frame_wait_flag(f, s.clear, s.clear_at, Role::kIntraComm, s.piece, s.owner, s.clear_index);
+      bool go = !s.clear || frame_wait_flag(f, s.clear, s.clear_at, Role::kIntraComm, s.piece, s.owner, s.clear_index);
       ok = go && frame_wait_flag(f, s.ready, s.ready_at, Role::kIntraComm, s.piece, s.owner, s.ready_index);
     }
     __syncthreads();
@@ -39,17 +25,9 @@ __global__ void __launch_bounds__(kThreads) piece_push_kernel(const __grid_const
     const int64_t per = (vecs + gridDim.x - 1) / gridDim.x;
     const int64_t v0 = per * blockIdx.x;
     const int64_t n = (v0 + per < vecs ? v0 + per : vecs) - v0;
-    const uint4* src = reinterpret_cast<const uint4*>(s.src) + v0;
-    uint4* dst = reinterpret_cast<uint4*>(s.dst) + v0;
-    for (int64_t base = threadIdx.x; base < n; base += int64_t(kThreads) * kUnroll) {
-      uint4 r[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kThreads < n) r[u] = ld_cg_v4(src + base + u * kThreads);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
-        if (base + u * kThreads < n) st_v4(dst + base + u * kThreads, r[u]);
-    }
+    // The GEMM beside this kernel wrote the partial: read it through L2, never the non-coherent path.
+    vec::block_copy<kThreads, kUnroll, true>(reinterpret_cast<const uint4*>(s.src) + v0,
+                                             reinterpret_cast<uint4*>(s.dst) + v0, n);
     __syncthreads();  // every thread's stores before the release below (cumulative through the barrier)
     if (threadIdx.x == 0) flag_add_release(s.landed, 1);
   }
@@ -77,8 +55,10 @@ Status launch_piece_push(const PiecePushParams& p, const FrameParams& frame, int
     const PiecePushStep& s = p.step[i];
     if (!s.src || !s.dst || !s.ready || !s.landed || s.elems < 0 || s.elems % 8 ||
         (reinterpret_cast<uintptr_t>(s.src) | reinterpret_cast<uintptr_t>(s.dst)) % 16) {
-      WEFT_WARN(kKernel, "rank %d: piece push step %d (owner %d, piece %d): needs 16-byte aligned source and "
-                "destination, a multiple of 8 elements and ready / landed words", frame.rank, i, s.owner, s.piece);
+      WEFT_WARN(kKernel,
+                "rank %d: piece push step %d (owner %d, piece %d): needs 16-byte aligned source and "
+                "destination, a multiple of 8 elements and ready / landed words",
+                frame.rank, i, s.owner, s.piece);
       return Status::kInvalidArgument;
     }
   }

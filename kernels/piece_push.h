@@ -26,10 +26,10 @@ struct PiecePushStep {
   int64_t elems = 0;                   // a multiple of 8
   const uint64_t* ready = nullptr;     // local: the piece's tile count
   uint64_t ready_at = 0;
-  const uint64_t* clear = nullptr;     // local: the owner's "slots of the previous epoch read" word
+  const uint64_t* clear = nullptr;  // local: the owner's "slots of the previous epoch read" word
   uint64_t clear_at = 0;
-  uint64_t* landed = nullptr;          // the owner's word for this piece (peer-mapped): += 1 per block
-  int32_t owner = 0, piece = 0;        // for error records: tile_m = piece, tile_n = owner
+  uint64_t* landed = nullptr;                // the owner's word for this piece (peer-mapped): += 1 per block
+  int32_t owner = 0, piece = 0;              // for error records: tile_m = piece, tile_n = owner
   int32_t ready_index = 0, clear_index = 0;  // flag_index of the two waits in an error record
 };
 

@@ -50,7 +50,8 @@ struct GemmReduce {
   PeerBuffer ready;        // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
   PeerBuffer bcast;        // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
   PeerBuffer landed;       // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
-  PeerBuffer moved;        // mover SMs: W·S: moved[p·S + j] += 1 per mover block of peer p once its rows of piece j are here
+  PeerBuffer moved;        // mover SMs: W·S: moved[p·S + j] += 1 per block of peer p's movers once its
+                           //   rows of piece j are here
   bool sm_send = false;     // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
   // Mover SMs beside the GEMM (copy-engine sends only): WEFT_GEMM_REDUCE_MOVERS blocks push the last
   // WEFT_GEMM_REDUCE_MOVER_ROWS rows of every piece, the copy engines the rest (kernels/piece_push.h).

@@ -12,8 +12,9 @@
 //     16-byte stores over NVLink, then moved[r·S + j] += 1 per block on o): the copy engines run
 //     only two copies of a round at once, and the third used to wait for them.
 //   own rows: piece j's tiles wait (producer, bounded) on gate[j], which the gate stream raises
-//     once every peer's piece j has arrived (arrival flags and mover counts); the epilogue adds the W-1 staged partials to the fp32
-//     accumulator in slot order (same bits every run), rounds once, and stores the sum:
+//     once every peer's piece j has arrived (arrival flags and mover counts); the epilogue adds
+//     the W-1 staged partials to the fp32 accumulator in slot order (same bits every run), rounds
+//     once, and stores the sum:
 //     RS: this rank's output;  AR: its rows of C, which one stream per peer copies into that
 //     peer's C, piece by piece as the tiles complete ─► gathered[r] = e on the peer; the op ends
 //     when every peer's rows are here (stream waits).
@@ -222,7 +223,8 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_MOVER_LAST", &op.mover_last));
   if (!op.overlap || blocks == 0) rows = 0, op.mover_last = false;
   if (op.world < 3) op.mover_last = false;  // the last owner would be the only one: nothing left to the copy engines
-  if (blocks < 0 || rows < 0 || rows > op.m_piece || ((rows > 0 || op.mover_last) && (blocks < 1 || blocks > sms / 2)) ||
+  const bool on = rows > 0 || op.mover_last;
+  if (blocks < 0 || rows < 0 || rows > op.m_piece || (on && (blocks < 1 || blocks > sms / 2)) ||
       (op.m_piece - rows) * op.n % 8) {
     WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld / WEFT_GEMM_REDUCE_MOVER_ROWS=%lld: the movers need "
               "1 to %d blocks and at most the %lld rows of a piece, leaving a multiple of 8 elements to the copy "
@@ -231,7 +233,7 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
     return Status::kInvalidArgument;
   }
   op.mover_rows = rows;
-  op.mover_blocks = rows > 0 || op.mover_last ? int(blocks) : 0;
+  op.mover_blocks = on ? int(blocks) : 0;
   op.sms = sms;
   return Status::kOk;
 }

@@ -20,7 +20,7 @@ using weft::Status;
 
 namespace {
 
-constexpr int kOwners = 3;    // simulated ranks: this one (0) sends to owners 1 and 2
+constexpr int kOwners = 3;  // simulated ranks: this one (0) sends to owners 1 and 2
 constexpr int kPieces = 2;
 constexpr int64_t kRows = 64;  // rows of a piece
 constexpr int64_t kCols = 1000;
@@ -144,8 +144,8 @@ TEST_CASE("piece push: beside a kernel holding the other SMs, each owner gets ex
   WEFT_CUDA_OK(cudaStreamCreateWithFlags(&gemm, cudaStreamNonBlocking));
   WEFT_CUDA_OK(cudaStreamCreateWithFlags(&move, cudaStreamNonBlocking));
   const int producers = t.sms - movers;
-  producer<<<producers, 256, hold, gemm>>>(t.partial.p, t.tiles.p, t.landed.p, p.steps, d_owner.p, d_piece.p, 7,
-                                           movers, seed, ok.p);
+  producer<<<producers, 256, hold, gemm>>>(t.partial.p, t.tiles.p, t.landed.p, p.steps, d_owner.p, d_piece.p, 7, movers,
+                                           seed, ok.p);
   REQUIRE(launch_piece_push(p, t.fp, movers, move) == Status::kOk);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
   CHECK(t.frame.check("piece push test") == Status::kOk);
