@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
 #include "launcher/op_registry.h"
 #include "runtime/log.h"
@@ -224,12 +225,16 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
   if (!op.overlap || blocks == 0) rows = 0, op.mover_last = false;
   if (op.world < 3) op.mover_last = false;  // the last owner would be the only one: nothing left to the copy engines
   const bool on = rows > 0 || op.mover_last;
+  // One kernel argument holds every piece the movers take: the last owner's, or every other owner's.
+  const int64_t steps = on ? int64_t(rows > 0 ? op.world - 1 : 1) * op.pieces : 0;
   if (blocks < 0 || rows < 0 || rows > op.m_piece || (on && (blocks < 1 || blocks > sms / 2)) ||
-      (op.m_piece - rows) * op.n % 8) {
-    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld / WEFT_GEMM_REDUCE_MOVER_ROWS=%lld: the movers need "
-              "1 to %d blocks and at most the %lld rows of a piece, leaving a multiple of 8 elements to the copy "
-              "engines", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows), sms / 2,
-              static_cast<long long>(op.m_piece));
+      (op.m_piece - rows) * op.n % 8 || steps > kernels::PiecePushParams::kMaxSteps) {
+    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld, WEFT_GEMM_REDUCE_MOVER_ROWS=%lld, "
+              "WEFT_GEMM_REDUCE_MOVER_LAST=%d: the movers need 1 to %d blocks, at most the %lld rows of a piece "
+              "(leaving a multiple of 8 elements to the copy engines) and at most %d pieces (%lld here: %d ranks x %d "
+              "pieces)", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows),
+              int(op.mover_last), sms / 2, static_cast<long long>(op.m_piece), kernels::PiecePushParams::kMaxSteps,
+              static_cast<long long>(steps), op.world, op.pieces);
     return Status::kInvalidArgument;
   }
   op.mover_rows = rows;
