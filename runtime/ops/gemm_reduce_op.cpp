@@ -231,10 +231,10 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
       (op.m_piece - rows) * op.n % 8 || steps > kernels::PiecePushParams::kMaxSteps) {
     WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld, WEFT_GEMM_REDUCE_MOVER_ROWS=%lld, "
               "WEFT_GEMM_REDUCE_MOVER_LAST=%d: the movers need 1 to %d blocks, at most the %lld rows of a piece "
-              "(leaving a multiple of 8 elements to the copy engines) and at most %d pieces (%lld here: %d ranks x %d "
-              "pieces)", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows),
+              "(leaving a multiple of 8 elements to the copy engines) and at most %d pieces to push (%lld here, %d per "
+              "owner)", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows),
               int(op.mover_last), sms / 2, static_cast<long long>(op.m_piece), kernels::PiecePushParams::kMaxSteps,
-              static_cast<long long>(steps), op.world, op.pieces);
+              static_cast<long long>(steps), op.pieces);
     return Status::kInvalidArgument;
   }
   op.mover_rows = rows;
