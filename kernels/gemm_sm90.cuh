@@ -287,6 +287,11 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   PersistentTileIter t(g.sched, cluster_idx, clusters);
   uint32_t next = 0;  // the next unit, claimed ahead (have_next)
   bool have_next = false;
+  // Shards (below 32) whose per-shard flag this producer has already seen open: their later tiles
+  // need neither the flag's load nor the proxy fence again (the flags only grow; FlagGate::recheck).
+  // Not for GEMM+RS/AR's producer, whose slot stages leave no register for it (it spilled).
+  constexpr bool kCacheOpenShards = !std::is_same<Epilogue, EpiReduceSlots>::value;
+  uint32_t open_shards = 0;
   for (uint32_t handed = 0;;) {
     int64_t u;
     if (claim) {
@@ -304,7 +309,10 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
     // which alone wait for the tile's gate. One loop, so that each wait is inlined once: the
     // producer has 40 registers.
     const int32_t k_last = c.k_end + slot_stages<kCluster>(epi, g, c);
-    const bool gated = gate.may_wait(c.shard) && (gate.granularity == kFlagPerShard || c.m_block < g.cta_m_blocks);
+    const bool per_shard = gate.granularity == kFlagPerShard;
+    const bool cache = kCacheOpenShards && per_shard && !gate.recheck && c.shard < 32;
+    const bool gated = gate.may_wait(c.shard) && (per_shard || c.m_block < g.cta_m_blocks) &&
+                       !(cache && (open_shards >> c.shard & 1u));
     const int32_t gate_at = gated ? (k_last > c.k_end ? c.k_end : c.k_begin) : -1;
     const int32_t row_a = c.m_block * Cfg::kTileM;
     const int32_t row_b = c.n_block * Cfg::kTileN + int32_t(cta) * kBRows;
@@ -321,6 +329,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
         const bool ok = frame_wait_flag(f, gate.flags + idx, gate.expected, Role::kCompute, c.m_block, c.n_block, idx);
         // The data behind the flag is read by the copy engine (async proxy) next.
         asm volatile("fence.proxy.async.global;" ::: "memory");
+        if (ok && cache) open_shards |= 1u << c.shard;
         if (!ok) {
           // Wake this CTA's consumers with an empty arrival on this stage; they see `abort`.
           if (!wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;

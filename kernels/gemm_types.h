@@ -59,6 +59,10 @@ struct FlagGate {
   uint64_t expected = 0;
   int32_t wait_lo = 0;
   int32_t wait_hi = 0x7fffffff;
+  // kFlagPerShard: a producer that has seen shard s's flag open does not load it again for the
+  // shard's later tiles (flags only grow; not GEMM+RS/AR's EpiReduceSlots kernel). 1 checks every
+  // tile (only to measure what that costs).
+  int32_t recheck = 0;
 
   WEFT_HD bool may_wait(int32_t shard) const { return flags && shard >= wait_lo && shard < wait_hi; }
 };

@@ -432,8 +432,15 @@ TEST_CASE("gemm dynamic claims: a gate that opens late, every tile signalled onc
   SUBCASE("late gate") {
     FrameParams fp;
     REQUIRE(frame.params(compute_only(sms), &fp) == Status::kOk);
-    // Shard 3 (the third visited, order 1, 2, 3, 0) opens 50 ms after the launch, long after the
-    // tiles before it are done: blocks wait on it while others claim past it.
+    // Shard 3 (the third visited, order 1, 2, 3, 0) arrives 50 ms after the launch, long after the
+    // tiles before it are done: blocks wait on it while others claim past it. Its rows are poison
+    // until then, so a tile that read them before its gate opened (or skipped its gate because the
+    // block had seen other shards open) fails the comparison.
+    const int64_t shard_elems = int64_t(m / shards) * k;
+    __nv_bfloat16* shard3 = pb.a.p + 3 * shard_elems;
+    DevBuf<__nv_bfloat16> saved(shard_elems);
+    WEFT_CUDA_OK(cudaMemcpy(saved.p, shard3, size_t(shard_elems) * 2, cudaMemcpyDeviceToDevice));
+    poison_bf16(shard3, shard_elems);
     const std::vector<uint64_t> h_ready = {9, 9, 9, 0};
     WEFT_CUDA_OK(cudaMemcpy(ready.p, h_ready.data(), shards * 8, cudaMemcpyHostToDevice));
     WEFT_CUDA_OK(cudaMemset(tile_flags.p, 0, size_t(tiles) * 8));
@@ -443,6 +450,7 @@ TEST_CASE("gemm dynamic claims: a gate that opens late, every tile signalled onc
                         run) == Status::kOk);
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const uint64_t nine = 9;
+    WEFT_CUDA_OK(cudaMemcpyAsync(shard3, saved.p, size_t(shard_elems) * 2, cudaMemcpyDeviceToDevice, late));
     WEFT_CUDA_OK(cudaMemcpyAsync(ready.p + 3, &nine, 8, cudaMemcpyHostToDevice, late));
     WEFT_CUDA_OK(cudaStreamSynchronize(late));
     WEFT_CUDA_OK(cudaStreamSynchronize(run));
