@@ -29,6 +29,8 @@ const std::vector<ParamInfo> kParams = {
      "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)"},
     {"WEFT_GEMM_GROUP", ParamType::kInt, "0", "tiles",
      "fused ops' GEMMs: raster group height in 128-row tiles (L2 reuse of B); 0 = the kernel's default"},
+    {"WEFT_GEMM_CLUSTER", ParamType::kInt, "1", "CTAs",
+     "ag_gemm copy-engine variants: CTAs per cluster sharing B through TMA multicast (1 or 2)"},
     {"WEFT_GEMM_SPLIT_TAIL", ParamType::kBool, "1", "",
      "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
     {"WEFT_GEMM_DYNAMIC", ParamType::kBool, "1", "",
@@ -54,6 +56,9 @@ const std::vector<ParamInfo> kParams = {
      "first signal (0: no bound)"},
     {"WEFT_SOCKET_IFNAME", ParamType::kString, "", "",
      "network interface for the socket backend; empty = the route to the peer"},
+    {"WEFT_OPS_INPUT", ParamType::kString, "normal", "",
+     "fused ops' random inputs: normal (like torch.randn) or uniform in [-1, 1); the GEMMs run at their power cap, "
+     "where the data moves the clock (docs/ops.md)"},
     {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},
     {"WEFT_GEMM_REDUCE_PATH", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar: overlap (partials move during the GEMM, whose epilogue reduces; M/ranks a multiple of 128), "

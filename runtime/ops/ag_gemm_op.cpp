@@ -83,7 +83,7 @@ struct AgGemm {
   kernels::EpiStoreBf16 epi() const { return kernels::EpiStoreBf16{c, n, n % 2 == 0}; }
 
   Status make_gemm(int64_t cols, const bf16* a, int64_t kk, const bf16* bb, int shards, int first,
-                   kernels::GemmParams* out) const {
+                   kernels::GemmParams* out, int cluster = 1) const {
     kernels::GemmArgs args;
     args.m = m;
     args.n = cols;
@@ -94,6 +94,7 @@ struct AgGemm {
     args.ldb = k;
     args.num_shards = shards;
     args.first_shard = first;
+    args.cluster_m = cluster;
     WEFT_CHECK(gemm_group(&args.group_m));
     return kernels::make_gemm_params(args, out);
   }
@@ -107,28 +108,36 @@ struct AgGemm {
     return kernels::launch_acc_to_bf16(acc, m, n - n_main, c + n_main, n, main);
   }
 
-  Status enqueue_copy_engines(Variant& v, bool gemm) {
-    ++v.epoch;
-    WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
-    const int64_t rows = m_loc / v.ce_chunks;
-    for (int i = 1; i < world; ++i) {
-      const int s = (rank + i) % world;
-      for (int ch = 0; ch < v.ce_chunks; ++ch) {
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s) + ch * rows * k, peer_shard(s) + ch * rows * k,
-                                        size_t(rows * k) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
-        WEFT_CHECK(stream_write_u64(copy, v.ce_flags + s * v.ce_chunks + ch, v.epoch));
+  // copies = false or gated = false: the diagnostics (the GEMM behind gates already open; the copies
+  // beside a GEMM that does not wait for them).
+  Status enqueue_copy_engines(Variant& v, bool gemm, bool copies = true, bool gated = true, bool recheck = false) {
+    if (copies) {
+      ++v.epoch;
+      WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
+      const int64_t rows = m_loc / v.ce_chunks;
+      for (int i = 1; i < world; ++i) {
+        const int s = (rank + i) % world;
+        for (int ch = 0; ch < v.ce_chunks; ++ch) {
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s) + ch * rows * k, peer_shard(s) + ch * rows * k,
+                                          size_t(rows * k) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
+          WEFT_CHECK(stream_write_u64(copy, v.ce_flags + s * v.ce_chunks + ch, v.epoch));
+        }
       }
     }
     if (gemm) {
       kernels::FrameParams fp = frame_base;
       fp.roles = v.roles;
-      kernels::FlagGate gate{v.ce_flags, kernels::kFlagPerShard, v.epoch};
+      kernels::FlagGate gate =
+          gated ? kernels::FlagGate{v.ce_flags, kernels::kFlagPerShard, v.epoch} : kernels::FlagGate{};
+      gate.recheck = recheck;
       WEFT_CHECK(kernels::launch_gemm(v.gemm, fp, epi(), gate, kernels::TileSignal{}, main));
       if (v.tail) WEFT_CHECK(enqueue_tail());
     }
-    WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
-    WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+    if (copies) {
+      WEFT_CUDA_CHECK(cudaEventRecord(join, copy));
+      WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
+    }
     return Status::kOk;
   }
 
@@ -294,8 +303,10 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
     WEFT_CUDA_CHECK(
         cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF, size_t(own_blocks * v->gemm.n_blocks) * 8));
   } else {
+    int64_t cluster = 1;
+    WEFT_CHECK(get_param("WEFT_GEMM_CLUSTER", &cluster));
     WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks, op.rank * v->ce_chunks,
-                            &v->gemm));
+                            &v->gemm, int(cluster)));
     const size_t count = size_t(op.world * v->ce_chunks);
     WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
     WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));
@@ -432,8 +443,11 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   };
   if (want_ce) {
     std::vector<int> chunk_counts = {1};
-    int chunked = int(std::min<int64_t>(4, op.m_loc / kRows));  // chunks must split a shard into whole tiles
-    while ((op.m_loc / kRows) % chunked) --chunked;
+    int64_t cluster = 1;  // chunks must split a shard into whole (cluster) tiles
+    WEFT_CHECK(get_param("WEFT_GEMM_CLUSTER", &cluster));
+    const int64_t unit_rows = kRows * std::max<int64_t>(1, cluster);
+    int chunked = int(std::max<int64_t>(1, std::min<int64_t>(4, op.m_loc / unit_rows)));
+    while ((op.m_loc / unit_rows) % chunked) --chunked;
     if (chunked > 1) chunk_counts.push_back(chunked);
     for (int chunks : chunk_counts) {
       for (bool tail : {false, true}) {
@@ -484,6 +498,13 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   cublasHandle_t blas = nullptr;
   WEFT_CUBLAS_CHECK(cublasCreate(&blas));
   WEFT_CHECK(reference(op, comm, blas));
+  // weft's GEMM alone reads the gathered A too: the GPU runs at its power cap, and zeros (the peers'
+  // rows before any variant has run) cost less power than data, so a GEMM on them runs faster.
+  for (int s = 0; s < op.world; ++s)
+    if (s != op.rank)
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(op.shard(s), op.a_nccl + s * op.m_loc * op.k, size_t(op.m_loc * op.k) * sizeof(bf16),
+                                      cudaMemcpyDeviceToDevice, op.main));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
 
   const int warm = wl.run.warmup, iters = wl.run.iters;
   const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
@@ -522,6 +543,19 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
     return kernels::launch_gemm(plain, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
   };
   WEFT_CHECK(timed([&] { return gemm_alone(op.sms); }, &t_wgemm));
+  // The same GEMM in one raster over all of A (as if every shard were there from the start): what the
+  // rank-rotated per-shard order costs or saves (raster groups end at shard borders).
+  double t_wgemm_one = 0;
+  kernels::GemmParams one_shard;
+  WEFT_CHECK(op.make_gemm(op.n, op.a_full.local<bf16>(), op.k, op.b, 1, 0, &one_shard));
+  WEFT_CHECK(timed(
+      [&] {
+        kernels::FrameParams fp = op.frame_base;
+        fp.roles = RoleCounts{};
+        fp.roles.compute = op.sms;
+        return kernels::launch_gemm(one_shard, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+      },
+      &t_wgemm_one));
   if (!want_sm.empty()) WEFT_CHECK(timed([&] { return gemm_alone(sm_roles.compute); }, &t_wgemm_sm));
   if (same_waves < op.sms && same_waves != sm_roles.compute)
     WEFT_CHECK(timed([&] { return gemm_alone(same_waves); }, &t_wgemm_waves));
@@ -536,6 +570,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   rows.push_back({"nccl all-gather alone", t_comm, 0, ""});
   rows.push_back({"bound", bound, tf(bound), "max(gemm, all-gather)"});
   rows.push_back({"weft gemm alone (no wait)", t_wgemm, tf(t_wgemm), std::to_string(op.sms) + " SMs"});
+  rows.push_back({"diag: weft gemm alone, one raster", t_wgemm_one, tf(t_wgemm_one),
+                  "all of A in one raster, not rank-rotated per shard"});
   if (t_wgemm_sm > 0)
     rows.push_back(
         {"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm), std::to_string(sm_roles.compute) + " SMs"});
@@ -584,6 +620,15 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
         snprintf(note, sizeof note, "%.0f GB/s in", gbps);
       rows.push_back({"gather alone: " + v.name, t, 0, note});
       if (op.rank == 0) printf("rank 0: ag_gemm gather alone, %s: %.3f ms (%s)\n", v.name.c_str(), t, note);
+      if (!v.sm) {  // where the fused time goes: the gates alone, the copies beside an ungated GEMM
+        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, false, true); }, &t));
+        rows.push_back({"diag: " + v.name + ", gates open, no copies", t, tf(t), "what the gates cost"});
+        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, false, true, true); }, &t));
+        rows.push_back({"diag: " + v.name + ", gates open, checked every tile", t, tf(t),
+                        "a flag load and proxy fence per tile, not per shard"});
+        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, true, false); }, &t));
+        rows.push_back({"diag: " + v.name + ", copies beside, no gates", t, tf(t), "what the copies cost the GEMM"});
+      }
     }
   }
   if (best) {

@@ -1,7 +1,11 @@
 // Kernels behind device_data.h.
 #include "runtime/ops/device_data.h"
 
+#include <string>
+
+#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
+#include "runtime/params.h"
 
 namespace weft::runtime::ops {
 namespace {
@@ -15,10 +19,18 @@ __device__ __forceinline__ uint64_t mix64(uint64_t x) {
   return x;
 }
 
-__global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale) {
+__global__ void fill_kernel(__nv_bfloat16* p, int64_t n, uint64_t seed, float scale, bool normal) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float u = float(mix64(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull) >> 40) * (1.0f / 8388608.0f) - 1.0f;
-    p[i] = __float2bfloat16_rn(u * scale);
+    const uint64_t h = mix64(seed + uint64_t(i) * 0x9E3779B97F4A7C15ull);
+    float x;
+    if (normal) {  // Box-Muller on two 24-bit uniforms: u1 in (0, 1], u2 in [0, 1)
+      const float u1 = (float(h >> 40) + 1.0f) * (1.0f / 16777216.0f);
+      const float u2 = float((h >> 16) & 0xFFFFFFu) * (1.0f / 16777216.0f);
+      x = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);
+    } else {
+      x = float(h >> 40) * (1.0f / 8388608.0f) - 1.0f;
+    }
+    p[i] = __float2bfloat16_rn(x * scale);
   }
 }
 
@@ -74,7 +86,13 @@ uint64_t mix64_host(uint64_t seed, int rank) {
 }  // namespace
 
 Status fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, int rank, float scale, cudaStream_t s) {
-  fill_kernel<<<1024, 256, 0, s>>>(p, n, mix64_host(seed, rank), scale);
+  std::string dist;
+  WEFT_CHECK(get_param("WEFT_OPS_INPUT", &dist));
+  if (dist != "normal" && dist != "uniform") {
+    WEFT_WARN(kKernel, "rank %d: WEFT_OPS_INPUT is '%s': use normal or uniform", rank, dist.c_str());
+    return Status::kInvalidArgument;
+  }
+  fill_kernel<<<1024, 256, 0, s>>>(p, n, mix64_host(seed, rank), scale, dist == "normal");
   WEFT_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
 }
