@@ -57,8 +57,7 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_SOCKET_IFNAME", ParamType::kString, "", "",
      "network interface for the socket backend; empty = the route to the peer"},
     {"WEFT_OPS_INPUT", ParamType::kString, "normal", "",
-     "fused ops' random inputs: normal (like torch.randn) or uniform in [-1, 1); the GEMMs run at their power cap, "
-     "where the data moves the clock (docs/ops.md)"},
+     "fused ops' random inputs: normal (like torch.randn in the PyTorch baselines) or uniform in [-1, 1)"},
     {"WEFT_DETERMINISTIC", ParamType::kBool, "0", "", "fixed reduction order, so results repeat bit for bit"},
     {"WEFT_GEMM_REDUCE_PATH", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar: overlap (partials move during the GEMM, whose epilogue reduces; M/ranks a multiple of 128), "

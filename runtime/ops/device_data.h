@@ -13,8 +13,7 @@ namespace weft::runtime::ops {
 // Random values from a counter hash of (seed, rank, index): a shard filled by rank r is different
 // from one filled by any other rank, so a misrouted shard fails the comparison. Normal with standard
 // deviation `scale` (what torch.randn gives the baselines), or with WEFT_OPS_INPUT=uniform uniform in
-// [-scale, scale). The distribution matters for timing: under the 700 W cap a GEMM on uniform data
-// ran ~9% slower than on normal data (docs/ops.md). Fails on an unknown WEFT_OPS_INPUT.
+// [-scale, scale). Fails on an unknown WEFT_OPS_INPUT.
 Status fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, int rank, float scale, cudaStream_t s);
 // 0xFFFF in every element: a bf16 NaN, so an element nothing wrote fails every comparison.
 Status poison_bf16(__nv_bfloat16* p, int64_t n, cudaStream_t s);
