@@ -14,12 +14,12 @@ using Blob = std::vector<uint8_t>;
 struct RankInfo {
   int rank = 0;
   int size = 1;
-  int local_rank = 0;   // index among the ranks of this node
+  int local_rank = 0;  // index among the ranks of this node
   int local_size = 1;
-  int node = 0;         // node index, 0..num_nodes-1 (emulated nodes count as nodes)
+  int node = 0;  // node index, 0..num_nodes-1 (emulated nodes count as nodes)
   int num_nodes = 1;
-  std::string hostname; // as the launcher reports it (differs per emulated node)
-  std::string nspace;   // job namespace (PMIx), for messages
+  std::string hostname;  // as the launcher reports it (differs per emulated node)
+  std::string nspace;    // job namespace (PMIx), for messages
 };
 
 // Every method is collective where it says so, bounded by WEFT_BOOTSTRAP_TIMEOUT, and on timeout

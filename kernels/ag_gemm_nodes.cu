@@ -31,7 +31,7 @@ __device__ void inter_send(const AgNodesKernelParams& p) {
       const int32_t peer = m.send_peer[s], dst = m.send_dst_pos[s];
       const uint64_t flag = m.flags_offset + (uint64_t(dst) * m.chunks + c) * sizeof(uint64_t);
       const int rc = transport::device::push_put_signal<false>(p.fifo[ch], peer, chunk_offset(m, 0, c),
-                                                        chunk_offset(m, dst, c), m.chunk_bytes, flag, p.epoch);
+                                                               chunk_offset(m, dst, c), m.chunk_bytes, flag, p.epoch);
       if (rc != 0) {
         if (atomicCAS(p.push_error, 0, rc) == 0) *p.push_error_peer = peer;
         return;
@@ -85,8 +85,8 @@ __device__ void wait_all(const AgNodesKernelParams& p) {
   const AgNodesDeviceMoves& m = p.moves;
   const int32_t flags = m.positions * m.chunks;
   for (int32_t i = threadIdx.x; i < flags; i += blockDim.x)
-    if (!frame_wait_flag(p.frame, reinterpret_cast<uint64_t*>(p.heap + m.flags_offset) + i, p.epoch, Role::kCompute,
-                         -1, -1, i))
+    if (!frame_wait_flag(p.frame, reinterpret_cast<uint64_t*>(p.heap + m.flags_offset) + i, p.epoch, Role::kCompute, -1,
+                         -1, i))
       return;
 }
 

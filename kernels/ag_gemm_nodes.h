@@ -43,15 +43,15 @@ struct AgNodesDeviceMoves {
 };
 
 struct AgNodesKernelParams {
-  GemmParams gemm;       // A = the heap's positions, num_shards = positions * chunks, first_shard 0
-  FrameParams frame;     // roles: compute, intra_comm, inter_send
-  EpiScatterBf16 epi;    // dst[position] = C rows of the shard at that position
-  FlagGate gate;         // flags (per shard = per chunk), expected = epoch
+  GemmParams gemm;     // A = the heap's positions, num_shards = positions * chunks, first_shard 0
+  FrameParams frame;   // roles: compute, intra_comm, inter_send
+  EpiScatterBf16 epi;  // dst[position] = C rows of the shard at that position
+  FlagGate gate;       // flags (per shard = per chunk), expected = epoch
   AgNodesDeviceMoves moves;
   transport::DeviceFifo fifo[AgNodesDeviceMoves::kMaxChannels];
   int32_t channels = 1;
-  char* heap = nullptr;                // this rank's heap
-  char* const* peers = nullptr;        // device table of heap bases (same node; CudaHeap)
+  char* heap = nullptr;          // this rank's heap
+  char* const* peers = nullptr;  // device table of heap bases (same node; CudaHeap)
   uint64_t epoch = 0;
   int32_t compute = 1;                 // 0: no GEMM; compute block 0 waits for every flag (gather alone)
   int32_t* push_error = nullptr;       // device word: first failed push's status (0: none)

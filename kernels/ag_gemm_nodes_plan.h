@@ -50,8 +50,8 @@ struct AgNodesForward {
 
 struct AgNodesPlan {
   int rank = 0, world = 0, nodes = 0, per_node = 0;
-  std::vector<int> order;   // position -> shard (the rank whose rows of A it holds)
-  std::vector<int> pos_of;  // shard -> position
+  std::vector<int> order;             // position -> shard (the rank whose rows of A it holds)
+  std::vector<int> pos_of;            // shard -> position
   std::vector<AgNodesSource> source;  // per position
   std::vector<int> source_rank;       // per position: the rank whose action fills it (messages)
   std::vector<AgNodesSend> sends;
@@ -77,7 +77,8 @@ inline bool ag_nodes_layout_ok(const std::vector<int>& node_of, const std::vecto
     if (v < 0) return *why = "negative node index", false;
     n = v + 1 > n ? v + 1 : n;
   }
-  if (world % n) return *why = std::to_string(world) + " ranks do not split evenly over " + std::to_string(n) + " nodes", false;
+  if (world % n)
+    return *why = std::to_string(world) + " ranks do not split evenly over " + std::to_string(n) + " nodes", false;
   const int g = world / n;
   for (int node = 0; node < n; ++node)
     for (int l = 0; l < g; ++l)

@@ -2,11 +2,11 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include "kernels/gemm.h"
-
 #include <map>
 #include <mutex>
 #include <utility>
+
+#include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -44,9 +44,9 @@ Status encode_operand(const char* name, const void* ptr, int64_t rows, int64_t c
   const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
   const cuuint32_t box[2] = {uint32_t(GemmConfig::kTileK), box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  CUresult r = fn(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
-                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  CUresult r =
+      fn(out, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box, elem_strides,
+         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     WEFT_WARN(kKernel, "gemm: cannot encode the tensor map of %s (%lld x %lld, ld %lld): CUresult %d", name,
               (long long)rows, (long long)cols, (long long)ld, int(r));
@@ -348,9 +348,10 @@ Status enable_own_tma_store(const GemmParams& g, __nv_bfloat16* const* peers, in
   for (int i = 0; ok && i < npeers; ++i) ok = peers[i] && aligned(peers[i]);
   if (!ok) {
     if (npeers > 0) {
-      WEFT_WARN(kKernel, "gemm: own tiles to %d peers need 128-row aligned own rows [%d, %d), paired 16-byte aligned "
-                "stores and ldc %lld a multiple of 8 >= n %d", npeers, epi->lo, epi->hi,
-                static_cast<long long>(epi->ldc), g.n);
+      WEFT_WARN(kKernel,
+                "gemm: own tiles to %d peers need 128-row aligned own rows [%d, %d), paired 16-byte aligned "
+                "stores and ldc %lld a multiple of 8 >= n %d",
+                npeers, epi->lo, epi->hi, static_cast<long long>(epi->ldc), g.n);
       return Status::kInvalidArgument;
     }
     return Status::kOk;  // stores from registers: still correct
@@ -366,16 +367,17 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
                               int rows_per_piece, EpiReduceSlots* epi) {
   epi->part_owners = 0;
   const int64_t rows = int64_t(epi->hi) - epi->lo;
-  bool ok = epi->paired && rows > 0 && rows % GemmConfig::kTileM == 0 && epi->lo % rows == 0 &&
-            owners >= 1 && owners <= EpiReduceSlots::kMaxOwnMaps && int64_t(owners) * rows == g.m &&
-            rows_per_piece > 0 && rows_per_piece % GemmConfig::kTileM == 0 && rows % rows_per_piece == 0 &&
-            epi->ldc % 8 == 0 && epi->ldc >= g.n;
+  bool ok = epi->paired && rows > 0 && rows % GemmConfig::kTileM == 0 && epi->lo % rows == 0 && owners >= 1 &&
+            owners <= EpiReduceSlots::kMaxOwnMaps && int64_t(owners) * rows == g.m && rows_per_piece > 0 &&
+            rows_per_piece % GemmConfig::kTileM == 0 && rows % rows_per_piece == 0 && epi->ldc % 8 == 0 &&
+            epi->ldc >= g.n;
   for (int o = 0; ok && o < owners; ++o)
     ok = o == epi->lo / rows || (slots[o] && counts[o] && reinterpret_cast<uintptr_t>(slots[o]) % 16 == 0);
   if (!ok) {
-    WEFT_WARN(kKernel, "gemm: partial tiles to %d owners need M %d = owners x a multiple of %d rows, pieces of a "
-              "multiple of %d rows, paired 16-byte aligned stores and ldc %lld a multiple of 8 >= n %d", owners, g.m,
-              GemmConfig::kTileM, GemmConfig::kTileM, static_cast<long long>(epi->ldc), g.n);
+    WEFT_WARN(kKernel,
+              "gemm: partial tiles to %d owners need M %d = owners x a multiple of %d rows, pieces of a "
+              "multiple of %d rows, paired 16-byte aligned stores and ldc %lld a multiple of 8 >= n %d",
+              owners, g.m, GemmConfig::kTileM, GemmConfig::kTileM, static_cast<long long>(epi->ldc), g.n);
     return Status::kInvalidArgument;
   }
   for (int o = 0; o < owners; ++o) {
@@ -398,8 +400,8 @@ Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi) {
     ok = epi->slots[i] && reinterpret_cast<uintptr_t>(epi->slots[i]) % 16 == 0;
   if (!ok) return Status::kOk;  // the consumers load the slots themselves
   for (int i = 0; i < epi->nslots; ++i)
-    WEFT_CHECK(encode_operand("a staged slot", epi->slots[i], rows, g.n, epi->ldc, GemmConfig::kTileM,
-                              &epi->slot_map[i]));
+    WEFT_CHECK(
+        encode_operand("a staged slot", epi->slots[i], rows, g.n, epi->ldc, GemmConfig::kTileM, &epi->slot_map[i]));
   epi->slot_maps = epi->nslots;
   return Status::kOk;
 }

@@ -22,16 +22,16 @@ namespace weft::kernels {
 // User-facing arguments (CUTLASS habit: Arguments apart from device-ready Params).
 struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
-  const void* a = nullptr;  // bf16
-  int64_t lda = 0;          // elements; 0 = k
-  const void* b = nullptr;  // bf16
-  int64_t ldb = 0;          // elements; 0 = k
-  int32_t cluster_m = 1;    // CTAs per cluster along M sharing B through TMA multicast (1 or 2);
-                            // 2 is correct and tested but measured slower (docs/gemm.md)
-  int32_t group_m = 16;     // raster group height in cluster tiles (L2 reuse; docs/gemm.md)
-  int32_t num_shards = 1;   // M-shards of the tile order (see tile_scheduler.h); M / num_shards
-                            // must be a multiple of cluster_m * 128 rows
-  int32_t first_shard = 0;  // shard computed first (rank-rotated order)
+  const void* a = nullptr;         // bf16
+  int64_t lda = 0;                 // elements; 0 = k
+  const void* b = nullptr;         // bf16
+  int64_t ldb = 0;                 // elements; 0 = k
+  int32_t cluster_m = 1;           // CTAs per cluster along M sharing B through TMA multicast (1 or 2);
+                                   // 2 is correct and tested but measured slower (docs/gemm.md)
+  int32_t group_m = 16;            // raster group height in cluster tiles (L2 reuse; docs/gemm.md)
+  int32_t num_shards = 1;          // M-shards of the tile order (see tile_scheduler.h); M / num_shards
+                                   // must be a multiple of cluster_m * 128 rows
+  int32_t first_shard = 0;         // shard computed first (rank-rotated order)
   int32_t piece_major_owners = 0;  // > 0: piece-major order over owners x (num_shards / owners) pieces
   int32_t piece_major_owner = 0;   //   with this owner's piece j after round j + lag (tile_scheduler.h)
   int32_t piece_major_lag = 1;

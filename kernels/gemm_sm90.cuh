@@ -235,8 +235,8 @@ __device__ __forceinline__ bool add_slot_stages(const Epilogue&, SharedStorage&,
   return true;
 }
 __device__ __forceinline__ bool add_slot_stages(const EpiReduceSlots& e, SharedStorage& s, const FrameParams& f,
-                                                const TileCoord& c, float (&acc)[128], uint32_t& it,
-                                                int32_t consumer, int32_t t128) {
+                                                const TileCoord& c, float (&acc)[128], uint32_t& it, int32_t consumer,
+                                                int32_t t128) {
   using Cfg = GemmConfig;
   const int32_t warp = t128 / 32, lane = t128 % 32;
   const int32_t r0 = consumer * 64 + warp * 16 + lane / 4;  // rows r0 and r0 + 8 of a 128-row box
@@ -276,8 +276,8 @@ __device__ __forceinline__ bool add_slot_stages(const EpiReduceSlots& e, SharedS
 
 template <int kCluster, bool kClaims, class Epilogue>
 __device__ __forceinline__ void producer_loop(const GemmParams& g, const FrameParams& f, const Epilogue& epi,
-                                              const FlagGate& gate, SharedStorage& s, uint32_t cta,
-                                              int32_t cluster_idx, int32_t clusters) {
+                                              const FlagGate& gate, SharedStorage& s, uint32_t cta, int32_t cluster_idx,
+                                              int32_t clusters) {
   using Cfg = GemmConfig;
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
   constexpr int32_t kBRows = Cfg::kTileN / kCluster;  // rows of B this CTA loads (and multicasts)
@@ -462,8 +462,7 @@ __device__ __forceinline__ SplitFix split_fixup(const GemmParams& g, const Frame
     }
     return SplitFix::kPartialStored;
   }
-  if (tid == 0 &&
-      !frame_wait_flag(f, flag, uint64_t(c.split - 1), Role::kCompute, c.m_block, c.n_block, int32_t(slot)))
+  if (tid == 0 && !frame_wait_flag(f, flag, uint64_t(c.split - 1), Role::kCompute, c.m_block, c.n_block, int32_t(slot)))
     s.abort = 1;
   sm90::named_barrier_sync(1, kConsumerThreads);
   if (sm90::ld_shared_volatile(&s.abort)) return SplitFix::kAbort;
@@ -493,7 +492,8 @@ __device__ __forceinline__ void signal_tile(const Epilogue& epi, const TileSigna
   }
   if (bulk && t128 == 0) sm90::bulk_wait<0>();
   if (signal.variant == kSignalPerWarpgroup) {
-    if (t128 == 0) asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal.flags + flag), "l"(signal.add) : "memory");
+    if (t128 == 0)
+      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(signal.flags + flag), "l"(signal.add) : "memory");
     return;
   }
   sm90::named_barrier_sync(1, GemmConfig::kConsumers * 128);
@@ -594,8 +594,8 @@ __device__ __forceinline__ HeldCount remote_partial_store(const Epilogue&, const
 }
 __device__ __forceinline__ HeldCount remote_partial_store(const EpiReduceSlots& epi, const TileSignal& signal,
                                                           const GemmParams& g, SharedStorage& s,
-                                                          const float (&acc)[128], const TileCoord& c,
-                                                          int32_t consumer, int32_t t128) {
+                                                          const float (&acc)[128], const TileCoord& c, int32_t consumer,
+                                                          int32_t t128) {
   using Cfg = GemmConfig;
   const int32_t row0 = c.m_block * Cfg::kTileM;
   const int32_t o = row0 / epi.rows_per_owner, local_row = row0 - o * epi.rows_per_owner;
@@ -618,12 +618,12 @@ __device__ __forceinline__ bool own_tile_tma(const Epilogue&, int32_t) {
   return false;
 }
 
-// Reduces an own tile (EpiReduceSlots; unless its slots came through the ring) and issues its stores to every own map (this rank's output
-// and, for an AllReduce gathered by the epilogue, every peer's C); the counts are held.
+// Reduces an own tile (EpiReduceSlots; unless its slots came through the ring) and issues its stores to every own map
+// (this rank's output and, for an AllReduce gathered by the epilogue, every peer's C); the counts are held.
 template <class Epilogue>
 __device__ __forceinline__ HeldCount own_tile_store(const Epilogue&, const TileSignal&, const GemmParams&,
-                                                    SharedStorage&, float (&)[128], const TileCoord&, int32_t,
-                                                    int32_t, int32_t, int32_t, bool) {
+                                                    SharedStorage&, float (&)[128], const TileCoord&, int32_t, int32_t,
+                                                    int32_t, int32_t, bool) {
   return HeldCount{};
 }
 __device__ __forceinline__ HeldCount own_tile_store(const EpiReduceSlots& epi, const TileSignal& signal,
@@ -632,8 +632,8 @@ __device__ __forceinline__ HeldCount own_tile_store(const EpiReduceSlots& epi, c
                                                     int32_t t128, bool slots_added) {
   using Cfg = GemmConfig;
   if (!slots_added) epi.add_slots(row, col0, g.n, acc);
-  store_tile_tma(epi.own_map, epi.own_maps, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM - epi.lo, s, acc,
-                 consumer, t128);
+  store_tile_tma(epi.own_map, epi.own_maps, c.n_block * Cfg::kTileN, c.m_block * Cfg::kTileM - epi.lo, s, acc, consumer,
+                 t128);
   HeldCount h;
   h.bcast = epi.nbcast > 0;
   h.local = signal.flags ? flag_index(signal.granularity, g, c) : -1;
@@ -709,7 +709,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         released = true;
       }
       if (!wait_barrier(&s.full[stage], phase, f, c) || sm90::ld_shared_volatile(&s.abort)) {
-        sm90::wgmma_wait<0>();  // leave nothing in flight (else the compiler waits on every path)
+        sm90::wgmma_wait<0>();                // leave nothing in flight (else the compiler waits on every path)
         if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
         return;
       }
@@ -797,17 +797,18 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     } else {
       // Epilogue straight from the accumulator fragment (nothing for a cluster tile past M).
       if (c.m_block >= g.cta_m_blocks) continue;
-      if constexpr (FragmentEpilogue<Epilogue>::kEnabled) epi.fragment(row, col0, g.m, g.n, acc);
+      if constexpr (FragmentEpilogue<Epilogue>::kEnabled)
+        epi.fragment(row, col0, g.m, g.n, acc);
       else
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        const int32_t col = col0 + 8 * j;
-        if (col < g.n) {
-          const bool two = col + 1 < g.n;
-          if (row < g.m) epi.pair(row, col, acc[4 * j + 0], acc[4 * j + 1], two);
-          if (row + 8 < g.m) epi.pair(row + 8, col, acc[4 * j + 2], acc[4 * j + 3], two);
+        for (int j = 0; j < 32; ++j) {
+          const int32_t col = col0 + 8 * j;
+          if (col < g.n) {
+            const bool two = col + 1 < g.n;
+            if (row < g.m) epi.pair(row, col, acc[4 * j + 0], acc[4 * j + 1], two);
+            if (row + 8 < g.m) epi.pair(row + 8, col, acc[4 * j + 2], acc[4 * j + 3], two);
+          }
         }
-      }
     }
     if (pending >= 0) {  // stores from registers: the previous TMA tile's flag first, then this one
       signal_tile(epi, signal, pending, true, consumer, t128);

@@ -83,9 +83,9 @@ struct TileSignal {
 // with kSignalImmediate and, with kSignalDeferred, just before the block's next tile's stores.
 constexpr int32_t kSignalDeferred = 0;
 constexpr int32_t kSignalImmediate = 1;
-constexpr int32_t kSignalRelaxed = 2;      // no release fence before the add
-constexpr int32_t kSignalPerWarpgroup = 3; // each consumer warpgroup adds for its half, no block barrier
-constexpr int32_t kSignalBarrierOnly = 4;  // the block barrier, no wait for the stores, no add
+constexpr int32_t kSignalRelaxed = 2;       // no release fence before the add
+constexpr int32_t kSignalPerWarpgroup = 3;  // each consumer warpgroup adds for its half, no block barrier
+constexpr int32_t kSignalBarrierOnly = 4;   // the block barrier, no wait for the stores, no add
 // Each consumer warpgroup waits for its half's stores a few k-blocks into the block's next tile
 // (by then they are complete: no stall) and the second of the two to get there moves the count;
 // no block barrier. Before a tile that may wait, and after the last, it moves at once.

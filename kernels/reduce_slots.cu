@@ -1,7 +1,6 @@
 // Kernel behind reduce_slots.h.
-#include "kernels/reduce_slots.h"
-
 #include "kernels/frame.cuh"
+#include "kernels/reduce_slots.h"
 #include "runtime/log.h"
 
 namespace weft::kernels {
@@ -96,7 +95,6 @@ __global__ void peer_reduce_kernel(const PeerReduceArgs a, const FrameParams f) 
   wait_all(f, a.flags_in + 2 * a.ranks, a.ranks, a.epoch);
 }
 
-
 // ---- small-shape reduction (small_reduce_plan.h) -------------------------------------------------
 
 constexpr int32_t kSmallReduceTag = -2;  // tile_m of this kernel's error records
@@ -159,8 +157,8 @@ __device__ __forceinline__ void reduce_vectors(const SmallReduceArgs& a) {
   }
 }
 
-__global__ void __launch_bounds__(SmallReducePlan::kThreads) small_reduce_kernel(const SmallReduceArgs a,
-                                                                                 const FrameParams f) {
+__global__ void __launch_bounds__(SmallReducePlan::kThreads)
+    small_reduce_kernel(const SmallReduceArgs a, const FrameParams f) {
   // Launched as a dependent of the GEMM: its partial is complete and visible past this point.
   asm volatile("griddepcontrol.wait;" ::: "memory");
   const SmallReducePlan& p = a.plan;
@@ -211,15 +209,16 @@ Status launch_peer_reduce(const PeerReduceArgs& args, const FrameParams& frame, 
 Status launch_small_reduce(const SmallReduceArgs& a, const FrameParams& frame, bool after_previous,
                            cudaStream_t stream) {
   const SmallReducePlan& p = a.plan;
-  bool ok = p.ranks > 0 && p.ranks <= SmallReducePlan::kMaxRanks && p.rank >= 0 && p.rank < p.ranks &&
-            p.blocks > 0 && p.vecs > 0 && a.out && a.words_in && a.epoch > 0 && (!p.pushes() || a.gathered > 0);
+  bool ok = p.ranks > 0 && p.ranks <= SmallReducePlan::kMaxRanks && p.rank >= 0 && p.rank < p.ranks && p.blocks > 0 &&
+            p.vecs > 0 && a.out && a.words_in && a.epoch > 0 && (!p.pushes() || a.gathered > 0);
   for (int32_t q = 0; ok && q < p.ranks; ++q)
     ok = a.src[q] && a.words_out[q] && (!p.pushes() || q == p.rank || a.push[q]) &&
          (!a.tiles[0] || (a.tiles[q] && a.tiles_target > 0));
   if (!ok) {
-    WEFT_WARN(kKernel, "small_reduce: rank %d of %d: bad arguments (%d blocks, %lld vectors, epoch %llu, a null "
-              "pointer?)", p.rank, p.ranks, p.blocks, static_cast<long long>(p.vecs),
-              static_cast<unsigned long long>(a.epoch));
+    WEFT_WARN(kKernel,
+              "small_reduce: rank %d of %d: bad arguments (%d blocks, %lld vectors, epoch %llu, a null "
+              "pointer?)",
+              p.rank, p.ranks, p.blocks, static_cast<long long>(p.vecs), static_cast<unsigned long long>(a.epoch));
     return Status::kInvalidArgument;
   }
   cudaLaunchConfig_t cfg = {};
@@ -241,20 +240,21 @@ Status launch_small_reduce(const SmallReduceArgs& a, const FrameParams& frame, b
 }
 
 void describe_small_reduce_error(const DeviceError& e, const SmallReducePlan& plan, const char* what) {
-  if (e.status == 0 || !e.committed || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) ||
-      e.tile_m != kSmallReduceTag)
+  if (e.status == 0 || !e.committed || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.tile_m != kSmallReduceTag)
     return;
   const bool ready = e.flag_index < plan.ranks;
   if (e.flag_index == plan.tiles_word()) {
-    WEFT_WARN(kKernel, "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d's "
-              "GEMM to finish its tiles of this run (its tile count >= %llu, last seen %llu)", what, e.rank,
-              to_string(static_cast<Role>(e.role)), e.block, double(e.waited_ns) * 1e-9, e.tile_n,
+    WEFT_WARN(kKernel,
+              "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d's "
+              "GEMM to finish its tiles of this run (its tile count >= %llu, last seen %llu)",
+              what, e.rank, to_string(static_cast<Role>(e.role)), e.block, double(e.waited_ns) * 1e-9, e.tile_n,
               static_cast<unsigned long long>(e.expected), static_cast<unsigned long long>(e.seen));
     return;
   }
-  WEFT_WARN(kKernel, "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d: %s "
-            "(flag word %d >= %llu, last seen %llu)", what, e.rank, to_string(static_cast<Role>(e.role)), e.block,
-            double(e.waited_ns) * 1e-9, e.tile_n,
+  WEFT_WARN(kKernel,
+            "%s: rank %d %s (small-shape reduction, block %d) gave up after %.3f s waiting for peer %d: %s "
+            "(flag word %d >= %llu, last seen %llu)",
+            what, e.rank, to_string(static_cast<Role>(e.role)), e.block, double(e.waited_ns) * 1e-9, e.tile_n,
             ready ? "its partial of this run to be complete (ready)" : "its reduced rows to arrive here (gathered)",
             e.flag_index, static_cast<unsigned long long>(e.expected), static_cast<unsigned long long>(e.seen));
 }

@@ -27,17 +27,17 @@ namespace weft::kernels {
 struct PeerReduceArgs {
   static constexpr int kMaxRanks = 8;
   int32_t ranks = 0, rank = 0;
-  const __nv_bfloat16* src[kMaxRanks] = {};     // rank q's partial rows of this rank's block (mapped)
-  int64_t elems = 0;                            // of one block; a multiple of 8 takes the 16-byte path
-  __nv_bfloat16* out = nullptr;                 // this rank's reduced block (local)
-  bool all_gather = false;                      // AllReduce: also gather every rank's reduced block
+  const __nv_bfloat16* src[kMaxRanks] = {};         // rank q's partial rows of this rank's block (mapped)
+  int64_t elems = 0;                                // of one block; a multiple of 8 takes the 16-byte path
+  __nv_bfloat16* out = nullptr;                     // this rank's reduced block (local)
+  bool all_gather = false;                          // AllReduce: also gather every rank's reduced block
   const __nv_bfloat16* gather_src[kMaxRanks] = {};  // rank q's reduced block in q's memory (mapped)
   __nv_bfloat16* gather_dst[kMaxRanks] = {};        // where it goes here (local)
-  uint64_t* flags_out[kMaxRanks] = {};  // rank q's flag array (mapped): ready [0, W), reduced [W, 2W),
-                                        // done [2W, 3W); this rank writes entry `rank` of each
-  const uint64_t* flags_in = nullptr;   // this rank's flag array (3 W entries)
-  uint64_t* arrive = nullptr;           // local, 2 block counters (reduce and gather phases)
-  uint64_t epoch = 0;                   // rises by one per launch
+  uint64_t* flags_out[kMaxRanks] = {};              // rank q's flag array (mapped): ready [0, W), reduced [W, 2W),
+                                                    // done [2W, 3W); this rank writes entry `rank` of each
+  const uint64_t* flags_in = nullptr;               // this rank's flag array (3 W entries)
+  uint64_t* arrive = nullptr;                       // local, 2 block counters (reduce and gather phases)
+  uint64_t epoch = 0;                               // rises by one per launch
 };
 
 // `blocks` x 256 threads, all resident at once (blocks wait for each other's phases); the same
@@ -52,14 +52,14 @@ struct SmallReduceArgs {
   SmallReducePlan plan;
   const __nv_bfloat16* src[SmallReducePlan::kMaxRanks] = {};  // rank q's partial of this epoch (mapped), at
                                                               // element 0 of C (the plan's region is added)
-  __nv_bfloat16* out = nullptr;  // local: element `plan.region` of the result goes to out[0]
+  __nv_bfloat16* out = nullptr;                          // local: element `plan.region` of the result goes to out[0]
   __nv_bfloat16* push[SmallReducePlan::kMaxRanks] = {};  // two-shot: where rank q keeps this rank's
                                                          // reduced block (mapped); [rank] unused
   uint64_t* words_out[SmallReducePlan::kMaxRanks] = {};  // rank q's flag words (mapped)
   const uint64_t* words_in = nullptr;                    // this rank's flag words (local)
   uint64_t epoch = 0;                                    // rises by one per launch, from 1
   uint64_t gathered = 0;  // two-shot: plan.gathered_after(the value after the previous launches)
-  uint32_t skip = 0;                                     // kSmallReduceSkip* (diagnostics)
+  uint32_t skip = 0;      // kSmallReduceSkip* (diagnostics)
   // Ready from the GEMMs' tile counts instead of the ready round: rank q's count (mapped), and the
   // value every count reaches with this run. Null: the ready round.
   const uint64_t* tiles[SmallReducePlan::kMaxRanks] = {};

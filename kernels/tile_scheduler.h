@@ -120,10 +120,11 @@ struct TileSchedule {
   // Switches to the piece-major order drawn above; false (and *why set) unless the shards are
   // exactly owners x pieces and owner is one of them.
   bool set_piece_major(int32_t owners, int32_t pieces, int32_t owner, int32_t lag, const char** why) {
-    if (owners < 2 || pieces < 1 || int64_t(owners) * pieces != num_shards || owner < 0 || owner >= owners ||
-        lag < 1 || lag > pieces) {
-      *why = "piece-major order needs num_shards = owners x pieces (owners >= 2), 0 <= owner < owners and "
-             "1 <= lag <= pieces";
+    if (owners < 2 || pieces < 1 || int64_t(owners) * pieces != num_shards || owner < 0 || owner >= owners || lag < 1 ||
+        lag > pieces) {
+      *why =
+          "piece-major order needs num_shards = owners x pieces (owners >= 2), 0 <= owner < owners and "
+          "1 <= lag <= pieces";
       return false;
     }
     pm_owners = owners;
@@ -193,9 +194,7 @@ struct TileSchedule {
     return 0;
   }
 
-  WEFT_HD int64_t num_units() const {
-    return split_from + int64_t(int32_t(num_tiles()) - split_from) * split;
-  }
+  WEFT_HD int64_t num_units() const { return split_from + int64_t(int32_t(num_tiles()) - split_from) * split; }
   // Split tail tiles (0 when no split).
   WEFT_HD int32_t tail_tiles() const { return split > 1 ? int32_t(num_tiles()) - split_from : 0; }
 

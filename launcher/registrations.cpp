@@ -20,10 +20,10 @@ void register_builtin_ops() {
 
 void register_builtin_check_transports() {
   // Transports add one line each, e.g.: register_check_transport("socket", transport::check_socket);
-  register_check_transport("socket", [](const RankContext&, bootstrap::Bootstrap& boot, int iters,
-                                        CheckTransportReport* r) {
-    return transport::run_transport_check_report("socket", boot, iters, &r->summary, &r->json);
-  });
+  register_check_transport("socket",
+                           [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
+                             return transport::run_transport_check_report("socket", boot, iters, &r->summary, &r->json);
+                           });
 }
 
 }  // namespace weft::launcher

@@ -1,6 +1,5 @@
 // weftrun: the one binary users run (topo, plan, check, run); also each rank's entry point.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 
 #include "launcher/commands.h"

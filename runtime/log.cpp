@@ -17,16 +17,26 @@ namespace weft {
 
 const char* to_string(Status s) {
   switch (s) {
-    case Status::kOk: return "ok";
-    case Status::kInvalidArgument: return "invalid argument";
-    case Status::kNotFound: return "not found";
-    case Status::kSystemError: return "system error";
-    case Status::kTimeout: return "timeout";
-    case Status::kPeerFailed: return "peer failed";
-    case Status::kProtocolError: return "protocol error";
-    case Status::kUnsupported: return "unsupported";
-    case Status::kCudaError: return "CUDA error";
-    case Status::kInternal: return "internal error";
+    case Status::kOk:
+      return "ok";
+    case Status::kInvalidArgument:
+      return "invalid argument";
+    case Status::kNotFound:
+      return "not found";
+    case Status::kSystemError:
+      return "system error";
+    case Status::kTimeout:
+      return "timeout";
+    case Status::kPeerFailed:
+      return "peer failed";
+    case Status::kProtocolError:
+      return "protocol error";
+    case Status::kUnsupported:
+      return "unsupported";
+    case Status::kCudaError:
+      return "CUDA error";
+    case Status::kInternal:
+      return "internal error";
   }
   return "unknown status";
 }
@@ -39,9 +49,9 @@ struct SubsysName {
   const char* name;
 };
 constexpr SubsysName kNames[] = {
-    {kInit, "INIT"},   {kConfig, "CONFIG"},       {kTopo, "TOPO"},   {kTune, "TUNE"},
-    {kBoot, "BOOT"},   {kLaunch, "LAUNCH"},       {kTransport, "TRANSPORT"}, {kProxy, "PROXY"},
-    {kNet, "NET"},     {kKernel, "KERNEL"},       {kBench, "BENCH"},
+    {kInit, "INIT"}, {kConfig, "CONFIG"}, {kTopo, "TOPO"},           {kTune, "TUNE"},
+    {kBoot, "BOOT"}, {kLaunch, "LAUNCH"}, {kTransport, "TRANSPORT"}, {kProxy, "PROXY"},
+    {kNet, "NET"},   {kKernel, "KERNEL"}, {kBench, "BENCH"},
 };
 
 std::atomic<int> g_level{-1};
@@ -127,8 +137,7 @@ void emit(Level level, uint32_t subsys, const char* file, int line, const char* 
     fprintf(stderr, "weft %s:%d rank %d [%s %s] %s", host, getpid(), rank, kLevel[static_cast<int>(level)],
             subsys_name(subsys), msg);
   else
-    fprintf(stderr, "weft %s:%d [%s %s] %s", host, getpid(), kLevel[static_cast<int>(level)],
-            subsys_name(subsys), msg);
+    fprintf(stderr, "weft %s:%d [%s %s] %s", host, getpid(), kLevel[static_cast<int>(level)], subsys_name(subsys), msg);
   if (level >= Level::kTrace) fprintf(stderr, " (%s:%d)", base, line);
   fputc('\n', stderr);
 }

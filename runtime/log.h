@@ -35,10 +35,9 @@ const char* subsys_name(uint32_t bit);
 
 }  // namespace weft::log
 
-#define WEFT_LOG_AT(level, subsys, ...)                                           \
-  do {                                                                            \
-    if (::weft::log::enabled(level, subsys))                                      \
-      ::weft::log::emit(level, subsys, __FILE__, __LINE__, __VA_ARGS__);          \
+#define WEFT_LOG_AT(level, subsys, ...)                                                                         \
+  do {                                                                                                          \
+    if (::weft::log::enabled(level, subsys)) ::weft::log::emit(level, subsys, __FILE__, __LINE__, __VA_ARGS__); \
   } while (0)
 #define WEFT_WARN(subsys, ...) WEFT_LOG_AT(::weft::log::Level::kWarn, ::weft::log::subsys, __VA_ARGS__)
 #define WEFT_INFO(subsys, ...) WEFT_LOG_AT(::weft::log::Level::kInfo, ::weft::log::subsys, __VA_ARGS__)

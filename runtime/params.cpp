@@ -1,10 +1,11 @@
 // The one table of WEFT_* environment parameters, and typed accessors that validate them.
 #include "runtime/params.h"
 
+#include <strings.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <strings.h>
 
 #include "runtime/log.h"
 
@@ -15,7 +16,8 @@ namespace {
 const std::vector<ParamInfo> kParams = {
     {"WEFT_DEBUG", ParamType::kString, "WARN", "", "log level: NONE, WARN, INFO or TRACE"},
     {"WEFT_DEBUG_SUBSYS", ParamType::kString, "ALL", "",
-     "comma list of subsystems to log (INIT,CONFIG,TOPO,TUNE,BOOT,LAUNCH,TRANSPORT,PROXY,NET,KERNEL,BENCH, ALL, ^NAME)"},
+     "comma list of subsystems to log (INIT,CONFIG,TOPO,TUNE,BOOT,LAUNCH,TRANSPORT,PROXY,NET,KERNEL,BENCH, ALL, "
+     "^NAME)"},
     {"WEFT_TOPO_FILE", ParamType::kString, "", "", "hwloc XML file to use instead of discovering the live machine"},
     {"WEFT_GPU_ARCH", ParamType::kString, "auto", "",
      "GPU model the tuner assumes when no GPU is visible: auto, h100 or h200"},
@@ -23,7 +25,8 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_LAUNCH_KILL_GRACE", ParamType::kDouble, "5", "s",
      "after one rank fails, how long the launcher waits before SIGKILL of the rest"},
     {"WEFT_TEST_FAULT", ParamType::kString, "", "",
-     "tests only: 'RANK:MODE' makes that rank of weftrun check stall, exit, crash or abort (MODE) before its first fence"},
+     "tests only: 'RANK:MODE' makes that rank of weftrun check stall, exit, crash or abort (MODE) before its first "
+     "fence"},
     {"WEFT_DEVICE_TIMEOUT", ParamType::kDouble, "10", "s", "bound on every device-side wait (flag spins in kernels)"},
     {"WEFT_GEMM_TMA_STORE", ParamType::kBool, "1", "",
      "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)"},
@@ -65,15 +68,19 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_GEMM_REDUCE_PIECES", ParamType::kInt, "0", "pieces",
      "gemm_rs/gemm_ar overlap path: each owner's row block moves in this many pieces; 0 = pieces of >= 2 MiB, <= 4"},
     {"WEFT_GEMM_REDUCE_SYS_SIGNAL", ParamType::kBool, "0", "",
-     "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope (comparison)"},
+     "gemm_rs/gemm_ar overlap path: release the GEMM's per-tile counts at system scope instead of GPU scope "
+     "(comparison)"},
     {"WEFT_GEMM_AR_SERIAL_PUSH", ParamType::kBool, "0", "",
-     "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer (comparison)"},
+     "gemm_ar overlap path: push the reduced pieces on the one comm stream instead of one stream per peer "
+     "(comparison)"},
     {"WEFT_GEMM_AR_GATHER", ParamType::kString, "auto", "",
      "gemm_ar overlap path, how reduced rows reach the peers: push (owner's copy engines), pull (peers' copy "
-     "engines), sm (the owner's epilogue stores into every peer's C), auto (validate and time all three, keep the fastest)"},
+     "engines), sm (the owner's epilogue stores into every peer's C), auto (validate and time all three, keep the "
+     "fastest)"},
     {"WEFT_GEMM_REDUCE_SEND", ParamType::kString, "auto", "",
      "gemm_rs/gemm_ar overlap path, how partial tiles reach their owners: copy (this GPU's copy engines, piece by "
-     "piece), sm (the GEMM's epilogue stores each tile into the owner's slot over NVLink), auto (validate and time both, "
+     "piece), sm (the GEMM's epilogue stores each tile into the owner's slot over NVLink), auto (validate and time "
+     "both, "
      "keep the fastest)"},
     {"WEFT_GEMM_REDUCE_OWN_TMA", ParamType::kBool, "1", "",
      "gemm_rs/gemm_ar overlap path: store reduced own tiles through shared memory and TMA (0: from registers)"},
@@ -102,7 +109,8 @@ const std::vector<ParamInfo> kParams = {
      "gemm_rs/gemm_ar piece order: own piece j follows round j + lag (a lag of the piece count or more: all own "
      "pieces last); 0 = 1 for gemm_ar (reduced pieces leave early), all own pieces last for gemm_rs"},
     {"WEFT_GEMM_REDUCE_PEER", ParamType::kString, "auto", "",
-     "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: two-shot), "
+     "gemm_rs/gemm_ar peer path kernel: pull (one flag round, 16-byte pulls of all partials; AR pushes the sum: "
+     "two-shot), "
      "pull_nopdl, oneshot (AR: every rank reduces all rows), previous (three flag rounds) or auto"},
     {"WEFT_GEMM_REDUCE_PEER_BLOCKS", ParamType::kInt, "16", "blocks",
      "gemm_rs/gemm_ar peer path: at most this many blocks of 512 threads reduce (0 = one per SM); on 4x H200 16 moved "
@@ -113,7 +121,8 @@ const std::vector<ParamInfo> kParams = {
 };
 
 bool parse_bool(const char* s, bool* out) {
-  if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on")) return *out = true, true;
+  if (!strcmp(s, "1") || !strcasecmp(s, "true") || !strcasecmp(s, "yes") || !strcasecmp(s, "on"))
+    return *out = true, true;
   if (!strcmp(s, "0") || !strcasecmp(s, "false") || !strcasecmp(s, "no") || !strcasecmp(s, "off"))
     return *out = false, true;
   return false;
@@ -146,10 +155,14 @@ Status bad_value(const ParamInfo& p, const char* v, const char* expected) {
 
 const char* to_string(ParamType t) {
   switch (t) {
-    case ParamType::kInt: return "int";
-    case ParamType::kDouble: return "float";
-    case ParamType::kString: return "string";
-    case ParamType::kBool: return "bool";
+    case ParamType::kInt:
+      return "int";
+    case ParamType::kDouble:
+      return "float";
+    case ParamType::kString:
+      return "string";
+    case ParamType::kBool:
+      return "bool";
   }
   return "?";
 }

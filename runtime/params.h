@@ -13,7 +13,7 @@ namespace weft {
 enum class ParamType { kInt, kDouble, kString, kBool };
 
 struct ParamInfo {
-  const char* name;           // "WEFT_BOOTSTRAP_TIMEOUT"
+  const char* name;  // "WEFT_BOOTSTRAP_TIMEOUT"
   ParamType type;
   const char* default_value;  // as text; "" for an unset string
   const char* unit;           // "s", "bytes", "" ...

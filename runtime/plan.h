@@ -48,7 +48,7 @@ struct Plan {
   // The launch.
   RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
-  IntraMover intra_mover = IntraMover::kSm;  // kCopyEngine: intra_comm gets no SM
+  IntraMover intra_mover = IntraMover::kSm;     // kCopyEngine: intra_comm gets no SM
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic

@@ -16,10 +16,14 @@ constexpr int kNumRoles = 4;
 
 inline const char* to_string(Role r) {
   switch (r) {
-    case Role::kCompute: return "compute";
-    case Role::kIntraComm: return "intra_comm";
-    case Role::kInterSend: return "inter_send";
-    case Role::kInterReduce: return "inter_reduce";
+    case Role::kCompute:
+      return "compute";
+    case Role::kIntraComm:
+      return "intra_comm";
+    case Role::kInterSend:
+      return "inter_send";
+    case Role::kInterReduce:
+      return "inter_reduce";
   }
   return "?";
 }
@@ -41,10 +45,14 @@ struct RoleCounts {
   // Index of a block among the blocks of its role.
   WEFT_HD int32_t index_in_role(int32_t block) const {
     switch (role_of(block)) {
-      case Role::kCompute: return block;
-      case Role::kIntraComm: return block - compute;
-      case Role::kInterSend: return block - compute - intra_comm;
-      case Role::kInterReduce: return block - compute - intra_comm - inter_send;
+      case Role::kCompute:
+        return block;
+      case Role::kIntraComm:
+        return block - compute;
+      case Role::kInterSend:
+        return block - compute - intra_comm;
+      case Role::kInterReduce:
+        return block - compute - intra_comm - inter_send;
     }
     return -1;
   }

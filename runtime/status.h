@@ -26,11 +26,11 @@ void breadcrumb(const char* file, int line, Status s);
 
 // Propagates a non-OK Status, leaving a "-> file:line" breadcrumb at INFO level. The place where
 // the error is decided logs the full message (rank, role, peer, what was awaited) once.
-#define WEFT_CHECK(call)                                  \
-  do {                                                    \
-    ::weft::Status weft_check_s_ = (call);                \
-    if (weft_check_s_ != ::weft::Status::kOk) {           \
+#define WEFT_CHECK(call)                                          \
+  do {                                                            \
+    ::weft::Status weft_check_s_ = (call);                        \
+    if (weft_check_s_ != ::weft::Status::kOk) {                   \
       ::weft::log::breadcrumb(__FILE__, __LINE__, weft_check_s_); \
-      return weft_check_s_;                               \
-    }                                                     \
+      return weft_check_s_;                                       \
+    }                                                             \
   } while (0)

@@ -45,11 +45,11 @@ __device__ inline int fifo_push(const DeviceFifo& f, const FifoCommand& cmd) {
       if (globaltimer_ns() - start > f.timeout_ns) {
         if constexpr (kReport)
           printf(
-            "weft: rank %d channel %d: device FIFO push timed out after %.1fs (ticket %llu, tail %llu, depth %llu): "
-            "the proxy is not draining (WEFT_PROXY_TIMEOUT; tail stuck at one drain round: a kernel launched "
-            "meanwhile without preload_kernels?)\n",
-            f.rank, f.channel, f.timeout_ns * 1e-9, (unsigned long long)t, (unsigned long long)seen,
-            (unsigned long long)depth);
+              "weft: rank %d channel %d: device FIFO push timed out after %.1fs (ticket %llu, tail %llu, depth %llu): "
+              "the proxy is not draining (WEFT_PROXY_TIMEOUT; tail stuck at one drain round: a kernel launched "
+              "meanwhile without preload_kernels?)\n",
+              f.rank, f.channel, f.timeout_ns * 1e-9, (unsigned long long)t, (unsigned long long)seen,
+              (unsigned long long)depth);
         return kTimeout;
       }
       __nanosleep(256);

@@ -34,9 +34,9 @@ struct ProxyConfig {
   int channel = 0;
   int world_size = 1;
   SignalMode mode = SignalMode::kBatched;
-  double timeout_s = 30;  // WEFT_PROXY_TIMEOUT: bound on every proxy wait
-  std::string cpuset;     // "0-15,32-47" (hwloc list form) from the topology mapping; "" = not pinned
-  int batch_max = 64;     // signals per destination before a batch is posted regardless
+  double timeout_s = 30;                    // WEFT_PROXY_TIMEOUT: bound on every proxy wait
+  std::string cpuset;                       // "0-15,32-47" (hwloc list form) from the topology mapping; "" = not pinned
+  int batch_max = 64;                       // signals per destination before a batch is posted regardless
   uint64_t batch_max_bytes = ~uint64_t{0};  // put bytes a batch may have behind it (WEFT_SIGNAL_BATCH_BYTES)
 };
 

@@ -407,9 +407,8 @@ class SocketBackend final : public NetBackend {
             o.stage_begin = pay_done;
             o.stage_len = std::min<uint64_t>(kStageBytes, op.payload - pay_done);
             o.staged_for = &op;
-            Status s =
-                cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, stage,
-                                            static_cast<char*>(region_.base) + op.local_offset + pay_done, o.stage_len);
+            Status s = cfg_.copy_hooks.from_region(
+                cfg_.copy_hooks.ctx, stage, static_cast<char*>(region_.base) + op.local_offset + pay_done, o.stage_len);
             if (s != Status::kOk) return fail(s, "copy from the device region failed");
           }
           iov[n++] = {stage + (pay_done - o.stage_begin), o.stage_begin + o.stage_len - pay_done};

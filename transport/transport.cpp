@@ -177,8 +177,7 @@ Status Transport::signal(int channel, int peer, uint64_t flag_offset, uint64_t v
 
 Status Transport::put_signal(int channel, int peer, uint64_t src_offset, uint64_t dst_offset, uint64_t bytes,
                              uint64_t flag_offset, uint64_t value) {
-  return push(channel,
-              make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
+  return push(channel, make_fifo_command(FifoOp::kPutSignal, peer, src_offset, dst_offset, bytes, flag_offset, value));
 }
 
 Status Transport::flush() {

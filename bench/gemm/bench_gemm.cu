@@ -187,9 +187,12 @@ int main(int argc, char** argv) {
         WEFT_CUDA_OK(cudaDeviceSynchronize());
         WEFT_CUDA_OK(cudaProfilerStart());
         for (int i = 0; i < 6; ++i) {
-          if (profile == "weft") run_weft(i % sets);
-          else if (profile == "weft2") run_weft2(i % sets);
-          else run_blas(i % sets);
+          if (profile == "weft")
+            run_weft(i % sets);
+          else if (profile == "weft2")
+            run_weft2(i % sets);
+          else
+            run_blas(i % sets);
         }
         WEFT_CUDA_OK(cudaDeviceSynchronize());
         WEFT_CUDA_OK(cudaProfilerStop());

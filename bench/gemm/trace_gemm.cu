@@ -92,7 +92,11 @@ void analyse(const char* name, const std::vector<unsigned long long>& tr, int k_
         "%.0f; producer lead (TMA issue -> MMA issue): p10 %.0f, median %.0f; total %llu cycles\n",
         name, b, n, n / k_iters, pct(inner, 0.5), pct(inner, 0.9), pct(inner, 1.0),
         inner.empty() ? 0.0 : inner_sum / double(inner.size()), pct(first4, 0.5), first4.size(),
-        [&] { double s = 0; for (long long g : first4) s += double(g); return first4.empty() ? 0.0 : s / double(first4.size()); }(),
+        [&] {
+          double s = 0;
+          for (long long g : first4) s += double(g);
+          return first4.empty() ? 0.0 : s / double(first4.size());
+        }(),
         pct(boundary, 0.5), pct(boundary, 1.0), pct(lead, 0.1), pct(lead, 0.5), n ? c[n - 1] - c[0] : 0ull);
     // Per tile: cycles from its first k-block to the next tile's first, against inner-median * k_iters.
     printf("  per tile (cycles):");
@@ -146,8 +150,7 @@ int main(int argc, char** argv) {
     WEFT_CUDA_OK(cudaMemcpy(tr.data(), buf, kWords * 8, cudaMemcpyDeviceToHost));
     char name[64];
     snprintf(name, sizeof(name), "%dx%dx%d %d-CTA %s stores (%.3f ms, %.0f TF/s)", m, n, k, cluster,
-             p.gemm.store_tma ? "TMA" : "register", ms,
-             2.0 * m * n * double(k) / ms * 1e-9);
+             p.gemm.store_tma ? "TMA" : "register", ms, 2.0 * m * n * double(k) / ms * 1e-9);
     analyse(name, tr, k_iters, 0);
   }
   return 0;

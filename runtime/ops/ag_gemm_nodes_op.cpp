@@ -47,10 +47,14 @@ using kernels::AgNodesSource;
 
 const char* source_text(AgNodesSource s) {
   switch (s) {
-    case AgNodesSource::kOwn: return "its own input";
-    case AgNodesSource::kPull: return "a copy-engine pull over NVLink from the node-mate";
-    case AgNodesSource::kNet: return "the proxy path from the rail peer";
-    case AgNodesSource::kForward: return "an NVLink forward by the node-mate";
+    case AgNodesSource::kOwn:
+      return "its own input";
+    case AgNodesSource::kPull:
+      return "a copy-engine pull over NVLink from the node-mate";
+    case AgNodesSource::kNet:
+      return "the proxy path from the rail peer";
+    case AgNodesSource::kForward:
+      return "an NVLink forward by the node-mate";
   }
   return "?";
 }
@@ -119,9 +123,11 @@ struct AgNodes {
       for (int ch = 0; ch < channels; ++ch)
         rings += " channel " + std::to_string(ch) + " tail " +
                  std::to_string(__atomic_load_n(&tp->fifo_ring(ch)->tail, __ATOMIC_ACQUIRE)) + ";";
-      WEFT_WARN(kKernel, "rank %d: %s: inter_send's FIFO push for rank %d failed with status %d (%s): the proxy "
-                "did not drain within WEFT_PROXY_TIMEOUT (rings:%s) %s", rank, what, e[1], e[0],
-                to_string(static_cast<Status>(e[0])), rings.c_str(), tp->error_message().c_str());
+      WEFT_WARN(kKernel,
+                "rank %d: %s: inter_send's FIFO push for rank %d failed with status %d (%s): the proxy "
+                "did not drain within WEFT_PROXY_TIMEOUT (rings:%s) %s",
+                rank, what, e[1], e[0], to_string(static_cast<Status>(e[0])), rings.c_str(),
+                tp->error_message().c_str());
       return static_cast<Status>(e[0]);
     }
     if (tp->status() != Status::kOk) {
@@ -133,8 +139,8 @@ struct AgNodes {
 
   ~AgNodes() {
     cudaDeviceSynchronize();
-    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref),
-                    static_cast<void*>(a_nccl), static_cast<void*>(push_err)})
+    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref), static_cast<void*>(a_nccl),
+                    static_cast<void*>(push_err)})
       if (p) cudaFree(p);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -162,9 +168,11 @@ Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
     Comparison cmp;
     WEFT_CHECK(compare_bf16(op.pos_ptr(pos), op.a_nccl + s * shard_elems, shard_elems, op.main, &cmp));
     if (cmp.mismatched) {
-      WEFT_WARN(kKernel, "rank %d: ag_gemm_nodes: position %d should hold rank %d's shard, delivered by %s (rank %d), "
+      WEFT_WARN(kKernel,
+                "rank %d: ag_gemm_nodes: position %d should hold rank %d's shard, delivered by %s (rank %d), "
                 "but differs from NCCL's all-gather in %lld of %lld elements (first at %lld): misrouted or not "
-                "delivered", op.rank, pos, s, source_text(op.plan.source[pos]), op.plan.source_rank[pos],
+                "delivered",
+                op.rank, pos, s, source_text(op.plan.source[pos]), op.plan.source_rank[pos],
                 static_cast<long long>(cmp.mismatched), static_cast<long long>(shard_elems),
                 static_cast<long long>(cmp.first_mismatch));
       return Status::kInternal;
@@ -174,14 +182,16 @@ Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
   WEFT_CHECK(compare_bf16(op.c, op.c_ref, c_elems, op.main, &cmp));
   const double tol = 1e-2;  // bf16 output rounding is ~2e-3
   if (cmp.non_finite || !(cmp.rel_err < tol)) {
-    WEFT_WARN(kKernel, "rank %d: ag_gemm_nodes (%s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
-              "elements not written or not finite", op.rank, wl.name.c_str(), cmp.rel_err, tol,
-              static_cast<long long>(cmp.non_finite));
+    WEFT_WARN(kKernel,
+              "rank %d: ag_gemm_nodes (%s): C differs from cuBLAS: rel err %.3g (tolerance %.0e), %lld "
+              "elements not written or not finite",
+              op.rank, wl.name.c_str(), cmp.rel_err, tol, static_cast<long long>(cmp.non_finite));
     return Status::kInternal;
   }
-  printf("rank %d: ag_gemm_nodes validated: gathered A equals NCCL's bit for bit in every position; C vs cuBLAS rel "
-         "err %.2e, %lld of %lld elements bit-identical\n", op.rank, cmp.rel_err,
-         static_cast<long long>(c_elems - cmp.mismatched), static_cast<long long>(c_elems));
+  printf(
+      "rank %d: ag_gemm_nodes validated: gathered A equals NCCL's bit for bit in every position; C vs cuBLAS rel "
+      "err %.2e, %lld of %lld elements bit-identical\n",
+      op.rank, cmp.rel_err, static_cast<long long>(c_elems - cmp.mismatched), static_cast<long long>(c_elems));
   return Status::kOk;
 }
 
@@ -331,14 +341,15 @@ Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bo
 Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
   const auto& info = boot.info();
   if (wl.world_size() != info.size) {
-    WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank,
-              wl.source.c_str(), wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
+    WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank, wl.source.c_str(),
+              wl.world_size(), wl.layout.nodes, wl.layout.gpus_per_node, info.size);
     return Status::kInvalidArgument;
   }
   if (wl.gemm.m % info.size || (wl.gemm.m / info.size) % kernels::GemmConfig::kTileM != 0) {
-    WEFT_WARN(kKernel, "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
-              "span two ranks' shards", info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size),
-              kernels::GemmConfig::kTileM);
+    WEFT_WARN(kKernel,
+              "rank %d: %s: ag_gemm needs m / ranks (%lld) to be a multiple of %d rows: a tile must not "
+              "span two ranks' shards",
+              info.rank, wl.source.c_str(), static_cast<long long>(wl.gemm.m / info.size), kernels::GemmConfig::kTileM);
     return Status::kInvalidArgument;
   }
   // NCCL's baseline must cross the (emulated) nodes through its network transport like weft does:
@@ -383,24 +394,34 @@ Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, b
   double t_fused = 0, t_seq = 0, t_gemm = 0, t_comm = 0, t_weft_gemm = 0, t_gather = 0;
   WEFT_CHECK(op.tp->flush());  // the validation run's pushes are all posted: count the timed runs only
   const transport::TransportCounters c0 = op.tp->counters();
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(true); }, &t_fused));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue(true); }, &t_fused));
   WEFT_CHECK(op.check("ag_gemm_nodes"));
   WEFT_CHECK(op.tp->flush());
   const transport::TransportCounters c1 = op.tp->counters();
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t_gather));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t_gather));
   WEFT_CHECK(op.check("ag_gemm_nodes gather"));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
-    WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
-  }, &t_seq));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
-  }, &t_gemm));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
-    WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-    return Status::kOk;
-  }, &t_comm));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_gemm_only(); }, &t_weft_gemm));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&]() -> Status {
+        WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+        return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
+      },
+      &t_seq));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&] { return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main); },
+      &t_gemm));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&]() -> Status {
+        WEFT_NCCL_CHECK(ncclAllGather(op.pos_ptr(0), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+        return Status::kOk;
+      },
+      &t_comm));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return op.enqueue_gemm_only(); }, &t_weft_gemm));
 
   double f, s, g, c, wg, ga;
   WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_fused", t_fused, &f));
@@ -417,8 +438,9 @@ Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, b
   const uint64_t runs = uint64_t(warm + iters);
   char note[256];
   std::vector<ResultRow> rows;
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d intra_comm %d inter_send %d",
-           f / bound, s / f, op.roles.compute, op.roles.intra_comm, op.roles.inter_send);
+  snprintf(note, sizeof note,
+           "%.2fx bound, %.2fx faster than nccl+cublas; roles compute %d intra_comm %d inter_send %d", f / bound, s / f,
+           op.roles.compute, op.roles.intra_comm, op.roles.inter_send);
   rows.push_back({"weft fused (one launch)", f, tf(f), note});
   snprintf(note, sizeof note, "sequential baseline, NCCL_HOSTID per node");
   rows.push_back({"nccl all-gather + cublas", s, tf(s), note});
@@ -427,12 +449,13 @@ Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, b
   rows.push_back({"bound", bound, tf(bound), "max(gemm, all-gather)"});
   snprintf(note, sizeof note, "%d compute blocks", op.roles.compute);
   rows.push_back({"weft gemm alone (no wait)", wg, tf(wg), note});
-  snprintf(note, sizeof note, "%s, %s, %d channel(s), %d chunks of %.1f MiB; %.2f GB/s out per rank; per run: puts %.1f "
-           "signals %.1f fences %.1f batches %.1f stalls %.1f", op.tp->backend_name().c_str(),
-           transport::to_string(op.tp->signal_mode()), op.channels, op.chunks, double(op.chunk_bytes) / (1 << 20),
-           net_gb / (ga * 1e-3), double(c1.puts - c0.puts) / runs, double(c1.signals - c0.signals) / runs,
-           double(c1.fences - c0.fences) / runs, double(c1.batches - c0.batches) / runs,
-           double(c1.stalls - c0.stalls) / runs);
+  snprintf(note, sizeof note,
+           "%s, %s, %d channel(s), %d chunks of %.1f MiB; %.2f GB/s out per rank; per run: puts %.1f "
+           "signals %.1f fences %.1f batches %.1f stalls %.1f",
+           op.tp->backend_name().c_str(), transport::to_string(op.tp->signal_mode()), op.channels, op.chunks,
+           double(op.chunk_bytes) / (1 << 20), net_gb / (ga * 1e-3), double(c1.puts - c0.puts) / runs,
+           double(c1.signals - c0.signals) / runs, double(c1.fences - c0.fences) / runs,
+           double(c1.batches - c0.batches) / runs, double(c1.stalls - c0.stalls) / runs);
   rows.push_back({"weft gather alone (hierarchical)", ga, 0, note});
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d inter %d, limited by %s", plan.roles.compute,
@@ -440,14 +463,17 @@ Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, b
     rows.push_back({"tuner prediction", plan.makespan_s * 1e3, tf(plan.makespan_s * 1e3), note});
   }
   char title[256];
-  snprintf(title, sizeof title, "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks on %d nodes, median of %d, "
-           "max over ranks", wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
-           static_cast<long long>(op.k), op.world, op.plan.nodes, iters);
+  snprintf(title, sizeof title,
+           "ag_gemm %s: M %lld x N %lld (per rank) x K %lld, %d ranks on %d nodes, median of %d, "
+           "max over ranks",
+           wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k),
+           op.world, op.plan.nodes, iters);
   char extra[256];
-  snprintf(extra, sizeof extra, "\"op\": \"ag_gemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"nodes\": %d, "
-           "\"signal_mode\": \"%s\", \"channels\": %d, \"chunks\": %d", static_cast<long long>(op.m),
-           static_cast<long long>(op.n), static_cast<long long>(op.k), op.world, op.plan.nodes,
-           transport::to_string(op.tp->signal_mode()), op.channels, op.chunks);
+  snprintf(extra, sizeof extra,
+           "\"op\": \"ag_gemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"nodes\": %d, "
+           "\"signal_mode\": \"%s\", \"channels\": %d, \"chunks\": %d",
+           static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k), op.world,
+           op.plan.nodes, transport::to_string(op.tp->signal_mode()), op.channels, op.chunks);
   print_results(boot, title, rows, extra);
 
   // Every rank has what it waited for once all are here: then the proxies may stop.

@@ -502,8 +502,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   // rows before any variant has run) cost less power than data, so a GEMM on them runs faster.
   for (int s = 0; s < op.world; ++s)
     if (s != op.rank)
-      WEFT_CUDA_CHECK(cudaMemcpyAsync(op.shard(s), op.a_nccl + s * op.m_loc * op.k, size_t(op.m_loc * op.k) * sizeof(bf16),
-                                      cudaMemcpyDeviceToDevice, op.main));
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(op.shard(s), op.a_nccl + s * op.m_loc * op.k,
+                                      size_t(op.m_loc * op.k) * sizeof(bf16), cudaMemcpyDeviceToDevice, op.main));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
 
   const int warm = wl.run.warmup, iters = wl.run.iters;

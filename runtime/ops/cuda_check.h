@@ -8,29 +8,29 @@
 #include "runtime/log.h"
 #include "runtime/status.h"
 
-#define WEFT_CUDA_CHECK(call)                                                                  \
-  do {                                                                                         \
-    cudaError_t weft_e_ = (call);                                                              \
-    if (weft_e_ != cudaSuccess) {                                                              \
+#define WEFT_CUDA_CHECK(call)                                                                              \
+  do {                                                                                                     \
+    cudaError_t weft_e_ = (call);                                                                          \
+    if (weft_e_ != cudaSuccess) {                                                                          \
       WEFT_WARN(kKernel, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(weft_e_), __FILE__, __LINE__); \
-      return ::weft::Status::kCudaError;                                                       \
-    }                                                                                          \
+      return ::weft::Status::kCudaError;                                                                   \
+    }                                                                                                      \
   } while (0)
 
-#define WEFT_NCCL_CHECK(call)                                                                  \
-  do {                                                                                         \
-    ncclResult_t weft_n_ = (call);                                                             \
-    if (weft_n_ != ncclSuccess) {                                                              \
+#define WEFT_NCCL_CHECK(call)                                                                              \
+  do {                                                                                                     \
+    ncclResult_t weft_n_ = (call);                                                                         \
+    if (weft_n_ != ncclSuccess) {                                                                          \
       WEFT_WARN(kKernel, "%s failed: %s (%s:%d)", #call, ncclGetErrorString(weft_n_), __FILE__, __LINE__); \
-      return ::weft::Status::kCudaError;                                                       \
-    }                                                                                          \
+      return ::weft::Status::kCudaError;                                                                   \
+    }                                                                                                      \
   } while (0)
 
-#define WEFT_CUBLAS_CHECK(call)                                                                \
-  do {                                                                                         \
-    cublasStatus_t weft_b_ = (call);                                                           \
-    if (weft_b_ != CUBLAS_STATUS_SUCCESS) {                                                    \
+#define WEFT_CUBLAS_CHECK(call)                                                                           \
+  do {                                                                                                    \
+    cublasStatus_t weft_b_ = (call);                                                                      \
+    if (weft_b_ != CUBLAS_STATUS_SUCCESS) {                                                               \
       WEFT_WARN(kKernel, "%s failed: cuBLAS status %d (%s:%d)", #call, int(weft_b_), __FILE__, __LINE__); \
-      return ::weft::Status::kCudaError;                                                       \
-    }                                                                                          \
+      return ::weft::Status::kCudaError;                                                                  \
+    }                                                                                                     \
   } while (0)

@@ -1,10 +1,9 @@
 // Kernels behind device_data.h.
-#include "runtime/ops/device_data.h"
-
 #include <string>
 
 #include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
+#include "runtime/ops/device_data.h"
 #include "runtime/params.h"
 
 namespace weft::runtime::ops {

@@ -19,9 +19,9 @@ Status fill_random_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, int rank, fl
 Status poison_bf16(__nv_bfloat16* p, int64_t n, cudaStream_t s);
 
 struct Comparison {
-  double rel_err = 0;     // ||got - ref|| / ||ref|| over finite elements
-  int64_t non_finite = 0; // NaN / Inf in got (unwritten elements)
-  int64_t mismatched = 0; // elements with different bits (for exact comparisons)
+  double rel_err = 0;      // ||got - ref|| / ||ref|| over finite elements
+  int64_t non_finite = 0;  // NaN / Inf in got (unwritten elements)
+  int64_t mismatched = 0;  // elements with different bits (for exact comparisons)
   int64_t first_mismatch = -1;
 };
 // Compares two bf16 arrays element-wise on the device (synchronizes `s`).

@@ -36,23 +36,23 @@ struct GemmReduce {
   bool all_reduce = false;
   bool overlap = true;  // overlap path, else peer path
   int rank = 0, world = 1;
-  int pieces = 1;       // S: pieces per owner's row block (overlap path)
+  int pieces = 1;  // S: pieces per owner's row block (overlap path)
   int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
   uint64_t tiles_per_piece = 0;
   bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr;
-  PeerBuffer partial;    // m × n: this rank's partial C (peers read it on the peer path)
-  PeerBuffer staging;    // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
-  PeerBuffer c_full;     // AllReduce: m × n on every rank
-  PeerBuffer arrived;    // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
-  PeerBuffer freed;      // W: freed[o] = e once owner o has read its slots of epoch e
-  PeerBuffer gathered;   // W: gathered[o] = e once owner o's reduced rows are in this rank's C
-  PeerBuffer peer_flags;   // 3 W: the peer kernel's ready, reduced and done flags
-  PeerBuffer ready;        // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
-  PeerBuffer bcast;        // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
-  PeerBuffer landed;       // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
-  PeerBuffer moved;        // mover SMs: W·S: moved[p·S + j] += 1 per block of peer p's movers once its
-                           //   rows of piece j are here
-  bool sm_send = false;     // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
+  PeerBuffer partial;     // m × n: this rank's partial C (peers read it on the peer path)
+  PeerBuffer staging;     // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
+  PeerBuffer c_full;      // AllReduce: m × n on every rank
+  PeerBuffer arrived;     // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
+  PeerBuffer freed;       // W: freed[o] = e once owner o has read its slots of epoch e
+  PeerBuffer gathered;    // W: gathered[o] = e once owner o's reduced rows are in this rank's C
+  PeerBuffer peer_flags;  // 3 W: the peer kernel's ready, reduced and done flags
+  PeerBuffer ready;       // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
+  PeerBuffer bcast;       // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
+  PeerBuffer landed;      // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
+  PeerBuffer moved;       // mover SMs: W·S: moved[p·S + j] += 1 per block of peer p's movers once its
+                          //   rows of piece j are here
+  bool sm_send = false;   // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
   // Mover SMs beside the GEMM (copy-engine sends only): WEFT_GEMM_REDUCE_MOVERS blocks push the last
   // WEFT_GEMM_REDUCE_MOVER_ROWS rows of every piece, the copy engines the rest (kernels/piece_push.h).
   int mover_blocks = 0;
@@ -69,24 +69,24 @@ struct GemmReduce {
     if (!use_movers()) return 0;
     return mover_last && owner == (sender + world - 1) % world ? m_piece : mover_rows;
   }
-  uint64_t send_runs = 0;   // fused runs with sm_send so far (landed[j] reaches runs x (W-1) x tiles)
+  uint64_t send_runs = 0;  // fused runs with sm_send so far (landed[j] reaches runs x (W-1) x tiles)
   ArGather gather = ArGather::kPush;
-  uint64_t bcast_runs = 0;  // fused runs with ArGather::kSm so far (bcast[o] reaches runs x tiles)
-  bool own_tma = true;      // WEFT_GEMM_REDUCE_OWN_TMA: own tiles through shared memory + TMA
-  bool slot_tma = true;     // WEFT_GEMM_REDUCE_SLOT_TMA: staged partials through the GEMM's TMA ring
+  uint64_t bcast_runs = 0;            // fused runs with ArGather::kSm so far (bcast[o] reaches runs x tiles)
+  bool own_tma = true;                // WEFT_GEMM_REDUCE_OWN_TMA: own tiles through shared memory + TMA
+  bool slot_tma = true;               // WEFT_GEMM_REDUCE_SLOT_TMA: staged partials through the GEMM's TMA ring
   kernels::EpiReduceSlots epi_fused;  // make_epilogues(): the fused op's epilogue (own tensor maps)
   kernels::EpiReduceSlots epi_diag;   //   the diagnostic GEMM's, own rows reduced locally only
-  uint64_t* tiles = nullptr;       // W·S local: finished tiles per piece (TileSignal)
-  uint64_t* gate = nullptr;        // W·S local: the GEMM's gate (others' pieces never wait)
-  uint64_t* diag_tiles = nullptr;  // W·S local: signal target of the diagnostic GEMM timings
-  uint64_t* arrive = nullptr;      // 2 local: the peer kernel's block counts
-  bool sys_signal = false;         // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
-  bool serial_push = false;        // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
-  bool piece_major = false;        // overlap: piece-major tile order (WEFT_GEMM_REDUCE_ORDER)
-  int lag = 1;                     //   own piece j after round j + lag (WEFT_GEMM_REDUCE_LAG)
-  std::vector<cudaStream_t> sends; // overlap: one stream per other owner, copying its pieces as they finish
-  std::vector<cudaEvent_t> sent;   // their joins
-  cudaStream_t gates = nullptr;    // overlap: raises the own pieces' gates as the peers' pieces arrive
+  uint64_t* tiles = nullptr;          // W·S local: finished tiles per piece (TileSignal)
+  uint64_t* gate = nullptr;           // W·S local: the GEMM's gate (others' pieces never wait)
+  uint64_t* diag_tiles = nullptr;     // W·S local: signal target of the diagnostic GEMM timings
+  uint64_t* arrive = nullptr;         // 2 local: the peer kernel's block counts
+  bool sys_signal = false;            // WEFT_GEMM_REDUCE_SYS_SIGNAL: tile counts at system scope
+  bool serial_push = false;           // WEFT_GEMM_AR_SERIAL_PUSH: AR pushes on the comm stream
+  bool piece_major = false;           // overlap: piece-major tile order (WEFT_GEMM_REDUCE_ORDER)
+  int lag = 1;                        //   own piece j after round j + lag (WEFT_GEMM_REDUCE_LAG)
+  std::vector<cudaStream_t> sends;    // overlap: one stream per other owner, copying its pieces as they finish
+  std::vector<cudaEvent_t> sent;      // their joins
+  cudaStream_t gates = nullptr;       // overlap: raises the own pieces' gates as the peers' pieces arrive
   cudaEvent_t gates_done = nullptr;
   // The fused GEMM's tile signals with copy-engine sends (kernels::kSignal*): from inside the next
   // tile's main loop (WEFT_GEMM_REDUCE_LOOP_SIGNAL, default), or immediate; not deferred to the next

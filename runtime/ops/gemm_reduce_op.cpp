@@ -139,9 +139,11 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
   // order and rounding, a few bf16 ulps.
   const double tol = 1e-2;
   if (cmp.non_finite || !(cmp.rel_err < tol)) {
-    WEFT_WARN(kKernel, "rank %d: %s: result differs from cuBLAS + NCCL: rel err %.3g (tolerance %.0e), %lld elements "
-              "not written or not finite (first bad element %lld)", op.rank, name, cmp.rel_err, tol,
-              static_cast<long long>(cmp.non_finite), static_cast<long long>(cmp.first_mismatch));
+    WEFT_WARN(kKernel,
+              "rank %d: %s: result differs from cuBLAS + NCCL: rel err %.3g (tolerance %.0e), %lld elements "
+              "not written or not finite (first bad element %lld)",
+              op.rank, name, cmp.rel_err, tol, static_cast<long long>(cmp.non_finite),
+              static_cast<long long>(cmp.first_mismatch));
     return Status::kInternal;
   }
   printf("rank %d: %s validated against cuBLAS + NCCL: rel err %.2e, every element written\n", op.rank, name,
@@ -155,8 +157,8 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
     WEFT_CHECK(compare_bf16(op.result(), op.ref, op.result_elems(), op.main, &cmp));
     WEFT_CHECK(op.frame.check(name));
     if (cmp.mismatched) {
-      WEFT_WARN(kKernel, "rank %d: %s: WEFT_DETERMINISTIC=1 but a second run differs in %lld elements", op.rank,
-                name, static_cast<long long>(cmp.mismatched));
+      WEFT_WARN(kKernel, "rank %d: %s: WEFT_DETERMINISTIC=1 but a second run differs in %lld elements", op.rank, name,
+                static_cast<long long>(cmp.mismatched));
       return Status::kInternal;
     }
     printf("rank %d: %s repeated bit for bit (WEFT_DETERMINISTIC=1)\n", op.rank, name);
@@ -198,9 +200,11 @@ Status choose_path(GemmReduce& op, const char* name) {
   if (!op.overlap) return Status::kOk;
   if (want_pieces > 0) {
     if (want_pieces > 64 || op.m_loc % (tile * want_pieces) != 0) {
-      WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_PIECES=%lld must split %lld rows into pieces of a multiple of "
-                "%lld rows (at most 64 pieces)", op.rank, name, static_cast<long long>(want_pieces),
-                static_cast<long long>(op.m_loc), static_cast<long long>(tile));
+      WEFT_WARN(kKernel,
+                "rank %d: %s: WEFT_GEMM_REDUCE_PIECES=%lld must split %lld rows into pieces of a multiple of "
+                "%lld rows (at most 64 pieces)",
+                op.rank, name, static_cast<long long>(want_pieces), static_cast<long long>(op.m_loc),
+                static_cast<long long>(tile));
       return Status::kInvalidArgument;
     }
     op.pieces = int(want_pieces);
@@ -229,12 +233,14 @@ Status choose_movers(GemmReduce& op, const char* name, int sms) {
   const int64_t steps = on ? int64_t(rows > 0 ? op.world - 1 : 1) * op.pieces : 0;
   if (blocks < 0 || rows < 0 || rows > op.m_piece || (on && (blocks < 1 || blocks > sms / 2)) ||
       (op.m_piece - rows) * op.n % 8 || steps > kernels::PiecePushParams::kMaxSteps) {
-    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld, WEFT_GEMM_REDUCE_MOVER_ROWS=%lld, "
+    WEFT_WARN(kKernel,
+              "rank %d: %s: WEFT_GEMM_REDUCE_MOVERS=%lld, WEFT_GEMM_REDUCE_MOVER_ROWS=%lld, "
               "WEFT_GEMM_REDUCE_MOVER_LAST=%d: the movers need 1 to %d blocks, at most the %lld rows of a piece "
               "(leaving a multiple of 8 elements to the copy engines) and at most %d pieces to push (%lld here, %d per "
-              "owner)", op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows),
-              int(op.mover_last), sms / 2, static_cast<long long>(op.m_piece), kernels::PiecePushParams::kMaxSteps,
-              static_cast<long long>(steps), op.pieces);
+              "owner)",
+              op.rank, name, static_cast<long long>(blocks), static_cast<long long>(rows), int(op.mover_last), sms / 2,
+              static_cast<long long>(op.m_piece), kernels::PiecePushParams::kMaxSteps, static_cast<long long>(steps),
+              op.pieces);
     return Status::kInvalidArgument;
   }
   op.mover_rows = rows;
@@ -262,8 +268,10 @@ Status parse_variants(const GemmReduce& op, const char* name, std::vector<Varian
   for (ArGather g : {ArGather::kPush, ArGather::kPull, ArGather::kSm})
     if (gather == "auto" || gather == ar_gather_name(g)) gathers.push_back(g);
   if (sends.empty() || gathers.empty()) {
-    WEFT_WARN(kKernel, "rank %d: %s: WEFT_GEMM_REDUCE_SEND='%s' (copy, sm or auto) or WEFT_GEMM_AR_GATHER='%s' (push, "
-              "pull, sm or auto) is not known", op.rank, name, send.c_str(), gather.c_str());
+    WEFT_WARN(kKernel,
+              "rank %d: %s: WEFT_GEMM_REDUCE_SEND='%s' (copy, sm or auto) or WEFT_GEMM_AR_GATHER='%s' (push, "
+              "pull, sm or auto) is not known",
+              op.rank, name, send.c_str(), gather.c_str());
     return Status::kInvalidArgument;
   }
   if (!op.overlap) sends.resize(1);
@@ -297,9 +305,11 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   op.k_loc = wl.gemm.k / op.world;
   op.m_loc = op.m / op.world;
   if (op.m % op.world || (op.m_loc * op.n) % 8 || wl.gemm.k % op.world || op.m >= (int64_t(1) << 31)) {
-    WEFT_WARN(kKernel, "rank %d: %s: %s: m %lld and k %lld must split over %d ranks (row blocks of a multiple of 8 "
-              "elements)", info.rank, name, wl.source.c_str(), static_cast<long long>(op.m),
-              static_cast<long long>(wl.gemm.k), op.world);
+    WEFT_WARN(kKernel,
+              "rank %d: %s: %s: m %lld and k %lld must split over %d ranks (row blocks of a multiple of 8 "
+              "elements)",
+              info.rank, name, wl.source.c_str(), static_cast<long long>(op.m), static_cast<long long>(wl.gemm.k),
+              op.world);
     return Status::kInvalidArgument;
   }
   WEFT_CHECK(choose_path(op, name));
@@ -352,11 +362,11 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     const char* name;
     int count;
   };
-  for (const FlagSet& f : {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
-                           FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", nflags},
-                           FlagSet{&op.landed, "landed", nflags}, FlagSet{&op.moved, "moved", nflags},
-                           FlagSet{&op.bcast, "bcast", op.world},
-                           FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
+  for (const FlagSet& f :
+       {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
+        FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", nflags},
+        FlagSet{&op.landed, "landed", nflags}, FlagSet{&op.moved, "moved", nflags},
+        FlagSet{&op.bcast, "bcast", op.world}, FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
     WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
     WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
   }
@@ -400,8 +410,8 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     double tv = 0, mxv = 0;
     op.host_us = 0;
     op.host_runs = 0;
-    const Status timed =
-        time_op(comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &tv, [&] { op.unstick(); });
+    const Status timed = time_op(
+        comm, op.main, warm, iters, [&] { return op.enqueue_fused(); }, &tv, [&] { op.unstick(); });
     const Status device = op.frame.check(what.c_str());  // a device wait that timed out says which
     WEFT_CHECK(timed);
     WEFT_CHECK(device);
@@ -418,28 +428,41 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
   op.gather = best_variant.gather;
   WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(op.set_roles());
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial.local<bf16>(), op.n,
-                          op.main);
-  }, &t[2]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&]() -> Status {
-    bf16* partial = op.partial.local<bf16>();
-    if (op.all_reduce)
-      WEFT_NCCL_CHECK(ncclAllReduce(partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
-    else
-      WEFT_NCCL_CHECK(ncclReduceScatter(partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm,
-                                        op.main));
-    return Status::kOk;
-  }, &t[3]));
-  WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] {
-    kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
-    return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
-  }, &t[4]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters, [&] { return enqueue_sequence(op, comm, blas); }, &t[1]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&] {
+        return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.partial.local<bf16>(),
+                              op.n, op.main);
+      },
+      &t[2]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&]() -> Status {
+        bf16* partial = op.partial.local<bf16>();
+        if (op.all_reduce)
+          WEFT_NCCL_CHECK(ncclAllReduce(partial, op.ref, size_t(op.m * op.n), ncclBfloat16, ncclSum, comm, op.main));
+        else
+          WEFT_NCCL_CHECK(
+              ncclReduceScatter(partial, op.ref, size_t(op.m_loc * op.n), ncclBfloat16, ncclSum, comm, op.main));
+        return Status::kOk;
+      },
+      &t[3]));
+  WEFT_CHECK(time_op(
+      comm, op.main, warm, iters,
+      [&] {
+        kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
+        return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+      },
+      &t[4]));
   if (op.overlap) {
-    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, false); }, &t[6]));
-    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, true); }, &t[7]));
-    WEFT_CHECK(time_op(comm, op.main, warm, iters, [&] { return op.enqueue_diag(true, true); }, &t[5]));
+    WEFT_CHECK(time_op(
+        comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, false); }, &t[6]));
+    WEFT_CHECK(time_op(
+        comm, op.main, warm, iters, [&] { return op.enqueue_diag(false, true); }, &t[7]));
+    WEFT_CHECK(time_op(
+        comm, op.main, warm, iters, [&] { return op.enqueue_diag(true, true); }, &t[5]));
     WEFT_CHECK(op.frame.check(name));
   }
   std::vector<ResultRow> probe_rows;
@@ -460,8 +483,9 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
     snprintf(path, sizeof path, "%s", op.overlap_text().c_str());
   else
     snprintf(path, sizeof path, "peer path, %s", op.peer_variant_name());
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s",
-           mx[0] / bound, mx[1] / mx[0], path, op.roles.compute, mx[8], deterministic ? ", deterministic" : "");
+  snprintf(note, sizeof note,
+           "%.2fx bound, %.2fx faster than nccl+cublas; %s; compute %d blocks; host enqueue %.0f us%s", mx[0] / bound,
+           mx[1] / mx[0], path, op.roles.compute, mx[8], deterministic ? ", deterministic" : "");
   rows.push_back({"weft fused", mx[0], tf(mx[0]), note});
   for (ResultRow& r : variant_rows) r.tflops = tf(r.ms);
   rows.insert(rows.end(), variant_rows.begin(), variant_rows.end());
@@ -479,16 +503,18 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
                     "the fused op's GEMM, epilogue and signals without gate or copies"});
   }
   rows.insert(rows.end(), probe_rows.begin(), probe_rows.end());
-  WEFT_CHECK(op.peer_rows(comm, boot, key, warm, iters,
-                          [&](const char* what) { return validate(op, comm, blas, what, deterministic); }, &rows));
+  WEFT_CHECK(op.peer_rows(
+      comm, boot, key, warm, iters, [&](const char* what) { return validate(op, comm, blas, what, deterministic); },
+      &rows));
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d, limited by %s", plan.roles.compute, plan.roles.intra_comm,
              plan.limited_by.c_str());
     rows.push_back({"tuner prediction", plan.makespan_s * 1e3, tf(plan.makespan_s * 1e3), note});
   }
   char title[256];
-  snprintf(title, sizeof title, "%s %s: M %lld x N %lld x K %lld (K/%d per rank), %d ranks, median of %d, max over ranks",
-           name, wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
+  snprintf(title, sizeof title,
+           "%s %s: M %lld x N %lld x K %lld (K/%d per rank), %d ranks, median of %d, max over ranks", name,
+           wl.name.c_str(), static_cast<long long>(op.m), static_cast<long long>(op.n),
            static_cast<long long>(wl.gemm.k), op.world, op.world, iters);
   char extra[256];
   snprintf(extra, sizeof extra, "\"op\": \"%s\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d, \"pieces\": %d",

@@ -10,9 +10,9 @@
 #include "kernels/gemm.h"
 #include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
+#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
-#include "runtime/log.h"
 #include "runtime/params.h"
 
 namespace weft::runtime::ops {
@@ -81,9 +81,8 @@ std::string GemmReduce::overlap_text() const {
     snprintf(sends_by, sizeof sends_by, "copy engines and %d mover SMs (%s)", mover_blocks, what);
   }
   snprintf(text, sizeof text, "overlap, %d pieces of %lld rows, %s, sends by %s%s%s%s%s", pieces,
-           static_cast<long long>(m_piece), order, sends_by, gathered_by,
-           sys_signal ? ", system-scope counts" : "", epi_fused.own_maps ? ", own tiles by TMA" : "",
-           epi_fused.slot_maps ? ", slots through the ring" : "");
+           static_cast<long long>(m_piece), order, sends_by, gathered_by, sys_signal ? ", system-scope counts" : "",
+           epi_fused.own_maps ? ", own tiles by TMA" : "", epi_fused.slot_maps ? ", slots through the ring" : "");
   return text;
 }
 
@@ -126,9 +125,12 @@ kernels::EpiReduceSlots GemmReduce::reduce_epilogue(bool own_rows) const {
 
 const char* ar_gather_name(ArGather g) {
   switch (g) {
-    case ArGather::kPush: return "push";
-    case ArGather::kPull: return "pull";
-    case ArGather::kSm: return "sm";
+    case ArGather::kPush:
+      return "push";
+    case ArGather::kPull:
+      return "pull";
+    case ArGather::kSm:
+      return "sm";
   }
   return "?";
 }
@@ -320,7 +322,8 @@ Status GemmReduce::enqueue_overlap() {
       if (p != rank) after.push_back({StreamMemOp::kWaitGeq, gathered.local<uint64_t>() + p, e});
   if (all_reduce && gather == ArGather::kSm)  // every owner's tiles stored here by its epilogue
     for (int p = 0; p < world; ++p)
-      if (p != rank) after.push_back({StreamMemOp::kWaitGeq, bcast.local<uint64_t>() + p, bcast_runs * tiles_per_owner()});
+      if (p != rank)
+        after.push_back({StreamMemOp::kWaitGeq, bcast.local<uint64_t>() + p, bcast_runs * tiles_per_owner()});
   WEFT_CHECK(stream_mem_ops(main, after));
   WEFT_CUDA_CHECK(cudaEventRecord(join, comm));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(main, join));
@@ -382,8 +385,9 @@ Status GemmReduce::launch_movers(uint64_t piece_done) {
 
 Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
   kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,
-                            variant < 0 ? signal_variant : variant};
-  if (!own_rows) return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main);
+                             variant < 0 ? signal_variant : variant};
+  if (!own_rows)
+    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main);
   return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main);
 }
 
@@ -412,7 +416,8 @@ Status GemmReduce::probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootst
                               {kernels::kSignalBarrierOnly, "probe: gemm + block barrier per tile only"}};
   for (const Variant& v : variants) {
     double t = 0, mx = 0;
-    WEFT_CHECK(time_op(nccl, main, warm, iters, [&] { return enqueue_diag(false, true, v.v); }, &t));
+    WEFT_CHECK(time_op(
+        nccl, main, warm, iters, [&] { return enqueue_diag(false, true, v.v); }, &t));
     WEFT_CHECK(max_over_ranks(boot, key + "probe" + std::to_string(v.v), t, &mx));
     rows->push_back({v.what, mx, 0, "partial stores, no own rows, no copies"});
   }
@@ -421,7 +426,8 @@ Status GemmReduce::probe(ncclComm_t nccl, int warm, int iters, bootstrap::Bootst
     int& variant = sm_send ? sm_send_signal : signal_variant;  // the one this run's tiles use
     const int in_use = variant;
     variant = in_use == kernels::kSignalImmediate ? kernels::kSignalDeferred : kernels::kSignalImmediate;
-    WEFT_CHECK(time_op(nccl, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    WEFT_CHECK(time_op(
+        nccl, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
     const bool deferred = variant == kernels::kSignalDeferred;
     variant = in_use;
     WEFT_CHECK(max_over_ranks(boot, key + "probe_fused", t, &mx));

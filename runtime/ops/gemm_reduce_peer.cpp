@@ -52,8 +52,8 @@ Status make_plan(const GemmReduce& op, kernels::SmallReduceMode mode, kernels::S
 }
 
 // One launch of the small-shape kernel on the partial copy of the next epoch.
-Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm,
-                    int max_blocks = 0, bool from_tiles = false) {
+Status launch_small(GemmReduce& op, kernels::SmallReduceMode mode, uint32_t skip, bool after_gemm, int max_blocks = 0,
+                    bool from_tiles = false) {
   kernels::SmallReduceArgs args;
   WEFT_CHECK(make_plan(op, mode, &args.plan, max_blocks));
   args.epoch = op.peer_epoch;
@@ -119,8 +119,10 @@ Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key
     for (int v = 0; v < kNumVariants; ++v)
       if (want == kVariantNames[v]) peer_variant = v;
     if (peer_variant < 0 || (peer_variant == kOneShot && !all_reduce) || (peer_variant == kPullTiles && overlap)) {
-      WEFT_WARN(kKernel, "rank %d: WEFT_GEMM_REDUCE_PEER='%s' is not auto, pull, pull_nopdl, oneshot (AllReduce only), "
-                "previous or pull_tiles (peer path only)", rank, want.c_str());
+      WEFT_WARN(kKernel,
+                "rank %d: WEFT_GEMM_REDUCE_PEER='%s' is not auto, pull, pull_nopdl, oneshot (AllReduce only), "
+                "previous or pull_tiles (peer path only)",
+                rank, want.c_str());
       return Status::kInvalidArgument;
     }
   }
@@ -133,8 +135,8 @@ Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key
   int64_t blocks = 0;
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_BLOCKS", &blocks));
   peer_max_blocks = blocks > 0 && blocks < peer_sms ? int(blocks) : peer_sms;
-  WEFT_CHECK(PeerBuffer::create(boot, 2 * size_t(m * n) * sizeof(bf16), (key + "peer_partials").c_str(),
-                                &peer_partials));
+  WEFT_CHECK(
+      PeerBuffer::create(boot, 2 * size_t(m * n) * sizeof(bf16), (key + "peer_partials").c_str(), &peer_partials));
   const size_t words = sizeof(uint64_t) * size_t(kernels::SmallReducePlan::words(world));
   WEFT_CHECK(PeerBuffer::create(boot, words, (key + "peer_words").c_str(), &peer_words));
   WEFT_CUDA_CHECK(cudaMemset(peer_words.local<void>(), 0, words));
@@ -162,9 +164,8 @@ Status GemmReduce::enqueue_peer() {
   return launch_small(*this, mode_of(*this, peer_variant), 0, peer_variant != kPullNoPdl, 0, from_tiles);
 }
 
-Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm,
-                             int iters, const std::function<Status(const char*)>& validate,
-                             std::vector<ResultRow>* rows) {
+Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm, int iters,
+                             const std::function<Status(const char*)>& validate, std::vector<ResultRow>* rows) {
   if (!peer_sweep || peer_sms == 0) return Status::kOk;
   const bool was_overlap = overlap;
   const int chosen = peer_variant;
@@ -179,7 +180,7 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
   // Every variant of the fused op: validated (and repeated bit for bit with WEFT_DETERMINISTIC), then timed.
   for (int v = 0; v < kNumVariants; ++v) {
     if ((v == kOneShot && !all_reduce) || v == kPullTiles) continue;  // pull_tiles: last, below
-    if (v == chosen && !was_overlap) continue;  // timed as "weft fused"
+    if (v == chosen && !was_overlap) continue;                        // timed as "weft fused"
     peer_variant = v;
     kernels::SmallReducePlan plan;
     WEFT_CHECK(make_plan(*this, mode_of(*this, v), &plan));
@@ -192,13 +193,14 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
     host_us = 0;
     host_runs = 0;
     double t = 0, mx = 0, host = 0;
-    WEFT_CHECK(time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    WEFT_CHECK(time_op(
+        comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
     WEFT_CHECK(check(what, plan));
     WEFT_CHECK(max_over_ranks(boot, key + "peer_t_" + kVariantNames[v], t, &mx));
-    WEFT_CHECK(max_over_ranks(boot, key + "peer_h_" + kVariantNames[v], host_us / double(host_runs ? host_runs : 1),
-                              &host));
-    snprintf(note, sizeof note, "validated; %d blocks; host enqueue %.0f us", v == kPrevious ? peer_blocks : plan.blocks,
-             host);
+    WEFT_CHECK(
+        max_over_ranks(boot, key + "peer_h_" + kVariantNames[v], host_us / double(host_runs ? host_runs : 1), &host));
+    snprintf(note, sizeof note, "validated; %d blocks; host enqueue %.0f us",
+             v == kPrevious ? peer_blocks : plan.blocks, host);
     rows->push_back({std::string("weft peer path: ") + kVariantNames[v], mx, tf(mx), note});
   }
   // The default variant with one block per SM (more SMs issuing NVLink traffic).
@@ -215,7 +217,8 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
       return st;
     }
     double t = 0, mx = 0;
-    WEFT_CHECK(time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
+    WEFT_CHECK(time_op(
+        comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); }));
     WEFT_CHECK(check(what, plan));
     WEFT_CHECK(max_over_ranks(boot, key + "peer_t_wide", t, &mx));
     snprintf(note, sizeof note, "validated; %d blocks (WEFT_GEMM_REDUCE_PEER_BLOCKS=0)", plan.blocks);
@@ -244,10 +247,13 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
     kernels::SmallReducePlan plan;
     WEFT_CHECK(make_plan(*this, d.mode, &plan, d.blocks));
     double t = 0, mx = 0;
-    WEFT_CHECK(time_op(comm, main, warm, iters, [&] {
-      ++peer_epoch;
-      return launch_small(*this, d.mode, d.skip, false, d.blocks);
-    }, &t));
+    WEFT_CHECK(time_op(
+        comm, main, warm, iters,
+        [&] {
+          ++peer_epoch;
+          return launch_small(*this, d.mode, d.skip, false, d.blocks);
+        },
+        &t));
     WEFT_CHECK(check("peer reduce alone", plan));
     WEFT_CHECK(max_over_ranks(boot, key + "peer_d" + std::to_string(i), t, &mx));
     snprintf(note, sizeof note, "the reduction kernel alone, %d blocks x %d threads", plan.blocks,
@@ -266,7 +272,8 @@ Status GemmReduce::peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const 
     if (st == Status::kOk) {
       host_us = 0;
       host_runs = 0;
-      st = time_op(comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); });
+      st = time_op(
+          comm, main, warm, iters, [&] { return enqueue_fused(); }, &t, [&] { unstick(); });
     }
     if (st == Status::kOk) st = check(what, plan);
     WEFT_CHECK(max_over_ranks(boot, key + "peer_t_tiles", st == Status::kOk ? t : 1e9, &mx));

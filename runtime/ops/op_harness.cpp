@@ -4,18 +4,17 @@
 #include <cuda.h>
 #include <unistd.h>
 
-#include <ctime>
-
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <thread>
 
 #include "runtime/log.h"
-#include "runtime/params.h"
 #include "runtime/ops/cuda_check.h"
+#include "runtime/params.h"
 #include "runtime/tuner.h"
 #include "topology/topology.h"
 
@@ -128,7 +127,8 @@ Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops) {
   if (ops.empty()) return Status::kOk;
   BatchMemOpFn fn = batch_mem_op_fn();
   if (!fn || ops.size() > 255) {
-    WEFT_WARN(kKernel, "cuStreamBatchMemOp %s (%zu steps)", fn ? "takes at most 255 steps" : "is not available", ops.size());
+    WEFT_WARN(kKernel, "cuStreamBatchMemOp %s (%zu steps)", fn ? "takes at most 255 steps" : "is not available",
+              ops.size());
     return Status::kUnsupported;
   }
   std::vector<CUstreamBatchMemOpParams> p(ops.size());
@@ -279,8 +279,8 @@ Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out) {
   uint64_t mine = uint64_t(time(nullptr)) * 2654435761ull ^ (uint64_t(getpid()) << 20);
   std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather(key, bootstrap::Blob(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + 8),
-                            &all));
+  WEFT_CHECK(boot.allgather(
+      key, bootstrap::Blob(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + 8), &all));
   if (all.empty() || all[0].size() != sizeof mine) return Status::kProtocolError;
   memcpy(out, all[0].data(), sizeof mine);
   return Status::kOk;

@@ -62,10 +62,14 @@ class PeerBuffer {
   PeerBuffer(const PeerBuffer&) = delete;
   ~PeerBuffer();
   template <typename T>
-  T* local() const { return static_cast<T*>(local_); }
+  T* local() const {
+    return static_cast<T*>(local_);
+  }
   // nullptr for ranks on other nodes.
   template <typename T>
-  T* peer(int rank) const { return static_cast<T*>(peers_[rank]); }
+  T* peer(int rank) const {
+    return static_cast<T*>(peers_[rank]);
+  }
   size_t bytes() const { return bytes_; }
 
  private:
@@ -99,9 +103,9 @@ Status gemm_group(int32_t* group_m);
 
 // One row of an op's result table.
 struct ResultRow {
-  std::string what;      // "weft fused", "nccl+cublas", ...
-  double ms = 0;         // max over ranks of the per-rank median
-  double tflops = 0;     // per rank
+  std::string what;   // "weft fused", "nccl+cublas", ...
+  double ms = 0;      // max over ranks of the per-rank median
+  double tflops = 0;  // per rank
   std::string note;
 };
 

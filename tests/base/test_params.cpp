@@ -18,10 +18,26 @@ TEST_CASE("every parameter is declared once, named WEFT_*, with a doc and a pars
     CHECK(std::string(p.doc).size() > 10);
     unsetenv(p.name);
     switch (p.type) {
-      case weft::ParamType::kInt: { int64_t v; CHECK(weft::get_param(p.name, &v) == Status::kOk); break; }
-      case weft::ParamType::kDouble: { double v; CHECK(weft::get_param(p.name, &v) == Status::kOk); break; }
-      case weft::ParamType::kBool: { bool v; CHECK(weft::get_param(p.name, &v) == Status::kOk); break; }
-      case weft::ParamType::kString: { std::string v; CHECK(weft::get_param(p.name, &v) == Status::kOk); break; }
+      case weft::ParamType::kInt: {
+        int64_t v;
+        CHECK(weft::get_param(p.name, &v) == Status::kOk);
+        break;
+      }
+      case weft::ParamType::kDouble: {
+        double v;
+        CHECK(weft::get_param(p.name, &v) == Status::kOk);
+        break;
+      }
+      case weft::ParamType::kBool: {
+        bool v;
+        CHECK(weft::get_param(p.name, &v) == Status::kOk);
+        break;
+      }
+      case weft::ParamType::kString: {
+        std::string v;
+        CHECK(weft::get_param(p.name, &v) == Status::kOk);
+        break;
+      }
     }
   }
 }

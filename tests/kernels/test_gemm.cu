@@ -124,8 +124,8 @@ TEST_CASE("gemm split tail: K-sliced last-wave tiles are correct, fully written 
   struct Case {
     int m, n, k, blocks;
   };
-  for (const Case cs : {Case{2048, 7168, 2048, sms}, Case{1024, 1024, 1024, sms}, Case{1000, 1000, 1672, 5},
-                        Case{640, 512, 4096, 7}}) {
+  for (const Case cs :
+       {Case{2048, 7168, 2048, sms}, Case{1024, 1024, 1024, sms}, Case{1000, 1000, 1672, 5}, Case{640, 512, 4096, 7}}) {
     for (int cluster : {1, 2}) {
       const int blocks = cluster == 2 ? cs.blocks & ~1 : cs.blocks;
       CAPTURE(cs.m);

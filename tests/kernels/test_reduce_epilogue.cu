@@ -135,8 +135,8 @@ void check_reduce_case(const Case& cs, int sms) {
     poison_bf16(sent.p, int64_t(owners) * rpo * n);
     WEFT_CUDA_OK(cudaMemset(counts.p, 0, nflags * 8));
     const int32_t variant = run == 0 ? kSignalDeferred : run == 1 ? kSignalImmediate : kSignalInLoop;
-    REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5},
-                        TileSignal{counts.p, kFlagPerShard, 1, variant}, nullptr) == Status::kOk);
+    REQUIRE(launch_gemm(g, fp, epi, FlagGate{gate.p, kFlagPerShard, 5}, TileSignal{counts.p, kFlagPerShard, 1, variant},
+                        nullptr) == Status::kOk);
     WEFT_CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(frame.check("reduce epilogue test") == Status::kOk);
     // Own rows: the sum, rounded once (bf16 output rounding alone is ~1.7e-3).
@@ -160,8 +160,9 @@ void check_reduce_case(const Case& cs, int sms) {
         if (remote) CHECK(local.bad == uint64_t(rpo) * n);
       }
       for (int j = 0; j < pieces; ++j)  // each owner's pieces counted once per tile, per run
-        CHECK_MESSAGE(landed_h[size_t(o * pieces + j)] == (remote && o != own ? uint64_t(run + 1) * tiles_per_piece : 0),
-                      "piece " << j);
+        CHECK_MESSAGE(
+            landed_h[size_t(o * pieces + j)] == (remote && o != own ? uint64_t(run + 1) * tiles_per_piece : 0),
+            "piece " << j);
     }
     const std::vector<uint64_t> c = to_host(counts.p, nflags);
     const uint64_t per_piece = uint64_t(rpo / pieces / 128) * uint64_t((n + 255) / 256);
@@ -185,7 +186,8 @@ void check_reduce_case(const Case& cs, int sms) {
 
 }  // namespace
 
-TEST_CASE("reduce epilogue: own rows = accumulator + staged slots, other rows stored as partials, reruns bit-identical") {
+TEST_CASE(
+    "reduce epilogue: own rows = accumulator + staged slots, other rows stored as partials, reruns bit-identical") {
   const int sms = require_hopper();
   // Own tiles: 0 from registers, 1 through TMA, 2 through TMA into two more copies (AllReduce's
   // broadcast into peers' C, here local buffers) with a count per copy; 3: own tiles through TMA
@@ -267,7 +269,8 @@ TEST_CASE("reduce epilogue: own tiles read their slots only after the gate; a ga
                           TileSignal{counts.p, kFlagPerShard, 1}, run) == Status::kOk);
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       // The partials land, then the gate opens, in that order on one stream (as the op's copies).
-      WEFT_CUDA_OK(cudaMemcpyAsync(slots.p, staged.p, size_t(owners - 1) * rpo * n * 2, cudaMemcpyDeviceToDevice, late));
+      WEFT_CUDA_OK(
+          cudaMemcpyAsync(slots.p, staged.p, size_t(owners - 1) * rpo * n * 2, cudaMemcpyDeviceToDevice, late));
       for (int j = 0; j < pieces; ++j)
         WEFT_CUDA_OK(cudaMemcpyAsync(gate.p + own * pieces + j, &open, 8, cudaMemcpyHostToDevice, late));
       WEFT_CUDA_OK(cudaStreamSynchronize(late));

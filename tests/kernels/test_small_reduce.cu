@@ -37,8 +37,15 @@ struct Ranks {
   std::vector<FrameParams> fps;
   std::vector<cudaStream_t> streams;
   Ranks(int w, int64_t e, double timeout_s)
-      : ranks(w), elems(e), partials(int64_t(w) * 2 * w * e), c(int64_t(w) * w * e), out(int64_t(w) * e),
-        words(int64_t(w) * SmallReducePlan::words(w)), frames(size_t(w)), fps(size_t(w)), streams(size_t(w)) {
+      : ranks(w),
+        elems(e),
+        partials(int64_t(w) * 2 * w * e),
+        c(int64_t(w) * w * e),
+        out(int64_t(w) * e),
+        words(int64_t(w) * SmallReducePlan::words(w)),
+        frames(size_t(w)),
+        fps(size_t(w)),
+        streams(size_t(w)) {
     WEFT_CUDA_OK(cudaMemset(words.p, 0, size_t(w) * SmallReducePlan::words(w) * 8));
     WEFT_CUDA_OK(cudaDeviceSynchronize());  // the legacy stream's memset before the non-blocking launches
     RoleCounts roles;
@@ -205,8 +212,8 @@ TEST_CASE("small reduce: one-shot launches and other block counts between two-sh
     const std::vector<uint64_t> words = to_host(w.words.p, int64_t(ranks) * nw);
     for (int r = 0; r < ranks; ++r)
       for (int q = 0; q < ranks; ++q)
-        CHECK_MESSAGE(words[size_t(r * nw + ranks + q)] == (q == r ? 0 : gathered), "rank " << r << " gathered[" << q
-                                                                                            << "]");
+        CHECK_MESSAGE(words[size_t(r * nw + ranks + q)] == (q == r ? 0 : gathered),
+                      "rank " << r << " gathered[" << q << "]");
   }
 }
 
@@ -247,8 +254,8 @@ TEST_CASE("small reduce: a peer that never runs ends in a bounded wait that name
   const DeviceError& e = w.frames[0].record();
   CHECK(e.rank == 0);
   CHECK(e.role == int32_t(weft::Role::kIntraComm));
-  CHECK(e.tile_n == 1);                           // the peer
-  CHECK(e.flag_index == a.plan.ready_word(1));    // its ready flag
+  CHECK(e.tile_n == 1);                         // the peer
+  CHECK(e.flag_index == a.plan.ready_word(1));  // its ready flag
   CHECK(e.expected == 1);
   describe_small_reduce_error(e, a.plan, "small reduce test (expected timeout)");
 }
@@ -261,8 +268,7 @@ TEST_CASE("small reduce: ready from the GEMMs' tile counts (read over the peers'
   INFO("seed " << seed);
   Ranks w(ranks, elems, 0.3);
   const int nw = SmallReducePlan::words(ranks);
-  for (int q = 0; q < ranks; ++q)
-    rank_payload<<<256, 256>>>(w.partial(q, 1), int64_t(ranks) * elems, seed + q, q);
+  for (int q = 0; q < ranks; ++q) rank_payload<<<256, 256>>>(w.partial(q, 1), int64_t(ranks) * elems, seed + q, q);
   poison_bf16(w.c.p, int64_t(ranks) * ranks * elems);
   // The tile counts as three GEMMs of 64 tiles would leave them; rank 2's short by one in the second run.
   std::vector<uint64_t> words(size_t(ranks) * nw, 0);

@@ -99,49 +99,50 @@ TEST_CASE("piece-major order: each piece round by owner, own piece j after round
   for (int owners : {2, 3, 4, 8})
     for (int pieces : {1, 2, 4, 5})
       for (int lag = 1; lag <= pieces; ++lag)
-      for (int owner = 0; owner < owners; ++owner) {
-        CAPTURE(owners);
-        CAPTURE(pieces);
-        CAPTURE(lag);
-        CAPTURE(owner);
-        TileSchedule s = make(128 * 2 * owners * pieces, 512, 8, owners * pieces, 0);
-        const char* why = nullptr;
-        REQUIRE(s.set_piece_major(owners, pieces, owner, lag, &why));
-        std::vector<int> seen(std::size_t(owners * pieces), 0);
-        std::vector<int> own_at(std::size_t(pieces), -1), last_other_at(std::size_t(pieces), -1);
-        int prev_piece_other = 0;
-        for (int step = 0; step < owners * pieces; ++step) {
-          const int shard = s.shard_at(uint32_t(step));
-          REQUIRE(shard >= 0);
-          REQUIRE(shard < owners * pieces);
-          ++seen[std::size_t(shard)];
-          const int o = shard / pieces, j = shard % pieces;
-          if (o == owner) {
-            own_at[std::size_t(j)] = step;
-          } else {
-            // Other owners' pieces in piece order, owners rotated from owner + 1 inside a piece.
-            REQUIRE(j >= prev_piece_other);
-            prev_piece_other = j;
-            last_other_at[std::size_t(j)] = step;
+        for (int owner = 0; owner < owners; ++owner) {
+          CAPTURE(owners);
+          CAPTURE(pieces);
+          CAPTURE(lag);
+          CAPTURE(owner);
+          TileSchedule s = make(128 * 2 * owners * pieces, 512, 8, owners * pieces, 0);
+          const char* why = nullptr;
+          REQUIRE(s.set_piece_major(owners, pieces, owner, lag, &why));
+          std::vector<int> seen(std::size_t(owners * pieces), 0);
+          std::vector<int> own_at(std::size_t(pieces), -1), last_other_at(std::size_t(pieces), -1);
+          int prev_piece_other = 0;
+          for (int step = 0; step < owners * pieces; ++step) {
+            const int shard = s.shard_at(uint32_t(step));
+            REQUIRE(shard >= 0);
+            REQUIRE(shard < owners * pieces);
+            ++seen[std::size_t(shard)];
+            const int o = shard / pieces, j = shard % pieces;
+            if (o == owner) {
+              own_at[std::size_t(j)] = step;
+            } else {
+              // Other owners' pieces in piece order, owners rotated from owner + 1 inside a piece.
+              REQUIRE(j >= prev_piece_other);
+              prev_piece_other = j;
+              last_other_at[std::size_t(j)] = step;
+            }
           }
+          for (int c : seen) REQUIRE(c == 1);
+          for (int j = 0; j < pieces; ++j) {
+            // Own piece j right after round min(j + lag, S - 1) (or after the own piece before it).
+            const int round = std::min(j + lag, pieces - 1);
+            REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(round)]);
+            if (round + 1 < pieces) REQUIRE(own_at[std::size_t(j)] < last_other_at[std::size_t(round + 1)]);
+            if (j > 0)
+              REQUIRE(own_at[std::size_t(j)] ==
+                      std::max(own_at[std::size_t(j - 1)] + 1, last_other_at[std::size_t(round)] + 1));
+          }
+          REQUIRE(own_at[std::size_t(pieces - 1)] == owners * pieces - 1);
+          // The tiles follow the shard order and each is visited once.
+          for (int b : {1, 7, 132}) {
+            std::vector<int> count = visits(s, b);
+            for (int c : count) REQUIRE(c == 1);
+          }
+          REQUIRE(s.tile_at(0).shard == ((owner + 1) % owners) * pieces);
         }
-        for (int c : seen) REQUIRE(c == 1);
-        for (int j = 0; j < pieces; ++j) {
-          // Own piece j right after round min(j + lag, S - 1) (or after the own piece before it).
-          const int round = std::min(j + lag, pieces - 1);
-          REQUIRE(own_at[std::size_t(j)] > last_other_at[std::size_t(round)]);
-          if (round + 1 < pieces) REQUIRE(own_at[std::size_t(j)] < last_other_at[std::size_t(round + 1)]);
-          if (j > 0) REQUIRE(own_at[std::size_t(j)] == std::max(own_at[std::size_t(j - 1)] + 1,
-                                                                last_other_at[std::size_t(round)] + 1));
-        }
-        REQUIRE(own_at[std::size_t(pieces - 1)] == owners * pieces - 1);
-        // The tiles follow the shard order and each is visited once.
-        for (int b : {1, 7, 132}) {
-          std::vector<int> count = visits(s, b);
-          for (int c : count) REQUIRE(c == 1);
-        }
-        REQUIRE(s.tile_at(0).shard == ((owner + 1) % owners) * pieces);
-      }
   TileSchedule s = make(1024, 256, 8, 4, 0);
   const char* why = nullptr;
   CHECK_FALSE(s.set_piece_major(3, 1, 0, 1, &why));  // 4 shards are not 3 x 1
@@ -250,7 +251,7 @@ TEST_CASE("split tail: the most blocks below all whose last round is full") {
   s.k_iters = 128;
   // 132: 52 tail tiles in halves, 104 units in the last round; 131..129 no better; 128: 64 x 2.
   CHECK(s.full_round_blocks(132, 116, 8) == 128);
-  CHECK(s.split == 1);  // the schedule itself is left as it was
+  CHECK(s.split == 1);                          // the schedule itself is left as it was
   TileSchedule sq = make(8192, 7168, 8, 4, 0);  // 1792 tiles = 14 x 128
   sq.k_iters = 128;
   CHECK(sq.full_round_blocks(132, 116, 8) == 128);

@@ -22,7 +22,6 @@ namespace {
 
 constexpr int kMaxSlots = 7;  // EpiReduceSlots::kMaxSlots
 
-
 std::vector<RsNodesPlan> plans_for(const Layout& l) {
   const int world = int(l.node_of.size());
   std::vector<RsNodesPlan> plans(world);

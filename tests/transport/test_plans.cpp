@@ -63,13 +63,13 @@ TEST_CASE("batcher: a batch is posted before a put that would leave more than th
   CHECK(b.close_before_put(1, 1));               // one byte more: post the batch first
   CHECK_FALSE(b.close_before_put(0, 1 << 30));   // other peers have their own batches
   CHECK(b.take(1).size() == 1);
-  CHECK_FALSE(b.close_before_put(1, 1));         // the bound counts from the new batch
+  CHECK_FALSE(b.close_before_put(1, 1));  // the bound counts from the new batch
   CHECK_FALSE(b.add(1, 16, 2));
-  CHECK(b.close_before_put(1, 5 << 20));         // a single put larger than the bound
+  CHECK(b.close_before_put(1, 5 << 20));  // a single put larger than the bound
   CHECK(b.take(1).size() == 1);
   CHECK_FALSE(b.add(1, 24, 3));
-  CHECK_FALSE(b.close_before_put(1, 4 << 20));   // counted from zero again after take()
-  SignalBatcher unbounded(2, 64);                // default: only the FIFO running dry or a full batch close it
+  CHECK_FALSE(b.close_before_put(1, 4 << 20));  // counted from zero again after take()
+  SignalBatcher unbounded(2, 64);               // default: only the FIFO running dry or a full batch close it
   CHECK_FALSE(unbounded.add(1, 8, 1));
   CHECK_FALSE(unbounded.close_before_put(1, uint64_t{1} << 40));
   CHECK_FALSE(unbounded.close_before_put(1, uint64_t{1} << 40));
