@@ -74,6 +74,7 @@ struct AgGemm {
   kernels::GemmParams half[2];  // the tail's K halves
   cudaStream_t main = nullptr, copy = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
+  bf16* local_dst = nullptr;  // diagnostic: copy within this GPU instead of from the peers
   kernels::FrameHost frame;
   kernels::FrameParams frame_base;  // roles set per launch; the error record is cleared only between runs
   std::vector<std::unique_ptr<Variant>> variants;
@@ -118,9 +119,12 @@ struct AgGemm {
       const int64_t rows = m_loc / v.ce_chunks;
       for (int i = 1; i < world; ++i) {
         const int s = (rank + i) % world;
+        // local_dst (a diagnostic): the same bytes from NCCL's gathered A into scratch, within this GPU.
+        const bf16* src = local_dst ? a_nccl + int64_t(s) * m_loc * k : peer_shard(s);
+        bf16* dst = local_dst ? local_dst + int64_t(i - 1) * m_loc * k : shard(s);
         for (int ch = 0; ch < v.ce_chunks; ++ch) {
-          WEFT_CUDA_CHECK(cudaMemcpyAsync(shard(s) + ch * rows * k, peer_shard(s) + ch * rows * k,
-                                          size_t(rows * k) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy));
+          WEFT_CUDA_CHECK(cudaMemcpyAsync(dst + ch * rows * k, src + ch * rows * k, size_t(rows * k) * sizeof(bf16),
+                                          cudaMemcpyDeviceToDevice, copy));
           WEFT_CHECK(stream_write_u64(copy, v.ce_flags + s * v.ce_chunks + ch, v.epoch));
         }
       }
@@ -628,6 +632,19 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
                         "a flag load and proxy fence per tile, not per shard"});
         WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, true, false); }, &t));
         rows.push_back({"diag: " + v.name + ", copies beside, no gates", t, tf(t), "what the copies cost the GEMM"});
+        // The same bytes copied within this GPU (no NVLink): alone, and beside the ungated GEMM.
+        const size_t bytes = size_t((op.world - 1) * op.m_loc * op.k) * sizeof(bf16);
+        WEFT_CUDA_CHECK(cudaMalloc(&op.local_dst, bytes));
+        double t_local = 0;
+        Status st = timed([&] { return op.enqueue_copy_engines(v, false, true, false); }, &t_local);
+        if (st == Status::kOk) st = timed([&] { return op.enqueue_copy_engines(v, true, true, false); }, &t);
+        cudaFree(op.local_dst);
+        op.local_dst = nullptr;
+        WEFT_CHECK(st);
+        snprintf(note, sizeof note, "%.0f GB/s", double(bytes) / (t_local * 1e-3) / 1e9);
+        rows.push_back({"diag: the same bytes copied within the GPU, alone", t_local, 0, note});
+        rows.push_back({"diag: the same bytes copied within the GPU, beside the GEMM, no gates", t, tf(t),
+                        "what local copies of those bytes cost the GEMM"});
       }
     }
   }
