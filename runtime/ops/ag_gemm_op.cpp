@@ -66,6 +66,7 @@ struct Variant {
 
 struct AgGemm {
   int rank = 0, world = 1, sms = 0;
+  int cluster = 1;                         // the copy-engine variants' GEMM: CTAs per cluster (WEFT_GEMM_CLUSTER)
   int64_t m = 0, n = 0, k = 0, m_loc = 0;  // n is this rank's block
   PeerBuffer a_full;                       // m × k, shard s at rows [s·m_loc, (s+1)·m_loc)
   bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
@@ -307,10 +308,8 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
     WEFT_CUDA_CHECK(
         cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF, size_t(own_blocks * v->gemm.n_blocks) * 8));
   } else {
-    int64_t cluster = 1;
-    WEFT_CHECK(get_param("WEFT_GEMM_CLUSTER", &cluster));
     WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks, op.rank * v->ce_chunks,
-                            &v->gemm, int(cluster)));
+                            &v->gemm, op.cluster));
     const size_t count = size_t(op.world * v->ce_chunks);
     WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
     WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));
@@ -373,6 +372,15 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   op.k = wl.gemm.k;
   op.n = sh.n;
   op.m_loc = op.m / op.world;
+  int64_t cluster = 1;
+  WEFT_CHECK(get_param("WEFT_GEMM_CLUSTER", &cluster));
+  if ((cluster != 1 && cluster != 2) || op.m_loc % (kRows * cluster) != 0) {
+    WEFT_WARN(
+        kKernel, "rank %d: %s: WEFT_GEMM_CLUSTER is %lld: use 1, or 2 where m / ranks (%lld) is a multiple of %d rows",
+        info.rank, wl.source.c_str(), static_cast<long long>(cluster), static_cast<long long>(op.m_loc), 2 * kRows);
+    return Status::kInvalidArgument;
+  }
+  op.cluster = int(cluster);
   WEFT_CHECK(kernels::device_sm_count(&op.sms));
 
   // Role counts: the copy engines use no SM; the SM movers take the plan's (the tuner's, or the YAML's).
@@ -447,9 +455,7 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   };
   if (want_ce) {
     std::vector<int> chunk_counts = {1};
-    int64_t cluster = 1;  // chunks must split a shard into whole (cluster) tiles
-    WEFT_CHECK(get_param("WEFT_GEMM_CLUSTER", &cluster));
-    const int64_t unit_rows = kRows * std::max<int64_t>(1, cluster);
+    const int64_t unit_rows = kRows * op.cluster;  // chunks must split a shard into whole (cluster) tiles
     int chunked = int(std::max<int64_t>(1, std::min<int64_t>(4, op.m_loc / unit_rows)));
     while ((op.m_loc / unit_rows) % chunked) --chunked;
     if (chunked > 1) chunk_counts.push_back(chunked);
@@ -466,7 +472,8 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
       }
     }
     // Fewer compute SMs: a full last round, or else the fewest for the same waves.
-    const int fewer_sms = full_round > 0 ? full_round : same_waves;
+    int fewer_sms = full_round > 0 ? full_round : same_waves;
+    fewer_sms -= fewer_sms % op.cluster;  // whole clusters
     if (fewer_sms < op.sms) {
       RoleCounts fewer;
       fewer.compute = fewer_sms;
