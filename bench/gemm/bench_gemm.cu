@@ -25,11 +25,13 @@
 #include <string>
 #include <vector>
 
+#include "bench/gemm/bench_timing.h"
 #include "kernels/gemm.h"
 #include "tests/kernels/gemm_testing.cuh"
 
 using namespace weft::kernels;
 using namespace weft::kernels::testing;
+using weft::bench::time_ms;
 
 namespace {
 
@@ -53,32 +55,6 @@ struct InputSet {
   GemmParams params;   // single CTA per tile (the default)
   GemmParams params2;  // 2-CTA clusters, B multicast (opt-in, see docs/gemm.md)
 };
-
-double median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// Times `launch(set_index)` iters times after warm-ups; median milliseconds.
-template <class F>
-double time_ms(int iters, int sets, F&& launch) {
-  cudaEvent_t t0, t1;
-  WEFT_CUDA_OK(cudaEventCreate(&t0));
-  WEFT_CUDA_OK(cudaEventCreate(&t1));
-  for (int i = 0; i < 5; ++i) launch(i % sets);
-  WEFT_CUDA_OK(cudaDeviceSynchronize());
-  std::vector<float> ms(static_cast<size_t>(iters), 0.f);
-  for (int i = 0; i < iters; ++i) {
-    WEFT_CUDA_OK(cudaEventRecord(t0));
-    launch(i % sets);
-    WEFT_CUDA_OK(cudaEventRecord(t1));
-    WEFT_CUDA_OK(cudaEventSynchronize(t1));
-    WEFT_CUDA_OK(cudaEventElapsedTime(&ms[size_t(i)], t0, t1));
-  }
-  WEFT_CUDA_OK(cudaEventDestroy(t0));
-  WEFT_CUDA_OK(cudaEventDestroy(t1));
-  return median(ms);
-}
 
 }  // namespace
 
