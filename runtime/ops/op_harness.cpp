@@ -276,6 +276,60 @@ Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std
   return Status::kOk;
 }
 
+size_t InterleavedTimer::add(std::function<Status()> enqueue) {
+  enqueue_.push_back(std::move(enqueue));
+  return enqueue_.size() - 1;
+}
+
+Status InterleavedTimer::run(bootstrap::Bootstrap& boot, ncclComm_t comm, cudaStream_t s, int warmup, int iters,
+                             const std::string& key, const std::function<void()>& unstick) {
+  const size_t n = enqueue_.size();
+  ms_.assign(n, 0);
+  if (n == 0 || iters < 1) return Status::kOk;
+  int* word = nullptr;
+  WEFT_CUDA_CHECK(cudaMallocAsync(&word, sizeof(int), s));
+  WEFT_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
+  for (int i = 0; i < warmup; ++i)
+    for (size_t c = 0; c < n; ++c) WEFT_CHECK(enqueue_[c]());
+  std::vector<cudaEvent_t> ev(2 * n * size_t(iters));
+  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
+  auto at = [&](size_t c, int i, int end) -> cudaEvent_t& { return ev[(c * size_t(iters) + size_t(i)) * 2 + end]; };
+  for (int i = 0; i < iters; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const size_t c = (size_t(i) + j) % n;
+      WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, s));
+      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 0), s));
+      WEFT_CHECK(enqueue_[c]());
+      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 1), s));
+    }
+  }
+  const double bound_s = 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 0.01 * double(n) * double(warmup + iters);
+  WEFT_CHECK(sync_bounded(s, bound_s, "interleaved timed runs", unstick));
+  std::vector<double> mine(n);
+  std::vector<float> t(static_cast<size_t>(iters));
+  for (size_t c = 0; c < n; ++c) {
+    for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&t[size_t(i)], at(c, i, 0), at(c, i, 1)));
+    std::sort(t.begin(), t.end());
+    mine[c] = iters % 2 ? t[size_t(iters / 2)] : 0.5 * (t[size_t(iters / 2 - 1)] + t[size_t(iters / 2)]);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  WEFT_CUDA_CHECK(cudaFreeAsync(word, s));
+  // Every rank's medians in one exchange; the max over ranks per candidate.
+  const auto* bytes = reinterpret_cast<const uint8_t*>(mine.data());
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(key, bootstrap::Blob(bytes, bytes + n * sizeof(double)), &all));
+  ms_ = mine;
+  for (const auto& x : all) {
+    if (x.size() != n * sizeof(double)) return Status::kProtocolError;
+    for (size_t c = 0; c < n; ++c) {
+      double v = 0;
+      memcpy(&v, x.data() + c * sizeof(double), sizeof v);
+      ms_[c] = std::max(ms_[c], v);
+    }
+  }
+  return Status::kOk;
+}
+
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out) {
   uint64_t mine = uint64_t(time(nullptr)) * 2654435761ull ^ (uint64_t(getpid()) << 20);
   std::vector<bootstrap::Blob> all;

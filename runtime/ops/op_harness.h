@@ -85,6 +85,27 @@ class PeerBuffer {
 Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
                double* median_ms, const std::function<void()>& unstick = nullptr);
 
+// Several candidates timed together, interleaved: iteration i runs every candidate once, starting
+// at candidate i mod count, each run preceded by the one-word all-reduce of time_op. Under its power
+// cap the GPU changes clock in discrete steps (on an H200, 8192 x 7168 x 8192 runs at 1.24, 1.31 or
+// 1.40 ms by the step, moving every few dozen launches): timed one after the other, candidates
+// land on different steps and their ratio carries that luck; interleaved, every candidate sees the
+// same mix. `add` returns the candidate's index; `run` times them all (collective: every rank adds
+// the same candidates in the same order) and keeps, per candidate, the max over ranks of each
+// rank's median.
+class InterleavedTimer {
+ public:
+  size_t add(std::function<Status()> enqueue);
+  Status run(bootstrap::Bootstrap& boot, ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::string& key,
+             const std::function<void()>& unstick = nullptr);
+  double ms(size_t i) const { return i < ms_.size() ? ms_[i] : 0; }
+  size_t size() const { return enqueue_.size(); }
+
+ private:
+  std::vector<std::function<Status()>> enqueue_;
+  std::vector<double> ms_;
+};
+
 // A seed drawn fresh on rank 0 and shared with every rank (collective): inputs differ on every run.
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out);
 
