@@ -17,6 +17,8 @@
 // WEFT_AG_MOVER picks the variants (default: all, and the fastest validated one is kept). Each is
 // validated (gathered A bit for bit against NCCL's all-gather: every rank's data is seeded by its
 // rank, so a misrouted shard is caught; C against cuBLAS on NCCL's gathered A) before it is timed.
+// Every timed row (baselines, weft's GEMM alone, variants, diagnostics) runs interleaved with the
+// others, launch by launch, so the GPU's clock steps under its power cap fall on all rows alike.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -75,7 +77,7 @@ struct AgGemm {
   kernels::GemmParams half[2];  // the tail's K halves
   cudaStream_t main = nullptr, copy = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  bf16* local_dst = nullptr;  // diagnostic: copy within this GPU instead of from the peers
+  bf16* local_dst = nullptr;  // diagnostic: scratch for copies within this GPU instead of from the peers
   kernels::FrameHost frame;
   kernels::FrameParams frame_base;  // roles set per launch; the error record is cleared only between runs
   std::vector<std::unique_ptr<Variant>> variants;
@@ -112,7 +114,9 @@ struct AgGemm {
 
   // copies = false or gated = false: the diagnostics (the GEMM behind gates already open; the copies
   // beside a GEMM that does not wait for them).
-  Status enqueue_copy_engines(Variant& v, bool gemm, bool copies = true, bool gated = true, bool recheck = false) {
+  // local: the same bytes from NCCL's gathered A into local_dst, within this GPU (a diagnostic).
+  Status enqueue_copy_engines(Variant& v, bool gemm, bool copies = true, bool gated = true, bool recheck = false,
+                              bool local = false) {
     if (copies) {
       ++v.epoch;
       WEFT_CUDA_CHECK(cudaEventRecord(fork, main));
@@ -120,9 +124,8 @@ struct AgGemm {
       const int64_t rows = m_loc / v.ce_chunks;
       for (int i = 1; i < world; ++i) {
         const int s = (rank + i) % world;
-        // local_dst (a diagnostic): the same bytes from NCCL's gathered A into scratch, within this GPU.
-        const bf16* src = local_dst ? a_nccl + int64_t(s) * m_loc * k : peer_shard(s);
-        bf16* dst = local_dst ? local_dst + int64_t(i - 1) * m_loc * k : shard(s);
+        const bf16* src = local ? a_nccl + int64_t(s) * m_loc * k : peer_shard(s);
+        bf16* dst = local ? local_dst + int64_t(i - 1) * m_loc * k : shard(s);
         for (int ch = 0; ch < v.ce_chunks; ++ch) {
           WEFT_CUDA_CHECK(cudaMemcpyAsync(dst + ch * rows * k, src + ch * rows * k, size_t(rows * k) * sizeof(bf16),
                                           cudaMemcpyDeviceToDevice, copy));
@@ -521,59 +524,95 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   const double flops = 2.0 * double(op.m) * double(op.n) * double(op.k);
   auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0; };
   int key = 0;
-  // Times `enqueue` on every rank; the max over ranks.
-  auto timed = [&](const std::function<Status()>& enqueue, double* out) -> Status {
-    double mine = 0;
-    WEFT_CHECK(time_op(comm, op.main, warm, iters, enqueue, &mine));
-    return max_over_ranks(boot, "weft.ag_gemm.t" + std::to_string(key++), mine, out);
-  };
-  double t_seq = 0, t_gemm = 0, t_comm = 0, t_wgemm = 0, t_wgemm_sm = 0, t_wgemm_waves = 0, t_wgemm_full = 0;
-  WEFT_CHECK(timed(
-      [&]() -> Status {
-        WEFT_NCCL_CHECK(
-            ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-        return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
-      },
-      &t_seq));
-  WEFT_CHECK(timed(
-      [&] { return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main); },
-      &t_gemm));
-  WEFT_CHECK(timed(
-      [&]() -> Status {
-        WEFT_NCCL_CHECK(
-            ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
-        return Status::kOk;
-      },
-      &t_comm));
+
+  // Each variant is validated on every rank first (all ranks agree); only those that pass are timed.
+  std::vector<bool> passed(op.variants.size(), false);
+  for (size_t i = 0; i < op.variants.size(); ++i) {
+    const Status st = validate(op, *op.variants[i], wl);
+    if (st == Status::kCudaError) return st;  // the context may be gone: nothing after it can be trusted
+    double any_bad = 0;
+    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), st == Status::kOk ? 0 : 1, &any_bad));
+    passed[i] = any_bad == 0;
+    if (!passed[i] && op.rank == 0)
+      printf("rank 0: ag_gemm %s FAILED validation on some rank: not timed\n", op.variants[i]->name.c_str());
+  }
+
+  // Everything is timed together, interleaved (InterleavedTimer): the baselines, weft's GEMM alone,
+  // every validated variant, and the diagnostics that split a variant's time.
+  InterleavedTimer timer;
+  const size_t i_seq = timer.add([&]() -> Status {
+    WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+    return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main);
+  });
+  const size_t i_gemm = timer.add(
+      [&] { return cublas_gemm_tn(blas, op.m, op.n, op.k, op.a_nccl, op.k, op.b, op.k, op.c_ref, op.n, op.main); });
+  const size_t i_comm = timer.add([&]() -> Status {
+    WEFT_NCCL_CHECK(ncclAllGather(op.shard(op.rank), op.a_nccl, size_t(op.m_loc * op.k), ncclBfloat16, comm, op.main));
+    return Status::kOk;
+  });
   kernels::GemmParams plain;
   WEFT_CHECK(op.make_gemm(op.n, op.a_full.local<bf16>(), op.k, op.b, op.world, op.rank, &plain));
-  auto gemm_alone = [&](int compute) {
+  auto gemm_alone = [&](const kernels::GemmParams& g, int compute) {
     kernels::FrameParams fp = op.frame_base;
     fp.roles = RoleCounts{};
     fp.roles.compute = compute;
-    return kernels::launch_gemm(plain, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+    return kernels::launch_gemm(g, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
   };
-  WEFT_CHECK(timed([&] { return gemm_alone(op.sms); }, &t_wgemm));
+  const size_t i_wgemm = timer.add([&] { return gemm_alone(plain, op.sms); });
   // The same GEMM in one raster over all of A (as if every shard were there from the start): what the
   // rank-rotated per-shard order costs or saves (raster groups end at shard borders).
-  double t_wgemm_one = 0;
   kernels::GemmParams one_shard;
   WEFT_CHECK(op.make_gemm(op.n, op.a_full.local<bf16>(), op.k, op.b, 1, 0, &one_shard));
-  WEFT_CHECK(timed(
-      [&] {
-        kernels::FrameParams fp = op.frame_base;
-        fp.roles = RoleCounts{};
-        fp.roles.compute = op.sms;
-        return kernels::launch_gemm(one_shard, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
-      },
-      &t_wgemm_one));
-  if (!want_sm.empty()) WEFT_CHECK(timed([&] { return gemm_alone(sm_roles.compute); }, &t_wgemm_sm));
+  const size_t i_wgemm_one = timer.add([&] { return gemm_alone(one_shard, op.sms); });
+  const size_t none = ~size_t(0);
+  size_t i_wgemm_sm = none, i_wgemm_waves = none, i_wgemm_full = none;
+  if (!want_sm.empty()) i_wgemm_sm = timer.add([&] { return gemm_alone(plain, sm_roles.compute); });
   if (same_waves < op.sms && same_waves != sm_roles.compute)
-    WEFT_CHECK(timed([&] { return gemm_alone(same_waves); }, &t_wgemm_waves));
+    i_wgemm_waves = timer.add([&] { return gemm_alone(plain, same_waves); });
   if (full_round > 0 && full_round != same_waves && (want_sm.empty() || full_round != sm_roles.compute))
-    WEFT_CHECK(timed([&] { return gemm_alone(full_round); }, &t_wgemm_full));
-  const double bound = std::max(t_gemm, t_comm);
+    i_wgemm_full = timer.add([&] { return gemm_alone(plain, full_round); });
 
+  // Per variant: the fused run; for the first of each mover (no tail, the default count) what the
+  // shards' transfer alone costs it; for the copy engines, the diagnostics.
+  struct VariantTimes {
+    size_t fused = ~size_t(0), gather = ~size_t(0), gates_open = ~size_t(0), recheck = ~size_t(0), beside = ~size_t(0),
+           local_alone = ~size_t(0), local_beside = ~size_t(0);
+  };
+  std::vector<VariantTimes> vt(op.variants.size());
+  const size_t local_bytes = size_t((op.world - 1) * op.m_loc * op.k) * sizeof(bf16);
+  for (size_t i = 0; i < op.variants.size(); ++i) {
+    if (!passed[i]) continue;
+    Variant* pv = op.variants[i].get();
+    const Variant& v = *pv;
+    vt[i].fused = timer.add([&op, pv] { return op.enqueue(*pv); });
+    if (v.tail || !(v.sm ? v.roles.intra_comm == sm_roles.intra_comm : v.ce_chunks == 1 && v.roles.compute == op.sms))
+      continue;
+    vt[i].gather = timer.add([&op, pv] { return op.enqueue(*pv, false); });
+    if (v.sm) continue;
+    // Where the fused time goes: the gates alone, the copies beside an ungated GEMM, and the same
+    // bytes copied within this GPU (no NVLink), alone and beside the ungated GEMM.
+    vt[i].gates_open = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, false, true); });
+    vt[i].recheck = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, false, true, true); });
+    vt[i].beside = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, true, false); });
+    if (!op.local_dst) WEFT_CUDA_CHECK(cudaMalloc(&op.local_dst, local_bytes));
+    vt[i].local_alone = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, false, true, false, false, true); });
+    vt[i].local_beside = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, true, false, false, true); });
+  }
+  if (op.rank == 0) {
+    printf("rank 0: ag_gemm timing %zu runs interleaved, %d warm-up + %d timed rounds\n", timer.size(), warm, iters);
+    fflush(stdout);
+  }
+  const Status timed_st = timer.run(boot, comm, op.main, warm, iters, "weft.ag_gemm.t" + std::to_string(key++));
+  if (op.local_dst) cudaFree(op.local_dst);
+  op.local_dst = nullptr;
+  WEFT_CHECK(timed_st);
+  const bool timed_ok = op.frame.check("ag_gemm timed runs") == Status::kOk;
+  double any_timeout = 0;
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), timed_ok ? 0 : 1, &any_timeout));
+
+  const double t_seq = timer.ms(i_seq), t_gemm = timer.ms(i_gemm), t_comm = timer.ms(i_comm);
+  const double t_wgemm = timer.ms(i_wgemm), t_wgemm_one = timer.ms(i_wgemm_one);
+  const double bound = std::max(t_gemm, t_comm);
   std::vector<ResultRow> rows;
   char note[256];
   rows.push_back({"nccl all-gather + cublas", t_seq, tf(t_seq), "sequential baseline"});
@@ -583,77 +622,57 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
   rows.push_back({"weft gemm alone (no wait)", t_wgemm, tf(t_wgemm), std::to_string(op.sms) + " SMs"});
   rows.push_back({"diag: weft gemm alone, one raster", t_wgemm_one, tf(t_wgemm_one),
                   "all of A in one raster, not rank-rotated per shard"});
-  if (t_wgemm_sm > 0)
-    rows.push_back(
-        {"weft gemm alone, SM movers' count", t_wgemm_sm, tf(t_wgemm_sm), std::to_string(sm_roles.compute) + " SMs"});
-  if (t_wgemm_waves > 0)
-    rows.push_back({"weft gemm alone, same waves", t_wgemm_waves, tf(t_wgemm_waves),
+  if (i_wgemm_sm != none)
+    rows.push_back({"weft gemm alone, SM movers' count", timer.ms(i_wgemm_sm), tf(timer.ms(i_wgemm_sm)),
+                    std::to_string(sm_roles.compute) + " SMs"});
+  if (i_wgemm_waves != none)
+    rows.push_back({"weft gemm alone, same waves", timer.ms(i_wgemm_waves), tf(timer.ms(i_wgemm_waves)),
                     std::to_string(same_waves) + " SMs (the fewest for " + std::to_string(waves) + " waves)"});
-  if (t_wgemm_full > 0)
-    rows.push_back({"weft gemm alone, full last round", t_wgemm_full, tf(t_wgemm_full),
+  if (i_wgemm_full != none)
+    rows.push_back({"weft gemm alone, full last round", timer.ms(i_wgemm_full), tf(timer.ms(i_wgemm_full)),
                     std::to_string(full_round) + " SMs (the split tail's last round fills them)"});
 
-  // Each variant: validated on every rank first (all ranks agree), then timed.
   const Variant* best = nullptr;
-  for (auto& vp : op.variants) {
-    Variant& v = *vp;
-    const Status st = validate(op, v, wl);
-    if (st == Status::kCudaError) return st;  // the context may be gone: nothing after it can be trusted
-    double any_bad = 0;
-    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), st == Status::kOk ? 0 : 1, &any_bad));
-    if (any_bad > 0) {
-      if (op.rank == 0) printf("rank 0: ag_gemm %s FAILED validation on some rank: not timed\n", v.name.c_str());
+  for (size_t i = 0; i < op.variants.size(); ++i) {
+    Variant& v = *op.variants[i];
+    if (!passed[i]) {
       rows.push_back({"FAILED: " + v.name, 0, 0, "validation failed (see the warnings)"});
       continue;
     }
-    WEFT_CHECK(timed([&] { return op.enqueue(v); }, &v.ms));
-    const bool timed_ok = op.frame.check(("ag_gemm timed " + v.name).c_str()) == Status::kOk;
-    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.ok" + std::to_string(key++), timed_ok ? 0 : 1, &any_bad));
-    if (any_bad > 0) {
-      rows.push_back({"FAILED: " + v.name, 0, 0, "a device wait timed out during the timed runs"});
+    if (any_timeout > 0) {
+      rows.push_back({"FAILED: " + v.name, 0, 0, "a device wait timed out during the timed runs (all interleaved)"});
       continue;
     }
     v.valid = true;
+    v.ms = timer.ms(vt[i].fused);
     const Plan& plan = v.sm ? plan_sm : plan_ce;
     snprintf(note, sizeof note, "%.2fx bound; %s; tuner %.3f ms", v.ms / bound, roles_text(v.roles).c_str(),
              plan.makespan_s * 1e3);
     rows.push_back({"weft fused: " + v.name, v.ms, tf(v.ms), note});
     if (op.rank == 0) printf("rank 0: ag_gemm %s: %.3f ms (%s)\n", v.name.c_str(), v.ms, note);
     if (!best || v.ms < best->ms) best = &v;
-    // What the shards' transfer alone costs each mover (no compute blocks, or no GEMM).
-    if (!v.tail && (v.sm ? v.roles.intra_comm == sm_roles.intra_comm : v.ce_chunks == 1 && v.roles.compute == op.sms)) {
-      double t = 0;
-      WEFT_CHECK(timed([&] { return op.enqueue(v, false); }, &t));
-      const double gbps = double(op.world - 1) * double(op.m_loc * op.k) * sizeof(bf16) / (t * 1e-3) / 1e9;
-      if (v.sm)
-        snprintf(note, sizeof note, "%.0f GB/s in, %.1f GB/s per intra_comm SM", gbps, gbps / v.roles.intra_comm);
-      else
-        snprintf(note, sizeof note, "%.0f GB/s in", gbps);
-      rows.push_back({"gather alone: " + v.name, t, 0, note});
-      if (op.rank == 0) printf("rank 0: ag_gemm gather alone, %s: %.3f ms (%s)\n", v.name.c_str(), t, note);
-      if (!v.sm) {  // where the fused time goes: the gates alone, the copies beside an ungated GEMM
-        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, false, true); }, &t));
-        rows.push_back({"diag: " + v.name + ", gates open, no copies", t, tf(t), "what the gates cost"});
-        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, false, true, true); }, &t));
-        rows.push_back({"diag: " + v.name + ", gates open, checked every tile", t, tf(t),
-                        "a flag load and proxy fence per tile, not per shard"});
-        WEFT_CHECK(timed([&] { return op.enqueue_copy_engines(v, true, true, false); }, &t));
-        rows.push_back({"diag: " + v.name + ", copies beside, no gates", t, tf(t), "what the copies cost the GEMM"});
-        // The same bytes copied within this GPU (no NVLink): alone, and beside the ungated GEMM.
-        const size_t bytes = size_t((op.world - 1) * op.m_loc * op.k) * sizeof(bf16);
-        WEFT_CUDA_CHECK(cudaMalloc(&op.local_dst, bytes));
-        double t_local = 0;
-        Status st = timed([&] { return op.enqueue_copy_engines(v, false, true, false); }, &t_local);
-        if (st == Status::kOk) st = timed([&] { return op.enqueue_copy_engines(v, true, true, false); }, &t);
-        cudaFree(op.local_dst);
-        op.local_dst = nullptr;
-        WEFT_CHECK(st);
-        snprintf(note, sizeof note, "%.0f GB/s", double(bytes) / (t_local * 1e-3) / 1e9);
-        rows.push_back({"diag: the same bytes copied within the GPU, alone", t_local, 0, note});
-        rows.push_back({"diag: the same bytes copied within the GPU, beside the GEMM, no gates", t, tf(t),
-                        "what local copies of those bytes cost the GEMM"});
-      }
-    }
+    if (vt[i].gather == none) continue;
+    const double t = timer.ms(vt[i].gather);
+    const double gbps = double(op.world - 1) * double(op.m_loc * op.k) * sizeof(bf16) / (t * 1e-3) / 1e9;
+    if (v.sm)
+      snprintf(note, sizeof note, "%.0f GB/s in, %.1f GB/s per intra_comm SM", gbps, gbps / v.roles.intra_comm);
+    else
+      snprintf(note, sizeof note, "%.0f GB/s in", gbps);
+    rows.push_back({"gather alone: " + v.name, t, 0, note});
+    if (op.rank == 0) printf("rank 0: ag_gemm gather alone, %s: %.3f ms (%s)\n", v.name.c_str(), t, note);
+    if (vt[i].gates_open == none) continue;
+    auto diag = [&](size_t idx, const std::string& what, const char* why) {
+      rows.push_back({"diag: " + what, timer.ms(idx), tf(timer.ms(idx)), why});
+    };
+    diag(vt[i].gates_open, v.name + ", gates open, no copies", "what the gates cost");
+    diag(vt[i].recheck, v.name + ", gates open, checked every tile",
+         "a flag load and proxy fence per tile, not per shard");
+    diag(vt[i].beside, v.name + ", copies beside, no gates", "what the copies cost the GEMM");
+    const double t_local = timer.ms(vt[i].local_alone);
+    snprintf(note, sizeof note, "%.0f GB/s", double(local_bytes) / (t_local * 1e-3) / 1e9);
+    rows.push_back({"diag: the same bytes copied within the GPU, alone", t_local, 0, note});
+    diag(vt[i].local_beside, "the same bytes copied within the GPU, beside the GEMM, no gates",
+         "what local copies of those bytes cost the GEMM");
   }
   if (best) {
     snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; auto keeps: %s (%s)", best->ms / bound,
