@@ -97,4 +97,17 @@ if [ -s "$OUTDIR/gemm-bench.md" ]; then
   summ "gemm vs cuBLAS ($(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)):"
   cat "$OUTDIR/gemm-bench.md" >>"$SUMMARY"
 fi
+# 5. What a copy beside the GEMM costs it (one GPU; interleaved launch by launch).
+if [ -x "$BIN/bench_gemm_contention" ]; then
+  say "GEMM beside a copy"
+  if "$BIN/bench_gemm_contention" --rounds 2 --iters 30 >"$OUTDIR/gemm-contention.log" 2>&1; then
+    summ "$(grep -A12 'GEMM alone and beside' "$OUTDIR/gemm-contention.log")"
+  else
+    rc=1
+    summ "gemm contention bench: FAILED (gemm-contention.log)"
+  fi
+  cat "$OUTDIR/gemm-contention.log"
+else
+  summ "gemm contention bench: SKIPPED (not built: it needs the ops library, which needs NCCL)"
+fi
 exit $rc
