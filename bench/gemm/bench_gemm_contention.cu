@@ -9,8 +9,8 @@
 //   weft 2-CTA clusters of two sharing their B tile by multicast (32 KiB per CTA and k-block)
 //   cuBLAS     cublasGemmEx on the same TN problem
 // and the copy alone, all interleaved launch by launch (the GPU's clock steps under its power cap
-// would otherwise favour whichever ran first). Each round allocates fresh inputs (normal, like torch.randn), so a figure
-// that depends on where the buffers landed shows up as a difference between rounds.
+// would otherwise favour whichever ran first). Each round allocates fresh inputs (normal, like torch.randn), so a
+// figure that depends on where the buffers landed shows up as a difference between rounds.
 //
 //   bench_gemm_contention [--iters N] [--rounds R] [--ranks W] [--shape I]
 #include <cublas_v2.h>
@@ -136,9 +136,8 @@ int main(int argc, char** argv) {
           launch(v);
         });
       }
-      runs.push_back([&](cudaEvent_t) {
-        WEFT_CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr));
-      });
+      runs.push_back(
+          [&](cudaEvent_t) { WEFT_CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr)); });
       const std::vector<double> ms = weft::bench::time_interleaved(iters, nullptr, runs);
       for (int v = 0; v < 3; ++v) r.alone[v] = ms[size_t(2 * v)], r.beside[v] = ms[size_t(2 * v + 1)];
       r.copy_ms = ms[6];
@@ -157,10 +156,11 @@ int main(int argc, char** argv) {
           return 1;
         }
       }
-      printf("round %d  %5d x %5d x %5d  alone / beside copy (ms): weft %.3f / %.3f  2-CTA %.3f / %.3f  cuBLAS %.3f / "
-             "%.3f  copy %.3f ms (%.0f GB/s)\n",
-             round, s.m, s.n, s.k, r.alone[0], r.beside[0], r.alone[1], r.beside[1], r.alone[2], r.beside[2], r.copy_ms,
-             r.copy_gbs);
+      printf(
+          "round %d  %5d x %5d x %5d  alone / beside copy (ms): weft %.3f / %.3f  2-CTA %.3f / %.3f  cuBLAS %.3f / "
+          "%.3f  copy %.3f ms (%.0f GB/s)\n",
+          round, s.m, s.n, s.k, r.alone[0], r.beside[0], r.alone[1], r.beside[1], r.alone[2], r.beside[2], r.copy_ms,
+          r.copy_gbs);
       fflush(stdout);
       results[si].push_back(r);
       for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c_weft),
