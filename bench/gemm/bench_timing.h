@@ -17,7 +17,7 @@ inline double median(std::vector<float> v) {
 }
 
 // Times `launch(set_index)` iters times after 5 warm-ups, each between two events on `stream`;
-// `before(i)` runs ahead of each timed launch, once the start event is recorded (e.g. to start
+// `before(start)` runs ahead of each timed launch, once its start event is recorded (e.g. to start
 // work on another stream that waits for that event). Median milliseconds.
 template <class F, class G>
 double time_ms(int iters, int sets, cudaStream_t stream, F&& launch, G&& before) {

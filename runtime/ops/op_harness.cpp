@@ -251,28 +251,54 @@ void PeerBuffer::release() {
   local_ = nullptr;
 }
 
-Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
-               double* median_ms, const std::function<void()>& unstick) {
+namespace {
+
+// The rounds both time_op and InterleavedTimer run: `warmup` rounds, then `iters` timed rounds, each
+// running every candidate once (round i starts at candidate i mod n) after the one-word all-reduce
+// that lines the ranks up; every run between two events. This rank's median per candidate, in ms.
+Status timed_rounds(ncclComm_t comm, cudaStream_t s, int warmup, int iters,
+                    const std::vector<const std::function<Status()>*>& enqueue, const char* what,
+                    const std::function<void()>& unstick, std::vector<double>* medians) {
+  const size_t n = enqueue.size();
+  medians->assign(n, 0);
+  if (n == 0 || iters < 1) return Status::kOk;
   int* word = nullptr;
   WEFT_CUDA_CHECK(cudaMallocAsync(&word, sizeof(int), s));
   WEFT_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
-  for (int i = 0; i < warmup; ++i) WEFT_CHECK(enqueue());
-  std::vector<cudaEvent_t> ev(2 * size_t(iters));
+  for (int i = 0; i < warmup; ++i)
+    for (size_t c = 0; c < n; ++c) WEFT_CHECK((*enqueue[c])());
+  std::vector<cudaEvent_t> ev(2 * n * size_t(iters));
   for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
+  auto at = [&](size_t c, int i, int end) -> cudaEvent_t& { return ev[(c * size_t(iters) + size_t(i)) * 2 + end]; };
   for (int i = 0; i < iters; ++i) {
-    WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, s));
-    WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i], s));
-    WEFT_CHECK(enqueue());
-    WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
+    for (size_t j = 0; j < n; ++j) {
+      const size_t c = (size_t(i) + j) % n;
+      WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, s));
+      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 0), s));
+      WEFT_CHECK((*enqueue[c])());
+      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 1), s));
+    }
   }
-  const double bound_s = 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 0.01 * (warmup + iters);
-  WEFT_CHECK(sync_bounded(s, bound_s, "timed runs", unstick));
-  std::vector<float> ms(iters);
-  for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&ms[i], ev[2 * i], ev[2 * i + 1]));
+  const double bound_s = 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 0.01 * double(n) * double(warmup + iters);
+  WEFT_CHECK(sync_bounded(s, bound_s, what, unstick));
+  std::vector<float> t(static_cast<size_t>(iters));
+  for (size_t c = 0; c < n; ++c) {
+    for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&t[size_t(i)], at(c, i, 0), at(c, i, 1)));
+    std::sort(t.begin(), t.end());
+    (*medians)[c] = iters % 2 ? t[size_t(iters / 2)] : 0.5 * (t[size_t(iters / 2 - 1)] + t[size_t(iters / 2)]);
+  }
   for (auto& e : ev) cudaEventDestroy(e);
   WEFT_CUDA_CHECK(cudaFreeAsync(word, s));
-  std::sort(ms.begin(), ms.end());
-  *median_ms = iters % 2 ? ms[iters / 2] : 0.5 * (ms[iters / 2 - 1] + ms[iters / 2]);
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std::function<Status()>& enqueue,
+               double* median_ms, const std::function<void()>& unstick) {
+  std::vector<double> m;
+  WEFT_CHECK(timed_rounds(comm, s, warmup, iters, {&enqueue}, "timed runs", unstick, &m));
+  *median_ms = m.empty() ? 0 : m[0];
   return Status::kOk;
 }
 
@@ -284,36 +310,10 @@ size_t InterleavedTimer::add(std::function<Status()> enqueue) {
 Status InterleavedTimer::run(bootstrap::Bootstrap& boot, ncclComm_t comm, cudaStream_t s, int warmup, int iters,
                              const std::string& key, const std::function<void()>& unstick) {
   const size_t n = enqueue_.size();
-  ms_.assign(n, 0);
-  if (n == 0 || iters < 1) return Status::kOk;
-  int* word = nullptr;
-  WEFT_CUDA_CHECK(cudaMallocAsync(&word, sizeof(int), s));
-  WEFT_CUDA_CHECK(cudaMemsetAsync(word, 0, sizeof(int), s));
-  for (int i = 0; i < warmup; ++i)
-    for (size_t c = 0; c < n; ++c) WEFT_CHECK(enqueue_[c]());
-  std::vector<cudaEvent_t> ev(2 * n * size_t(iters));
-  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
-  auto at = [&](size_t c, int i, int end) -> cudaEvent_t& { return ev[(c * size_t(iters) + size_t(i)) * 2 + end]; };
-  for (int i = 0; i < iters; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      const size_t c = (size_t(i) + j) % n;
-      WEFT_NCCL_CHECK(ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, s));
-      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 0), s));
-      WEFT_CHECK(enqueue_[c]());
-      WEFT_CUDA_CHECK(cudaEventRecord(at(c, i, 1), s));
-    }
-  }
-  const double bound_s = 2 * param_double_or_default("WEFT_DEVICE_TIMEOUT") + 0.01 * double(n) * double(warmup + iters);
-  WEFT_CHECK(sync_bounded(s, bound_s, "interleaved timed runs", unstick));
-  std::vector<double> mine(n);
-  std::vector<float> t(static_cast<size_t>(iters));
-  for (size_t c = 0; c < n; ++c) {
-    for (int i = 0; i < iters; ++i) WEFT_CUDA_CHECK(cudaEventElapsedTime(&t[size_t(i)], at(c, i, 0), at(c, i, 1)));
-    std::sort(t.begin(), t.end());
-    mine[c] = iters % 2 ? t[size_t(iters / 2)] : 0.5 * (t[size_t(iters / 2 - 1)] + t[size_t(iters / 2)]);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  WEFT_CUDA_CHECK(cudaFreeAsync(word, s));
+  std::vector<const std::function<Status()>*> fns;
+  for (const auto& f : enqueue_) fns.push_back(&f);
+  std::vector<double> mine;
+  WEFT_CHECK(timed_rounds(comm, s, warmup, iters, fns, "interleaved timed runs", unstick, &mine));
   // Every rank's medians in one exchange; the max over ranks per candidate.
   const auto* bytes = reinterpret_cast<const uint8_t*>(mine.data());
   std::vector<bootstrap::Blob> all;
