@@ -37,14 +37,31 @@
 // (unit-tested on the host for many shapes and block counts).
 //
 // Split tail (plan_split): when the tiles do not fill the last wave (T = W*B + tail, tail < B),
-// the last `tail` tiles are cut along K into `split` slices, so the last wave's work spreads over
-// all blocks instead of leaving B - tail of them idle for a whole tile time. Work units after the
-// W*B whole tiles: first every non-final slice of every tail tile (they store fp32 partials and
-// never wait), then the final slices (they wait for their tile's partials, add them in slice
-// order and run the epilogue). A block walks its units in increasing order, so every partial a
-// final slice waits for is computed by a block that never waits before it: no deadlock.
+// the last `tail` tiles are cut along K, so the last wave's work spreads over all blocks instead
+// of leaving B - tail of them idle for a whole tile time. Two ways, whichever the cost model
+// prefers:
+//
+// K-slices: each tail tile is cut into `split` equal slices. Work units after the W*B whole
+// tiles: first every non-final slice of every tail tile (they store fp32 partials and never
+// wait), then the final slices (they wait for their tile's partials, add them in slice order and
+// run the epilogue). A block walks its units in increasing order, so every partial a final slice
+// waits for is computed by a block that never waits before it: no deadlock.
 //
 //   units:  whole tiles 0 .. W*B-1 | slices 0..s-2 of tail tiles | slice s-1 of tail tiles
+//
+// Chunks ("stream-K" tail, `chunks` = C > 0, tail < C <= B): the tail's tail*k_iters k-blocks, in
+// tile order, are cut into C equal chunks, one per block; a chunk is shorter than a tile, so it
+// holds the end of one tile (piece A) and may hold the start of the next (piece B). A tile's
+// pieces are its slices (slice q = its q-th piece along K, split = its piece count, at most
+// TileSchedule::split); the piece holding the tile's last k-block is the final one. Each chunk is
+// two work units, piece B first (a non-final piece: it never waits), then piece A (final when the
+// chunk holds the tile's last k-block; it waits only for pieces in lower chunks, which never
+// wait themselves). A unit whose piece is empty has k_begin == k_end: walkers skip it. Work is
+// handed out per claim (claim_unit): whole tile c, or chunk c - W*B = both its units, in order.
+// A block's claims only grow, so the lowest waiting final piece waits on pieces that are running
+// or held by blocks whose current unit does not wait: no deadlock.
+//
+//   claims: whole tiles 0 .. W*B-1 | chunk 0 (units B, A) | chunk 1 | ... | chunk C-1
 #pragma once
 
 #include <cstdint>
@@ -75,6 +92,7 @@ struct TileSchedule {
   int32_t k_iters = 1;      // k-blocks per tile
   int32_t split = 1;        // K-slices per tail tile (plan_split); 1: no split
   int32_t split_from = 0;   // first split tile (linear); tiles before it are whole
+  int32_t chunks = 0;       // > 0: the tail is cut into this many chunks (split: most pieces a tile)
   int32_t pm_owners = 0;    // piece-major order (set_piece_major): W owners; 0 = rotated order
   int32_t pm_pieces = 1;    //   S pieces per owner
   int32_t pm_owner = 0;     //   r: this rank, whose own pieces run late
@@ -110,6 +128,7 @@ struct TileSchedule {
     out->k_iters = 1;
     out->split = 1;
     out->split_from = int32_t(mb * nb);
+    out->chunks = 0;
     out->pm_owners = 0;
     out->pm_pieces = 1;
     out->pm_owner = 0;
@@ -159,52 +178,100 @@ struct TileSchedule {
     return own(b + step - peers);
   }
 
-  // Chooses the tail split for `blocks` persistent blocks (sets split, split_from; split = 1 when
-  // it does not pay). Cost model in k-blocks of one block's time: whole waves are equal for all
-  // choices; the tail costs ceil(tail * s / blocks) slices of k_iters / s k-blocks, plus about
-  // `fixup_kb` k-blocks per partial written and read. Slices keep >= min_slice_kb k-blocks.
-  void plan_split(int32_t blocks, int32_t max_split, int32_t min_slice_kb = 4, double fixup_kb = 2.0) {
+  // Chooses the tail split for `blocks` persistent blocks (sets split, split_from, chunks; split =
+  // 1 when it does not pay). Cost model in k-blocks of one block's time: whole waves are equal for
+  // all choices; a unit costs its k-blocks plus `boundary_kb` (its epilogue and start), a partial
+  // written or read about `fixup_kb`. K-slices (s): ceil(tail * s / blocks) rounds of k_iters / s,
+  // plus s partials; chunks (C): tail * k_iters / C, plus two units' boundaries and as many
+  // partials as a tile has pieces. Slices and chunks keep >= min_slice_kb k-blocks; a tile has at
+  // most max_split pieces. `chunked` = false: K-slices only. Returns the tail's modelled cost
+  // (k_iters + boundary_kb unsplit; 0 without a tail).
+  double plan_split(int32_t blocks, int32_t max_split, bool chunked = true, int32_t min_slice_kb = 4,
+                    double fixup_kb = 2.0, double boundary_kb = 4.0) {
     split = 1;
+    chunks = 0;
     split_from = int32_t(num_tiles());
-    if (blocks <= 0 || max_split <= 1) return;
-    const int64_t t = num_tiles(), tail = t % blocks;
-    if (tail == 0) return;
-    double best = double(k_iters);
+    const int64_t t = num_tiles(), tail = blocks > 0 ? t % blocks : 0;
+    if (tail == 0) return 0;
+    double best = double(k_iters) + boundary_kb;
+    if (max_split <= 1) return best;
     for (int32_t sp = 2; sp <= max_split && k_iters / sp >= min_slice_kb; ++sp) {
       const int64_t rounds = (tail * sp + blocks - 1) / blocks;
-      const double cost = double(rounds) * double(k_iters) / sp + fixup_kb * sp;
+      const double cost = double(rounds) * (double(k_iters) / sp + boundary_kb) + fixup_kb * sp;
       if (cost < best * 0.97) {
         best = cost;
         split = sp;
       }
     }
+    const int64_t kb = tail * k_iters;
+    for (int64_t c = chunked ? blocks : 0; c > tail; --c) {
+      if (kb / c < min_slice_kb || kb * (c + 1) >= (int64_t(1) << 32)) continue;  // 32-bit chunk math
+      const int32_t pieces = max_pieces(int32_t(tail), int32_t(c));
+      if (pieces > max_split) continue;
+      const double cost = double(kb) / double(c) + 2 * boundary_kb + fixup_kb * pieces;
+      if (cost < best * 0.97) {
+        best = cost;
+        split = pieces;
+        chunks = int32_t(c);
+      }
+    }
     if (split > 1) split_from = int32_t(t - tail);
+    return best;
   }
 
+  // The most pieces any of `tail` tiles has when their k-blocks are cut into `c` chunks.
+  int32_t max_pieces(int32_t tail, int32_t c) const {
+    const uint32_t s = uint32_t(tail) * uint32_t(k_iters);
+    int32_t most = 0;
+    for (int32_t i = 0; i < tail; ++i) {
+      const uint32_t first = chunk_of(uint32_t(i) * uint32_t(k_iters), s, uint32_t(c));
+      const uint32_t last = chunk_of(uint32_t(i + 1) * uint32_t(k_iters) - 1, s, uint32_t(c));
+      most = most > int32_t(last - first + 1) ? most : int32_t(last - first + 1);
+    }
+    return most;
+  }
+
+  // The chunk holding tail k-block x: the largest j with j * s / c <= x.
+  WEFT_HD static uint32_t chunk_of(uint32_t x, uint32_t s, uint32_t c) { return ((x + 1) * c - 1) / s; }
+
   // The most blocks in [lo, blocks) whose last round of work units is full once plan_split(b,
-  // max_split) has cut the tail, or 0. E.g. 2048 x 7168 tiles of 128 x 256 at K = 8192 on 132
-  // blocks leave 52 tail tiles (104 half units: 28 blocks idle in the last round); on 128 blocks
-  // 64 tail tiles in K halves are 128 units, a full round.
+  // max_split) has cut the tail into K-slices, or 0. E.g. 2048 x 7168 tiles of 128 x 256 at K =
+  // 8192 on 132 blocks leave 52 tail tiles (104 half units: 28 blocks idle in the last round); on
+  // 128 blocks 64 tail tiles in K halves are 128 units, a full round.
   int32_t full_round_blocks(int32_t blocks, int32_t lo, int32_t max_split) const {
     for (int32_t b = blocks - 1; b >= lo && b > 0; --b) {
       TileSchedule t = *this;
-      t.plan_split(b, max_split);
+      t.plan_split(b, max_split, false);
       if (t.num_units() % b == 0) return b;
     }
     return 0;
   }
 
-  WEFT_HD int64_t num_units() const { return split_from + int64_t(int32_t(num_tiles()) - split_from) * split; }
+  WEFT_HD int64_t num_units() const {
+    if (chunks > 0) return split_from + 2 * int64_t(chunks);
+    return split_from + int64_t(int32_t(num_tiles()) - split_from) * split;
+  }
+  // Claims (what a block takes at a time): whole tiles, then one per chunk (its two units), or
+  // one per unit when the tail is in K-slices.
+  WEFT_HD int64_t num_claims() const { return chunks > 0 ? split_from + int64_t(chunks) : num_units(); }
+  // The first unit of claim v (v >= num_claims(): some unit >= num_units()).
+  WEFT_HD int64_t claim_unit(int64_t v) const { return chunks > 0 && v > split_from ? 2 * v - split_from : v; }
+  // Whether unit u is the first of its claim's two (a chunk's piece B, which piece A follows).
+  WEFT_HD bool pair_first(int64_t u) const { return chunks > 0 && u >= split_from && ((u - split_from) & 1) == 0; }
   // Split tail tiles (0 when no split).
   WEFT_HD int32_t tail_tiles() const { return split > 1 ? int32_t(num_tiles()) - split_from : 0; }
 
-  // Work unit `u` (< num_units()): a whole tile, or one K-slice of a tail tile (order above).
+  // Work unit `u` (< num_units()): a whole tile, or one K-slice or chunk piece of a tail tile
+  // (orders above); an empty piece has k_begin == k_end == 0. kChunked = false leaves the chunk
+  // code out (a kernel whose registers have no room for it; its schedule must have chunks == 0).
+  template <bool kChunked = true>
   WEFT_HD TileCoord unit_at(int64_t u) const {
     if (u < split_from || split <= 1) {
       TileCoord c = tile_at(u);
       c.k_end = k_iters;
       return c;
     }
+    if (kChunked && chunks > 0) return piece_at(u);
     const uint32_t w = uint32_t(u - split_from), tail = uint32_t(tail_tiles());
     const uint32_t nonfinal = tail * uint32_t(split - 1);
     uint32_t idx, sl;
@@ -222,6 +289,33 @@ struct TileSchedule {
     c.tail_index = int32_t(idx);
     c.k_begin = int32_t(uint32_t(k_iters) * sl / uint32_t(split));
     c.k_end = int32_t(uint32_t(k_iters) * (sl + 1) / uint32_t(split));
+    return c;
+  }
+
+  // A chunk's piece (chunks > 0, u >= split_from): unit 2j is chunk j's piece B, 2j + 1 its piece A.
+  WEFT_HD TileCoord piece_at(int64_t u) const {
+    const uint32_t w = uint32_t(u - split_from), j = w >> 1, kt = uint32_t(k_iters);
+    const uint32_t s = uint32_t(tail_tiles()) * kt, nc = uint32_t(chunks);
+    const uint32_t lo_j = j * s / nc, hi_j = (j + 1) * s / nc;
+    const uint32_t boundary = (lo_j / kt + 1) * kt;  // the first tile start after the chunk's start
+    uint32_t lo = lo_j, hi = hi_j < boundary ? hi_j : boundary;
+    if ((w & 1) == 0) {
+      if (hi_j <= boundary) {
+        TileCoord empty;
+        empty.linear = u;
+        return empty;
+      }
+      lo = boundary, hi = hi_j;
+    }
+    const uint32_t idx = lo / kt, first = idx * kt;
+    const uint32_t j0 = chunk_of(first, s, nc), j1 = chunk_of(first + kt - 1, s, nc);
+    TileCoord c = tile_at(int64_t(split_from) + idx);
+    c.linear = u;
+    c.split = int32_t(j1 - j0 + 1);
+    c.slice = int32_t(j - j0);  // piece B starts its tile: j0 == j
+    c.tail_index = int32_t(idx);
+    c.k_begin = int32_t(lo - first);
+    c.k_end = int32_t(hi - first);
     return c;
   }
 
@@ -256,13 +350,44 @@ struct TileSchedule {
 // It refers to the schedule (which must outlive it) instead of copying it: in a kernel the
 // schedule stays in the parameter space and its fields are read from there, not kept in the
 // register-hungry GEMM consumers' registers.
+// Block b takes claims b, b+B, b+2B, ... (a chunk's claim: both its units, in order). Units of
+// empty pieces (k_begin == k_end) are walked too: the caller skips them. kChunked = false: the
+// walk without chunks (below), for a kernel that leaves the chunk code out (unit_at<false>).
+template <bool kChunked = true>
 class PersistentTileIter {
+ public:
+  WEFT_HD PersistentTileIter(const TileSchedule& sched, int32_t block, int32_t num_blocks)
+      : sched_(sched), claim_(block), unit_(int32_t(sched.claim_unit(block))), stride_(num_blocks) {}
+
+  WEFT_HD bool valid() const { return claim_ < sched_.num_claims(); }
+  WEFT_HD TileCoord current() const { return sched_.unit_at(unit_); }
+  WEFT_HD void advance() {
+    if (sched_.pair_first(unit_)) {
+      ++unit_;
+      return;
+    }
+    claim_ += stride_;
+    unit_ = int32_t(sched_.claim_unit(claim_));
+  }
+  WEFT_HD int64_t linear() const { return unit_; }
+
+ private:
+  // 32-bit (fewer than 2^31 tiles, TileSchedule::make): the GEMM producer runs on 40 registers.
+  const TileSchedule& sched_;
+  int32_t claim_;
+  int32_t unit_;
+  int32_t stride_;
+};
+
+// Without chunks: every unit is a claim (the walk of GEMM+RS/AR's register-tight kernel).
+template <>
+class PersistentTileIter<false> {
  public:
   WEFT_HD PersistentTileIter(const TileSchedule& sched, int32_t block, int32_t num_blocks)
       : sched_(sched), next_(block), stride_(num_blocks) {}
 
   WEFT_HD bool valid() const { return next_ < sched_.num_units(); }
-  WEFT_HD TileCoord current() const { return sched_.unit_at(next_); }
+  WEFT_HD TileCoord current() const { return sched_.unit_at<false>(next_); }
   WEFT_HD void advance() { next_ += stride_; }
   WEFT_HD int64_t linear() const { return next_; }
 

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/tile_scheduler.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
 
@@ -205,18 +206,20 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
 namespace {
 
 // Tile waves of `tiles` on `blocks` SMs. With the split tail the ragged last wave costs what the
-// GEMM core's planner (TileSchedule::plan_split) expects: rounds of K-slices plus ~2 k-blocks per
-// partial, never more than a whole wave.
+// GEMM core's planner (TileSchedule::plan_split) expects, as a share of a whole tile's time.
 double tile_waves(double tiles, int blocks, double k_blocks, bool split) {
   const double full = std::floor(tiles / blocks), tail = tiles - full * blocks;
   if (tail <= 0) return full;
-  double best = 1;
-  if (split && k_blocks > 0)
-    for (int sp = 2; sp <= 8 && std::floor(k_blocks / sp) >= 4; ++sp) {
-      const double cost = std::ceil(tail * sp / blocks) / sp + 2.0 * sp / k_blocks;
-      if (cost < best * 0.97) best = cost;
-    }
-  return full + best;
+  if (!split || k_blocks < 1 || tiles >= double(int64_t(1) << 31)) return full + 1;
+  kernels::TileSchedule s;
+  s.m_blocks = int32_t(std::ceil(tiles));
+  s.n_blocks = 1;
+  s.k_iters = int32_t(std::lround(k_blocks));
+  constexpr double kBoundaryKb = 4.0;
+  // K-slices only: the kernels that claim their tiles (the 1-CTA GEMM, the fused AllGather+GEMM)
+  // do not take chunks (kernels/gemm.h, enable_tail_split).
+  const double cost = s.plan_split(blocks, 8, false, 4, 2.0, kBoundaryKb);
+  return full + std::min(1.0, cost / (double(s.k_iters) + kBoundaryKb));
 }
 
 }  // namespace

@@ -182,7 +182,7 @@ TEST_CASE("a schedule whose shards do not fall on tile boundaries is refused wit
   CHECK_FALSE(TileSchedule::make(0, 256, 128, 256, 8, 1, 0, &s, &why));
 }
 
-TEST_CASE("split tail: every k-block of every tile computed once, final slices after all partials") {
+TEST_CASE("split tail in K-slices: every k-block of every tile computed once, final slices after all partials") {
   int split_seen = 0;
   for (int64_t mb : {3, 16, 64})
     for (int64_t nb : {1, 7, 28})
@@ -190,7 +190,8 @@ TEST_CASE("split tail: every k-block of every tile computed once, final slices a
         for (int blocks : {1, 5, 66, 132}) {
           TileSchedule s = make(128 * mb, 256 * nb, 8, 1, 0);
           s.k_iters = k_iters;
-          s.plan_split(blocks, 8);
+          s.plan_split(blocks, 8, false);
+          REQUIRE(s.chunks == 0);
           CAPTURE(mb);
           CAPTURE(nb);
           CAPTURE(k_iters);
@@ -230,11 +231,19 @@ TEST_CASE("split tail: every k-block of every tile computed once, final slices a
 TEST_CASE("split tail: the planner splits a ragged last wave and leaves full waves alone") {
   TileSchedule s = make(2048, 7168 + 0 * 256, 8, 1, 0);  // 16 x 28 = 448 tiles: 3 waves + 52
   s.k_iters = 128;
-  s.plan_split(132, 8);
+  s.plan_split(132, 8, false);
   CHECK(s.split > 1);
   CHECK(s.split_from == 396);
   CHECK(s.tail_tiles() == 52);
   CHECK(s.num_units() == 396 + 52 * s.split);
+  // With chunks allowed: 6656 tail k-blocks in 132 chunks of 50-51, at most 4 pieces a tile.
+  TileSchedule chunked = s;
+  chunked.plan_split(132, 8);
+  CHECK(chunked.chunks == 132);
+  CHECK(chunked.split == 4);
+  CHECK(chunked.split_from == 396);
+  CHECK(chunked.num_claims() == 396 + 132);
+  CHECK(chunked.num_units() == 396 + 2 * 132);
   TileSchedule full = make(128 * 132, 256, 8, 1, 0);  // exactly one wave
   full.k_iters = 128;
   full.plan_split(132, 8);
@@ -260,4 +269,131 @@ TEST_CASE("split tail: the most blocks below all whose last round is full") {
   short_k.k_iters = 5;
   CHECK(short_k.full_round_blocks(132, 125, 8) == 0);
   CHECK(short_k.full_round_blocks(132, 100, 8) == 112);  // 448 = 4 x 112
+}
+
+namespace {
+
+// Every unit of every claim of a chunked tail, per block: block b's claims b, b+B, ... in order.
+struct ChunkWalk {
+  std::vector<std::vector<TileCoord>> per_block;
+};
+
+ChunkWalk walk(const TileSchedule& s, int blocks) {
+  ChunkWalk w;
+  w.per_block.resize(std::size_t(blocks));
+  for (int b = 0; b < blocks; ++b)
+    for (PersistentTileIter it(s, b, blocks); it.valid(); it.advance())
+      w.per_block[std::size_t(b)].push_back(it.current());
+  return w;
+}
+
+// Runs the units as blocks that claim dynamically and always hold one claim beyond the current
+// one (the GEMM producer claims its next unit before the current one is done; holding it all the
+// time is the worst case): a final piece runs only once every other piece of its tile has.
+// Returns false when no block can move while units remain (a deadlock).
+bool claims_finish(const TileSchedule& s, int blocks) {
+  std::vector<int> done_pieces(std::size_t(s.num_tiles()), 0);
+  using Held = std::vector<std::pair<int64_t, int64_t>>;  // (claim, unit), in order
+  std::vector<Held> held(static_cast<std::size_t>(blocks));
+  int64_t next_claim = 0, remaining = s.num_units();
+  auto top_up = [&](Held& q) {
+    while (next_claim < s.num_claims() && (q.empty() || q.front().first == q.back().first)) {
+      const int64_t v = next_claim++, u = s.claim_unit(v);
+      q.push_back({v, u});
+      if (s.pair_first(u)) q.push_back({v, u + 1});
+    }
+  };
+  for (int round = 0; round < 2; ++round)
+    for (auto& q : held)
+      if (next_claim < s.num_claims() && (q.empty() || round == 1)) {
+        const int64_t v = next_claim++, u = s.claim_unit(v);
+        q.push_back({v, u});
+        if (s.pair_first(u)) q.push_back({v, u + 1});
+      }
+  while (remaining > 0) {
+    bool moved = false;
+    for (auto& q : held) {
+      if (q.empty()) continue;
+      const TileCoord c = s.unit_at(q.front().second);
+      const int64_t tile = int64_t(c.m_block) * s.n_blocks + c.n_block;
+      const bool piece = c.k_begin < c.k_end && c.split > 1;
+      if (piece && c.slice == c.split - 1 && done_pieces[std::size_t(tile)] < c.split - 1) continue;
+      if (piece) ++done_pieces[std::size_t(tile)];
+      q.erase(q.begin());
+      --remaining;
+      moved = true;
+      top_up(q);
+    }
+    if (!moved) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("split tail in chunks: every k-block once, pieces in K order, finals wait only on lower claims") {
+  int chunked_seen = 0;
+  for (int64_t mb : {3, 16, 64})
+    for (int64_t nb : {1, 7, 28})
+      for (int k_iters : {5, 28, 128, 1024})
+        for (int blocks : {5, 66, 132, 264}) {
+          TileSchedule s = make(128 * mb, 256 * nb, 8, 1, 0);
+          s.k_iters = k_iters;
+          s.plan_split(blocks, 8);
+          CAPTURE(mb);
+          CAPTURE(nb);
+          CAPTURE(k_iters);
+          CAPTURE(blocks);
+          CAPTURE(s.chunks);
+          if (s.chunks == 0) continue;
+          ++chunked_seen;
+          REQUIRE(s.chunks > s.tail_tiles());
+          REQUIRE(s.chunks <= blocks);
+          REQUIRE(s.split >= 2);
+          REQUIRE(s.split <= 8);
+          const ChunkWalk w = walk(s, blocks);
+          std::vector<int> kb_count(std::size_t(s.num_tiles() * k_iters), 0);
+          // Per tail tile: each piece's k-range by slice, and the claim each piece belongs to.
+          std::vector<std::vector<std::pair<int, int>>> ranges(std::size_t(s.num_tiles()));
+          std::vector<std::vector<int64_t>> claim_of(std::size_t(s.num_tiles()));
+          for (const auto& units : w.per_block) {
+            for (std::size_t i = 0; i < units.size(); ++i) {
+              const TileCoord& c = units[i];
+              if (c.k_begin == c.k_end) {
+                REQUIRE(s.pair_first(c.linear));  // only a chunk's piece B may be empty
+                continue;
+              }
+              REQUIRE(c.k_begin < c.k_end);
+              REQUIRE(c.k_end <= k_iters);
+              const int64_t tile = int64_t(c.m_block) * s.n_blocks + c.n_block;
+              for (int kb = c.k_begin; kb < c.k_end; ++kb) ++kb_count[std::size_t(tile * k_iters + kb)];
+              if (c.linear < s.split_from) continue;
+              REQUIRE(c.tail_index == tile_index_in_tail(s, c));
+              REQUIRE(c.split >= 2);
+              REQUIRE(c.split <= s.split);
+              auto& r = ranges[std::size_t(tile)];
+              if (r.empty())
+                r.assign(std::size_t(c.split), {-1, -1}), claim_of[std::size_t(tile)].assign(std::size_t(c.split), -1);
+              REQUIRE(int(r.size()) == c.split);
+              REQUIRE(r[std::size_t(c.slice)].first == -1);
+              r[std::size_t(c.slice)] = {c.k_begin, c.k_end};
+              claim_of[std::size_t(tile)][std::size_t(c.slice)] = s.split_from + (c.linear - s.split_from) / 2;
+              // A chunk's piece B (its unit comes first) never finishes a tile.
+              if (s.pair_first(c.linear)) REQUIRE(c.slice < c.split - 1);
+            }
+          }
+          for (int v : kb_count) REQUIRE(v == 1);
+          for (std::size_t t = 0; t < ranges.size(); ++t) {
+            const auto& r = ranges[t];
+            if (r.empty()) continue;
+            // Slices run along K in order and the last one ends the tile.
+            CHECK(r.front().first == 0);
+            CHECK(r.back().second == k_iters);
+            for (std::size_t q = 1; q < r.size(); ++q) CHECK(r[q].first == r[q - 1].second);
+            // The final piece's claim is the highest: it waits only on lower claims.
+            for (std::size_t q = 0; q + 1 < r.size(); ++q) CHECK(claim_of[t][q] < claim_of[t].back());
+          }
+          REQUIRE(claims_finish(s, blocks));
+        }
+  CHECK(chunked_seen > 0);
 }
