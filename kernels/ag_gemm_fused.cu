@@ -336,12 +336,12 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
   ag_detail::FusedParams p;
   p.gemm = g;
   // A ragged last wave is cut along K inside the GEMM (kernels/gemm.h) unless the caller planned it.
-  if (frame.roles.compute > 0 && g.sched.split <= 1) {
-    const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm);
-    if (st != Status::kOk) return st;
-  }
   if (frame.roles.compute > 0 && !g.claims) {
     const Status st = enable_dynamic_tiles(stream, &p.gemm);
+    if (st != Status::kOk) return st;
+  }
+  if (frame.roles.compute > 0 && g.sched.split <= 1) {  // chunks only for a static walk
+    const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm, !p.gemm.claims);
     if (st != Status::kOk) return st;
   }
   p.frame = frame;

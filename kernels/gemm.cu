@@ -107,6 +107,7 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
 }
 
 bool split_tail_default();
+bool chunked_tail_default();
 bool dynamic_tiles_default();
 
 static_assert(GemmConfig::kStoreBox == GemmConfig::kTileK, "the C box reuses the operands' 64-column box");
@@ -115,9 +116,15 @@ template <class Epilogue>
 Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
               const TileSignal& signal, cudaStream_t stream) {
   GemmParams gs = g;
-  if (g.sched.split <= 1) WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs));
   // Only kernels built to claim get the words (not GEMM+RS/AR's: gemm_detail::kClaimsTiles).
   if (!g.claims && gemm_detail::kClaimsTiles<1, Epilogue>) WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
+  // Chunks only for a static walk of a kernel built for them (enable_tail_split).
+  if (g.sched.split <= 1)
+    WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs, gemm_detail::kChunkedTail<Epilogue> && !gs.claims));
+  if (gs.sched.chunks > 0 && !gemm_detail::kChunkedTail<Epilogue>) {
+    WEFT_WARN(kKernel, "launch_gemm: this epilogue's kernel walks K-slices only; the schedule has a chunked tail");
+    return Status::kInvalidArgument;
+  }
   if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
   return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
 }
@@ -125,6 +132,10 @@ Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi
 // WEFT_GEMM_SPLIT_TAIL=0 keeps the last wave's tiles whole (for comparisons).
 bool split_tail_default() {
   static const bool on = param_bool_or_default("WEFT_GEMM_SPLIT_TAIL");
+  return on;
+}
+bool chunked_tail_default() {
+  static const bool on = param_bool_or_default("WEFT_GEMM_CHUNKED_TAIL");
   return on;
 }
 
@@ -273,14 +284,14 @@ Status device_sm_count(int* out) {
   return Status::kOk;
 }
 
-Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g) {
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked) {
   constexpr int32_t kMaxSplit = 8;
   constexpr size_t kMaxWorkspace = size_t(64) << 20;
   constexpr size_t kPartialBytes = size_t(GemmConfig::kTileM) * GemmConfig::kTileN * sizeof(float);
   TileSchedule& sc = g->sched;
   int32_t max_split = split_tail_default() ? kMaxSplit : 1;
   for (;;) {
-    sc.plan_split(compute_blocks / g->cluster_m, max_split);
+    sc.plan_split(compute_blocks / g->cluster_m, max_split, chunked && chunked_tail_default());
     if (sc.split <= 1) break;
     const size_t ws = size_t(sc.tail_tiles()) * size_t(g->cluster_m) * size_t(sc.split - 1) * kPartialBytes;
     if (ws <= kMaxWorkspace) break;

@@ -75,8 +75,11 @@ Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi);
 // `stream` (launches on one stream must not overlap). launch_gemm does this itself (unless
 // WEFT_GEMM_SPLIT_TAIL=0); a fused kernel that calls gemm_compute_block() calls it once per launch
 // configuration. Leaves g unsplit when it does not pay, no workspace can be had, or
-// WEFT_GEMM_SPLIT_TAIL=0.
-Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g);
+// WEFT_GEMM_SPLIT_TAIL=0. `chunked` = false (or WEFT_GEMM_CHUNKED_TAIL=0): K-slices only, no
+// chunks (TileSchedule::plan_split). launch_gemm and the fused AllGather+GEMM kernel allow chunks
+// only for a static walk (no GemmParams::claims: with claimed tiles the chunked tail measured
+// slower, docs/gemm.md); GEMM+RS/AR's kernel (EpiReduceSlots) walks K-slices only.
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked = true);
 
 // Has g's compute blocks claim their work units one at a time instead of taking every B-th
 // (GemmParams::claims): the claim words belong to `stream` (launches on one stream must not

@@ -42,9 +42,33 @@ __device__ __forceinline__ void trace_stamp(int kind, uint32_t it) {
   if (blockIdx.x < kTraceBlocks && it < uint32_t(kTraceIters))
     WEFT_GEMM_TRACE[(blockIdx.x * 2 + kind) * kTraceIters + it] = clock64();
 }
+// Per work unit, from consumer 0's thread 0: clock64() of each event of the first kTraceUnits
+// units of blocks 0 and 1, and %globaltimer of the same events for every block below
+// kTraceTimelineBlocks (one timeline across SMs). Events: kUnitTop (loop top: the previous unit's
+// epilogue issued), kUnitTaken, kUnitFirstMma, kUnitMmaDone, kUnitFixed (split fixup done);
+// kUnitShape holds split << 8 | slice instead of a time.
+enum TraceEvent { kUnitTop, kUnitTaken, kUnitFirstMma, kUnitMmaDone, kUnitFixed, kUnitShape, kTraceEvents };
+constexpr int kTraceUnits = 32, kTraceTimelineBlocks = 264;
+constexpr size_t kTraceClockAt = size_t(kTraceBlocks) * 2 * kTraceIters;
+constexpr size_t kTraceTimelineAt = kTraceClockAt + size_t(kTraceBlocks) * kTraceUnits * kTraceEvents;
+constexpr size_t kTraceWords = kTraceTimelineAt + size_t(kTraceTimelineBlocks) * kTraceUnits * kTraceEvents;
+__device__ __forceinline__ void trace_unit(int ev, uint32_t n, uint64_t value = 0) {
+  if (threadIdx.x != 128 || n >= uint32_t(kTraceUnits)) return;
+  uint64_t now = value;
+  if (ev != kUnitShape) asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  if (blockIdx.x < kTraceTimelineBlocks)
+    WEFT_GEMM_TRACE[kTraceTimelineAt + (size_t(blockIdx.x) * kTraceUnits + n) * kTraceEvents + ev] = now;
+  if (blockIdx.x < kTraceBlocks)
+    WEFT_GEMM_TRACE[kTraceClockAt + (size_t(blockIdx.x) * kTraceUnits + n) * kTraceEvents + ev] =
+        ev == kUnitShape ? value : clock64();
+}
 #define WEFT_TRACE_STAMP(kind, it) trace_stamp(kind, it)
+#define WEFT_TRACE_UNIT(ev, n) trace_unit(ev, n)
+#define WEFT_TRACE_SHAPE(n, value) trace_unit(kUnitShape, n, value)
 #else
 #define WEFT_TRACE_STAMP(kind, it) ((void)0)
+#define WEFT_TRACE_UNIT(ev, n) ((void)(n))
+#define WEFT_TRACE_SHAPE(n, value) ((void)(n))
 #endif
 
 struct __align__(1024) SharedStorage {
@@ -121,13 +145,13 @@ __device__ __forceinline__ TileCoord cta_tile(const TileCoord& cc, uint32_t cta)
 }
 
 // ---- work units: static striding, or claimed one at a time (GemmParams::claims) ---------------
-// Static: block b of B takes units b, b + B, ... Claimed: the producer thread takes the next unit
-// with one atomic add kClaimAhead k-blocks before the current unit's last load (about kStages +
-// kClaimAhead k-blocks before the consumers need it) and hands it to the consumers through a
-// two-slot ring in shared memory.
+// Static: block b of B takes claims b, b + B, ... Claimed: the producer thread takes the next
+// claim with one atomic add kClaimAhead k-blocks before the current unit's last load (about
+// kStages + kClaimAhead k-blocks before the consumers need it) and hands its units to the
+// consumers through a two-slot ring in shared memory (a chunk of a chunked tail is two units).
 // A block held up (a gate that opened late, a slower SM) then takes fewer tiles instead of
-// carrying its delay to the end of the kernel. Units are claimed in increasing order, so the
-// split tail's final slices still come after every partial they wait for.
+// carrying its delay to the end of the kernel. Claims are taken in increasing order, so the
+// split tail's final pieces never wait on a block that waits itself (tile_scheduler.h).
 
 __device__ __forceinline__ TileCoord no_tile() {
   TileCoord c;
@@ -176,6 +200,12 @@ __device__ __forceinline__ void finish_claims(uint32_t* claims, int32_t blocks) 
 // which measured slower with claims (docs/ops.md); left out, the code costs its registers nothing.
 template <int kCluster, class Epilogue>
 constexpr bool kClaimsTiles = kCluster == 1 && !std::is_same<Epilogue, EpiReduceSlots>::value;
+
+// Whether the kernel built for this epilogue walks a chunked split tail (TileSchedule::chunks):
+// not GEMM+RS/AR's, whose registers have no room for the chunk math (it spilled); its launches
+// plan K-slices only (enable_tail_split's `chunked`).
+template <class Epilogue>
+constexpr bool kChunkedTail = !std::is_same<Epilogue, EpiReduceSlots>::value;
 
 // ---- an own tile's staged partials through the ring (EpiReduceSlots::slot_maps) ---------------
 // After the tile's last k-block the producer loads its slots as extra stages: box q < 4 x slots
@@ -284,7 +314,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   uint32_t it = 0;
   const bool claim = kClaims && g.claims != nullptr;
   const int64_t units = g.sched.num_units();
-  PersistentTileIter t(g.sched, cluster_idx, clusters);
+  PersistentTileIter<kChunkedTail<Epilogue>> t(g.sched, cluster_idx, clusters);
   uint32_t next = 0;  // the next unit, claimed ahead (have_next)
   bool have_next = false;
   // Shards (below 32) whose per-shard flag this producer has already seen open: their later tiles
@@ -295,16 +325,21 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
   for (uint32_t handed = 0;;) {
     int64_t u;
     if (claim) {
-      if (!have_next) next = atomicAdd(g.claims, 1u);
+      if (!have_next) next = uint32_t(g.sched.claim_unit(atomicAdd(g.claims, 1u)));
       have_next = false;
       if (!hand_unit(s, handed++, next, f) || int64_t(next) >= units) return;
       u = int64_t(next);
+      if (g.sched.pair_first(u)) {  // its chunk's second unit follows without a claim
+        next = uint32_t(u + 1);
+        have_next = true;
+      }
     } else {
       if (!t.valid()) return;
       u = t.linear();
       t.advance();
     }
-    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
+    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at<kChunkedTail<Epilogue>>(u), cta);
+    if (kChunkedTail<Epilogue> && c.k_begin >= c.k_end) continue;  // an empty piece of a chunk
     // The unit's ring stages: its k-blocks, then (an own tile of GEMM+RS/AR) its staged partials,
     // which alone wait for the tile's gate. One loop, so that each wait is inlined once: the
     // producer has 40 registers.
@@ -321,7 +356,7 @@ __device__ __forceinline__ void producer_loop(const GemmParams& g, const FramePa
       // The next unit is claimed kClaimAhead k-blocks before this one's last load: the atomic's
       // round trip (several us while the SMs also push data over NVLink) overlaps the loads.
       if (claim && !have_next && kb + kClaimAhead >= c.k_end) {
-        next = atomicAdd(g.claims, 1u);
+        next = uint32_t(g.sched.claim_unit(atomicAdd(g.claims, 1u)));
         have_next = true;
       }
       if (kb == gate_at) {
@@ -449,7 +484,8 @@ __device__ __forceinline__ SplitFix split_fixup(const GemmParams& g, const Frame
   constexpr uint32_t kConsumerThreads = GemmConfig::kConsumers * 128;
   const int64_t slot = int64_t(c.tail_index) * kCluster + cta;
   uint64_t* flag = g.split_flags + slot;
-  float4* base = reinterpret_cast<float4*>(g.split_ws) + slot * (c.split - 1) * kPartialFloat4s + tid;
+  // Room for the most partials a tile has (sched.split - 1); this tile has c.split - 1 of them.
+  float4* base = reinterpret_cast<float4*>(g.split_ws) + slot * (g.sched.split - 1) * kPartialFloat4s + tid;
   if (c.slice < c.split - 1) {
     float4* dst = base + int64_t(c.slice) * kPartialFloat4s;
 #pragma unroll
@@ -674,8 +710,9 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
   };
   const bool claim = kClaimsTiles<kCluster, Epilogue> && g.claims != nullptr;
   const int64_t units = g.sched.num_units();
-  PersistentTileIter t(g.sched, cluster_idx, clusters);
-  for (uint32_t taken = 0;;) {
+  PersistentTileIter<kChunkedTail<Epilogue>> t(g.sched, cluster_idx, clusters);
+  for (uint32_t taken = 0, traced = 0;; ++traced) {
+    WEFT_TRACE_UNIT(kUnitTop, traced);
     int64_t u;
     if (claim) {
       if (!take_unit(s, taken++, f, lane, &u)) {
@@ -688,7 +725,10 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
       u = t.linear();
       t.advance();
     }
-    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at(u), cta);
+    const TileCoord c = cta_tile<kCluster>(g.sched.unit_at<kChunkedTail<Epilogue>>(u), cta);
+    if (kChunkedTail<Epilogue> && c.k_begin >= c.k_end) continue;  // an empty piece of a chunk
+    WEFT_TRACE_UNIT(kUnitTaken, traced);
+    WEFT_TRACE_SHAPE(traced, uint64_t(c.split) << 8 | uint64_t(c.slice));
     if (c.split > 1 || gate.may_wait(c.shard)) {
       if (pending >= 0) signal_tile(epi, signal, pending, true, consumer, t128);
       pending = -1;
@@ -723,6 +763,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > c.k_begin || k > 0) ? 1 : 0);
       }
       sm90::wgmma_commit();
+      if (kb == c.k_begin) WEFT_TRACE_UNIT(kUnitFirstMma, traced);
       // Keep one k-block of MMAs in flight; the one before it is done reading its stage.
       sm90::wgmma_wait<1>();
       if (kb > c.k_begin && !released && lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
@@ -730,6 +771,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
     }
     move_loop_signal();  // a tile shorter than that
     sm90::wgmma_wait<0>();
+    WEFT_TRACE_UNIT(kUnitMmaDone, traced);
     if (lane == 0) release_stage<kCluster>(&s.empty[(it - 1) % Cfg::kStages]);
     // An own tile's staged partials, if they came through the ring.
     if (slot_stages<kCluster>(epi, g, c) > 0 && !add_slot_stages(epi, s, f, c, acc, it, consumer, t128)) {
@@ -744,6 +786,7 @@ __device__ __forceinline__ void consumer_loop(const GemmParams& g, const FramePa
         if (t128 == 0) sm90::bulk_wait<0>();  // staging read by any TMA store
         return;
       }
+      WEFT_TRACE_UNIT(kUnitFixed, traced);
       if (fix == SplitFix::kPartialStored) continue;
     }
 

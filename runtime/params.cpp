@@ -36,6 +36,8 @@ const std::vector<ParamInfo> kParams = {
      "ag_gemm copy-engine variants: CTAs per cluster sharing B through TMA multicast (1 or 2)"},
     {"WEFT_GEMM_SPLIT_TAIL", ParamType::kBool, "1", "",
      "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)"},
+    {"WEFT_GEMM_CHUNKED_TAIL", ParamType::kBool, "1", "",
+     "GEMM: the split tail may cut the last wave's k-blocks into one chunk per SM (0: equal K-slices only)"},
     {"WEFT_GEMM_DYNAMIC", ParamType::kBool, "1", "",
      "GEMM: blocks claim their next tile when ready (0: block b takes every B-th tile, for comparisons)"},
     {"WEFT_AG_MOVER", ParamType::kString, "auto", "",

@@ -118,54 +118,62 @@ TEST_CASE("gemm M, N, K that are not tile multiples are handled (K a multiple of
   check_store(333, 1000, 1672, sms);  // TMA stores of partial boxes on both edges
 }
 
-TEST_CASE("gemm split tail: K-sliced last-wave tiles are correct, fully written and repeat bit for bit") {
+TEST_CASE("gemm split tail: K-sliced and chunked last waves are correct, fully written and repeat bit for bit") {
   const int sms = require_hopper();
-  // (shape, compute blocks) whose last wave is ragged enough for the planner to cut it.
+  // (shape, compute blocks) whose last wave is ragged enough for the planner to cut it; `chunks`:
+  // with chunks allowed the planner picks them (single CTAs).
   struct Case {
     int m, n, k, blocks;
+    bool chunks;
   };
   for (const Case cs :
-       {Case{2048, 7168, 2048, sms}, Case{1024, 1024, 1024, sms}, Case{1000, 1000, 1672, 5}, Case{640, 512, 4096, 7}}) {
-    for (int cluster : {1, 2}) {
-      const int blocks = cluster == 2 ? cs.blocks & ~1 : cs.blocks;
-      CAPTURE(cs.m);
-      CAPTURE(cs.n);
-      CAPTURE(cs.k);
-      CAPTURE(blocks);
-      CAPTURE(cluster);
-      Problem pb(cs.m, cs.n, cs.k);
-      GemmParams g = pb.params(8, 1, 0, cluster);
-      GemmParams planned = g;
-      REQUIRE(enable_tail_split(blocks, nullptr, &planned) == Status::kOk);
-      // The cases exercise the split with single CTAs (launch_gemm plans the same); with 2-CTA
-      // clusters the planner may keep the few-block cases whole, which is checked just the same.
-      if (cluster == 1) CHECK(planned.sched.split > 1);
-      const int64_t elems = int64_t(cs.m) * cs.n;
-      DevBuf<__nv_bfloat16> c1(elems), c2(elems);
-      FrameHost frame;
-      REQUIRE(frame.create(0) == Status::kOk);
-      FrameParams fp;
-      REQUIRE(frame.params(compute_only(blocks), &fp) == Status::kOk);
-      for (__nv_bfloat16* c : {c1.p, c2.p}) {
-        poison_bf16(c, elems);
-        EpiStoreBf16 epi;
-        epi.c = c, epi.ldc = cs.n;
-        REQUIRE(launch_gemm(g, fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+       {Case{2048, 7168, 2048, sms, false}, Case{1024, 1024, 1024, sms, false}, Case{1000, 1000, 1672, 5, false},
+        Case{640, 512, 4096, 7, false}, Case{2048, 7168, 8192, sms, true}, Case{1000, 1000, 8192, 5, true}})
+    for (int cluster : {1, 2})
+      for (bool chunked : {true, false}) {
+        if (chunked && !cs.chunks) continue;  // the same plan as K-slices only
+        const int blocks = cluster == 2 ? cs.blocks & ~1 : cs.blocks;
+        CAPTURE(cs.m);
+        CAPTURE(cs.n);
+        CAPTURE(cs.k);
+        CAPTURE(blocks);
+        CAPTURE(cluster);
+        CAPTURE(chunked);
+        Problem pb(cs.m, cs.n, cs.k);
+        GemmParams g = pb.params(8, 1, 0, cluster);
+        GemmParams planned = g;
+        REQUIRE(enable_tail_split(blocks, nullptr, &planned, chunked) == Status::kOk);
+        // The cases exercise the split with single CTAs; with 2-CTA clusters the planner may keep
+        // the few-block cases whole, which is checked just the same. launch_gemm runs the plan
+        // it is given.
+        if (cluster == 1) CHECK(planned.sched.split > 1);
+        if (cluster == 1) CHECK((planned.sched.chunks > 0) == chunked);
+        const int64_t elems = int64_t(cs.m) * cs.n;
+        DevBuf<__nv_bfloat16> c1(elems), c2(elems);
+        FrameHost frame;
+        REQUIRE(frame.create(0) == Status::kOk);
+        FrameParams fp;
+        REQUIRE(frame.params(compute_only(blocks), &fp) == Status::kOk);
+        for (__nv_bfloat16* c : {c1.p, c2.p}) {
+          poison_bf16(c, elems);
+          EpiStoreBf16 epi;
+          epi.c = c, epi.ldc = cs.n;
+          REQUIRE(launch_gemm(planned, fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+        }
+        WEFT_CUDA_OK(cudaDeviceSynchronize());
+        REQUIRE(frame.check("gemm split test") == Status::kOk);
+        reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, cs.m, cs.n, cs.k);
+        Compared r = compare(c1.p, pb.ref.p, elems);
+        MESSAGE("split tail " << cs.m << "x" << cs.n << "x" << cs.k << " blocks " << blocks << " cluster " << cluster
+                              << " split " << planned.sched.split << " chunks " << planned.sched.chunks << ": rel err "
+                              << r.rel_err);
+        CHECK(r.bad == 0);
+        CHECK(r.rel_err < 4e-3);
+        std::vector<uint16_t> h1(static_cast<size_t>(elems)), h2(static_cast<size_t>(elems));
+        WEFT_CUDA_OK(cudaMemcpy(h1.data(), c1.p, size_t(elems) * 2, cudaMemcpyDeviceToHost));
+        WEFT_CUDA_OK(cudaMemcpy(h2.data(), c2.p, size_t(elems) * 2, cudaMemcpyDeviceToHost));
+        CHECK(h1 == h2);  // partials are added in slice order: the same bits every launch
       }
-      WEFT_CUDA_OK(cudaDeviceSynchronize());
-      REQUIRE(frame.check("gemm split test") == Status::kOk);
-      reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, cs.m, cs.n, cs.k);
-      Compared r = compare(c1.p, pb.ref.p, elems);
-      MESSAGE("split tail " << cs.m << "x" << cs.n << "x" << cs.k << " blocks " << blocks << " cluster " << cluster
-                            << " split " << planned.sched.split << ": rel err " << r.rel_err);
-      CHECK(r.bad == 0);
-      CHECK(r.rel_err < 4e-3);
-      std::vector<uint16_t> h1(static_cast<size_t>(elems)), h2(static_cast<size_t>(elems));
-      WEFT_CUDA_OK(cudaMemcpy(h1.data(), c1.p, size_t(elems) * 2, cudaMemcpyDeviceToHost));
-      WEFT_CUDA_OK(cudaMemcpy(h2.data(), c2.p, size_t(elems) * 2, cudaMemcpyDeviceToHost));
-      CHECK(h1 == h2);  // partials are added in slice order: the same bits every launch
-    }
-  }
 }
 
 TEST_CASE("gemm rejects K that is not a multiple of 8, saying why") {

@@ -68,7 +68,7 @@ void check_reduce_case(const Case& cs, int sms) {
   GemmParams g;
   REQUIRE(make_gemm_params(args, &g) == Status::kOk);
   if (k > 1024) {  // the split tail, planned here so the test knows it is on
-    REQUIRE(enable_tail_split(sms, nullptr, &g) == Status::kOk);
+    REQUIRE(enable_tail_split(sms, nullptr, &g, /*chunked=*/false) == Status::kOk);
     REQUIRE(g.sched.split > 1);
   }
   const int nflags = owners * pieces;
