@@ -8,6 +8,8 @@
 //   weft       the persistent 1-CTA kernel (128 x 256 tiles, 48 KiB per k-block from L2)
 //   weft 2-CTA clusters of two sharing their B tile by multicast (32 KiB per CTA and k-block)
 //   cuBLAS     cublasGemmEx on the same TN problem
+// each weft kernel twice: its ragged last wave cut into equal K-slices, and into one chunk of
+// k-blocks per block ("chunked", TileSchedule::chunks) where the planner finds that pays,
 // and the copy alone, all interleaved launch by launch (the GPU's clock steps under its power cap
 // would otherwise favour whichever ran first). Each round allocates fresh inputs (normal, like torch.randn), so a
 // figure that depends on where the buffers landed shows up as a difference between rounds.
@@ -38,10 +40,11 @@ struct Shape {
   int m, n, k;
 };
 
+constexpr int kVariants = 5, kCublas = 4;
 struct Result {
-  double alone[3], beside[3], copy_ms, copy_gbs;
+  double alone[kVariants], beside[kVariants], copy_ms, copy_gbs;
 };
-const char* const kNames[3] = {"weft", "weft 2-CTA", "cuBLAS"};
+const char* const kNames[kVariants] = {"weft", "weft chunked", "weft 2-CTA", "weft 2-CTA chunked", "cuBLAS"};
 
 bool ok(weft::Status s) { return s == weft::Status::kOk; }
 
@@ -114,8 +117,11 @@ int main(int argc, char** argv) {
       epi.c = c_weft, epi.ldc = s.n;
       const float alpha = 1.f, beta = 0.f;
       auto launch = [&](int v) {
-        if (v < 2) {
-          if (!ok(launch_gemm(params[v], fp, epi, FlagGate{}, TileSignal{}, nullptr))) std::exit(1);
+        if (v < kCublas) {  // planned on every launch, as launch_gemm does: the workspace may move
+          GemmParams planned = params[v / 2];
+          if (!ok(enable_tail_split(sms, nullptr, &planned, v % 2 == 1)) ||
+              !ok(launch_gemm(planned, fp, epi, FlagGate{}, TileSignal{}, nullptr)))
+            std::exit(1);
         } else if (cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, s.n, s.m, s.k, &alpha, b, CUDA_R_16BF, s.k, a,
                                 CUDA_R_16BF, s.k, &beta, c_blas, CUDA_R_16BF, s.n, CUBLAS_COMPUTE_32F,
                                 CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
@@ -127,9 +133,9 @@ int main(int argc, char** argv) {
         WEFT_CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, copy_stream));
       };
       Result r{};
-      // All seven interleaved (bench_timing.h): each variant alone and beside the copy, the copy alone.
+      // All interleaved (bench_timing.h): each variant alone and beside the copy, the copy alone.
       std::vector<std::function<void(cudaEvent_t)>> runs;
-      for (int v = 0; v < 3; ++v) {
+      for (int v = 0; v < kVariants; ++v) {
         runs.push_back([&, v](cudaEvent_t) { launch(v); });
         runs.push_back([&, v](cudaEvent_t start) {
           start_copy(start);
@@ -139,15 +145,15 @@ int main(int argc, char** argv) {
       runs.push_back(
           [&](cudaEvent_t) { WEFT_CUDA_OK(cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice, nullptr)); });
       const std::vector<double> ms = weft::bench::time_interleaved(iters, nullptr, runs);
-      for (int v = 0; v < 3; ++v) r.alone[v] = ms[size_t(2 * v)], r.beside[v] = ms[size_t(2 * v + 1)];
-      r.copy_ms = ms[6];
+      for (int v = 0; v < kVariants; ++v) r.alone[v] = ms[size_t(2 * v)], r.beside[v] = ms[size_t(2 * v + 1)];
+      r.copy_ms = ms[2 * kVariants];
       r.copy_gbs = double(copy_bytes) / (r.copy_ms * 1e6);
       if (!ok(frame.check("gemm contention bench"))) return 1;
-      // weft's two kernels against cuBLAS on the same inputs (poisoned first).
-      for (int v = 0; v < 2; ++v) {
+      // weft's kernels against cuBLAS on the same inputs (poisoned first).
+      for (int v = 0; v < kCublas; ++v) {
         poison_bf16(c_weft, c_elems);
         launch(v);
-        launch(2);
+        launch(kCublas);
         WEFT_CUDA_OK(cudaDeviceSynchronize());
         const Compared cmp = compare(c_weft, c_blas, c_elems);
         if (cmp.bad || !(cmp.rel_err < 1e-2)) {
@@ -157,10 +163,10 @@ int main(int argc, char** argv) {
         }
       }
       printf(
-          "round %d  %5d x %5d x %5d  alone / beside copy (ms): weft %.3f / %.3f  2-CTA %.3f / %.3f  cuBLAS %.3f / "
-          "%.3f  copy %.3f ms (%.0f GB/s)\n",
-          round, s.m, s.n, s.k, r.alone[0], r.beside[0], r.alone[1], r.beside[1], r.alone[2], r.beside[2], r.copy_ms,
-          r.copy_gbs);
+          "round %d  %5d x %5d x %5d  alone / beside copy (ms): weft %.3f / %.3f  chunked %.3f / %.3f  2-CTA %.3f / "
+          "%.3f  2-CTA chunked %.3f / %.3f  cuBLAS %.3f / %.3f  copy %.3f ms (%.0f GB/s)\n",
+          round, s.m, s.n, s.k, r.alone[0], r.beside[0], r.alone[1], r.beside[1], r.alone[2], r.beside[2], r.alone[3],
+          r.beside[3], r.alone[4], r.beside[4], r.copy_ms, r.copy_gbs);
       fflush(stdout);
       results[si].push_back(r);
       for (void* p : {static_cast<void*>(a), static_cast<void*>(b), static_cast<void*>(c_weft),
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
          prop.name, sms, ranks, ranks, iters);
   printf("| M x N x K | copy ms | variant | alone | beside copy | cost per ms of copy |\n|---|---|---|---|---|---|\n");
   for (size_t si = 0; si < shapes.size(); ++si) {
-    for (int v = 0; v < 3; ++v) {
+    for (int v = 0; v < kVariants; ++v) {
       printf("| %d x %d x %d | ", shapes[si].m, shapes[si].n, shapes[si].k);
       for (const Result& r : results[si]) printf("%.3f ", r.copy_ms);
       printf("| %s | ", kNames[v]);
