@@ -54,6 +54,7 @@ struct Variant {
   kernels::AgMover mover = kernels::AgMover::kPullVec;
   RoleCounts roles;              // compute, and intra_comm for the SM movers
   int ce_chunks = 1;             // copy engines: copies (each with its flag) per shard
+  int cluster = 0;               // copy engines: the GEMM's CTAs per cluster (0: the op's, WEFT_GEMM_CLUSTER)
   bool tail = false;             // last tile columns as a split-K pair after the gated part
   kernels::GemmParams gemm;      // the gated GEMM (all of n, or the columns before the tail)
   PeerBuffer sm_flags;           // SM movers: per-tile flags + clear-to-send words, peer-mapped
@@ -312,7 +313,7 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
         cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF, size_t(own_blocks * v->gemm.n_blocks) * 8));
   } else {
     WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks, op.rank * v->ce_chunks,
-                            &v->gemm, op.cluster));
+                            &v->gemm, v->cluster ? v->cluster : op.cluster));
     const size_t count = size_t(op.world * v->ce_chunks);
     WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
     WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));
@@ -473,6 +474,14 @@ Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstr
         v->tail = tail;
         WEFT_CHECK(add_variant(op, boot, std::move(v)));
       }
+    }
+    // The 2-CTA kernel (B shared by multicast, a static walk whose ragged last wave may be cut into
+    // one chunk per cluster): on one H200 it was the fastest weft GEMM on all three example shapes
+    // (docs/gemm.md), so it is measured here too when the op's kernel is the 1-CTA one.
+    if (op.cluster == 1 && op.m_loc % (2 * kRows) == 0 && op.sms % 2 == 0) {
+      auto v = variant("copy engines, per shard, 2-CTA", false, ce_roles);
+      v->cluster = 2;
+      WEFT_CHECK(add_variant(op, boot, std::move(v)));
     }
     // Fewer compute SMs: a full last round, or else the fewest for the same waves.
     int fewer_sms = full_round > 0 ? full_round : same_waves;
