@@ -59,7 +59,8 @@
 // wait themselves). A unit whose piece is empty has k_begin == k_end: walkers skip it. Work is
 // handed out per claim (claim_unit): whole tile c, or chunk c - W*B = both its units, in order.
 // A block's claims only grow, so the lowest waiting final piece waits on pieces that are running
-// or held by blocks whose current unit does not wait: no deadlock.
+// or held by blocks whose current unit does not wait: no deadlock. With max_chunks, blocks C..B-1
+// of a static walk take no chunk (their first units may wait longer than the others').
 //
 //   claims: whole tiles 0 .. W*B-1 | chunk 0 (units B, A) | chunk 1 | ... | chunk C-1
 #pragma once
@@ -93,6 +94,8 @@ struct TileSchedule {
   int32_t split = 1;        // K-slices per tail tile (plan_split); 1: no split
   int32_t split_from = 0;   // first split tile (linear); tiles before it are whole
   int32_t chunks = 0;       // > 0: the tail is cut into this many chunks (split: most pieces a tile)
+  int32_t max_chunks = 0;   // > 0: plan_split gives chunks to at most this many blocks (the others
+                            //   none: e.g. blocks whose first tile waits for a peer's shard)
   int32_t pm_owners = 0;    // piece-major order (set_piece_major): W owners; 0 = rotated order
   int32_t pm_pieces = 1;    //   S pieces per owner
   int32_t pm_owner = 0;     //   r: this rank, whose own pieces run late
@@ -129,6 +132,7 @@ struct TileSchedule {
     out->split = 1;
     out->split_from = int32_t(mb * nb);
     out->chunks = 0;
+    out->max_chunks = 0;
     out->pm_owners = 0;
     out->pm_pieces = 1;
     out->pm_owner = 0;
@@ -188,24 +192,18 @@ struct TileSchedule {
   // (k_iters + boundary_kb unsplit; 0 without a tail).
   double plan_split(int32_t blocks, int32_t max_split, bool chunked = true, int32_t min_slice_kb = 4,
                     double fixup_kb = 2.0, double boundary_kb = 4.0) {
-    split = 1;
-    chunks = 0;
-    split_from = int32_t(num_tiles());
+    double best = plan_split_slices(blocks, max_split, min_slice_kb, fixup_kb, boundary_kb);
     const int64_t t = num_tiles(), tail = blocks > 0 ? t % blocks : 0;
-    if (tail == 0) return 0;
-    double best = double(k_iters) + boundary_kb;
-    if (max_split <= 1) return best;
-    for (int32_t sp = 2; sp <= max_split && k_iters / sp >= min_slice_kb; ++sp) {
-      const int64_t rounds = (tail * sp + blocks - 1) / blocks;
-      const double cost = double(rounds) * (double(k_iters) / sp + boundary_kb) + fixup_kb * sp;
-      if (cost < best * 0.97) {
-        best = cost;
-        split = sp;
-      }
-    }
+    if (tail == 0 || max_split <= 1) return best;
     const int64_t kb = tail * k_iters;
-    for (int64_t c = chunked ? blocks : 0; c > tail; --c) {
-      if (kb / c < min_slice_kb || kb * (c + 1) >= (int64_t(1) << 32)) continue;  // 32-bit chunk math
+    const int64_t most = max_chunks > 0 && max_chunks < blocks ? max_chunks : blocks;
+    // With max_chunks the caller knows the other blocks start late (the model does not): any
+    // chunked plan beats K-slices, which would spread the tail over the late blocks too.
+    if (max_chunks > 0) best = 1e30;
+    for (int64_t c = chunked ? most : 0; c > tail; --c) {
+      // Chunks keep min_slice_kb, stay shorter than a tile (so every tile has >= 2 pieces, a chunk
+      // <= 2), and the chunk math stays in 32 bits.
+      if (kb / c < min_slice_kb || (kb + c - 1) / c >= k_iters || kb * (c + 1) >= (int64_t(1) << 32)) continue;
       const int32_t pieces = max_pieces(int32_t(tail), int32_t(c));
       if (pieces > max_split) continue;
       const double cost = double(kb) / double(c) + 2 * boundary_kb + fixup_kb * pieces;
@@ -213,6 +211,28 @@ struct TileSchedule {
         best = cost;
         split = pieces;
         chunks = int32_t(c);
+      }
+    }
+    if (max_chunks > 0 && chunks == 0) return plan_split_slices(blocks, max_split, min_slice_kb, fixup_kb, boundary_kb);
+    if (split > 1) split_from = int32_t(t - tail);
+    return best;
+  }
+
+  // plan_split with K-slices only (the same cost model).
+  double plan_split_slices(int32_t blocks, int32_t max_split, int32_t min_slice_kb, double fixup_kb,
+                           double boundary_kb) {
+    split = 1;
+    chunks = 0;
+    split_from = int32_t(num_tiles());
+    const int64_t t = num_tiles(), tail = blocks > 0 ? t % blocks : 0;
+    if (tail == 0) return 0;
+    double best = double(k_iters) + boundary_kb;
+    for (int32_t sp = 2; sp <= max_split && k_iters / sp >= min_slice_kb; ++sp) {
+      const int64_t rounds = (tail * sp + blocks - 1) / blocks;
+      const double cost = double(rounds) * (double(k_iters) / sp + boundary_kb) + fixup_kb * sp;
+      if (cost < best * 0.97) {
+        best = cost;
+        split = sp;
       }
     }
     if (split > 1) split_from = int32_t(t - tail);

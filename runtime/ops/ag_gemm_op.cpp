@@ -314,6 +314,11 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
   } else {
     WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world * v->ce_chunks, op.rank * v->ce_chunks,
                             &v->gemm, v->cluster ? v->cluster : op.cluster));
+    // The blocks after the own shard's tiles start on a peer's shard and wait for it: a chunked
+    // tail (a static walk: the 2-CTA kernel) leaves them out (TileSchedule::max_chunks).
+    const int cl = v->gemm.cluster_m;
+    const int64_t own_units = op.m_loc / (kRows * cl) * v->gemm.sched.n_blocks;
+    if (own_units < op.sms / cl) v->gemm.sched.max_chunks = int32_t(own_units);
     const size_t count = size_t(op.world * v->ce_chunks);
     WEFT_CUDA_CHECK(cudaMalloc(&v->ce_flags, count * 8));
     WEFT_CUDA_CHECK(cudaMemset(v->ce_flags, 0, count * 8));

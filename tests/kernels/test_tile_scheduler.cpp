@@ -244,6 +244,12 @@ TEST_CASE("split tail: the planner splits a ragged last wave and leaves full wav
   CHECK(chunked.split_from == 396);
   CHECK(chunked.num_claims() == 396 + 132);
   CHECK(chunked.num_units() == 396 + 2 * 132);
+  // Chunks for the first 112 blocks only (a shard's tiles: the blocks after them wait for a peer).
+  TileSchedule own_first = s;
+  own_first.max_chunks = 112;
+  own_first.plan_split(132, 8);
+  CHECK(own_first.chunks == 112);
+  CHECK(own_first.num_claims() == 396 + 112);         // blocks 112..131 take no claim after their whole tiles
   TileSchedule full = make(128 * 132, 256, 8, 1, 0);  // exactly one wave
   full.k_iters = 128;
   full.plan_split(132, 8);
@@ -336,64 +342,69 @@ TEST_CASE("split tail in chunks: every k-block once, pieces in K order, finals w
   for (int64_t mb : {3, 16, 64})
     for (int64_t nb : {1, 7, 28})
       for (int k_iters : {5, 28, 128, 1024})
-        for (int blocks : {5, 66, 132, 264}) {
-          TileSchedule s = make(128 * mb, 256 * nb, 8, 1, 0);
-          s.k_iters = k_iters;
-          s.plan_split(blocks, 8);
-          CAPTURE(mb);
-          CAPTURE(nb);
-          CAPTURE(k_iters);
-          CAPTURE(blocks);
-          CAPTURE(s.chunks);
-          if (s.chunks == 0) continue;
-          ++chunked_seen;
-          REQUIRE(s.chunks > s.tail_tiles());
-          REQUIRE(s.chunks <= blocks);
-          REQUIRE(s.split >= 2);
-          REQUIRE(s.split <= 8);
-          const ChunkWalk w = walk(s, blocks);
-          std::vector<int> kb_count(std::size_t(s.num_tiles() * k_iters), 0);
-          // Per tail tile: each piece's k-range by slice, and the claim each piece belongs to.
-          std::vector<std::vector<std::pair<int, int>>> ranges(std::size_t(s.num_tiles()));
-          std::vector<std::vector<int64_t>> claim_of(std::size_t(s.num_tiles()));
-          for (const auto& units : w.per_block) {
-            for (std::size_t i = 0; i < units.size(); ++i) {
-              const TileCoord& c = units[i];
-              if (c.k_begin == c.k_end) {
-                REQUIRE(s.pair_first(c.linear));  // only a chunk's piece B may be empty
-                continue;
+        for (int blocks : {5, 66, 132, 264})
+          for (int max_chunks : {0, blocks * 3 / 4}) {
+            TileSchedule s = make(128 * mb, 256 * nb, 8, 1, 0);
+            s.k_iters = k_iters;
+            s.max_chunks = max_chunks;
+            s.plan_split(blocks, 8);
+            CAPTURE(max_chunks);
+            if (max_chunks > 0) REQUIRE(s.chunks <= max_chunks);
+            CAPTURE(mb);
+            CAPTURE(nb);
+            CAPTURE(k_iters);
+            CAPTURE(blocks);
+            CAPTURE(s.chunks);
+            if (s.chunks == 0) continue;
+            ++chunked_seen;
+            REQUIRE(s.chunks > s.tail_tiles());
+            REQUIRE(s.chunks <= blocks);
+            REQUIRE(s.split >= 2);
+            REQUIRE(s.split <= 8);
+            const ChunkWalk w = walk(s, blocks);
+            std::vector<int> kb_count(std::size_t(s.num_tiles() * k_iters), 0);
+            // Per tail tile: each piece's k-range by slice, and the claim each piece belongs to.
+            std::vector<std::vector<std::pair<int, int>>> ranges(std::size_t(s.num_tiles()));
+            std::vector<std::vector<int64_t>> claim_of(std::size_t(s.num_tiles()));
+            for (const auto& units : w.per_block) {
+              for (std::size_t i = 0; i < units.size(); ++i) {
+                const TileCoord& c = units[i];
+                if (c.k_begin == c.k_end) {
+                  REQUIRE(s.pair_first(c.linear));  // only a chunk's piece B may be empty
+                  continue;
+                }
+                REQUIRE(c.k_begin < c.k_end);
+                REQUIRE(c.k_end <= k_iters);
+                const int64_t tile = int64_t(c.m_block) * s.n_blocks + c.n_block;
+                for (int kb = c.k_begin; kb < c.k_end; ++kb) ++kb_count[std::size_t(tile * k_iters + kb)];
+                if (c.linear < s.split_from) continue;
+                REQUIRE(c.tail_index == tile_index_in_tail(s, c));
+                REQUIRE(c.split >= 2);
+                REQUIRE(c.split <= s.split);
+                auto& r = ranges[std::size_t(tile)];
+                if (r.empty())
+                  r.assign(std::size_t(c.split), {-1, -1}),
+                      claim_of[std::size_t(tile)].assign(std::size_t(c.split), -1);
+                REQUIRE(int(r.size()) == c.split);
+                REQUIRE(r[std::size_t(c.slice)].first == -1);
+                r[std::size_t(c.slice)] = {c.k_begin, c.k_end};
+                claim_of[std::size_t(tile)][std::size_t(c.slice)] = s.split_from + (c.linear - s.split_from) / 2;
+                // A chunk's piece B (its unit comes first) never finishes a tile.
+                if (s.pair_first(c.linear)) REQUIRE(c.slice < c.split - 1);
               }
-              REQUIRE(c.k_begin < c.k_end);
-              REQUIRE(c.k_end <= k_iters);
-              const int64_t tile = int64_t(c.m_block) * s.n_blocks + c.n_block;
-              for (int kb = c.k_begin; kb < c.k_end; ++kb) ++kb_count[std::size_t(tile * k_iters + kb)];
-              if (c.linear < s.split_from) continue;
-              REQUIRE(c.tail_index == tile_index_in_tail(s, c));
-              REQUIRE(c.split >= 2);
-              REQUIRE(c.split <= s.split);
-              auto& r = ranges[std::size_t(tile)];
-              if (r.empty())
-                r.assign(std::size_t(c.split), {-1, -1}), claim_of[std::size_t(tile)].assign(std::size_t(c.split), -1);
-              REQUIRE(int(r.size()) == c.split);
-              REQUIRE(r[std::size_t(c.slice)].first == -1);
-              r[std::size_t(c.slice)] = {c.k_begin, c.k_end};
-              claim_of[std::size_t(tile)][std::size_t(c.slice)] = s.split_from + (c.linear - s.split_from) / 2;
-              // A chunk's piece B (its unit comes first) never finishes a tile.
-              if (s.pair_first(c.linear)) REQUIRE(c.slice < c.split - 1);
             }
+            for (int v : kb_count) REQUIRE(v == 1);
+            for (std::size_t t = 0; t < ranges.size(); ++t) {
+              const auto& r = ranges[t];
+              if (r.empty()) continue;
+              // Slices run along K in order and the last one ends the tile.
+              CHECK(r.front().first == 0);
+              CHECK(r.back().second == k_iters);
+              for (std::size_t q = 1; q < r.size(); ++q) CHECK(r[q].first == r[q - 1].second);
+              // The final piece's claim is the highest: it waits only on lower claims.
+              for (std::size_t q = 0; q + 1 < r.size(); ++q) CHECK(claim_of[t][q] < claim_of[t].back());
+            }
+            REQUIRE(claims_finish(s, blocks));
           }
-          for (int v : kb_count) REQUIRE(v == 1);
-          for (std::size_t t = 0; t < ranges.size(); ++t) {
-            const auto& r = ranges[t];
-            if (r.empty()) continue;
-            // Slices run along K in order and the last one ends the tile.
-            CHECK(r.front().first == 0);
-            CHECK(r.back().second == k_iters);
-            for (std::size_t q = 1; q < r.size(); ++q) CHECK(r[q].first == r[q - 1].second);
-            // The final piece's claim is the highest: it waits only on lower claims.
-            for (std::size_t q = 0; q + 1 < r.size(); ++q) CHECK(claim_of[t][q] < claim_of[t].back());
-          }
-          REQUIRE(claims_finish(s, blocks));
-        }
   CHECK(chunked_seen > 0);
 }
