@@ -197,9 +197,10 @@ struct TileSchedule {
     if (tail == 0 || max_split <= 1) return best;
     const int64_t kb = tail * k_iters;
     const int64_t most = max_chunks > 0 && max_chunks < blocks ? max_chunks : blocks;
-    // With max_chunks the caller knows the other blocks start late (the model does not): any
-    // chunked plan beats K-slices, which would spread the tail over the late blocks too.
-    if (max_chunks > 0) best = 1e30;
+    // With max_chunks below the block count the caller knows the other blocks start late (the
+    // model does not): any chunked plan beats K-slices, which would spread the tail over them too.
+    const bool late_blocks = most < blocks;
+    if (late_blocks) best = 1e30;
     for (int64_t c = chunked ? most : 0; c > tail; --c) {
       // Chunks keep min_slice_kb, stay shorter than a tile (so every tile has >= 2 pieces, a chunk
       // <= 2), and the chunk math stays in 32 bits.
@@ -213,7 +214,7 @@ struct TileSchedule {
         chunks = int32_t(c);
       }
     }
-    if (max_chunks > 0 && chunks == 0) return plan_split_slices(blocks, max_split, min_slice_kb, fixup_kb, boundary_kb);
+    if (late_blocks && chunks == 0) return plan_split_slices(blocks, max_split, min_slice_kb, fixup_kb, boundary_kb);
     if (split > 1) split_from = int32_t(t - tail);
     return best;
   }
