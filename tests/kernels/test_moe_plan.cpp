@@ -1,0 +1,257 @@
+// Host tests of the MoE data-flow math (kernels/moe_plan.h): padded offsets, the tile -> expert
+// map, the dispatch layout (once per destination rank) and the slot reservation against a budget.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "kernels/moe_plan.h"
+
+using namespace weft::kernels;
+
+namespace {
+
+std::vector<int32_t> offsets_of(const std::vector<int32_t>& counts, int32_t tile) {
+  std::vector<int32_t> off(counts.size() + 1, -1);
+  moe_expert_offsets(counts.data(), int32_t(counts.size()), tile, off.data());
+  return off;
+}
+
+// Every tile of the padded layout maps back to the expert whose rows it holds, each expert's
+// tiles are contiguous and enough for its count, and no tile holds two experts' rows.
+void check_layout(const std::vector<int32_t>& counts, int32_t tile) {
+  const int32_t experts = int32_t(counts.size());
+  const std::vector<int32_t> off = offsets_of(counts, tile);
+  int64_t padded = 0;
+  for (int32_t e = 0; e < experts; ++e) {
+    CAPTURE(e);
+    REQUIRE(off[e] % tile == 0);
+    REQUIRE(off[e + 1] - off[e] >= counts[e]);
+    REQUIRE(off[e + 1] - off[e] < counts[e] + tile);
+    REQUIRE(moe_expert_tiles(off.data(), e, tile) * tile == off[e + 1] - off[e]);
+    padded += moe_pad_rows(counts[e], tile);
+  }
+  REQUIRE(off[experts] == padded);
+  const int32_t tiles = off[experts] / tile;
+  std::vector<int32_t> tiles_seen(experts, 0);
+  for (int32_t m = 0; m < tiles; ++m) {
+    const int32_t e = moe_expert_of_tile(off.data(), experts, tile, m);
+    CAPTURE(m);
+    REQUIRE(e >= 0);
+    REQUIRE(e < experts);
+    REQUIRE(counts[e] > 0);  // never an empty expert
+    REQUIRE(off[e] <= m * tile);
+    REQUIRE((m + 1) * tile <= off[e + 1]);
+    // The tile's first row is a real row of e (padding only at an expert's end).
+    REQUIRE(m * tile - off[e] < counts[e]);
+    ++tiles_seen[e];
+  }
+  for (int32_t e = 0; e < experts; ++e) REQUIRE(tiles_seen[e] == (counts[e] + tile - 1) / tile);
+}
+
+}  // namespace
+
+TEST_CASE("moe offsets: hand-written cases") {
+  const std::vector<int32_t> off = offsets_of({300, 0, 128, 1}, 128);
+  CHECK(off == std::vector<int32_t>{0, 384, 384, 512, 640});
+  CHECK(moe_expert_of_tile(off.data(), 4, 128, 0) == 0);
+  CHECK(moe_expert_of_tile(off.data(), 4, 128, 2) == 0);
+  CHECK(moe_expert_of_tile(off.data(), 4, 128, 3) == 2);  // expert 1 is empty
+  CHECK(moe_expert_of_tile(off.data(), 4, 128, 4) == 3);
+  check_layout({300, 0, 128, 1}, 128);
+}
+
+TEST_CASE("moe offsets: empty experts, all to one, counts not multiples of the tile") {
+  for (int32_t experts : {1, 2, 8, 32, 128, 256}) {
+    CAPTURE(experts);
+    std::vector<int32_t> zero(experts, 0);
+    check_layout(zero, 128);
+    REQUIRE(offsets_of(zero, 128)[experts] == 0);
+    for (int32_t hot : {0, experts / 2, experts - 1}) {
+      std::vector<int32_t> one(experts, 0);
+      one[hot] = 4096 * 8;
+      check_layout(one, 128);
+      one[hot] = 4097;
+      check_layout(one, 128);
+      REQUIRE(offsets_of(one, 128)[experts] == 33 * 128);
+    }
+  }
+}
+
+TEST_CASE("moe offsets: random shapes") {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 300; ++trial) {
+    const int32_t experts = 1 + int32_t(rng() % 300);
+    const int32_t tile = trial % 3 == 0 ? 64 : 128;
+    std::vector<int32_t> counts(experts);
+    const int32_t max_count = int32_t(rng() % 1000);
+    for (auto& c : counts) c = rng() % 4 == 0 ? 0 : int32_t(rng() % (max_count + 1));
+    CAPTURE(trial);
+    check_layout(counts, tile);
+  }
+}
+
+TEST_CASE("moe dispatch: each token once per destination rank, every pair exactly once") {
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 60; ++trial) {
+    const int32_t world = 1 << (rng() % 4);  // 1, 2, 4, 8
+    const int32_t local = 1 + int32_t(rng() % 8);
+    const int32_t experts = world * local;
+    const int32_t topk = 1 + int32_t(rng() % std::min(experts, kMoeMaxTopk));
+    const int32_t tokens = 1 + int32_t(rng() % 200);
+    CAPTURE(world);
+    CAPTURE(experts);
+    CAPTURE(topk);
+    // Distinct top-k experts per token, random weights.
+    std::vector<int32_t> ids(size_t(tokens) * topk);
+    std::vector<float> w(ids.size());
+    std::vector<int32_t> all(experts);
+    for (int32_t e = 0; e < experts; ++e) all[e] = e;
+    for (int32_t t = 0; t < tokens; ++t) {
+      std::shuffle(all.begin(), all.end(), rng);
+      for (int32_t j = 0; j < topk; ++j) {
+        ids[t * topk + j] = all[j];
+        w[t * topk + j] = float(rng() % 1000) / 1000.f;
+      }
+    }
+    std::vector<int32_t> owner_count(experts, 0);  // pairs each expert receives through the records
+    int64_t records = 0;
+    for (int32_t t = 0; t < tokens; ++t) {
+      const uint32_t mask = moe_dest_mask(&ids[t * topk], topk, local);
+      std::set<int32_t> want;
+      for (int32_t j = 0; j < topk; ++j) want.insert(ids[t * topk + j] / local);
+      REQUIRE(__builtin_popcount(mask) == int(want.size()));
+      for (int32_t dst = 0; dst < world; ++dst) {
+        if (!(mask >> dst & 1u)) continue;
+        ++records;
+        const MoeDispatchMeta m = moe_dispatch_meta(3, t, &ids[t * topk], &w[t * topk], topk, local, dst);
+        REQUIRE(m.src_rank == 3);
+        REQUIRE(m.src_token == t);
+        REQUIRE(m.pairs >= 1);
+        int32_t pairs = 0;
+        for (int32_t j = 0; j < kMoeMaxTopk; ++j) {
+          if (m.local_expert[j] < 0) {
+            REQUIRE(m.weight[j] == 0.f);
+            continue;
+          }
+          REQUIRE(j < topk);
+          REQUIRE(m.local_expert[j] < local);
+          REQUIRE(dst * local + m.local_expert[j] == ids[t * topk + j]);  // the pair keeps its place
+          REQUIRE(m.weight[j] == w[t * topk + j]);
+          ++owner_count[ids[t * topk + j]];
+          ++pairs;
+        }
+        REQUIRE(pairs == m.pairs);
+      }
+    }
+    // Every (token, expert) pair arrives exactly once; at most min(k, W) records per token.
+    std::vector<int32_t> direct(experts, 0);
+    for (int32_t id : ids) ++direct[id];
+    REQUIRE(owner_count == direct);
+    REQUIRE(records <= int64_t(tokens) * std::min(topk, world));
+    REQUIRE(records >= tokens);
+  }
+}
+
+TEST_CASE("moe slots: worst case bounds every routing") {
+  // Mixtral, Qwen3-30B-A3B and DeepSeek-V3 sizes on 4 ranks at prefill and decode.
+  const MoeShape shapes[] = {{4096, 4096, 14336, 8, 2, 4}, {256, 4096, 14336, 8, 2, 4},   {4096, 2048, 768, 128, 8, 4},
+                             {256, 2048, 768, 128, 8, 4},  {4096, 7168, 2048, 256, 8, 4}, {256, 7168, 2048, 256, 8, 4}};
+  for (const MoeShape& s : shapes) {
+    CAPTURE(s.experts);
+    CAPTURE(s.tokens);
+    const int32_t l = s.local_experts();
+    const int64_t worst = moe_worst_grouped_rows(s);
+    REQUIRE(worst % kMoeTileRows == 0);
+    // All W T received tokens to one local expert (the "all to one expert" case) ...
+    std::vector<int32_t> counts(l, 0);
+    counts[0] = s.world * s.tokens;
+    int64_t need = 0;
+    for (int32_t c : counts) need += moe_pad_rows(c, kMoeTileRows);
+    REQUIRE(need <= worst);
+    // ... and every received token to min(k, L) local experts, counts just past a tile multiple.
+    std::fill(counts.begin(), counts.end(), 0);
+    const int32_t per = std::min(s.topk, l);
+    for (int32_t j = 0; j < per; ++j) counts[j] = s.world * s.tokens;
+    need = 0;
+    for (int32_t c : counts) need += moe_pad_rows(c, kMoeTileRows);
+    REQUIRE(need <= worst);
+    MoeSlotPlan p;
+    const char* why = nullptr;
+    REQUIRE_MESSAGE(moe_plan_slots(s, int64_t(1) << 40, &p, &why), (why ? why : ""));
+    REQUIRE(p.mode == MoeSlotMode::kWorstCase);
+    REQUIRE(p.grouped_rows == worst);
+    REQUIRE(p.recv_slots == int64_t(s.world) * s.tokens);
+    REQUIRE(p.total_bytes() > 0);
+    int64_t need_rows = 0;
+    REQUIRE(moe_counts_fit(p, counts.data(), l, &need_rows, &why));
+    REQUIRE(need_rows == need);
+  }
+  // Random routings never exceed the worst case.
+  std::mt19937 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    MoeShape s{1 + int32_t(rng() % 300), 64, 128, 0, 0, 1 << (rng() % 4)};
+    s.experts = s.world * (1 + int32_t(rng() % 16));
+    s.topk = 1 + int32_t(rng() % std::min(s.experts, kMoeMaxTopk));
+    const int32_t l = s.local_experts();
+    std::vector<int32_t> counts(l, 0);
+    // Each of W T received tokens picks up to min(k, L) distinct local experts.
+    std::vector<int32_t> local(l);
+    for (int32_t e = 0; e < l; ++e) local[e] = e;
+    for (int64_t t = 0; t < int64_t(s.world) * s.tokens; ++t) {
+      std::shuffle(local.begin(), local.end(), rng);
+      const int32_t picks = 1 + int32_t(rng() % std::min(s.topk, l));
+      for (int32_t j = 0; j < picks; ++j) ++counts[local[j]];
+    }
+    int64_t need = 0;
+    for (int32_t c : counts) need += moe_pad_rows(c, kMoeTileRows);
+    CAPTURE(trial);
+    REQUIRE(need <= moe_worst_grouped_rows(s));
+  }
+}
+
+TEST_CASE("moe slots: over budget goes counts-first, overflow is refused with a message") {
+  const MoeShape s{4096, 7168, 2048, 256, 8, 4};
+  MoeSlotPlan worst;
+  const char* why = nullptr;
+  REQUIRE(moe_plan_slots(s, int64_t(1) << 40, &worst, &why));
+  // A budget just below the worst case: counts first, fewer rows, still within the budget.
+  MoeSlotPlan p;
+  const int64_t budget = worst.total_bytes() - 1;
+  REQUIRE_MESSAGE(moe_plan_slots(s, budget, &p, &why), (why ? why : ""));
+  REQUIRE(p.mode == MoeSlotMode::kCountsFirst);
+  REQUIRE(p.grouped_rows < worst.grouped_rows);
+  REQUIRE(p.grouped_rows % kMoeTileRows == 0);
+  REQUIRE(p.total_bytes() <= budget);
+  // Uniform routing fits; all tokens on every local expert does not, and says why.
+  const int32_t l = s.local_experts();
+  std::vector<int32_t> counts(l, s.world * s.tokens * s.topk / s.experts);
+  int64_t need = 0;
+  why = nullptr;
+  REQUIRE(moe_counts_fit(p, counts.data(), l, &need, &why));
+  std::fill(counts.begin(), counts.end(), s.world * s.tokens);
+  REQUIRE_FALSE(moe_counts_fit(p, counts.data(), l, &need, &why));
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("overflow") != std::string::npos);
+  REQUIRE(need > p.grouped_rows);
+  // A budget that cannot hold the fixed part is refused.
+  why = nullptr;
+  REQUIRE_FALSE(moe_plan_slots(s, worst.recv_bytes, &p, &why));
+  REQUIRE(why != nullptr);
+  CHECK(std::string(why).find("heap budget") != std::string::npos);
+}
+
+TEST_CASE("moe shape: invalid shapes are refused with a reason") {
+  MoeSlotPlan p;
+  const char* why = nullptr;
+  CHECK_FALSE(moe_plan_slots(MoeShape{4096, 4096, 14336, 8, 9, 1}, int64_t(1) << 40, &p, &why));  // topk > experts
+  CHECK(why != nullptr);
+  CHECK_FALSE(moe_plan_slots(MoeShape{4096, 4096, 14336, 10, 2, 4}, int64_t(1) << 40, &p, &why));  // uneven split
+  CHECK_FALSE(moe_plan_slots(MoeShape{4096, 4096, 100, 8, 2, 4}, int64_t(1) << 40, &p, &why));     // ffn % 128
+  CHECK_FALSE(moe_plan_slots(MoeShape{0, 4096, 14336, 8, 2, 4}, int64_t(1) << 40, &p, &why));
+  CHECK(MoeShape{4096, 4096, 14336, 8, 2, 4}.invalid() == nullptr);
+}
