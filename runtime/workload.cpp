@@ -1,10 +1,15 @@
-// Workload enums, per-rank shards, layout checks and file loading (the YAML reader is workload_yaml.cpp).
+// Workload enums, shards, layout checks, bounded file reading and structural limits (reader: workload_yaml.cpp).
 #include "runtime/workload.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -138,20 +143,135 @@ Status validate_layout(const Workload& w, const Layout& layout, std::string* err
   return Status::kOk;
 }
 
+namespace {
+
+// Stops the event stream at the first thing over a bound; carries the located message out.
+struct LimitHit {
+  YAML::Mark mark;
+  std::string key, what;
+};
+
+class LimitChecker final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark& m, YAML::anchor_t) override { node(m); }
+  void OnAlias(const YAML::Mark& m, YAML::anchor_t) override {
+    throw LimitHit{m, "(alias)",
+                   "a YAML alias (*name); expected plain values (workload files use no anchors or aliases)"};
+  }
+  void OnAnchor(const YAML::Mark& m, const std::string& name) override {
+    throw LimitHit{m, "(anchor)",
+                   "a YAML anchor (&" + name.substr(0, 32) +
+                       "); expected plain values (workload files use no anchors or aliases)"};
+  }
+  void OnScalar(const YAML::Mark& m, const std::string&, YAML::anchor_t, const std::string& value) override {
+    node(m);
+    if (value.size() > kMaxWorkloadScalarBytes)
+      throw LimitHit{m, "(value)",
+                     "a value of " + std::to_string(value.size()) + " bytes; expected at most " +
+                         std::to_string(kMaxWorkloadScalarBytes) + " (names and numbers are short)"};
+  }
+  void OnSequenceStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(m);
+  }
+  void OnSequenceEnd() override { --depth_; }
+  void OnMapStart(const YAML::Mark& m, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    open(m);
+  }
+  void OnMapEnd() override { --depth_; }
+
+ private:
+  void node(const YAML::Mark& m) {
+    if (++nodes_ > kMaxWorkloadNodes)
+      throw LimitHit{
+          m, "(file)",
+          "more than " + std::to_string(kMaxWorkloadNodes) + " YAML values; expected a workload of a few dozen keys"};
+  }
+  void open(const YAML::Mark& m) {
+    node(m);
+    if (++depth_ > kMaxWorkloadDepth)
+      throw LimitHit{m, "(file)",
+                     "maps and lists nested more than " + std::to_string(kMaxWorkloadDepth) +
+                         " deep; expected a workload's few levels"};
+  }
+  int nodes_ = 0;
+  int depth_ = 0;
+};
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+}  // namespace
+
+Status check_workload_structure(const std::string& yaml_text, const std::string& filename, std::string* error) {
+  std::istringstream in(yaml_text);
+  try {
+    YAML::Parser parser(in);
+    LimitChecker checker;
+    parser.HandleNextDocument(checker);
+  } catch (const LimitHit& hit) {
+    std::ostringstream os;
+    os << filename << ":" << std::max(0, hit.mark.line) + 1 << ":" << std::max(0, hit.mark.column) + 1 << ": "
+       << hit.key << ": " << hit.what;
+    *error = os.str();
+    return Status::kInvalidArgument;
+  } catch (const YAML::Exception&) {
+    // Syntax errors are the full parse's to report, with the key on that line.
+  }
+  return Status::kOk;
+}
+
 Status load_workload(const std::string& path, Workload* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = path + ":1:1: (file): cannot be read (" + strerror(errno) + "); expected a readable YAML file";
+  auto refuse = [&](Status s, const std::string& what) {
+    *error = path + ":1:1: (file): " + what;
     WEFT_INFO(kConfig, "%s", error->c_str());
-    return Status::kNotFound;
+    return s;
+  };
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (the type check refuses it next).
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0)
+    return refuse(Status::kNotFound,
+                  std::string("cannot be read (") + strerror(errno) + "); expected a readable YAML file");
+  struct stat st {};
+  const int stat_rc = fstat(fd, &st);
+  if (stat_rc != 0 || !S_ISREG(st.st_mode)) {
+    const std::string kind = stat_rc == 0 ? file_kind(st.st_mode) : std::string("unreadable: ") + strerror(errno);
+    close(fd);
+    return refuse(Status::kInvalidArgument, "is " + kind + "; expected a regular YAML file");
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    *error = path + ":1:1: (file): read error; expected a readable YAML file";
-    return Status::kNotFound;
+  const std::string too_big = " bytes; expected a YAML file of at most " + std::to_string(kMaxWorkloadBytes) +
+                              " bytes (a workload is a few hundred)";
+  if (static_cast<uint64_t>(st.st_size) > kMaxWorkloadBytes) {
+    close(fd);
+    return refuse(Status::kInvalidArgument, std::to_string(st.st_size) + too_big);
   }
-  return parse_workload(text.str(), path, out, error);
+  // At most one byte past the cap, whatever the size said (the file may be growing).
+  std::string text(kMaxWorkloadBytes + 1, '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = read(fd, &text[got], text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return refuse(Status::kNotFound,
+                    std::string("read error (") + strerror(err) + "); expected a readable YAML file");
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (got > kMaxWorkloadBytes)
+    return refuse(Status::kInvalidArgument, "more than " + std::to_string(got - 1) + too_big);
+  text.resize(got);
+  return parse_workload(text, path, out, error);
 }
 
 int edit_distance(const std::string& a, const std::string& b) {

@@ -1,6 +1,7 @@
 // A YAML workload file as a validated struct: op, shape, layout, roles, transport, run settings.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -110,11 +111,28 @@ struct Workload {
   int64_t attention_seq_per_rank() const { return attention.seq / world_size(); }
 };
 
+// Bounds on a workload file, checked before yaml-cpp builds anything: a workload is a few hundred
+// bytes, so these only ever stop a wrong file (/dev/zero, a data set) or a hostile one (an alias
+// bomb), which would otherwise take the machine's memory or minutes of CPU.
+constexpr size_t kMaxWorkloadBytes = size_t{1} << 20;  // the file; at most this + 1 bytes are read
+constexpr int kMaxWorkloadNodes = 4096;                // YAML scalars, maps and lists in all
+constexpr int kMaxWorkloadDepth = 16;                  // maps and lists nested in each other
+constexpr size_t kMaxWorkloadScalarBytes = 256;        // one key or value (a `name`, a number)
+
 // Reads and validates a workload file. On error returns kInvalidArgument (kNotFound when the file
-// cannot be read) and sets *error to one line "file:line:col: key: what was expected".
+// cannot be read) and sets *error to one line "file:line:col: key: what was expected". Only regular
+// files are read (a directory, device or FIFO is refused by its type), and only when they are at
+// most kMaxWorkloadBytes.
 Status load_workload(const std::string& path, Workload* out, std::string* error);
 // The same from text already in memory; `filename` is used in messages.
 Status parse_workload(const std::string& yaml_text, const std::string& filename, Workload* out, std::string* error);
+
+// The structural bounds above, on text already checked to be UTF-8: anchors and aliases (workload
+// files need none, and an alias expands to its whole target each time it is walked), node count,
+// nesting depth and scalar length. Streams yaml-cpp's parser events, so nothing is built or
+// expanded; a YAML syntax error is left to the full parse, which reports it. Sets *error as
+// parse_workload does.
+Status check_workload_structure(const std::string& yaml_text, const std::string& filename, std::string* error);
 
 // Re-checks the sizes against a different layout (`weftrun plan --nodes N`): divisibility by the
 // world size where the op needs it. Sets *error as parse_workload does.

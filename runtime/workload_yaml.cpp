@@ -67,6 +67,7 @@ std::string key_on_line(const std::string& text, int line) {
     size_t c = l.find(':', b == std::string::npos ? 0 : b);
     if (b == std::string::npos || c == std::string::npos || c == b) return "(syntax)";
     std::string k = l.substr(b, c - b);
+    if (k.size() > 64) return "(syntax)";  // not a workload key; never echo a long line back
     for (char ch : k)
       if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_')) return "(syntax)";
     return k;
@@ -248,7 +249,8 @@ bool Reader::check_tabs() {
         std::string key = "(indentation)";
         if (k != std::string::npos && k < end) {
           size_t colon = text_.find(':', k);
-          if (colon != std::string::npos && colon < end && colon > k) key = text_.substr(k, colon - k);
+          if (colon != std::string::npos && colon < end && colon > k && colon - k <= 64)
+            key = text_.substr(k, colon - k);
         }
         return fail_at(line, static_cast<int>(i - start), key,
                        "tab character in indentation; expected spaces (YAML does not allow tabs there)");
@@ -531,10 +533,16 @@ bool Reader::read_run(const YAML::Node& top) {
 }
 
 bool Reader::run() {
+  if (text_.size() > kMaxWorkloadBytes)
+    return fail_at(0, 0, "(file)",
+                   std::to_string(text_.size()) + " bytes; expected a YAML file of at most " +
+                       std::to_string(kMaxWorkloadBytes) + " bytes (a workload is a few hundred)");
   if (!check_bytes() || !check_tabs()) return false;
   // One document only. (YAML::LoadAll is not used: yaml-cpp 0.7 loops forever on some inputs,
   // such as a line starting with ',', that YAML::Load handles.)
   if (!check_single_document()) return false;
+  // Before YAML::Load: anchors, aliases, node count, depth and value length (workload.h).
+  if (check_workload_structure(text_, file_, error_) != Status::kOk) return false;
   YAML::Node top;
   try {
     top = YAML::Load(text_);

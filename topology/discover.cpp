@@ -1,4 +1,5 @@
 // Reads a machine into weft's Topology through hwloc 2.x: the live machine or an hwloc v1/v2 XML export.
+#include <fcntl.h>
 #include <hwloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -211,38 +212,70 @@ Status init_handle(HwlocHandle* h, const char* what) {
 
 }  // namespace
 
+Status load_xml_buffer(const std::string& xml, const std::string& source, Topology* out) {
+  if (xml.empty() || xml.size() > kMaxTopologyXmlBytes) {
+    WEFT_WARN(kTopo, "hwloc XML topology '%s': %zu bytes; expected 1 to %zu", source.c_str(), xml.size(),
+              kMaxTopologyXmlBytes);
+    return Status::kInvalidArgument;
+  }
+  HwlocHandle h;
+  WEFT_CHECK(init_handle(&h, source.c_str()));
+  // hwloc's own XML parser reads the buffer as a C string: hand it one, ending \0 included.
+  std::string text = xml;
+  text.push_back('\0');
+  if (hwloc_topology_set_xmlbuffer(h.get(), text.data(), static_cast<int>(text.size())) != 0 ||
+      hwloc_topology_load(h.get()) != 0) {
+    WEFT_WARN(kTopo,
+              "'%s' is not an hwloc XML topology (hwloc reads the XML of hwloc 1.x and 2.x, "
+              "written by 'lstopo --of xml FILE')",
+              source.c_str());
+    return Status::kInvalidArgument;
+  }
+  convert(h.get(), source, out);
+  return Status::kOk;
+}
+
 Status load_xml(const std::string& path, Topology* out) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) {
+  // O_NONBLOCK: a FIFO given as the topology must not block the open; its type refuses it next.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  if (fd < 0) {
     int err = errno;
     WEFT_WARN(kTopo, "cannot read hwloc XML topology '%s': %s", path.c_str(), strerror(err));
     return err == ENOENT ? Status::kNotFound : Status::kSystemError;
   }
-  if (!S_ISREG(st.st_mode)) {
-    WEFT_WARN(kTopo, "hwloc XML topology '%s' is not a regular file", path.c_str());
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    WEFT_WARN(kTopo, "hwloc XML topology '%s' is %s; expected a regular file (lstopo --of xml FILE)", path.c_str(),
+              S_ISDIR(st.st_mode) ? "a directory" : "not a regular file");
+    close(fd);
     return Status::kInvalidArgument;
   }
-  if (st.st_size == 0) {
-    WEFT_WARN(kTopo, "hwloc XML topology '%s' is empty", path.c_str());
+  if (st.st_size == 0 || static_cast<uint64_t>(st.st_size) > kMaxTopologyXmlBytes) {
+    WEFT_WARN(kTopo, "hwloc XML topology '%s' is %lld bytes; expected 1 to %zu", path.c_str(),
+              static_cast<long long>(st.st_size), kMaxTopologyXmlBytes);
+    close(fd);
     return Status::kInvalidArgument;
   }
-  if (access(path.c_str(), R_OK) != 0) {
-    int err = errno;
+  // At most one byte past the cap, whatever the size said (the file may be growing).
+  std::string xml(kMaxTopologyXmlBytes + 1, '\0');
+  size_t got = 0;
+  int err = 0;
+  while (got < xml.size()) {
+    ssize_t n = read(fd, &xml[got], xml.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : 0;
+      break;
+    }
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (err) {
     WEFT_WARN(kTopo, "cannot read hwloc XML topology '%s': %s", path.c_str(), strerror(err));
     return Status::kSystemError;
   }
-  HwlocHandle h;
-  WEFT_CHECK(init_handle(&h, path.c_str()));
-  // hwloc parses the file in hwloc_topology_load; set_xml only records the path.
-  if (hwloc_topology_set_xml(h.get(), path.c_str()) != 0 || hwloc_topology_load(h.get()) != 0) {
-    WEFT_WARN(kTopo,
-              "'%s' is not an hwloc XML topology (hwloc reads the XML of hwloc 1.x and 2.x, "
-              "written by 'lstopo --of xml FILE')",
-              path.c_str());
-    return Status::kInvalidArgument;
-  }
-  convert(h.get(), path, out);
-  return Status::kOk;
+  xml.resize(got);
+  return load_xml_buffer(xml, path, out);
 }
 
 Status discover_live(Topology* out) {

@@ -1,6 +1,7 @@
 // The machine as weft sees it: GPUs, NICs, NUMA nodes and the GPU->NIC mapping (no CUDA, no hwloc types).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -68,9 +69,16 @@ struct Mapping {
 
 namespace weft::topology {
 
+// The largest XML export accepted: a machine with hundreds of PCI devices exports a few MiB; more is
+// not a topology, and is refused before it is read.
+constexpr size_t kMaxTopologyXmlBytes = size_t{16} << 20;
+
 // Implemented in topology/*.cpp.
-Status load_xml(const std::string& path, Topology* out);  // an hwloc v1/v2 XML export
-Status discover_live(Topology* out);                      // the machine weft runs on
+// An hwloc v1/v2 XML export: a regular file of at most kMaxTopologyXmlBytes (at most that + 1 read).
+Status load_xml(const std::string& path, Topology* out);
+// The same from XML text in memory; `source` names it in messages and in Topology::source.
+Status load_xml_buffer(const std::string& xml, const std::string& source, Topology* out);
+Status discover_live(Topology* out);  // the machine weft runs on
 // `path` if non-empty, else WEFT_TOPO_FILE if set, else the live machine.
 Status load(const std::string& path, Topology* out);
 // Nearest NIC per GPU (same switch > same host bridge > same NUMA > other), NICs shared evenly.

@@ -1,7 +1,11 @@
 // Workload files: every example parses; every kind of bad input gives one "file:line:col: key: ..." error.
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -446,4 +450,106 @@ TEST_CASE("mutated examples never crash or throw: each gives a workload or one l
   }
   CHECK(ok > 0);
   CHECK(bad > 0);
+}
+
+// Bounded input (issue 24): wrong files and hostile YAML are refused quickly, by their reason.
+namespace {
+
+std::string temp_path(const char* name) { return "/tmp/weft-test-workload-" + std::to_string(getpid()) + "-" + name; }
+
+std::string load_error(const std::string& path, Status want) {
+  Workload w;
+  std::string err;
+  CHECK(load_workload(path, &w, &err) == want);
+  CHECK(err.find('\n') == std::string::npos);
+  CHECK(starts_with(err, path + ":1:1: (file): "));
+  return err;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+TEST_CASE("non-regular files are refused by their type, without reading them") {
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(contains(load_error("/dev/zero", Status::kInvalidArgument), "is a character device; expected a regular"));
+  CHECK(contains(load_error("/tmp", Status::kInvalidArgument), "is a directory; expected a regular YAML file"));
+  const std::string fifo = temp_path("fifo");
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening a FIFO with no writer would block a plain open(); the reader must not wait.
+  CHECK(contains(load_error(fifo, Status::kInvalidArgument), "is a FIFO"));
+  unlink(fifo.c_str());
+  CHECK(seconds_since(t0) < 2.0);
+}
+
+TEST_CASE("a file over the size cap is refused before it is read; one at the cap is read") {
+  const std::string path = temp_path("big.yaml");
+  std::string text = kGood;
+  text += "# " + std::string(kMaxWorkloadBytes - text.size() - 3, 'x') + "\n";
+  REQUIRE(text.size() == kMaxWorkloadBytes);
+  auto write = [&](const std::string& t) {
+    FILE* f = fopen(path.c_str(), "wb");
+    REQUIRE(f != nullptr);
+    REQUIRE(fwrite(t.data(), 1, t.size(), f) == t.size());
+    fclose(f);
+  };
+  write(text);
+  Workload w;
+  std::string err;
+  CHECK_MESSAGE(load_workload(path, &w, &err) == Status::kOk, err);
+  write(text + "#");
+  std::string e = load_error(path, Status::kInvalidArgument);
+  CHECK(contains(e, std::to_string(kMaxWorkloadBytes + 1) + " bytes; expected a YAML file of at most 1048576 bytes"));
+  // The same bound holds for text handed to parse_workload directly.
+  CHECK(contains(error_of(text + "#"), "bytes; expected a YAML file of at most"));
+  unlink(path.c_str());
+}
+
+TEST_CASE("anchors and aliases are refused where they are, before any expansion") {
+  std::string e = error_of(std::string(kGood) + "run: &r {iters: 3}\n");
+  CHECK(starts_with(e, "w.yaml:6:6: (anchor): a YAML anchor (&r)"));
+  // The nine-level "billion laughs": each level names the previous one ten times.
+  std::string bomb = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    bomb += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 10; ++j) bomb += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    bomb += "]\n";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  e = error_of(bomb);
+  CHECK(seconds_since(t0) < 1.0);
+  CHECK(starts_with(e, "w.yaml:1:5: (anchor): a YAML anchor (&a0); expected plain values"));
+  // An alias with no anchor is a YAML error, located like every other.
+  e = error_of(std::string(kGood) + "run: *r\n");
+  CHECK(starts_with(e, "w.yaml:6:"));
+}
+
+TEST_CASE("long values are refused at their place and never echoed back") {
+  const std::string big(10000, 'n');
+  std::string e = error_of("name: " + big + "\n" + std::string(kGood).substr(8));
+  CHECK(starts_with(e, "w.yaml:1:7: (value): a value of 10000 bytes; expected at most 256"));
+  CHECK(e.size() < 200);
+  e = error_of(std::string(kGood) + big + ": 1\n");
+  CHECK(e.find(big.substr(0, 100)) == std::string::npos);
+  CHECK(e.size() < 200);
+  // A value at the bound is fine.
+  Workload w;
+  std::string err;
+  const std::string name(kMaxWorkloadScalarBytes, 'q');
+  REQUIRE_MESSAGE(
+      parse_workload("name: " + name + "\n" + std::string(kGood).substr(8), "w.yaml", &w, &err) == Status::kOk, err);
+  CHECK(w.name == name);
+}
+
+TEST_CASE("too many values, and too deep nesting, are refused") {
+  std::string list = "name: [";
+  for (int i = 0; i < kMaxWorkloadNodes; ++i) list += i ? ",1" : "1";
+  list += "]\n";
+  std::string e = error_of(list + std::string(kGood).substr(8));
+  CHECK(contains(e, "(file): more than 4096 YAML values"));
+  const std::string deep = "name: " + std::string(kMaxWorkloadDepth + 5, '[') + std::string(kMaxWorkloadDepth + 5, ']');
+  e = error_of(deep + "\n");
+  CHECK(starts_with(e, "w.yaml:1:22: (file): maps and lists nested more than 16 deep"));
 }

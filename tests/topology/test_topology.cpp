@@ -1,16 +1,20 @@
 // Topology discovery and GPU->NIC mapping on real hwloc exports (tests/data) and on hand-built trees.
 #include <dirent.h>
 #include <doctest/doctest.h>
+#include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "runtime/log.h"
 #include "topology/topology.h"
 
 using weft::Status;
@@ -286,6 +290,72 @@ TEST_CASE("a bad topology file is an error that names the file") {
   CHECK(load_xml(std::string(WEFT_SOURCE_DIR) + "/tests/data", &t) == Status::kInvalidArgument);
   CHECK(t.hostname == "untouched");
   for (const auto& p : {empty, text, binary, other_xml, truncated}) unlink(p.c_str());
+}
+
+namespace {
+
+// Runs `f` with stderr (where weft logs) sent to a file, and returns what was logged.
+template <typename F>
+std::string logged_by(F f) {
+  setenv("WEFT_DEBUG", "WARN", 1);
+  weft::log::reload_from_env();
+  std::string path = write_temp("");
+  fflush(stderr);
+  int saved = dup(2);
+  int fd = open(path.c_str(), O_WRONLY | O_TRUNC);
+  REQUIRE(fd >= 0);
+  dup2(fd, 2);
+  close(fd);
+  f();
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  unlink(path.c_str());
+  return text;
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("topology files: only regular files of at most the cap are read, each refusal says why") {
+  Topology t;
+  t.hostname = "untouched";
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string log = logged_by([&] { CHECK(load_xml("/dev/zero", &t) == Status::kInvalidArgument); });
+  CHECK(contains(log, "'/dev/zero' is not a regular file"));
+  log = logged_by([&] { CHECK(load_xml("/tmp", &t) == Status::kInvalidArgument); });
+  CHECK(contains(log, "'/tmp' is a directory"));
+  const std::string fifo = "/tmp/weft-topo-fifo-" + std::to_string(getpid());
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(load_xml(fifo, &t) == Status::kInvalidArgument);  // no writer: a blocking open would hang here
+  unlink(fifo.c_str());
+  // A sparse file one byte over the cap: refused by its size, not read.
+  const std::string big = write_temp("");
+  REQUIRE(truncate(big.c_str(), static_cast<off_t>(kMaxTopologyXmlBytes + 1)) == 0);
+  log = logged_by([&] { CHECK(load_xml(big, &t) == Status::kInvalidArgument); });
+  CHECK(contains(
+      log, std::to_string(kMaxTopologyXmlBytes + 1) + " bytes; expected 1 to " + std::to_string(kMaxTopologyXmlBytes)));
+  unlink(big.c_str());
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+  CHECK(t.hostname == "untouched");
+}
+
+TEST_CASE("load_xml_buffer reads the same topology as the file; bad buffers are refused") {
+  std::ifstream in(data("psmgmt-topo.jwb0004.xml"));
+  std::string xml((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Topology from_file, from_buffer;
+  REQUIRE(load_xml(data("psmgmt-topo.jwb0004.xml"), &from_file) == Status::kOk);
+  REQUIRE(load_xml_buffer(xml, "jwb0004", &from_buffer) == Status::kOk);
+  CHECK(from_buffer.source == "jwb0004");
+  CHECK(from_buffer.gpus.size() == from_file.gpus.size());
+  CHECK(from_buffer.nics.size() == from_file.nics.size());
+  CHECK(from_buffer.cores == from_file.cores);
+  CHECK(load_xml_buffer("", "empty", &from_buffer) == Status::kInvalidArgument);
+  CHECK(load_xml_buffer(xml.substr(0, xml.size() / 2), "half", &from_buffer) == Status::kInvalidArgument);
+  CHECK(load_xml_buffer(std::string(kMaxTopologyXmlBytes + 1, ' '), "big", &from_buffer) == Status::kInvalidArgument);
 }
 
 TEST_CASE("load: an explicit path, else WEFT_TOPO_FILE, else the live machine") {
