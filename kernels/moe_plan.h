@@ -65,6 +65,20 @@ WEFT_HD inline int32_t moe_expert_of_tile(const int32_t* offsets, int32_t expert
   return lo;
 }
 
+// Tile order of the grouped GEMM: unit u of m_tiles x n_blocks units (m_tiles read on the device
+// from offsets[experts]) -> (m_tile, n_block). Groups of group_m row tiles, n-major inside a group:
+// the blocks running at once share a few row tiles (X stays in L2) and read each weight tile once
+// per group instead of once per row tile. A group may span two experts; each tile has one.
+WEFT_HD inline void moe_grouped_tile_at(int64_t u, int32_t m_tiles, int32_t n_blocks, int32_t group_m, int32_t* m_tile,
+                                        int32_t* n_block) {
+  const int64_t per_group = int64_t(group_m) * n_blocks;
+  const int32_t g = int32_t(u / per_group);
+  const int32_t r = int32_t(u % per_group);
+  const int32_t rows = m_tiles - g * group_m < group_m ? m_tiles - g * group_m : group_m;
+  *n_block = r / rows;
+  *m_tile = g * group_m + r % rows;
+}
+
 // The MoE layer's sizes (workload keys tokens, hidden, ffn, experts, topk; tokens per rank).
 struct MoeShape {
   int32_t tokens = 0;  // per rank

@@ -255,3 +255,27 @@ TEST_CASE("moe shape: invalid shapes are refused with a reason") {
   CHECK_FALSE(moe_plan_slots(MoeShape{0, 4096, 14336, 8, 2, 4}, int64_t(1) << 40, &p, &why));
   CHECK(MoeShape{4096, 4096, 14336, 8, 2, 4}.invalid() == nullptr);
 }
+
+TEST_CASE("moe grouped tile order: every (row tile, n block) exactly once") {
+  for (int32_t m_tiles : {0, 1, 3, 16, 17, 100, 257})
+    for (int32_t n_blocks : {1, 3, 8, 112})
+      for (int32_t group : {1, 8, 16}) {
+        CAPTURE(m_tiles);
+        CAPTURE(n_blocks);
+        CAPTURE(group);
+        std::vector<int> seen(size_t(m_tiles) * n_blocks, 0);
+        int32_t prev_group = 0;
+        for (int64_t u = 0; u < int64_t(m_tiles) * n_blocks; ++u) {
+          int32_t m = -1, nb = -1;
+          moe_grouped_tile_at(u, m_tiles, n_blocks, group, &m, &nb);
+          REQUIRE(m >= 0);
+          REQUIRE(m < m_tiles);
+          REQUIRE(nb >= 0);
+          REQUIRE(nb < n_blocks);
+          REQUIRE(m / group >= prev_group);  // groups in order
+          prev_group = m / group;
+          ++seen[size_t(m) * n_blocks + nb];
+        }
+        for (int v : seen) REQUIRE(v == 1);
+      }
+}

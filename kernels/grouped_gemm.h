@@ -1,0 +1,67 @@
+// Host API of the grouped GEMM over per-expert token counts known only on the device:
+// Y_e = X_e * W_e^T for every expert e (bf16 in, fp32 accumulate, bf16 out), and the same with a
+// fused SwiGLU epilogue (H_e = SiLU(X_e Wg_e^T) * (X_e Wu_e^T)) for the gate/up projection.
+//
+// Layout (moe_plan.h): X is capacity_rows x k, expert e's rows at offsets[e] .. offsets[e] +
+// counts[e], offsets padded to 128 rows (so a row tile never holds two experts); W is experts x n
+// x k (each W_e K-major, as nn.Linear stores it); Y is capacity_rows x n_out with the same row
+// offsets. Rows past an expert's count (its padding) are not written. The host never reads the
+// counts: the persistent kernel reads offsets[experts] and walks (row tile, n block) units.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/frame.h"
+#include "runtime/status.h"
+
+namespace weft::kernels {
+
+enum class GroupedEpilogue : int32_t {
+  kStore = 0,   // Y = X W^T, n_out = n
+  kSwiGlu = 1,  // W interleaved per 256 rows: [128 gate rows | the same 128 up rows]; n_out = n / 2
+};
+
+struct GroupedGemmArgs {
+  int32_t experts = 0;
+  int64_t capacity_rows = 0;  // rows of X and Y (a multiple of 128); more routed rows are counted as dropped
+  int32_t n = 0, k = 0;       // W_e: n x k; k a multiple of 8
+  const __nv_bfloat16* x = nullptr;
+  const __nv_bfloat16* w = nullptr;
+  const int32_t* counts = nullptr;   // device, experts
+  const int32_t* offsets = nullptr;  // device, experts + 1 (launch_moe_offsets)
+  __nv_bfloat16* y = nullptr;
+  GroupedEpilogue epilogue = GroupedEpilogue::kStore;
+  int32_t group_m = 16;        // row tiles per raster group (moe_grouped_tile_at)
+  int32_t* dropped = nullptr;  // device word (optional): routed rows beyond capacity_rows are added here
+};
+
+// Device-ready arguments.
+struct GroupedGemmParams {
+  CUtensorMap tmap_x;  // capacity_rows x k, box {64, 128}
+  CUtensorMap tmap_w;  // (experts n) x k, box {64, 256}
+  const int32_t* counts = nullptr;
+  const int32_t* offsets = nullptr;
+  __nv_bfloat16* y = nullptr;
+  int32_t* dropped = nullptr;
+  int64_t ldy = 0;
+  int32_t experts = 0, n = 0, k = 0, k_iters = 0, n_blocks = 0, group_m = 16, capacity_tiles = 0;
+  int32_t epilogue = 0;
+};
+
+// Checks the arguments (logging why once) and encodes the tensor maps.
+Status make_grouped_gemm_params(const GroupedGemmArgs& args, GroupedGemmParams* out);
+
+// Launches the persistent grouped GEMM on frame.roles.compute blocks (one per SM).
+Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame, cudaStream_t stream);
+
+// w13[e] = rows interleaved per 128: gate rows [128 i, 128 i + 128) then the same rows of up, for
+// the SwiGLU epilogue (done once when the weights are loaded). gate, up: experts x ffn x k;
+// w13: experts x 2 ffn x k; ffn a multiple of 128.
+Status launch_interleave_gate_up(const __nv_bfloat16* gate, const __nv_bfloat16* up, int32_t experts, int32_t ffn,
+                                 int32_t k, __nv_bfloat16* w13, cudaStream_t stream);
+
+}  // namespace weft::kernels

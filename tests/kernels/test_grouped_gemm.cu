@@ -1,0 +1,215 @@
+// GPU tests of the grouped GEMM over device-side expert counts (kernels/grouped_gemm.h) and of the
+// SwiGLU expert FFN built from it (gate/up with the fused SiLU epilogue, then down): fresh random
+// inputs, poisoned outputs, every expert's rows against the fp32 reference GEMM of
+// gemm_testing.cuh, padding rows left untouched. Exits 77 (skipped) without a Hopper GPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/grouped_gemm.h"
+#include "kernels/moe_plan.h"
+#include "kernels/moe_router.h"
+#include "tests/kernels/gemm_testing.cuh"
+
+using namespace weft::kernels;
+using namespace weft::kernels::testing;
+using weft::RoleCounts;
+using weft::Status;
+
+namespace {
+
+// Device counts and offsets for host counts; returns the host offsets.
+std::vector<int32_t> upload_counts(const std::vector<int32_t>& counts, DevBuf<int32_t>& d_counts,
+                                   DevBuf<int32_t>& d_offsets) {
+  const int32_t e = int32_t(counts.size());
+  WEFT_CUDA_OK(cudaMemcpy(d_counts.p, counts.data(), size_t(e) * 4, cudaMemcpyHostToDevice));
+  WEFT_CUDA_OK(cudaMemset(d_offsets.p, 0x5A, size_t(e + 1) * 4));
+  REQUIRE(launch_moe_offsets(d_counts.p, e, d_offsets.p, nullptr) == Status::kOk);
+  std::vector<int32_t> off(e + 1);
+  moe_expert_offsets(counts.data(), e, kMoeTileRows, off.data());
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  REQUIRE(to_host(d_offsets.p, e + 1) == off);  // the device's offsets are the plan's
+  return off;
+}
+
+// Every padding row (past an expert's count, before the next expert) is still poison (NaN).
+void require_padding_untouched(const __nv_bfloat16* y, int64_t ldy, const std::vector<int32_t>& counts,
+                               const std::vector<int32_t>& off) {
+  const std::vector<__nv_bfloat16> h = to_host(y, int64_t(off.back()) * ldy);
+  for (size_t e = 0; e < counts.size(); ++e)
+    for (int64_t r = off[e] + counts[e]; r < off[e + 1]; ++r)
+      for (int64_t c = 0; c < ldy; c += 7) {
+        uint16_t bits;
+        std::memcpy(&bits, &h[size_t(r * ldy + c)], 2);
+        CAPTURE(e);
+        CAPTURE(r);
+        REQUIRE(bits == 0xFFFF);
+      }
+}
+
+struct Runner {
+  FrameHost frame;
+  FrameParams fp;
+  int sms = 0;
+  Runner() {
+    sms = require_hopper();
+    REQUIRE(frame.create(0) == Status::kOk);
+    RoleCounts roles;
+    roles.compute = sms;
+    REQUIRE(frame.params(roles, &fp) == Status::kOk);
+  }
+  void run(const GroupedGemmArgs& a, const char* what) {
+    GroupedGemmParams p;
+    REQUIRE(make_grouped_gemm_params(a, &p) == Status::kOk);
+    REQUIRE(launch_grouped_gemm(p, fp, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(frame.check(what) == Status::kOk);
+  }
+};
+
+// Y_e = X_e W_e^T for the given counts, against the reference GEMM expert by expert.
+void check_grouped(const std::vector<int32_t>& counts, int n, int k, int64_t extra_capacity_tiles = 0) {
+  const int32_t experts = int32_t(counts.size());
+  CAPTURE(experts);
+  CAPTURE(n);
+  CAPTURE(k);
+  Runner rn;
+  DevBuf<int32_t> d_counts(experts), d_off(experts + 1), dropped(1);
+  const std::vector<int32_t> off = upload_counts(counts, d_counts, d_off);
+  const int64_t cap = off.back() + (extra_capacity_tiles + 1) * kMoeTileRows;  // never 0
+  DevBuf<__nv_bfloat16> x(cap * k), w(int64_t(experts) * n * k), y(cap * n);
+  DevBuf<float> ref(cap * n);
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  random_bf16(x.p, cap * k, seed);
+  random_bf16(w.p, int64_t(experts) * n * k, seed + 1);
+  poison_bf16(y.p, cap * n);
+  WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
+  GroupedGemmArgs a;
+  a.experts = experts, a.capacity_rows = cap, a.n = n, a.k = k;
+  a.x = x.p, a.w = w.p, a.counts = d_counts.p, a.offsets = d_off.p, a.y = y.p, a.dropped = dropped.p;
+  rn.run(a, "grouped gemm test");
+  REQUIRE(to_host(dropped.p, 1)[0] == 0);
+  for (int32_t e = 0; e < experts; ++e) {
+    if (counts[e] == 0) continue;
+    CAPTURE(e);
+    reference(x.p + int64_t(off[e]) * k, w.p + int64_t(e) * n * k, nullptr, ref.p, counts[e], n, k);
+    const Compared cmp = compare(y.p + int64_t(off[e]) * n, ref.p, int64_t(counts[e]) * n);
+    MESSAGE("expert " << e << " rows " << counts[e] << ": rel err " << cmp.rel_err);
+    REQUIRE(cmp.bad == 0);
+    REQUIRE(cmp.rel_err < 1e-2);
+  }
+  require_padding_untouched(y.p, n, counts, off);
+}
+
+__global__ void swiglu_reference(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.f + expf(-g)) * up[i];
+  }
+}
+
+// The expert FFN: H = SiLU(X Wg^T) * (X Wu^T) (fused epilogue over interleaved weights), Y = H W2^T.
+void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn) {
+  const int32_t experts = int32_t(counts.size());
+  CAPTURE(experts);
+  CAPTURE(hidden);
+  CAPTURE(ffn);
+  Runner rn;
+  DevBuf<int32_t> d_counts(experts), d_off(experts + 1), dropped(1);
+  const std::vector<int32_t> off = upload_counts(counts, d_counts, d_off);
+  const int64_t cap = off.back() + kMoeTileRows;
+  DevBuf<__nv_bfloat16> x(cap * hidden), wg(int64_t(experts) * ffn * hidden), wu(int64_t(experts) * ffn * hidden);
+  DevBuf<__nv_bfloat16> w13(int64_t(experts) * 2 * ffn * hidden), w2(int64_t(experts) * hidden * ffn);
+  DevBuf<__nv_bfloat16> h(cap * ffn), y(cap * hidden);
+  DevBuf<float> rg(cap * ffn), ru(cap * ffn), rh(cap * ffn), ry(cap * hidden);
+  const uint64_t seed = fresh_seed();
+  INFO("seed " << seed);
+  random_bf16(x.p, cap * hidden, seed);
+  random_bf16(wg.p, int64_t(experts) * ffn * hidden, seed + 1, 0.1f);
+  random_bf16(wu.p, int64_t(experts) * ffn * hidden, seed + 2, 0.1f);
+  random_bf16(w2.p, int64_t(experts) * hidden * ffn, seed + 3, 0.1f);
+  REQUIRE(launch_interleave_gate_up(wg.p, wu.p, experts, ffn, hidden, w13.p, nullptr) == Status::kOk);
+  poison_bf16(h.p, cap * ffn);
+  poison_bf16(y.p, cap * hidden);
+  WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
+  GroupedGemmArgs up;
+  up.experts = experts, up.capacity_rows = cap, up.n = 2 * ffn, up.k = hidden;
+  up.x = x.p, up.w = w13.p, up.counts = d_counts.p, up.offsets = d_off.p, up.y = h.p, up.dropped = dropped.p;
+  up.epilogue = GroupedEpilogue::kSwiGlu;
+  rn.run(up, "grouped gemm gate/up");
+  GroupedGemmArgs down = up;
+  down.n = hidden, down.k = ffn, down.x = h.p, down.w = w2.p, down.y = y.p, down.epilogue = GroupedEpilogue::kStore;
+  rn.run(down, "grouped gemm down");
+  REQUIRE(to_host(dropped.p, 1)[0] == 0);
+  for (int32_t e = 0; e < experts; ++e) {
+    if (counts[e] == 0) continue;
+    CAPTURE(e);
+    const __nv_bfloat16* xe = x.p + int64_t(off[e]) * hidden;
+    reference(xe, wg.p + int64_t(e) * ffn * hidden, nullptr, rg.p, counts[e], ffn, hidden);
+    reference(xe, wu.p + int64_t(e) * ffn * hidden, nullptr, ru.p, counts[e], ffn, hidden);
+    swiglu_reference<<<256, 256>>>(rg.p, ru.p, int64_t(counts[e]) * ffn, rh.p);
+    const Compared ch = compare(h.p + int64_t(off[e]) * ffn, rh.p, int64_t(counts[e]) * ffn);
+    // Down against the reference on weft's own H (each GEMM checked on its own inputs).
+    reference(h.p + int64_t(off[e]) * ffn, w2.p + int64_t(e) * hidden * ffn, nullptr, ry.p, counts[e], hidden, ffn);
+    const Compared cy = compare(y.p + int64_t(off[e]) * hidden, ry.p, int64_t(counts[e]) * hidden);
+    MESSAGE("expert " << e << " rows " << counts[e] << ": H rel err " << ch.rel_err << ", Y rel err " << cy.rel_err);
+    REQUIRE(ch.bad == 0);
+    REQUIRE(ch.rel_err < 1e-2);
+    REQUIRE(cy.bad == 0);
+    REQUIRE(cy.rel_err < 1e-2);
+  }
+  require_padding_untouched(h.p, ffn, counts, off);
+  require_padding_untouched(y.p, hidden, counts, off);
+}
+
+}  // namespace
+
+TEST_CASE("grouped gemm: counts not multiples of 128, empty experts") {
+  check_grouped({300, 0, 128, 1, 555, 0, 129, 77}, 512, 512);
+  check_grouped({300, 0, 128, 1, 555, 0, 129, 77}, 776, 520);  // n, k not multiples of the tile
+}
+
+TEST_CASE("grouped gemm: all tokens to one expert, and no token at all") {
+  check_grouped({0, 0, 4096 * 2 + 3, 0}, 1024, 256);
+  check_grouped({0, 0, 0, 0, 0, 0, 0, 0}, 512, 256, 2);  // nothing to do: y stays poison
+}
+
+TEST_CASE("grouped gemm: random counts over many experts, fresh each run") {
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> counts(64);
+  for (auto& c : counts) c = rng() % 5 == 0 ? 0 : int32_t(rng() % 300);
+  check_grouped(counts, 768, 1024);
+}
+
+TEST_CASE("grouped gemm: routed rows beyond the capacity are counted, not lost silently") {
+  Runner rn;
+  const std::vector<int32_t> counts = {200, 200};  // 512 padded rows
+  DevBuf<int32_t> d_counts(2), d_off(3), dropped(1);
+  upload_counts(counts, d_counts, d_off);
+  DevBuf<__nv_bfloat16> x(256 * 64), w(2 * 256 * 64), y(256 * 256);
+  random_bf16(x.p, 256 * 64, fresh_seed());
+  random_bf16(w.p, 2 * 256 * 64, fresh_seed());
+  WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
+  GroupedGemmArgs a;
+  a.experts = 2, a.capacity_rows = 256, a.n = 256, a.k = 64;
+  a.x = x.p, a.w = w.p, a.counts = d_counts.p, a.offsets = d_off.p, a.y = y.p, a.dropped = dropped.p;
+  rn.run(a, "grouped gemm overflow");
+  CHECK(to_host(dropped.p, 1)[0] == 512 - 256);
+}
+
+TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down)") {
+  check_swiglu({300, 0, 128, 1, 555, 0, 129, 77}, 512, 384);
+  check_swiglu({0, 1000, 0, 0}, 1024, 768);  // all tokens to one expert; Qwen3's ffn
+}
+
+TEST_CASE("grouped gemm: bad arguments are refused") {
+  GroupedGemmArgs a;
+  GroupedGemmParams p;
+  CHECK(make_grouped_gemm_params(a, &p) == Status::kInvalidArgument);
+  a.experts = 2, a.capacity_rows = 100, a.n = 256, a.k = 64;  // capacity not a multiple of 128
+  CHECK(make_grouped_gemm_params(a, &p) == Status::kInvalidArgument);
+}
