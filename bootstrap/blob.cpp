@@ -51,6 +51,11 @@ Status open_blob(const Blob& sealed, uint16_t kind, uint16_t version, int peer, 
               what, peer, got_version, version);
     return Status::kProtocolError;
   }
+  if (len > kMaxBlobBytes) {
+    WEFT_WARN(kBoot, "blob '%s' from rank %d: header says %llu payload bytes; at most %zu are accepted", what, peer,
+              static_cast<unsigned long long>(len), kMaxBlobBytes);
+    return Status::kProtocolError;
+  }
   if (len != sealed.size() - kBlobHeaderBytes) {
     WEFT_WARN(kBoot, "blob '%s' from rank %d: header says %llu payload bytes, %zu arrived", what, peer,
               static_cast<unsigned long long>(len), sealed.size() - kBlobHeaderBytes);

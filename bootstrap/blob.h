@@ -13,6 +13,9 @@ namespace weft::bootstrap {
 // from a different weft build or a truncated store entry never reads as garbage.
 constexpr uint32_t kBlobMagic = 0x54464557u;  // "WEFT"
 constexpr size_t kBlobHeaderBytes = 12;
+// The largest payload a peer may send (endpoint lists, IPC handles: kilobytes in practice). Checked
+// on both sides, and before anything is copied from a store entry or a file.
+constexpr size_t kMaxBlobBytes = size_t{16} << 20;
 
 Blob seal_blob(uint16_t kind, uint16_t version, const Blob& payload);
 // `peer` and `what` only name the blob in the error message.

@@ -347,6 +347,11 @@ PmixBootstrap::~PmixBootstrap() {
 }
 
 Status PmixBootstrap::put(const std::string& key, const Blob& blob, Scope scope) {
+  if (blob.size() > kMaxBlobBytes - 8) {  // peers refuse more (open_blob), so fail here, naming it
+    WEFT_WARN(kBoot, "rank %d: put of '%s': %zu bytes, more than a blob may hold (%zu)", info_.rank, key.c_str(),
+              blob.size(), kMaxBlobBytes - 8);
+    return Status::kInvalidArgument;
+  }
   BlobWriter w;
   w.u32(static_cast<uint32_t>(info_.rank));
   w.bytes(blob);
@@ -477,6 +482,12 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
     WEFT_WARN(kBoot, "rank %d: %s: value of PMIx type %d, not a byte object", info_.rank, what.c_str(), op->value.type);
     return Status::kProtocolError;
   }
+  // Checked before the copy: the size is the peer's word.
+  if (op->value.data.bo.size > kMaxBlobBytes + 2 * kBlobHeaderBytes + 8) {
+    WEFT_WARN(kBoot, "rank %d: %s: %zu bytes, more than a blob may hold (%zu)", info_.rank, what.c_str(),
+              op->value.data.bo.size, kMaxBlobBytes);
+    return Status::kProtocolError;
+  }
   const auto* p = reinterpret_cast<const uint8_t*>(op->value.data.bo.bytes);
   return decode_entry(peer, key, Blob(p, p + op->value.data.bo.size), out);
 }
@@ -495,7 +506,10 @@ Status PmixBootstrap::decode_entry(int peer, const std::string& key, const Blob&
 }
 
 Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all) {
-  if (!node_ready_) node_ready_ = node_.init(info_.nspace, info_.rank) == Status::kOk;
+  if (!node_tried_) {  // once: a refused folder is warned about once, then PMIx serves every exchange
+    node_tried_ = true;
+    node_ready_ = node_.init(info_.nspace, info_.rank) == Status::kOk;
+  }
   WEFT_CHECK(put(key, mine, scope));
   WEFT_CHECK(fence("allgather " + key, true));
   // Every rank has passed this fence, so none still reads the files of earlier exchanges.

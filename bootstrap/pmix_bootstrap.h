@@ -60,6 +60,7 @@ class PmixBootstrap final : public Bootstrap {
   std::shared_ptr<State> state_;
   NodeExchange node_;  // same-host peers' blobs (node_exchange.h)
   bool node_ready_ = false;
+  bool node_tried_ = false;
 };
 
 }  // namespace weft::bootstrap

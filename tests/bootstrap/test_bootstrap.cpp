@@ -1,9 +1,16 @@
 // Blob framing (versioned, size-checked), the two-phase Wiring helper, and PmixBootstrap refusing
-// to start without a PMIx server. The PMIx exchange itself is tested through weftrun (tests/launcher).
+// to start without a PMIx server; the same-host exchange folder's safety checks. The PMIx exchange itself is tested
+// through weftrun (tests/launcher).
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "bootstrap/blob.h"
 #include "bootstrap/node_exchange.h"
@@ -172,4 +179,173 @@ TEST_CASE("node exchange: peers read each other's files; the folder goes only wh
     CHECK(access(dir.c_str(), F_OK) == 0);
   }
   CHECK(access(dir.c_str(), F_OK) != 0);  // the last member removed it
+}
+
+// The same-host exchange folder under a shared /dev/shm (issue 24): nothing planted there is used.
+namespace {
+
+std::string dir_of(const std::string& nspace) {
+  return NodeExchange::job_dir(
+      nspace, [](const char* n, void*) -> const char* { return getenv(n); }, nullptr);
+}
+std::string base_of(const std::string& dir) { return dir.substr(0, dir.rfind('/')); }
+bool exists(const std::string& p) {
+  struct stat st {};
+  return lstat(p.c_str(), &st) == 0;
+}
+std::string read_text(const std::string& p) {
+  std::string s;
+  if (FILE* f = fopen(p.c_str(), "rb")) {
+    char b[256];
+    size_t n;
+    while ((n = fread(b, 1, sizeof b, f)) > 0) s.append(b, n);
+    fclose(f);
+  }
+  return s;
+}
+void write_text(const std::string& p, const std::string& text) {
+  FILE* f = fopen(p.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  fputs(text.c_str(), f);
+  fclose(f);
+}
+
+}  // namespace
+
+TEST_CASE("node exchange: the folder's name carries the uid; a folder of the wrong mode is refused, untouched") {
+  const std::string nspace = "test-mode-" + std::to_string(getpid());
+  const std::string dir = dir_of(nspace);
+  CHECK(dir.find("/weft-" + std::to_string(geteuid()) + "-") != std::string::npos);
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  REQUIRE(chmod(dir.c_str(), 0755) == 0);
+  {
+    NodeExchange x;
+    CHECK(x.init(nspace, 0) == Status::kUnsupported);
+    CHECK(x.publish("k", seal_blob(1, 1, Blob{1})) != Status::kOk);
+    Blob b;
+    CHECK_FALSE(x.fetch("k", 0, &b));
+  }
+  CHECK(std::filesystem::is_empty(dir));  // nothing was written into it, and it was not removed
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("node exchange: a folder owned by another user is refused") {
+  if (geteuid() != 0) {
+    MESSAGE("skipped: needs root to chown a planted folder to nobody");
+    return;
+  }
+  const std::string nspace = "test-owner-" + std::to_string(getpid());
+  const std::string dir = dir_of(nspace);
+  REQUIRE(mkdir(dir.c_str(), 0700) == 0);
+  REQUIRE(chown(dir.c_str(), 65534, 65534) == 0);
+  NodeExchange x;
+  CHECK(x.init(nspace, 0) == Status::kUnsupported);
+  CHECK(std::filesystem::is_empty(dir));
+  CHECK(NodeExchange::remove_stale(base_of(dir)) == 0);  // another user's folder is never judged
+  CHECK(exists(dir));
+  rmdir(dir.c_str());
+}
+
+TEST_CASE("node exchange: a planted symlink as the folder is refused; its target is not written") {
+  const std::string nspace = "test-symlink-" + std::to_string(getpid());
+  const std::string dir = dir_of(nspace);
+  const std::string target = "/tmp/weft-test-symlink-target-" + std::to_string(getpid());
+  REQUIRE(mkdir(target.c_str(), 0700) == 0);  // even one of ours, of the right mode
+  REQUIRE(symlink(target.c_str(), dir.c_str()) == 0);
+  {
+    NodeExchange x;
+    CHECK(x.init(nspace, 0) == Status::kUnsupported);
+  }
+  CHECK(std::filesystem::is_empty(target));
+  CHECK(NodeExchange::remove_stale(base_of(dir)) == 0);
+  CHECK(exists(dir));
+  unlink(dir.c_str());
+  rmdir(target.c_str());
+}
+
+TEST_CASE("node exchange: planted links inside the folder are never written or read through") {
+  const std::string nspace = "test-inner-" + std::to_string(getpid());
+  const std::string victim = "/tmp/weft-test-victim-" + std::to_string(getpid());
+  write_text(victim, "precious");
+  NodeExchange x;
+  REQUIRE(x.init(nspace, 0) == Status::kOk);
+  const std::string dir = dir_of(nspace);
+  struct stat st {};
+  REQUIRE(lstat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 07777) == 0700);
+  REQUIRE(symlink(victim.c_str(), (dir + "/k.0.tmp").c_str()) == 0);  // where publish writes first
+  REQUIRE(symlink(victim.c_str(), (dir + "/k.3").c_str()) == 0);      // a "peer's" file
+  CHECK(x.publish("k", seal_blob(1, 1, Blob{7})) == Status::kOk);
+  CHECK(read_text(victim) == "precious");
+  Blob b;
+  CHECK(x.fetch("k", 0, &b));
+  CHECK_FALSE(x.fetch("k", 3, &b));
+  unlink(victim.c_str());
+}
+
+TEST_CASE("node exchange: a folder is stale only when no process holds its lock; stale ones go at start") {
+  const std::string live_ns = "test-live-" + std::to_string(getpid());
+  const std::string dead_ns = "test-dead-" + std::to_string(getpid());
+  NodeExchange live;
+  REQUIRE(live.init(live_ns, 0) == Status::kOk);
+  // A rank killed while it used its folder: SIGKILL runs no destructor and no atexit handler.
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  fflush(nullptr);  // the child must not write this process's buffered output again
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    NodeExchange dead;
+    char ok = dead.init(dead_ns, 0) == Status::kOk && dead.publish("k", seal_blob(1, 1, Blob{1})) == Status::kOk;
+    if (write(ready[1], &ok, 1) != 1) _exit(1);
+    pause();
+    _exit(0);
+  }
+  char ok = 0;
+  REQUIRE(read(ready[0], &ok, 1) == 1);
+  REQUIRE(ok == 1);
+  const std::string dead_dir = dir_of(dead_ns);
+  CHECK(exists(dead_dir + "/k.0"));
+  // While it lives it holds the lock: not stale, whatever its age.
+  NodeExchange::remove_stale(base_of(dead_dir));
+  CHECK(exists(dead_dir));
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(ready[0]);
+  close(ready[1]);
+  CHECK(exists(dead_dir));
+  // The next exchange to start on this host removes it; the live one stays.
+  NodeExchange next;
+  REQUIRE(next.init("test-next-" + std::to_string(getpid()), 0) == Status::kOk);
+  CHECK_FALSE(exists(dead_dir));
+  CHECK(exists(dir_of(live_ns)));
+  Blob b;
+  CHECK(live.publish("k", seal_blob(1, 1, Blob{2})) == Status::kOk);
+  CHECK(live.fetch("k", 0, &b));
+}
+
+TEST_CASE("node exchange: a rank that calls exit() still removes its folder when it is the last") {
+  const std::string nspace = "test-exit-" + std::to_string(getpid());
+  fflush(nullptr);
+  pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    auto* x = new NodeExchange;  // never destroyed: exit() skips it, the atexit handler does not
+    if (x->init(nspace, 0) != Status::kOk || x->publish("k", seal_blob(1, 1, Blob{1})) != Status::kOk) _exit(2);
+    exit(0);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_FALSE(exists(dir_of(nspace)));
+}
+
+TEST_CASE("a blob header claiming more than kMaxBlobBytes is refused before anything is copied") {
+  Blob sealed = seal_blob(7, 3, Blob{1, 2, 3});
+  const uint32_t huge = static_cast<uint32_t>(kMaxBlobBytes + 1);
+  for (int i = 0; i < 4; ++i) sealed[8 + i] = static_cast<uint8_t>(huge >> (8 * i));
+  Blob out = {9};
+  CHECK(open_blob(sealed, 7, 3, 0, "t", &out) == Status::kProtocolError);
+  CHECK(out == Blob{9});
 }
