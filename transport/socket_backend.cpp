@@ -84,6 +84,8 @@ WireHeader make_wire_header(WireKind kind, int src_rank, int channel, uint64_t s
 namespace {
 
 constexpr size_t kMaxQueuedPerPeer = 4096;
+// Connections that have not said hello yet (strangers, or peers just connecting) beyond the job's own.
+constexpr size_t kMaxStrangers = 64;
 constexpr uint64_t kStageBytes = 4u << 20;          // staging chunk for device regions
 constexpr uint64_t kRecvBudgetPerPoll = 16u << 20;  // fairness between incoming streams
 
@@ -144,20 +146,8 @@ class SocketBackend final : public NetBackend {
 
   Status local_info(PeerInfo* out) override {
     SocketPeerInfo info;
-    uint32_t bind_addr = htonl(INADDR_ANY);
-    Status s = pick_addresses(&info.ipv4, &bind_addr);
-    if (s != Status::kOk) return s;
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) return fail_errno("socket()");
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = bind_addr;
-    a.sin_port = 0;
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return fail_errno("bind()");
-    if (listen(listen_fd_, 1024) != 0) return fail_errno("listen()");
-    socklen_t len = sizeof a;
-    if (getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) return fail_errno("getsockname()");
-    info.port = ntohs(a.sin_port);
+    WEFT_CHECK(pick_addresses(&info.ipv4));
+    WEFT_CHECK(listen_on(info.ipv4, &info.port));
     *out = info;
     return Status::kOk;
   }
@@ -238,7 +228,7 @@ class SocketBackend final : public NetBackend {
 
   void wait_activity(double max_s) override {
     std::vector<pollfd> fds;
-    if (listen_fd_ >= 0) fds.push_back({listen_fd_, POLLIN, 0});
+    for (int fd : listen_fds_) fds.push_back({fd, POLLIN, 0});
     for (auto& c : in_) fds.push_back({c.fd, POLLIN, 0});
     for (auto& o : out_)
       if (o.fd >= 0 && !o.queue.empty()) fds.push_back({o.fd, POLLOUT, 0});
@@ -311,21 +301,27 @@ class SocketBackend final : public NetBackend {
     return Status::kOk;
   }
 
-  Status pick_addresses(std::vector<uint32_t>* out, uint32_t* bind_addr) {
+  // The addresses this rank publishes, and listens on: those of WEFT_SOCKET_IFNAME, else every
+  // interface that is up, routable ones first, loopback last (enough for ranks on one host, the
+  // emulated-node case). Each once.
+  Status pick_addresses(std::vector<uint32_t>* out) {
     ifaddrs* list = nullptr;
     if (getifaddrs(&list) != 0) return fail_errno("getifaddrs()");
     std::string seen;
     std::vector<uint32_t> loopback;
+    auto add = [](std::vector<uint32_t>* v, uint32_t ip) {
+      if (std::find(v->begin(), v->end(), ip) == v->end()) v->push_back(ip);
+    };
     for (ifaddrs* a = list; a; a = a->ifa_next) {
       if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP)) continue;
       uint32_t ip = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
       seen += std::string(seen.empty() ? "" : ", ") + a->ifa_name;
       if (!cfg_.socket_ifname.empty()) {
-        if (cfg_.socket_ifname == a->ifa_name) out->push_back(ip);
+        if (cfg_.socket_ifname == a->ifa_name) add(out, ip);
       } else if (a->ifa_flags & IFF_LOOPBACK) {
-        loopback.push_back(ip);
+        add(&loopback, ip);
       } else {
-        out->push_back(ip);
+        add(out, ip);
       }
     }
     freeifaddrs(list);
@@ -333,15 +329,58 @@ class SocketBackend final : public NetBackend {
       if (out->empty())
         return fail(Status::kNotFound, "WEFT_SOCKET_IFNAME=" + cfg_.socket_ifname +
                                            ": no IPv4 address on that interface (interfaces: " + seen + ")");
-      *bind_addr = (*out)[0];
       out->resize(1);
       return Status::kOk;
     }
-    // No interface named: listen everywhere, advertise routable addresses first, loopback last
-    // (enough for ranks on one host, the emulated-node case).
-    out->insert(out->end(), loopback.begin(), loopback.end());
+    for (uint32_t ip : loopback) add(out, ip);
     if (out->empty()) return fail(Status::kNotFound, "no IPv4 interface is up");
     return Status::kOk;
+  }
+
+  // One listening socket per published address, never INADDR_ANY: a peer reaches this rank only
+  // at an address it published. All share one port (the endpoint blob carries one): the first
+  // socket picks it, the others take the same; a clash on another address starts over.
+  Status listen_on(const std::vector<uint32_t>& ips, uint16_t* port) {
+    for (int attempt = 0; attempt < 32; ++attempt) {
+      close_listeners();
+      uint16_t p = 0;
+      bool clash = false;
+      for (uint32_t ip : ips) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (fd < 0) return fail_errno("socket()");
+        listen_fds_.push_back(fd);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = ip;
+        a.sin_port = htons(p);
+        if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+          if (errno == EADDRINUSE && p != 0) {
+            clash = true;
+            break;
+          }
+          char text[INET_ADDRSTRLEN] = "?";
+          inet_ntop(AF_INET, &ip, text, sizeof text);
+          return fail_errno((std::string("bind(") + text + ")").c_str());
+        }
+        if (listen(fd, 1024) != 0) return fail_errno("listen()");
+        if (p == 0) {
+          socklen_t len = sizeof a;
+          if (getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return fail_errno("getsockname()");
+          p = ntohs(a.sin_port);
+        }
+      }
+      if (!clash) {
+        *port = p;
+        return Status::kOk;
+      }
+    }
+    close_listeners();
+    return fail(Status::kSystemError, "no port was free on all " + std::to_string(ips.size()) + " published addresses");
+  }
+
+  void close_listeners() {
+    for (int fd : listen_fds_) ::close(fd);
+    listen_fds_.clear();
   }
 
   static int try_connect(uint32_t ip, uint16_t port, double max_s, int* err) {
@@ -436,18 +475,25 @@ class SocketBackend final : public NetBackend {
   }
 
   Status accept_new() {
-    if (listen_fd_ < 0) return Status::kOk;
-    for (;;) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) return Status::kOk;
-        return fail_errno("accept()");
+    for (int lfd : listen_fds_) {
+      for (;;) {
+        int fd = accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
+          return fail_errno("accept()");
+        }
+        InConn c;
+        c.fd = fd;
+        c.hello_deadline = now_s() + cfg_.timeout_s;
+        in_.push_back(std::move(c));
+        // Strangers hold a slot until their hello deadline: bound how many may wait at once.
+        size_t waiting = 0;
+        for (const auto& w : in_) waiting += w.src < 0 && w.fd >= 0;
+        if (waiting > kMaxStrangers + static_cast<size_t>(cfg_.size))
+          reject(&in_.back(), "too many connections without a hello");
       }
-      InConn c;
-      c.fd = fd;
-      c.hello_deadline = now_s() + cfg_.timeout_s;
-      in_.push_back(std::move(c));
     }
+    return Status::kOk;
   }
 
   // A stranger (no valid hello yet) is dropped and logged; the job goes on. A peer's established
@@ -620,12 +666,12 @@ class SocketBackend final : public NetBackend {
     for (auto& c : in_)
       if (c.fd >= 0) ::close(c.fd), c.fd = -1;
     in_.clear();
-    if (listen_fd_ >= 0) ::close(listen_fd_), listen_fd_ = -1;
+    close_listeners();
   }
 
   BackendConfig cfg_;
   Region region_;
-  int listen_fd_ = -1;
+  std::vector<int> listen_fds_;  // one per published address
   std::vector<OutConn> out_;
   std::vector<InConn> in_;
   std::vector<int> in_by_rank_;

@@ -1,5 +1,6 @@
 // Faults: a peer killed mid-transfer is named by the survivors within 30 s; raw bytes on a socket stream
-// (garbage, wrong secret or version, out-of-bounds or misaligned writes) are rejected and write nothing.
+// (garbage, wrong secret or version, out-of-bounds or misaligned writes) are rejected and write nothing;
+// the socket backend listens only where it publishes.
 #include <arpa/inet.h>
 #include <doctest/doctest.h>
 #include <netinet/in.h>
@@ -8,12 +9,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <variant>
 
 #include "local_bootstrap.h"
 #include "transport/heap.h"
+#include "transport/net_backend.h"
 #include "transport/socket_wire.h"
 #include "transport/transport.h"
 
@@ -248,5 +252,59 @@ TEST_CASE("raw bytes: a stream cut mid-message is a dead peer; a well-formed str
     uint64_t flag;
     memcpy(&flag, p.region.data() + 4088, 8);
     CHECK(flag == 77);
+  }
+}
+
+namespace {
+
+// A plain TCP connect with a short bound; true when the peer accepted.
+bool can_connect(uint32_t ip_be, uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = ip_be;
+  a.sin_port = htons(port);
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  close(fd);
+  return ok;
+}
+
+}  // namespace
+
+TEST_CASE("the socket backend listens only on the addresses it publishes, all on one port") {
+  std::vector<uint8_t> mem(4096);
+  Region region;
+  region.base = mem.data();
+  region.bytes = mem.size();
+  for (const char* ifname : {"", "lo"}) {
+    CAPTURE(ifname);
+    BackendConfig cfg;
+    cfg.size = 2;
+    cfg.socket_ifname = ifname;
+    auto b = make_socket_backend(cfg);
+    REQUIRE(b->register_region(region) == Status::kOk);
+    PeerInfo pi;
+    REQUIRE(b->local_info(&pi) == Status::kOk);
+    const auto& info = std::get<SocketPeerInfo>(pi);
+    REQUIRE_FALSE(info.ipv4.empty());
+    for (uint32_t ip : info.ipv4) {
+      char text[INET_ADDRSTRLEN];
+      inet_ntop(AF_INET, &ip, text, sizeof text);
+      CAPTURE(text);
+      CHECK(can_connect(ip, info.port));
+    }
+    // 127.0.0.2 reaches this host (all of 127/8 is local) but is never published: a socket bound
+    // to INADDR_ANY would accept there.
+    const uint32_t unpublished = htonl(0x7f000002);
+    REQUIRE(std::find(info.ipv4.begin(), info.ipv4.end(), unpublished) == info.ipv4.end());
+    CHECK_FALSE(can_connect(unpublished, info.port));
+    if (std::string(ifname) == "lo") {
+      CHECK(info.ipv4.size() == 1);
+      CHECK(info.ipv4[0] == htonl(0x7f000001));
+    }
+    b->close("");
   }
 }
