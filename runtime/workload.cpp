@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <vector>
@@ -249,7 +250,18 @@ Status load_workload(const std::string& path, Workload* out, std::string* error)
   const std::string too_big = " bytes; expected a YAML file of at most " + std::to_string(kMaxWorkloadBytes) +
                               " bytes (a workload is a few hundred)";
   if (static_cast<uint64_t>(st.st_size) > kMaxWorkloadBytes) {
+    // A program or data file given by mistake says so: its first bytes tell, the rest is not read.
+    char head[512];
+    ssize_t n = read(fd, head, sizeof head);
     close(fd);
+    for (ssize_t i = 0; i < n; ++i) {
+      const unsigned char c = static_cast<unsigned char>(head[i]);
+      if ((c < 0x20 && c != '\t' && c != '\r' && c != '\n') || c == 0x7f) {
+        char what[96];
+        snprintf(what, sizeof what, "binary data (byte 0x%02x at offset %zd) and ", c, i);
+        return refuse(Status::kInvalidArgument, what + std::to_string(st.st_size) + too_big);
+      }
+    }
     return refuse(Status::kInvalidArgument, std::to_string(st.st_size) + too_big);
   }
   // At most one byte past the cap, whatever the size said (the file may be growing).

@@ -502,6 +502,15 @@ TEST_CASE("a file over the size cap is refused before it is read; one at the cap
   write(text + "#");
   std::string e = load_error(path, Status::kInvalidArgument);
   CHECK(contains(e, std::to_string(kMaxWorkloadBytes + 1) + " bytes; expected a YAML file of at most 1048576 bytes"));
+  // A big program given by mistake is called binary, from its first bytes.
+  std::string elf = std::string(
+                        "\x7f"
+                        "ELF\x02\x01",
+                        6) +
+                    std::string(kMaxWorkloadBytes, 'x');
+  write(elf);
+  e = load_error(path, Status::kInvalidArgument);
+  CHECK(contains(e, "binary data (byte 0x7f at offset 0) and 1048582 bytes; expected a YAML file of at most"));
   // The same bound holds for text handed to parse_workload directly.
   CHECK(contains(error_of(text + "#"), "bytes; expected a YAML file of at most"));
   unlink(path.c_str());
