@@ -231,7 +231,7 @@ TEST_CASE("node exchange: the folder's name carries the uid; a folder of the wro
 
 TEST_CASE("node exchange: a folder owned by another user is refused") {
   if (geteuid() != 0) {
-    MESSAGE("skipped: needs root to chown a planted folder to nobody");
+    printf("SKIPPED: a node-exchange folder of another owner (needs root to chown it to nobody)\n");
     return;
   }
   const std::string nspace = "test-owner-" + std::to_string(getpid());

@@ -155,17 +155,24 @@ TEST_CASE("ibverbs: failed completions are described with the peer and a likely 
   CHECK(s.find("0x81") != std::string::npos);
 }
 
-TEST_CASE("ibverbs: without an RDMA device the backend fails cleanly with the reason") {
+TEST_CASE("ibverbs: the backend is made where an RDMA device is present, else fails cleanly with the reason") {
   std::string why;
-  bool present = ibverbs_device_present(&why);
-  if (present) return;  // a machine with a NIC: nothing to check here
-  CHECK_FALSE(why.empty());
+  const bool present = ibverbs_device_present(&why);
   std::unique_ptr<NetBackend> b;
   BackendConfig cfg;
-  CHECK(make_ibverbs_backend(cfg, &b) == Status::kUnsupported);
-  CHECK(b == nullptr);
   std::string name;
   CHECK(resolve_backend_name("auto", &name) == Status::kOk);
+  if (present) {
+    // A machine with a NIC: auto picks it, and the backend opens the device.
+    CHECK(name == "ibverbs");
+    CHECK(make_ibverbs_backend(cfg, &b) == Status::kOk);
+    REQUIRE(b != nullptr);
+    CHECK(std::string(b->name()) == "ibverbs");
+    return;
+  }
+  CHECK_FALSE(why.empty());
+  CHECK(make_ibverbs_backend(cfg, &b) == Status::kUnsupported);
+  CHECK(b == nullptr);
   CHECK(name == "socket");
 }
 
