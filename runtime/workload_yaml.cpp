@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -75,6 +76,25 @@ std::string key_on_line(const std::string& text, int line) {
   return "(syntax)";
 }
 
+// Messages are one line, whatever the file holds: a value echoed back (a folded scalar, a quoted key)
+// may carry newlines or control bytes, which are written as escapes.
+std::string one_line(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (c == '\n') {
+      out += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      char esc[8];
+      snprintf(esc, sizeof esc, "\\x%02x", u);
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 class Reader {
  public:
   Reader(const std::string& text, const std::string& file, Workload* w, std::string* error)
@@ -87,7 +107,7 @@ class Reader {
   bool fail_at(int line0, int col0, const std::string& key, const std::string& what) {
     std::ostringstream os;
     os << file_ << ":" << line0 + 1 << ":" << col0 + 1 << ": " << key << ": " << what;
-    *error_ = os.str();
+    *error_ = one_line(os.str());
     return false;
   }
   bool fail(const YAML::Node& at, const std::string& key, const std::string& what) {
@@ -607,7 +627,7 @@ Status parse_workload(const std::string& yaml_text, const std::string& filename,
     if (ok && validate_layout(w, w.layout, &err) != Status::kOk) ok = false;
   } catch (const std::exception& e) {
     // yaml-cpp may throw from places the reader did not expect; never let it escape.
-    err = filename + ":1:1: (file): could not be read as YAML (" + e.what() + ")";
+    err = one_line(filename + ":1:1: (file): could not be read as YAML (" + e.what() + ")");
     ok = false;
   }
   if (!ok) {

@@ -58,7 +58,12 @@ std::string format_bus_id(const hwloc_obj_attr_u::hwloc_pcidev_attr_s& pci) {
 // paths can be compared position by position.
 std::string ancestor_label(hwloc_obj_t obj) {
   char buf[96];
-  if (obj->type == HWLOC_OBJ_BRIDGE && obj->attr->bridge.upstream_type == HWLOC_OBJ_BRIDGE_HOST) {
+  // The bridge type is read as the integer it is: an XML file may hold a value outside the enum
+  // (hwloc does not check it), and loading that as the enum type is undefined behaviour.
+  static_assert(sizeof(hwloc_obj_bridge_type_t) == sizeof(int), "read as an int");
+  int upstream = -1;
+  if (obj->type == HWLOC_OBJ_BRIDGE) memcpy(&upstream, &obj->attr->bridge.upstream_type, sizeof upstream);
+  if (obj->type == HWLOC_OBJ_BRIDGE && upstream == static_cast<int>(HWLOC_OBJ_BRIDGE_HOST)) {
     const auto& down = obj->attr->bridge.downstream.pci;
     snprintf(buf, sizeof buf, "HostBridge %04x:[%02x-%02x]", static_cast<unsigned>(down.domain), down.secondary_bus,
              down.subordinate_bus);

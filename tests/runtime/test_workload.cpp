@@ -562,3 +562,11 @@ TEST_CASE("too many values, and too deep nesting, are refused") {
   e = error_of(deep + "\n");
   CHECK(starts_with(e, "w.yaml:1:22: (file): maps and lists nested more than 16 deep"));
 }
+
+TEST_CASE("values echoed in messages keep the message on one line (found by fuzz_workload)") {
+  // A plain scalar over a blank line keeps a newline; a quoted key may hold any control byte.
+  std::string e = error_of("x\n\ny\n");
+  CHECK(contains(e, "got a scalar 'x\\ny'"));
+  e = error_of(std::string(kGood) + "\"la\\tyout\\r\": 1\n");
+  CHECK(contains(e, "la\\x09yout\\x0d"));
+}
