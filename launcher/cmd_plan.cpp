@@ -25,6 +25,8 @@ void add_plan_command(CLI::App& app, int* exit_code) {
   sub->add_option("--nodes", opts->nodes, "plan for N such nodes instead of the workload's layout.nodes")
       ->check(CLI::Range(1, 65536));
   sub->add_flag("--json", opts->json, "print the plan as JSON");
+  sub->add_flag("--oversubscribe", opts->share_gpus,
+                "plan for ranks that share GPUs (as `weftrun run --oversubscribe` runs them on a smaller machine)");
   sub->callback([opts, exit_code] { *exit_code = run_plan(*opts); });
 }
 
@@ -65,6 +67,15 @@ Status decide_plan(const PlanOptions& options, const runtime::Workload& w, runti
   }
   const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
   WEFT_CHECK(runtime::make_plan(w, layout, topo, mapping, plan, error, &names));
+  // Ranks that share a GPU copy between each other on that GPU, where a copy may need SMs: a
+  // persistent GEMM on every SM would wait for it forever.
+  constexpr int kSharedCopySms = 8;
+  if (options.share_gpus && plan->exec.variant == "copy_engine" && !plan->roles_explicit &&
+      plan->roles.compute >= plan->sm_count) {
+    plan->roles.compute = plan->sm_count - kSharedCopySms;
+    notes.push_back("ranks share GPUs (--oversubscribe): " + std::to_string(kSharedCopySms) +
+                    " SMs left for the copies between them; predictions are for all SMs");
+  }
   plan->notes.insert(plan->notes.end(), notes.begin(), notes.end());
   *exit_code = 0;
   return Status::kOk;

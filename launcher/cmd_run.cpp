@@ -37,6 +37,13 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+// --oversubscribe only matters where ranks really share a GPU.
+bool shares_gpus(const RunOptions& o, const runtime::Workload& wl) {
+  const int nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes, ranks = o.ranks > 0 ? o.ranks : wl.world_size();
+  const int gpus = visible_gpu_count();
+  return o.oversubscribe && gpus > 0 && (ranks + nodes - 1) / nodes > gpus;
+}
+
 // The plan every rank runs: rank 0's (from --plan, else decided here), checked by hash on every rank.
 Status agree_on_plan(const RunOptions& o, const runtime::Workload& wl, bootstrap::Bootstrap& boot, runtime::Plan* plan,
                      std::string* error) {
@@ -63,6 +70,7 @@ Status agree_on_plan(const RunOptions& o, const runtime::Workload& wl, bootstrap
       po.workload = o.workload;
       po.topology = o.topology;
       po.nodes = o.nodes;
+      po.share_gpus = shares_gpus(o, wl);
       if (decide_plan(po, wl, &p, &text, &code) == Status::kOk) text.clear();
     }
     const std::string body =
@@ -186,6 +194,7 @@ int run_launcher(const RunOptions& o) {
   po.topology = o.topology;
   po.nodes = o.nodes;
   po.json = o.json;
+  po.share_gpus = shares_gpus(o, wl);
   // Refused before any rank starts: a plan this build cannot run, more ranks per node than GPUs.
   runtime::Plan plan;
   int code = 0;

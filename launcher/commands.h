@@ -25,6 +25,7 @@ struct PlanOptions {
   std::string topology;  // hwloc XML path; empty: WEFT_TOPO_FILE or the live machine
   int nodes = 0;         // 0: the workload's layout.nodes
   bool json = false;
+  bool share_gpus = false;  // ranks of a node share GPUs (--oversubscribe): leave SMs for the copies between them
 };
 int run_plan(const PlanOptions& options);
 

@@ -48,6 +48,11 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
                             std::to_string(plan.exec.cluster) + ", " + std::to_string(plan.exec.copy_chunks) +
                             " copies)");
 
+  if (!sm && ctx.shares_gpu() && plan.roles.compute >= ctx.sm_count())
+    return refuse(rank,
+                  "ranks share this GPU, so the copies between them run on it and may need SMs; a plan with "
+                  "every SM computing would wait for them forever (plan with --oversubscribe, which leaves "
+                  "SMs for them)");
   std::unique_ptr<AgGemmOp> op(new AgGemmOp());
   op->ctx_ = &ctx;
   op->plan_ = plan;

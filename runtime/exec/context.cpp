@@ -20,6 +20,18 @@ Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::uni
     WEFT_WARN(kKernel, "rank %d: no usable GPU for the runtime context: %s", c->rank_, cudaGetErrorString(e));
     return Status::kCudaError;
   }
+  // Which ranks share a GPU: node and PCI bus id of every rank.
+  char bus[32] = {0};
+  e = cudaDeviceGetPCIBusId(bus, sizeof bus - 1, c->device_);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: cudaDeviceGetPCIBusId: %s", c->rank_, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  const std::string me = std::to_string(boot.info().node) + "/" + bus;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.context.gpus", bootstrap::Blob(me.begin(), me.end()), &all));
+  for (int r = 0; r < c->size_; ++r)
+    if (r != c->rank_ && r < int(all.size()) && std::string(all[r].begin(), all[r].end()) == me) c->shares_gpu_ = true;
   c->heap_bytes_ = heap_bytes;
   WEFT_CHECK(transport::CudaHeap::create(boot, heap_bytes, &c->heap_));
   *out = std::move(c);

@@ -32,6 +32,9 @@ class Context {
   int device() const { return device_; }
   int sm_count() const { return sm_count_; }
   uint64_t heap_bytes() const { return heap_bytes_; }
+  // Another rank of this node runs on this rank's GPU (weftrun run --oversubscribe): copies between
+  // such ranks stay on one GPU and may then need SMs.
+  bool shares_gpu() const { return shares_gpu_; }
 
   // Collective: an arena of `bytes` for an op (first fit, 4 KiB aligned). Every rank reserves and
   // releases in the same order, so the offsets agree; that is checked across ranks here.
@@ -63,6 +66,7 @@ class Context {
   };
   bootstrap::Bootstrap* boot_ = nullptr;
   int rank_ = 0, size_ = 1, device_ = 0, sm_count_ = 0;
+  bool shares_gpu_ = false;
   uint64_t heap_bytes_ = 0;
   std::unique_ptr<transport::CudaHeap> heap_;
   std::vector<Arena> arenas_;

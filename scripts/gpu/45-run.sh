@@ -35,7 +35,7 @@ run_one() {
     return
   fi
   cat "$out/run-$label.txt"
-  [ -n "$expect" ] || { "$weftrun" plan --json "$wl" >"$out/plan-$label.json" && expect=$out/plan-$label.json; }
+  [ -n "$expect" ] || { "$weftrun" plan $share --json "$wl" >"$out/plan-$label.json" && expect=$out/plan-$label.json; }
   if python3 - "$out/run-$label.txt" "$expect" <<'PY'; then
 import json, sys
 text = open(sys.argv[1]).read()
@@ -67,7 +67,7 @@ run_one ce120 "$out/ce120.yaml" ""
 run_one sm8 "$out/sm8.yaml" ""
 
 # A plan given whole, not the tuner's: 112 compute SMs.
-"$weftrun" plan --json "$base" | python3 -c '
+"$weftrun" plan $share --json "$base" | python3 -c '
 import json, sys
 p = json.load(sys.stdin)
 p["roles"]["compute"] = 112
