@@ -249,6 +249,7 @@ struct FusedParams {
 __global__ void __launch_bounds__(GemmConfig::kThreads, 1) ag_gemm_fused_kernel(const __grid_constant__ FusedParams p) {
   extern __shared__ uint8_t smem[];
   const int32_t block = int32_t(blockIdx.x);
+  frame_note_launch(p.frame, KernelKind::kAgGemmFused);
   switch (p.frame.roles.role_of(block)) {
     case Role::kCompute:
       gemm_compute_block<1>(p.gemm, p.frame, p.epi, p.gate, TileSignal{}, block, p.frame.roles.compute, smem);

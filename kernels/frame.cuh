@@ -18,6 +18,18 @@
 
 namespace weft::kernels {
 
+// What a launch really was, written by the kernel itself (device memory; kernels/frame.h reads it
+// back): `weftrun run` reports the plan it executed from this record, not from its input.
+enum class KernelKind : int32_t { kNone = 0, kGemm = 1, kAgGemmFused = 2 };
+struct LaunchRecord {
+  int32_t launches;          // blocks 0 of the launches since the record was cleared
+  int32_t kernel;            // KernelKind of the last launch
+  int32_t grid;              // gridDim.x
+  int32_t cluster;           // CTAs per cluster
+  int32_t blocks[kNumRoles];  // blocks that started, by the role the frame gave them (summed over launches)
+};
+static_assert(sizeof(LaunchRecord) == 32, "LaunchRecord is read by the host as 8 words");
+
 // Launch-wide frame arguments (by value, part of every persistent kernel's Params).
 struct FrameParams {
   RoleCounts roles;
@@ -25,6 +37,7 @@ struct FrameParams {
   uint64_t timeout_ns = 10ull * 1000 * 1000 * 1000;
   DeviceError* error = nullptr;    // host-mapped record
   int32_t* error_claim = nullptr;  // device word: 0 until some block times out
+  LaunchRecord* launch = nullptr;  // device record of the launch; nullptr: not recorded
 };
 
 #if defined(__CUDACC__)
@@ -46,6 +59,20 @@ __device__ __forceinline__ void flag_store_release(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ void flag_add_release(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Called once per block at kernel entry: counts the block under its role (one atomic per block).
+__device__ __forceinline__ void frame_note_launch(const FrameParams& f, KernelKind kind) {
+  if (!f.launch || threadIdx.x != 0) return;
+  atomicAdd(&f.launch->blocks[int(f.roles.role_of(int32_t(blockIdx.x)))], 1);
+  if (blockIdx.x == 0) {
+    uint32_t cluster;
+    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(cluster));
+    f.launch->kernel = int32_t(kind);
+    f.launch->grid = int32_t(gridDim.x);
+    f.launch->cluster = int32_t(cluster);
+    atomicAdd(&f.launch->launches, 1);
+  }
 }
 
 __device__ __forceinline__ bool frame_aborted(const FrameParams& f) {

@@ -943,6 +943,7 @@ template <int kCluster, class Epilogue>
 __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
     gemm_persistent_kernel(const __grid_constant__ GemmKernelParams<Epilogue> p) {
   extern __shared__ uint8_t gemm_smem[];
+  frame_note_launch(p.frame, KernelKind::kGemm);
   if (p.frame.roles.role_of(blockIdx.x) == Role::kCompute) {
     gemm_compute_block<kCluster>(p.gemm, p.frame, p.epi, p.gate, p.signal, int32_t(blockIdx.x), p.frame.roles.compute,
                                  gemm_smem);

@@ -1,57 +1,185 @@
-// weftrun run WORKLOAD.yaml: start the ranks (or join them under srun/mpirun) and run the workload's
-// op on each through the op registry; without a GPU, print the plan instead.
+// weftrun run WORKLOAD.yaml: the plan `weftrun plan` prints, executed as it is on every rank (rank 0
+// decides, every rank checks the hash), validated against weft's own reference, and the plan as the
+// launch really ran reported back. No NCCL, no cuBLAS, no candidates timed (that is `weftrun bench`).
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstring>
 
 #include "launcher/commands.h"
 #include "launcher/launch.h"
-#include "launcher/op_registry.h"
 #include "launcher/rank.h"
+#include "runtime/params.h"
 #include "runtime/workload.h"
+#if defined(WEFT_HAVE_EXEC)
+#include "runtime/exec/run_plan.h"
+#endif
 
 namespace weft::launcher {
 namespace {
 
+constexpr int kExitBadInput = 2;
+
 struct RunOptions {
   std::string workload;
   std::string topology;
+  std::string plan_file;
   int ranks = 0;
   int nodes = 0;
+  bool json = false;
+  bool oversubscribe = false;
 };
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// --oversubscribe only matters where ranks really share a GPU.
+bool shares_gpus(const RunOptions& o, const runtime::Workload& wl) {
+  const int nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes, ranks = o.ranks > 0 ? o.ranks : wl.world_size();
+  const int gpus = visible_gpu_count();
+  return o.oversubscribe && gpus > 0 && (ranks + nodes - 1) / nodes > gpus;
+}
+
+// The plan every rank runs: rank 0's (from --plan, else decided here), checked by hash on every rank.
+Status agree_on_plan(const RunOptions& o, const runtime::Workload& wl, bootstrap::Bootstrap& boot, runtime::Plan* plan,
+                     std::string* error) {
+  bootstrap::Blob mine;
+  if (boot.info().rank == 0) {
+    runtime::Plan p;
+    int code = 0;
+    std::string text;
+    if (!o.plan_file.empty()) {
+      FILE* f = fopen(o.plan_file.c_str(), "rb");
+      char buf[1 << 16];
+      size_t got = 0;
+      while (f && (got = fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= (1u << 20)) text.append(buf, got);
+      if (f) fclose(f);
+      if (!f)
+        text = "cannot read " + o.plan_file + ": " + strerror(errno);
+      else if (runtime::parse_executed_json(text, &p, &text) != Status::kOk)
+        text = o.plan_file + ": " + text;
+      else
+        text.clear();
+      if (text.empty()) p.workload = wl.name, p.source = o.plan_file;
+    } else {
+      PlanOptions po;
+      po.workload = o.workload;
+      po.topology = o.topology;
+      po.nodes = o.nodes;
+      po.share_gpus = shares_gpus(o, wl);
+      if (decide_plan(po, wl, &p, &text, &code) == Status::kOk) text.clear();
+    }
+    const std::string body =
+        text.empty() ? hex64(runtime::plan_hash(p)) + "\n" + runtime::executed_json(p) : "error\n" + text;
+    mine.assign(body.begin(), body.end());
+  }
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.run.plan", mine, &all));
+  const std::string got(all.at(0).begin(), all.at(0).end());
+  const size_t nl = got.find('\n');
+  if (nl == std::string::npos) return *error = "rank 0 sent no plan", Status::kProtocolError;
+  if (got.compare(0, nl, "error") == 0) return *error = got.substr(nl + 1), Status::kInvalidArgument;
+  WEFT_CHECK(runtime::parse_executed_json(got.substr(nl + 1), plan, error));
+  if (hex64(runtime::plan_hash(*plan)) != got.substr(0, nl)) {
+    *error = "rank " + std::to_string(boot.info().rank) + ": the plan's hash is " + hex64(runtime::plan_hash(*plan)) +
+             ", rank 0 sent " + got.substr(0, nl);
+    return Status::kProtocolError;
+  }
+  plan->workload = wl.name;
+  plan->source = wl.source;
+  return Status::kOk;
+}
 
 int run_rank(const RunOptions& o) {
   runtime::Workload wl;
   std::string err;
   if (runtime::load_workload(o.workload, &wl, &err) != Status::kOk) {
     fprintf(stderr, "weftrun run: %s\n", err.c_str());
-    return 2;  // every rank reads the same file and fails the same way
+    return kExitBadInput;  // every rank reads the same file and fails the same way
   }
   RankContext ctx;
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
-  Status s = start_rank(&ctx, &boot);
-  if (s != Status::kOk) {
-    fprintf(stderr, "weftrun run: could not start this rank: %s\n", to_string(s));
+  if (start_rank(&ctx, &boot) != Status::kOk) {
+    fprintf(stderr, "weftrun run: could not start this rank\n");
     fflush(stderr);
     _exit(1);
   }
-  register_builtin_ops();
-  const char* op = runtime::to_string(wl.op);
-  OpRunner runner = find_op(op);
-  if (!runner) {
-    std::string names;
-    for (const auto& name : registered_ops()) names += " " + name;
-    fprintf(stderr, "weftrun run: rank %d: no runner for op '%s' in this build (registered:%s)\n", ctx.info.rank, op,
-            names.empty() ? " none" : names.c_str());
-    return 3;
+  const int rank = ctx.info.rank;
+  runtime::Plan plan;
+  if (agree_on_plan(o, wl, *boot, &plan, &err) != Status::kOk) {
+    if (rank == 0) fprintf(stderr, "weftrun run: %s\n", err.c_str());
+    return kExitBadInput;
   }
-  s = runner(ctx, wl, *boot);
-  if (s != Status::kOk) {
-    fprintf(stderr, "weftrun run: rank %d: op '%s' failed: %s\n", ctx.info.rank, op, to_string(s));
+  if (!plan.exec.executable) {
+    if (rank == 0) fprintf(stderr, "weftrun run: %s\n", plan.exec.not_executable.c_str());
+    return kExitBadInput;
+  }
+  if (ctx.gpu < 0) {
+    fprintf(stderr, "weftrun run: rank %d has no GPU\n", rank);
     return 1;
   }
-  return 0;
+#if defined(WEFT_HAVE_EXEC)
+  int64_t heap = 0;
+  if (get_param("WEFT_HEAP_BYTES", &heap) != Status::kOk || heap < 0) return kExitBadInput;
+  runtime::RunReport rep;
+  const Status st = runtime::run_plan(*boot, plan, wl.run, uint64_t(heap), &rep);
+  if (st != Status::kOk) {
+    fprintf(stderr, "weftrun run: rank %d: %s failed: %s\n", rank, wl.name.c_str(), to_string(st));
+    return st == Status::kInvalidArgument ? kExitBadInput : 1;
+  }
+  // Every rank's verdict and time, gathered on rank 0.
+  char line[512];
+  const bool ok = !rep.validated || (rep.gather_mismatch == 0 && rep.unwritten == 0 && rep.rel_err < 1e-2);
+  const bool same = runtime::plan_hash(rep.executed) == runtime::plan_hash(plan);
+  snprintf(line, sizeof line, "%d %.6f %d %d %.3e %lld %lld %s", rank, rep.ms_median, ok ? 1 : 0, same ? 1 : 0,
+           rep.rel_err, static_cast<long long>(rep.gather_mismatch), static_cast<long long>(rep.unwritten),
+           hex64(runtime::plan_hash(rep.executed)).c_str());
+  bootstrap::Blob mine(line, line + strlen(line));
+  std::vector<bootstrap::Blob> all;
+  if (boot->allgather("weft.run.report", mine, &all) != Status::kOk) return 1;
+  int failures = 0;
+  double worst_ms = 0;
+  if (rank == 0) {
+    printf("weftrun run: %s (%s) on %d ranks, plan %s: %s%s\n", wl.name.c_str(), runtime::to_string(plan.op),
+           plan.world_size, hex64(runtime::plan_hash(plan)).c_str(), plan.exec.variant.c_str(),
+           plan.exec.sm_mover.empty() ? "" : (" " + plan.exec.sm_mover).c_str());
+  }
+  for (const auto& b : all) {
+    int r = 0, v = 0, s = 0;
+    double ms = 0, rel = 0;
+    long long gm = 0, uw = 0;
+    char h[32] = {0};
+    const std::string t(b.begin(), b.end());
+    if (sscanf(t.c_str(), "%d %lf %d %d %lf %lld %lld %31s", &r, &ms, &v, &s, &rel, &gm, &uw, h) != 8) {
+      ++failures;
+      continue;
+    }
+    worst_ms = std::max(worst_ms, ms);
+    if (!v || !s) ++failures;
+    if (rank == 0)
+      printf("  rank %d: %.3f ms per call (median of %d); %s; executed plan %s%s\n", r, ms, wl.run.iters,
+             !rep.validated ? "not validated (run.validate: false)"
+             : v            ? ("validated: gathered A exact, C rel err " + std::to_string(rel)).c_str()
+                            : ("WRONG: " + std::to_string(gm) + " gathered elements differ, " + std::to_string(uw) +
+                    " outputs unwritten, C rel err " + std::to_string(rel))
+                       .c_str(),
+             h, s ? " = the plan" : " DIFFERS from the plan");
+  }
+  if (rank == 0) {
+    printf("weftrun run: %s: %.3f ms per call (max over ranks); %s\n", failures ? "FAILED" : "passed", worst_ms,
+           failures ? "see the ranks above" : "every rank validated and ran the plan as planned");
+    if (o.json) printf("%s\n", runtime::format_plan_json(rep.executed).c_str());
+    fflush(stdout);
+  }
+  return failures ? 1 : 0;
+#else
+  fprintf(stderr, "weftrun run: this build has no CUDA: it can plan (weftrun plan) but not run\n");
+  return 1;
+#endif
 }
 
 int run_launcher(const RunOptions& o) {
@@ -59,7 +187,24 @@ int run_launcher(const RunOptions& o) {
   std::string err;
   if (runtime::load_workload(o.workload, &wl, &err) != Status::kOk) {
     fprintf(stderr, "weftrun run: %s\n", err.c_str());
-    return 2;
+    return kExitBadInput;
+  }
+  PlanOptions po;
+  po.workload = o.workload;
+  po.topology = o.topology;
+  po.nodes = o.nodes;
+  po.json = o.json;
+  po.share_gpus = shares_gpus(o, wl);
+  // Refused before any rank starts: a plan this build cannot run, more ranks per node than GPUs.
+  runtime::Plan plan;
+  int code = 0;
+  if (o.plan_file.empty() && decide_plan(po, wl, &plan, &err, &code) != Status::kOk) {
+    fprintf(stderr, "weftrun run: %s\n", err.c_str());
+    return code;
+  }
+  if (o.plan_file.empty() && !plan.exec.executable) {
+    fprintf(stderr, "weftrun run: %s\n", plan.exec.not_executable.c_str());
+    return kExitBadInput;
   }
   LaunchOptions lo;
   lo.gpus = visible_gpu_count();
@@ -67,14 +212,18 @@ int run_launcher(const RunOptions& o) {
     printf("weftrun run: no GPU found on this machine: printing the plan for %s instead of running it\n",
            o.workload.c_str());
     fflush(stdout);
-    PlanOptions po;
-    po.workload = o.workload;
-    po.topology = o.topology;
-    po.nodes = o.nodes;
     return run_plan(po);
   }
   lo.nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes;
   lo.ranks = o.ranks > 0 ? o.ranks : wl.world_size();
+  const int per_node = (lo.ranks + lo.nodes - 1) / lo.nodes;
+  if (per_node > lo.gpus && !o.oversubscribe) {
+    fprintf(stderr,
+            "weftrun run: %s needs %d GPUs per node, this machine has %d (--oversubscribe puts several ranks on "
+            "one GPU: correct, but not the NVLink path and not the speed)\n",
+            o.workload.c_str(), per_node, lo.gpus);
+    return kExitBadInput;
+  }
   lo.rank_args = own_args();
   return launch_ranks(lo);
 }
@@ -83,13 +232,20 @@ int run_launcher(const RunOptions& o) {
 
 void add_run_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<RunOptions>();
-  auto* sub = app.add_subcommand("run", "run a workload on every rank (prints the plan where no GPU is found)");
+  auto* sub = app.add_subcommand("run",
+                                 "run the workload's plan on every rank, validated, and report the plan as executed "
+                                 "(prints the plan where no GPU is found)");
   sub->add_option("workload", opts->workload, "workload YAML file")->required();
   sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
+  sub->add_option("--plan", opts->plan_file,
+                  "run this plan (the form `weftrun plan --json` prints under its keys) instead of the tuner's");
+  sub->add_flag("--json", opts->json, "also print the plan as executed, as JSON");
+  sub->add_flag("--oversubscribe", opts->oversubscribe,
+                "allow more ranks per node than GPUs (several ranks share a GPU: for testing)");
   sub->callback([opts, exit_code] {
     std::string why;
     switch (detect_role(&why)) {

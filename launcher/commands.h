@@ -3,6 +3,9 @@
 
 #include <string>
 
+#include "runtime/plan.h"
+#include "runtime/status.h"
+
 namespace CLI {
 class App;
 }
@@ -14,6 +17,7 @@ void add_topo_command(CLI::App& app, int* exit_code);   // cmd_topo.cpp
 void add_plan_command(CLI::App& app, int* exit_code);   // cmd_plan.cpp
 void add_check_command(CLI::App& app, int* exit_code);  // cmd_check.cpp
 void add_run_command(CLI::App& app, int* exit_code);    // cmd_run.cpp
+void add_bench_command(CLI::App& app, int* exit_code);  // cmd_bench.cpp
 
 // `weftrun plan` as a function, so that `weftrun run` can print the plan where no GPU is found.
 struct PlanOptions {
@@ -21,7 +25,13 @@ struct PlanOptions {
   std::string topology;  // hwloc XML path; empty: WEFT_TOPO_FILE or the live machine
   int nodes = 0;         // 0: the workload's layout.nodes
   bool json = false;
+  bool share_gpus = false;  // ranks of a node share GPUs (--oversubscribe): leave SMs for the copies between them
 };
 int run_plan(const PlanOptions& options);
+
+// The plan `plan` prints and `run` executes: the workload under options' layout and topology. On
+// error *error says why and *exit_code is 2 (bad input) or 1.
+Status decide_plan(const PlanOptions& options, const runtime::Workload& w, runtime::Plan* plan, std::string* error,
+                   int* exit_code);
 
 }  // namespace weft::launcher

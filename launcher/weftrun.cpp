@@ -1,4 +1,4 @@
-// weftrun: the one binary users run (topo, plan, check, run); also each rank's entry point.
+// weftrun: the one binary users run (topo, plan, check, run, bench); also each rank's entry point.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   weft::launcher::add_plan_command(app, &exit_code);
   weft::launcher::add_check_command(app, &exit_code);
   weft::launcher::add_run_command(app, &exit_code);
+  weft::launcher::add_bench_command(app, &exit_code);
 
   try {
     app.parse(argc, argv);

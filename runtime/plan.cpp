@@ -35,6 +35,185 @@ nlohmann::json us_json(double s) {
 
 const char* to_string(IntraMover m) { return m == IntraMover::kCopyEngine ? "copy_engine" : "sm"; }
 
+const HeapRegion* Plan::region(const std::string& name) const {
+  for (const auto& r : heap)
+    if (r.name == name) return &r;
+  return nullptr;
+}
+
+namespace {
+
+nlohmann::json shape_json(const Plan& p) {
+  switch (p.op) {
+    case Op::kAgGemm:
+    case Op::kGemmRs:
+    case Op::kGemmAr:
+      return {{"m", p.gemm.m}, {"n", p.gemm.n}, {"k", p.gemm.k}};
+    case Op::kMoe:
+      return {{"tokens", p.moe.tokens},
+              {"hidden", p.moe.hidden},
+              {"ffn", p.moe.ffn},
+              {"experts", p.moe.experts},
+              {"topk", p.moe.topk}};
+    case Op::kRingAttention:
+      return {{"seq", p.attention.seq},
+              {"heads", p.attention.heads},
+              {"head_dim", p.attention.head_dim},
+              {"causal", p.attention.causal}};
+  }
+  return nlohmann::json::object();
+}
+
+nlohmann::json execution_json(const Execution& e) {
+  return {{"variant", e.variant},         {"sm_mover", e.sm_mover},
+          {"copy_chunks", e.copy_chunks}, {"cluster", e.cluster},
+          {"group_m", e.group_m},         {"capturable", e.capturable},
+          {"executable", e.executable},   {"not_executable", e.not_executable}};
+}
+
+nlohmann::json heap_json(const Plan& p) {
+  nlohmann::json regions = nlohmann::json::array();
+  for (const auto& r : p.heap) regions.push_back({{"name", r.name}, {"offset", r.offset}, {"bytes", r.bytes}});
+  return {{"bytes", p.heap_bytes}, {"regions", regions}};
+}
+
+nlohmann::json roles_json(const Plan& p) {
+  return {{"compute", p.roles.compute},
+          {"intra_comm", p.roles.intra_comm},
+          {"inter_send", p.roles.inter_send},
+          {"inter_reduce", p.roles.inter_reduce},
+          {"explicit", p.roles_explicit}};
+}
+
+std::string hex64(uint64_t v) {
+  char buf[20];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+std::string executed_json(const Plan& p) {
+  nlohmann::json j;
+  j["op"] = to_string(p.op);
+  j["dtype"] = to_string(p.dtype);
+  j["shape"] = shape_json(p);
+  j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
+  j["sm_count"] = p.sm_count;
+  j["inter_backend"] = p.inter_backend;
+  j["intra_mover"] = to_string(p.intra_mover);
+  j["roles"] = roles_json(p);
+  j["roles"].erase("explicit");  // where the counts came from does not change what runs
+  j["tiles"] = {{"m", p.tile_m}, {"n", p.tile_n}, {"k", p.tile_k}};
+  j["execution"] = execution_json(p.exec);
+  j["heap"] = heap_json(p);
+  return j.dump();  // keys sorted by nlohmann::json: canonical
+}
+
+namespace {
+
+template <class T>
+void read(const nlohmann::json& j, const char* key, T* out) {
+  *out = j.at(key).get<T>();
+}
+
+bool op_from(const std::string& s, Op* out) {
+  for (Op o : {Op::kAgGemm, Op::kGemmRs, Op::kGemmAr, Op::kMoe, Op::kRingAttention})
+    if (s == to_string(o)) return *out = o, true;
+  return false;
+}
+
+bool dtype_from(const std::string& s, DType* out) {
+  for (DType d : {DType::kBf16, DType::kFp16, DType::kFp8})
+    if (s == to_string(d)) return *out = d, true;
+  return false;
+}
+
+}  // namespace
+
+Status parse_executed_json(const std::string& text, Plan* out, std::string* error) {
+  if (text.size() > (1u << 20)) {
+    *error = "plan: " + std::to_string(text.size()) + " bytes; expected at most 1 MiB";
+    return Status::kInvalidArgument;
+  }
+  const char* at = "the text";
+  try {
+    const nlohmann::json j = nlohmann::json::parse(text);
+    Plan p;
+    at = "op";
+    if (!op_from(j.at("op").get<std::string>(), &p.op)) throw std::invalid_argument("unknown op");
+    at = "dtype";
+    if (!dtype_from(j.at("dtype").get<std::string>(), &p.dtype)) throw std::invalid_argument("unknown dtype");
+    at = "shape";
+    const auto& sh = j.at("shape");
+    if (is_gemm_op(p.op)) {
+      read(sh, "m", &p.gemm.m), read(sh, "n", &p.gemm.n), read(sh, "k", &p.gemm.k);
+    } else if (p.op == Op::kMoe) {
+      read(sh, "tokens", &p.moe.tokens), read(sh, "hidden", &p.moe.hidden), read(sh, "ffn", &p.moe.ffn);
+      read(sh, "experts", &p.moe.experts), read(sh, "topk", &p.moe.topk);
+    } else {
+      read(sh, "seq", &p.attention.seq), read(sh, "heads", &p.attention.heads);
+      read(sh, "head_dim", &p.attention.head_dim), read(sh, "causal", &p.attention.causal);
+    }
+    at = "layout";
+    const auto& l = j.at("layout");
+    read(l, "nodes", &p.nodes), read(l, "gpus_per_node", &p.gpus_per_node), read(l, "world_size", &p.world_size);
+    if (p.nodes < 1 || p.gpus_per_node < 1 || p.world_size != p.nodes * p.gpus_per_node)
+      throw std::invalid_argument("world_size must be nodes x gpus_per_node");
+    // `weftrun plan --json` keeps these two under "machine".
+    const nlohmann::json& machine = j.contains("machine") ? j.at("machine") : j;
+    at = "sm_count";
+    read(machine, "sm_count", &p.sm_count);
+    at = "inter_backend";
+    read(machine, "inter_backend", &p.inter_backend);
+    at = "intra_mover";
+    const std::string mover = j.at("intra_mover").get<std::string>();
+    if (mover != "sm" && mover != "copy_engine") throw std::invalid_argument("expected sm or copy_engine");
+    p.intra_mover = mover == "sm" ? IntraMover::kSm : IntraMover::kCopyEngine;
+    at = "roles";
+    const auto& r = j.at("roles");
+    read(r, "compute", &p.roles.compute), read(r, "intra_comm", &p.roles.intra_comm);
+    read(r, "inter_send", &p.roles.inter_send), read(r, "inter_reduce", &p.roles.inter_reduce);
+    if (p.roles.compute < 0 || p.roles.intra_comm < 0 || p.roles.inter_send < 0 || p.roles.inter_reduce < 0 ||
+        p.roles.total() > 1024)
+      throw std::invalid_argument("counts must be >= 0 and sum to at most 1024");
+    at = "tiles";
+    read(j.at("tiles"), "m", &p.tile_m), read(j.at("tiles"), "n", &p.tile_n), read(j.at("tiles"), "k", &p.tile_k);
+    at = "execution";
+    const auto& e = j.at("execution");
+    read(e, "variant", &p.exec.variant), read(e, "sm_mover", &p.exec.sm_mover);
+    read(e, "copy_chunks", &p.exec.copy_chunks), read(e, "cluster", &p.exec.cluster);
+    read(e, "group_m", &p.exec.group_m), read(e, "capturable", &p.exec.capturable);
+    read(e, "executable", &p.exec.executable), read(e, "not_executable", &p.exec.not_executable);
+    at = "heap";
+    const auto& h = j.at("heap");
+    read(h, "bytes", &p.heap_bytes);
+    at = "heap.regions";
+    const auto& regions = h.at("regions");
+    if (!regions.is_array() || regions.size() > 64) throw std::invalid_argument("expected at most 64 regions");
+    for (const auto& reg : regions) {
+      HeapRegion hr;
+      read(reg, "name", &hr.name), read(reg, "offset", &hr.offset), read(reg, "bytes", &hr.bytes);
+      if (hr.offset + hr.bytes > p.heap_bytes || hr.bytes > p.heap_bytes)
+        throw std::invalid_argument("region " + hr.name + " ends past heap.bytes");
+      p.heap.push_back(hr);
+    }
+    p.roles_explicit = true;  // the counts are the plan's, not the tuner's to change
+    *out = std::move(p);
+    return Status::kOk;
+  } catch (const std::exception& ex) {
+    *error = std::string("plan: ") + at + ": " + ex.what();
+    return Status::kInvalidArgument;
+  }
+}
+
+uint64_t plan_hash(const Plan& p) {
+  const std::string text = executed_json(p);
+  uint64_t h = 1469598103934665603ull;  // FNV-1a 64
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
 const LinkLoad* Plan::link(const std::string& name) const {
   for (const auto& l : links)
     if (l.link == name) return &l;
@@ -58,6 +237,20 @@ std::string format_plan_table(const Plan& p) {
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
   if (p.intra_mover == IntraMover::kCopyEngine) os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
+  if (!p.exec.variant.empty()) {
+    os << "  runs     " << p.exec.variant;
+    if (!p.exec.sm_mover.empty()) os << " (" << p.exec.sm_mover << ")";
+    if (p.exec.variant == "copy_engine")
+      os << ", " << p.exec.copy_chunks << " cop" << (p.exec.copy_chunks == 1 ? "y" : "ies") << " per shard";
+    os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
+       << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "\n";
+  }
+  if (p.heap_bytes > 0) {
+    os << "  heap     " << human_bytes(double(p.heap_bytes)) << " per rank:";
+    for (const auto& r : p.heap) os << " " << r.name << " " << human_bytes(double(r.bytes)) << " @" << r.offset << ";";
+    os << "\n";
+  }
+  if (!p.exec.executable) os << "  NOT RUNNABLE: " << p.exec.not_executable << "\n";
   os << "\n  role           SMs   predicted" << (p.roles_explicit ? "   (counts from the workload)" : "   (tuned)")
      << "\n";
   const int32_t counts[kNumRoles] = {p.roles.compute, p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce};
@@ -96,11 +289,8 @@ std::string format_plan_json(const Plan& p) {
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
   j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
                   {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};
-  j["roles"] = {{"compute", p.roles.compute},
-                {"intra_comm", p.roles.intra_comm},
-                {"inter_send", p.roles.inter_send},
-                {"inter_reduce", p.roles.inter_reduce},
-                {"explicit", p.roles_explicit}};
+  j["shape"] = shape_json(p);
+  j["roles"] = roles_json(p);
   j["tiles"] = {{"m", p.tile_m}, {"n", p.tile_n}, {"k", p.tile_k}};
   j["chunks"] = {{"intra_bytes", p.intra_chunk_bytes}, {"inter_bytes", p.inter_chunk_bytes}};
   json roles_us = json::object();
@@ -122,6 +312,9 @@ std::string format_plan_json(const Plan& p) {
                      {"us", us_json(l.time_s)}});
   j["links"] = links;
   j["notes"] = p.notes;
+  j["execution"] = execution_json(p.exec);
+  j["heap"] = heap_json(p);
+  j["hash"] = hex64(plan_hash(p));
   return j.dump(2);
 }
 

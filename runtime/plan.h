@@ -17,6 +17,27 @@ namespace weft::runtime {
 enum class IntraMover : int { kSm = 0, kCopyEngine };
 const char* to_string(IntraMover m);  // "sm", "copy_engine"
 
+// One buffer or flag array of an op in the symmetric heap. Every rank lays the op out the same way,
+// so a peer's buffer is (rank, offset).
+struct HeapRegion {
+  std::string name;     // "ag_gemm.a", "ag_gemm.gate", ...
+  uint64_t offset = 0;  // from the op's base in the heap
+  uint64_t bytes = 0;
+};
+
+// How the op runs: every choice the op makes at run time. The tuner fills it; the op executes it as
+// it is (runtime/ops), and `weftrun run` reports it read back from the launch.
+struct Execution {
+  std::string variant;      // "copy_engine" or "sm_movers" (ag_gemm); "overlap" / "peer" (gemm_rs, gemm_ar)
+  std::string sm_mover;     // ag_gemm SM movers: "pull_vec", "push_vec", "pull_bulk", "push_bulk"; else ""
+  int copy_chunks = 1;      // copy engines: copies per shard, each with its own flag
+  int cluster = 1;          // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
+  int group_m = 16;         // raster group height in 128-row tiles
+  bool capturable = false;  // op.run may be captured in a CUDA graph
+  bool executable = false;  // this build can run the plan; else `not_executable` says why
+  std::string not_executable;
+};
+
 // Traffic of one GPU (the busiest rank) on one kind of link, for one run of the op.
 struct LinkLoad {
   std::string link;      // "nvlink", "nic" or "pcie" (GPU <-> NIC path of GPUDirect RDMA)
@@ -36,6 +57,9 @@ struct Plan {
   int nodes = 1;
   int gpus_per_node = 1;
   int world_size = 1;
+  GemmShape gemm;            // ag_gemm, gemm_rs, gemm_ar: the global problem
+  MoeShape moe;              // moe
+  AttentionShape attention;  // ring_attention
 
   // The machine model used.
   std::string gpu;           // "h100" / "h200"
@@ -52,6 +76,9 @@ struct Plan {
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
+  Execution exec;                               // how the op runs (variant, cluster, copies, ...)
+  std::vector<HeapRegion> heap;                 // the op's symmetric-heap layout
+  uint64_t heap_bytes = 0;                      // the op's share of the heap on every rank
 
   // The prediction, per rank (the busiest one).
   double flops = 0;
@@ -67,7 +94,23 @@ struct Plan {
 
   double role_time(Role r) const { return role_time_s[static_cast<int>(r)]; }
   const LinkLoad* link(const std::string& name) const;
+  const HeapRegion* region(const std::string& name) const;
 };
+
+// The part of a plan that decides what runs (problem, layout, launch, execution, heap), as canonical
+// JSON; predictions and notes are left out. Two plans that execute the same way print the same.
+std::string executed_json(const Plan& plan);
+// Reads executed_json's form back (rank 0's plan on the other ranks, a plan given to `weftrun run
+// --plan`): the fields that decide what runs; predictions stay empty. kInvalidArgument with *error
+// naming the key for text that is not such a plan (at most 1 MiB).
+Status parse_executed_json(const std::string& text, Plan* out, std::string* error);
+// FNV-1a 64 of executed_json: every rank checks rank 0's before the first launch.
+uint64_t plan_hash(const Plan& plan);
+
+// Fills plan->exec and plan->heap for a tuned plan (shape, layout, roles set): the variant the op
+// runs and its heap layout, or exec.executable = false with the reason as "file:line:col: key: what"
+// (a dtype or an op this build cannot run, a shape the kernels refuse).
+void plan_execution(const Workload& w, Plan* plan);
 
 // A human-readable table (role counts, time per role, bytes per link, makespan, bound).
 std::string format_plan_table(const Plan& plan);
@@ -75,7 +118,9 @@ std::string format_plan_table(const Plan& plan);
 // {"workload","op","dtype","intra_mover","layout":{nodes,gpus_per_node,world_size},"machine":{gpu,reason,assumed,sm_count,
 //  inter_backend,nics_per_node},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
-//  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...]}
+//  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
+//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,executable,not_executable},
+//  "heap":{bytes,regions:[{name,offset,bytes}]},"hash":"16 hex digits"}
 std::string format_plan_json(const Plan& plan);
 
 }  // namespace weft::runtime

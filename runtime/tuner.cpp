@@ -228,6 +228,14 @@ IntraMover default_mover(Op op) {
   return op == Op::kGemmRs || op == Op::kGemmAr ? IntraMover::kCopyEngine : IntraMover::kSm;
 }
 
+IntraMover plan_mover(const Workload& w, const Layout& layout) {
+  // AllGather+GEMM on one node: the copy engines were the fastest in every measured run (docs/ops.md),
+  // unless the workload gives the SM movers SMs.
+  if (w.op == Op::kAgGemm && layout.nodes == 1 && (w.roles.automatic || w.roles.counts.intra_comm == 0))
+    return IntraMover::kCopyEngine;
+  return default_mover(w.op);
+}
+
 void predict(const Demand& d, const LinkRates& r, const MachineModel& model, const RoleCounts& c, Plan* plan) {
   const double per_sm_flops = d.tflops / model.sm_count * 1e12;
   const double lat = model.latency_us * 1e-6;
@@ -373,7 +381,7 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, Plan* out, std::string* error) {
-  return tune(w, layout, topo, mapping, model, default_mover(w.op), out, error);
+  return tune(w, layout, topo, mapping, model, plan_mover(w, layout), out, error);
 }
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
@@ -387,6 +395,9 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   p.nodes = layout.nodes;
   p.gpus_per_node = layout.gpus_per_node;
   p.world_size = layout.nodes * layout.gpus_per_node;
+  p.gemm = w.gemm;
+  p.moe = w.moe;
+  p.attention = w.attention;
   p.gpu = model.gpu;
   p.sm_count = model.sm_count;
   p.gpu_assumed = topo.gpus.empty();
@@ -435,6 +446,7 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       " Gb/s NIC per GPU");
   if (rates.inter_backend == "socket")
     p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
+  plan_execution(w, &p);
   WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
             p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),
             p.bound_s * 1e6);
@@ -455,7 +467,7 @@ std::vector<std::string> gpu_model_names(const topology::Topology& topo) {
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names) {
-  return make_plan(w, layout, topo, mapping, default_mover(w.op), out, error, gpu_names);
+  return make_plan(w, layout, topo, mapping, plan_mover(w, layout), out, error, gpu_names);
 }
 
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,

@@ -50,7 +50,8 @@ struct LinkRates {
   int nics_per_node = 0;
 };
 
-// The pure core: no environment, no files. `layout` is the one to plan for (a --nodes override
+// The pure core: no environment, no files. Fills every field of the Plan, plan->exec and plan->heap
+// included (plan_execution), with the op's own mover (plan_mover). `layout` is the one to plan for (a --nodes override
 // already applied and validated). On error (explicit counts that cannot run, a topology with fewer
 // GPUs than the layout) returns kInvalidArgument with *error as "file:line:col: key: what".
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
@@ -68,6 +69,9 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
                   const topology::Mapping& mapping, const MachineModel& model, LinkRates* out, std::string* error);
 // The mover an op's runner uses when none is asked for: kCopyEngine for gemm_rs / gemm_ar, else kSm.
 IntraMover default_mover(Op op);
+// The mover the plan (and so `weftrun run`) uses for this workload: the copy engines for
+// AllGather+GEMM on one node unless the workload's roles give intra_comm SMs, else default_mover.
+IntraMover plan_mover(const Workload& w, const Layout& layout);
 // Predicted busy time of each role and the makespan for given counts (counts with no SMs for work
 // that exists give infinity; inter_reduce 0 with d.epilogue_reduce folds in the compute epilogue).
 // docs/tuner.md describes the model and its fit to the H200 measurements.

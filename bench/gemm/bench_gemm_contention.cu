@@ -27,7 +27,7 @@
 
 #include "bench/gemm/bench_timing.h"
 #include "kernels/gemm.h"
-#include "runtime/ops/device_data.h"
+#include "runtime/exec/device_data.h"
 #include "tests/kernels/gemm_testing.cuh"
 
 using namespace weft::kernels;
@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
       WEFT_CUDA_OK(cudaMalloc(&c_blas, size_t(c_elems) * 2));
       WEFT_CUDA_OK(cudaMalloc(&src, copy_bytes));
       WEFT_CUDA_OK(cudaMalloc(&dst, copy_bytes));
-      if (!ok(weft::runtime::ops::fill_random_bf16(a, a_elems, rng(), 0, 1.f, nullptr)) ||
-          !ok(weft::runtime::ops::fill_random_bf16(b, b_elems, rng(), 0, 1.f, nullptr)) ||
-          !ok(weft::runtime::ops::fill_random_bf16(static_cast<__nv_bfloat16*>(src), int64_t(copy_bytes / 2), rng(), 0,
+      if (!ok(weft::runtime::fill_random_bf16(a, a_elems, rng(), 0, 1.f, nullptr)) ||
+          !ok(weft::runtime::fill_random_bf16(b, b_elems, rng(), 0, 1.f, nullptr)) ||
+          !ok(weft::runtime::fill_random_bf16(static_cast<__nv_bfloat16*>(src), int64_t(copy_bytes / 2), rng(), 0,
                                                    1.f, nullptr)))
         return 1;
       GemmParams params[2];

@@ -29,7 +29,7 @@
 #include "launcher/op_registry.h"
 #include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
-#include "runtime/ops/device_data.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
 #include "runtime/params.h"

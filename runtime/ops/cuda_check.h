@@ -1,21 +1,13 @@
-// CUDA / NCCL / cuBLAS return codes turned into weft::Status, logged once where they are decided.
+// NCCL / cuBLAS return codes turned into weft::Status (CUDA's: runtime/exec/cuda_check.h), logged once.
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "runtime/exec/cuda_check.h"
 #include "runtime/log.h"
 #include "runtime/status.h"
-
-#define WEFT_CUDA_CHECK(call)                                                                              \
-  do {                                                                                                     \
-    cudaError_t weft_e_ = (call);                                                                          \
-    if (weft_e_ != cudaSuccess) {                                                                          \
-      WEFT_WARN(kKernel, "%s failed: %s (%s:%d)", #call, cudaGetErrorString(weft_e_), __FILE__, __LINE__); \
-      return ::weft::Status::kCudaError;                                                                   \
-    }                                                                                                      \
-  } while (0)
 
 #define WEFT_NCCL_CHECK(call)                                                                              \
   do {                                                                                                     \

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 #include "runtime/status.h"
 #include "runtime/workload.h"
@@ -25,31 +26,13 @@ Status create_nccl_comm(bootstrap::Bootstrap& boot, ncclComm_t* out);
 Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const void* a, int64_t lda, const void* b,
                       int64_t ldb, void* c, int64_t ldc, cudaStream_t s);
 
-// Writes a 64-bit value to device memory from the stream, without an SM (driver stream memory op,
-// preceded by a memory fence, so everything earlier in the stream is visible first).
-Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value);
-
-// Makes the stream wait, without an SM, until *addr >= value (driver stream memory op). Unbounded
-// on the device: every stream that waits must be synchronized with sync_bounded(), whose `unstick`
-// releases such waits when the producer failed.
-Status stream_wait_u64_geq(cudaStream_t s, const uint64_t* addr, uint64_t value);
-
-// One step of a stream batch: wait until *addr >= value, or write value to *addr (with the same
-// fence as stream_write_u64). Addresses may be peers' memory mapped through CUDA IPC.
-struct StreamMemOp {
-  enum Kind { kWaitGeq, kWrite } kind = kWaitGeq;
-  uint64_t* addr = nullptr;
-  uint64_t value = 0;
-};
-
-// Enqueues the steps in order as one driver call (cuStreamBatchMemOp, at most 255 steps): the same
-// as one stream_wait_u64_geq / stream_write_u64 each, with fewer host calls. Waits are unbounded on
-// the device like stream_wait_u64_geq's.
-Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops);
-
-// Waits for the stream at most `timeout_s`; past that calls `unstick` (if any: e.g. raise the flags
-// the stream waits on so it drains), waits a moment more, and fails naming `what`.
-Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick);
+// Stream memory operations and sync_bounded live in runtime/exec/stream_ops.h (the runtime uses them
+// without NCCL); the runners name them from here.
+using runtime::StreamMemOp;
+using runtime::stream_mem_ops;
+using runtime::stream_wait_u64_geq;
+using runtime::stream_write_u64;
+using runtime::sync_bounded;
 
 // A device buffer of the same size on every rank; same-node peers' buffers mapped through CUDA IPC.
 class PeerBuffer {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check step: every fused op example on all GPUs of this machine (weftrun run, embedded launcher),
+# GPU check step: every fused op example on all GPUs of this machine (weftrun bench, embedded launcher),
 # validated and timed next to NCCL + cuBLAS in the same run, then PyTorch's fused ops on the same
 # shapes (bench/peers). Appends one summary row per shape to $WEFT_SUMMARY.
 set -uo pipefail
@@ -15,9 +15,9 @@ export WEFT_REPORT=$out/ops.jsonl WEFT_DETERMINISTIC=1
 : >"$WEFT_REPORT"
 rc=0
 for cfg in ${WEFT_OPS_CONFIGS-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256}; do
-  echo "=== weftrun run configs/examples/$cfg.yaml"
-  if ! timeout 300 "$weftrun" run -n 4 "$root/configs/examples/$cfg.yaml"; then
-    echo "FAIL    ops: weftrun run $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
+  echo "=== weftrun bench configs/examples/$cfg.yaml"
+  if ! timeout 300 "$weftrun" bench -n 4 "$root/configs/examples/$cfg.yaml"; then
+    echo "FAIL    ops: weftrun bench $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
     rc=1
   fi
 done
@@ -25,9 +25,9 @@ done
 # Multi-node examples on this one machine: 2 emulated nodes x 2 GPUs, the socket backend between the
 # nodes (WEFT_OPS_NODES_CONFIGS= leaves them out).
 for cfg in ${WEFT_OPS_NODES_CONFIGS-ag_gemm_2x2 gemm_rs_2x2 gemm_ar_2x2}; do
-  echo "=== weftrun run -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
-  if ! timeout 300 "$weftrun" run -n 4 --emulate-nodes 2 "$root/configs/examples/$cfg.yaml"; then
-    echo "FAIL    ops: weftrun run --emulate-nodes 2 $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
+  echo "=== weftrun bench -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
+  if ! timeout 300 "$weftrun" bench -n 4 --emulate-nodes 2 "$root/configs/examples/$cfg.yaml"; then
+    echo "FAIL    ops: weftrun bench --emulate-nodes 2 $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
     rc=1
   fi
 done

@@ -241,10 +241,15 @@ TEST_CASE("explicit counts are used as given, and checked against the machine an
                        "roles: {compute: 110, intra_comm: 16, inter_send: 2}\n");
   CHECK(tune(one, one.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
   CHECK(err.rfind("t.yaml:4:51: roles.inter_send: expected 0 on a single node", 0) == 0);
-  // No intra_comm SM while 4 GPUs must exchange data would hang: refused.
+  // No intra_comm SM while 4 GPUs must exchange data would hang the SM movers: refused for them...
   Workload none = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 4) + "roles: {compute: 132}\n");
-  CHECK(tune(none, none.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  CHECK(tune(none, none.layout, {}, {}, machine_model_h200(), IntraMover::kSm, &p, &err) == Status::kInvalidArgument);
   CHECK(err.find("roles.intra_comm: 0, but ag_gemm moves data between the node's GPUs") != std::string::npos);
+  // ... while the plan's own mover for it is the copy engines, which need no SM.
+  REQUIRE(tune(none, none.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kOk);
+  CHECK(p.intra_mover == IntraMover::kCopyEngine);
+  CHECK(p.exec.variant == "copy_engine");
+  CHECK(p.roles.compute == 132);
   // inter_reduce for an op with nothing to reduce.
   Workload ag = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 4) +
                       "roles: {compute: 120, intra_comm: 8, inter_send: 2, inter_reduce: 2}\n");
@@ -432,13 +437,16 @@ TEST_CASE("copy-engine mover: the NVLink bytes take no intra_comm SM, and the pl
   CHECK(ce.role_time(weft::Role::kCompute) == doctest::Approx(ce.compute_alone_s));
   CHECK(ce.makespan_s <= sm.makespan_s);
   CHECK(ce.bound_s == doctest::Approx(sm.bound_s));
-  // The default is the SM mover: the same plan as before.
+  // On one node the plan's mover is the copy engines (the fastest in every measured run).
   Plan dflt = plan_for(w);
-  CHECK(dflt.roles.intra_comm == sm.roles.intra_comm);
-  CHECK(dflt.makespan_s == doctest::Approx(sm.makespan_s));
+  CHECK(dflt.intra_mover == IntraMover::kCopyEngine);
+  CHECK(dflt.roles.intra_comm == 0);
+  CHECK(dflt.makespan_s == doctest::Approx(ce.makespan_s));
+  CHECK(dflt.exec.variant == "copy_engine");
   // A communication-heavy shape gets more intra_comm SMs from the SM mover, still none with copy engines.
   const Workload wide = parse(text_for("ag_gemm", "{m: 16384, n: 8192, k: 8192}", 1, 4));
-  Plan wide_sm = plan_for(wide), wide_ce;
+  Plan wide_sm, wide_ce;
+  REQUIRE(tune(wide, wide.layout, {}, {}, machine_model_h200(), IntraMover::kSm, &wide_sm, &err) == Status::kOk);
   REQUIRE(tune(wide, wide.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &wide_ce, &err) ==
           Status::kOk);
   CHECK(wide_sm.roles.intra_comm > sm.roles.intra_comm);

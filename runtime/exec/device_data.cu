@@ -1,12 +1,12 @@
 // Kernels behind device_data.h.
 #include <string>
 
+#include "runtime/exec/cuda_check.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/log.h"
-#include "runtime/ops/cuda_check.h"
-#include "runtime/ops/device_data.h"
 #include "runtime/params.h"
 
-namespace weft::runtime::ops {
+namespace weft::runtime {
 namespace {
 
 __device__ __forceinline__ uint64_t mix64(uint64_t x) {
@@ -118,4 +118,4 @@ Status compare_bf16(const __nv_bfloat16* got, const __nv_bfloat16* ref, int64_t 
   return Status::kOk;
 }
 
-}  // namespace weft::runtime::ops
+}  // namespace weft::runtime

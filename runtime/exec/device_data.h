@@ -8,7 +8,7 @@
 
 #include "runtime/status.h"
 
-namespace weft::runtime::ops {
+namespace weft::runtime {
 
 // Random values from a counter hash of (seed, rank, index): a shard filled by rank r is different
 // from one filled by any other rank, so a misrouted shard fails the comparison. Normal with standard
@@ -27,4 +27,4 @@ struct Comparison {
 // Compares two bf16 arrays element-wise on the device (synchronizes `s`).
 Status compare_bf16(const __nv_bfloat16* got, const __nv_bfloat16* ref, int64_t n, cudaStream_t s, Comparison* out);
 
-}  // namespace weft::runtime::ops
+}  // namespace weft::runtime

@@ -1,0 +1,112 @@
+// weftrun bench WORKLOAD.yaml: start the ranks (or join them under srun/mpirun) and measure the workload's
+// op on each through the op registry; without a GPU, print the plan instead.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "launcher/commands.h"
+#include "launcher/launch.h"
+#include "launcher/op_registry.h"
+#include "launcher/rank.h"
+#include "runtime/workload.h"
+
+namespace weft::launcher {
+namespace {
+
+struct RunOptions {
+  std::string workload;
+  std::string topology;
+  int ranks = 0;
+  int nodes = 0;
+};
+
+int run_rank(const RunOptions& o) {
+  runtime::Workload wl;
+  std::string err;
+  if (runtime::load_workload(o.workload, &wl, &err) != Status::kOk) {
+    fprintf(stderr, "weftrun bench: %s\n", err.c_str());
+    return 2;  // every rank reads the same file and fails the same way
+  }
+  RankContext ctx;
+  std::unique_ptr<bootstrap::PmixBootstrap> boot;
+  Status s = start_rank(&ctx, &boot);
+  if (s != Status::kOk) {
+    fprintf(stderr, "weftrun bench: could not start this rank: %s\n", to_string(s));
+    fflush(stderr);
+    _exit(1);
+  }
+  register_builtin_ops();
+  const char* op = runtime::to_string(wl.op);
+  OpRunner runner = find_op(op);
+  if (!runner) {
+    std::string names;
+    for (const auto& name : registered_ops()) names += " " + name;
+    fprintf(stderr, "weftrun bench: rank %d: no runner for op '%s' in this build (registered:%s)\n", ctx.info.rank, op,
+            names.empty() ? " none" : names.c_str());
+    return 3;
+  }
+  s = runner(ctx, wl, *boot);
+  if (s != Status::kOk) {
+    fprintf(stderr, "weftrun bench: rank %d: op '%s' failed: %s\n", ctx.info.rank, op, to_string(s));
+    return 1;
+  }
+  return 0;
+}
+
+int run_launcher(const RunOptions& o) {
+  runtime::Workload wl;
+  std::string err;
+  if (runtime::load_workload(o.workload, &wl, &err) != Status::kOk) {
+    fprintf(stderr, "weftrun bench: %s\n", err.c_str());
+    return 2;
+  }
+  LaunchOptions lo;
+  lo.gpus = visible_gpu_count();
+  if (lo.gpus == 0) {
+    printf("weftrun bench: no GPU found on this machine: printing the plan for %s instead of running it\n",
+           o.workload.c_str());
+    fflush(stdout);
+    PlanOptions po;
+    po.workload = o.workload;
+    po.topology = o.topology;
+    po.nodes = o.nodes;
+    return run_plan(po);
+  }
+  lo.nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes;
+  lo.ranks = o.ranks > 0 ? o.ranks : wl.world_size();
+  lo.rank_args = own_args();
+  return launch_ranks(lo);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int* exit_code) {
+  auto opts = std::make_shared<RunOptions>();
+  auto* sub = app.add_subcommand("bench",
+                                 "measure a workload on every rank: weft's variants validated and timed interleaved "
+                                 "with NCCL + cuBLAS and the bound (prints the plan where no GPU is found)");
+  sub->add_option("workload", opts->workload, "workload YAML file")->required();
+  sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
+  sub->callback([opts, exit_code] {
+    std::string why;
+    switch (detect_role(&why)) {
+      case Role::kMisLaunched:
+        fprintf(stderr, "weftrun bench: %s\n", why.c_str());
+        *exit_code = 2;
+        return;
+      case Role::kRank:
+        *exit_code = run_rank(*opts);
+        return;
+      case Role::kLauncher:
+        *exit_code = run_launcher(*opts);
+        return;
+    }
+  });
+}
+
+}  // namespace weft::launcher

@@ -1,0 +1,289 @@
+// AllGather+GEMM op: heap layout from the allocator, per-call epochs, copy-engine and SM-mover runs.
+#include "runtime/exec/ag_gemm.h"
+
+#include <cstring>
+#include <string>
+
+#include "kernels/ag_gemm_fused.h"
+#include "kernels/gemm.h"
+#include "runtime/exec/cuda_check.h"
+#include "runtime/exec/stream_ops.h"
+#include "runtime/log.h"
+#include "transport/heap.h"
+
+namespace weft::runtime {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int64_t kRows = kernels::GemmConfig::kTileM, kCols = kernels::GemmConfig::kTileN;
+
+Status refuse(int rank, const std::string& what) {
+  WEFT_WARN(kKernel, "rank %d: ag_gemm: %s", rank, what.c_str());
+  return Status::kInvalidArgument;
+}
+
+}  // namespace
+
+Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp>* out) {
+  const int rank = ctx.rank();
+  WEFT_CHECK(ctx.check_usable("ag_gemm create"));
+  if (plan.op != Op::kAgGemm) return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
+  if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
+  if (plan.world_size != ctx.size() || plan.nodes != 1)
+    return refuse(rank, "the plan is for " + std::to_string(plan.nodes) + " x " + std::to_string(plan.gpus_per_node) +
+                            " ranks, the job has " + std::to_string(ctx.size()) + " (one node)");
+  if (plan.roles.total() > ctx.sm_count() || plan.roles.compute < 1)
+    return refuse(rank, "the plan's roles use " + std::to_string(plan.roles.total()) + " SMs (" +
+                            std::to_string(plan.roles.compute) + " compute), this GPU has " +
+                            std::to_string(ctx.sm_count()));
+  const bool sm = plan.exec.variant == "sm_movers";
+  if (!sm && plan.exec.variant != "copy_engine") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
+  kernels::AgMover mover;
+  if (sm && !kernels::parse_ag_mover(plan.exec.sm_mover.c_str(), &mover))
+    return refuse(rank, "unknown SM mover '" + plan.exec.sm_mover + "'");
+  if (sm && (plan.roles.intra_comm < 1 || ctx.size() > kernels::AgMoveParams::kMaxRanks))
+    return refuse(rank, "SM movers need intra_comm >= 1 and at most 8 ranks");
+  if (plan.exec.cluster != 1 || plan.exec.copy_chunks != 1)
+    return refuse(rank, "this build runs cluster 1 with one copy per shard (the plan asks for cluster " +
+                            std::to_string(plan.exec.cluster) + ", " + std::to_string(plan.exec.copy_chunks) +
+                            " copies)");
+
+  if (!sm && ctx.shares_gpu() && plan.roles.compute >= ctx.sm_count())
+    return refuse(rank,
+                  "ranks share this GPU, so the copies between them run on it and may need SMs; a plan with "
+                  "every SM computing would wait for them forever (plan with --oversubscribe, which leaves "
+                  "SMs for them)");
+  std::unique_ptr<AgGemmOp> op(new AgGemmOp());
+  op->ctx_ = &ctx;
+  op->plan_ = plan;
+  op->rank_ = rank;
+  op->world_ = ctx.size();
+  op->m_ = plan.gemm.m;
+  op->n_ = plan.gemm.n / op->world_;
+  op->k_ = plan.gemm.k;
+  if (op->m_ % (op->world_ * kRows) != 0 || op->k_ % 8 != 0 || op->n_ < 1)
+    return refuse(rank, "m / ranks must be a multiple of 128 rows and k of 8");
+
+  // The layout, from the allocator (the plan's own copy is checked against it by executed_plan()).
+  transport::HeapAllocator alloc(UINT64_MAX / 2);
+  auto region = [&](const char* name, uint64_t bytes) -> Status {
+    uint64_t off = 0;
+    WEFT_CHECK(alloc.allocate(bytes, 256, name, &off));
+    op->regions_.push_back({name, off, bytes});
+    return Status::kOk;
+  };
+  const int64_t W = op->world_;
+  WEFT_CHECK(region("ag_gemm.a", uint64_t(op->m_ * op->k_) * sizeof(bf16)));
+  if (!sm)
+    WEFT_CHECK(region("ag_gemm.gate", uint64_t(W) * 8));
+  else
+    WEFT_CHECK(region("ag_gemm.flags", uint64_t((op->m_ / kRows) * ((op->n_ + kCols - 1) / kCols) + W) * 8));
+  WEFT_CHECK(region("ag_gemm.ready", uint64_t(W) * 8));
+  WEFT_CHECK(region("ag_gemm.consumed", uint64_t(W) * 8));
+  op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
+  WEFT_CHECK(ctx.reserve(op->arena_bytes_, "ag_gemm", &op->arena_));
+
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->copy_, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->fork_, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->join_, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaMalloc(&op->record_, sizeof(kernels::LaunchRecord)));
+  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
+  WEFT_CHECK(op->frame_.create(rank));
+  WEFT_CHECK(op->frame_.params(plan.roles, &op->frame_params_));
+  op->frame_params_.launch = op->record_;
+
+  // Fresh words (the arena may have held another op's), the own shard's gates always open; then
+  // nobody may write into a peer before every rank has cleared its words.
+  WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
+  if (!sm) {
+    WEFT_CUDA_CHECK(cudaMemset(op->words("ag_gemm.gate", rank) + rank, 0xFF, 8));
+  } else {
+    const int64_t own_blocks = op->m_ / W / kRows, cols = (op->n_ + kCols - 1) / kCols;
+    WEFT_CUDA_CHECK(
+        cudaMemset(op->words("ag_gemm.flags", rank) + rank * own_blocks * cols, 0xFF, size_t(own_blocks * cols) * 8));
+  }
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CHECK(ctx.boot().barrier("weft.ag_gemm.create." + std::to_string(op->arena_)));
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+AgGemmOp::~AgGemmOp() {
+  if (join_) cudaEventSynchronize(join_);
+  if (copy_) cudaStreamSynchronize(copy_), cudaStreamDestroy(copy_);
+  if (side_) cudaStreamDestroy(side_);
+  if (fork_) cudaEventDestroy(fork_);
+  if (join_) cudaEventDestroy(join_);
+  if (record_) cudaFree(record_);
+  if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+uint64_t* AgGemmOp::words(const std::string& name, int rank) const {
+  for (const auto& r : regions_)
+    if (r.name == name) {
+      void* p = rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
+      return static_cast<uint64_t*>(p);
+    }
+  return nullptr;
+}
+
+bf16* AgGemmOp::shard() const {
+  return reinterpret_cast<bf16*>(words("ag_gemm.a", rank_)) + int64_t(rank_) * (m_ / world_) * k_;
+}
+
+const bf16* AgGemmOp::gathered() const { return reinterpret_cast<const bf16*>(words("ag_gemm.a", rank_)); }
+
+Status AgGemmOp::make_gemm(const bf16* b) {
+  if (b == b_) return Status::kOk;
+  kernels::GemmArgs args;
+  args.m = m_;
+  args.n = n_;
+  args.k = k_;
+  args.a = gathered();
+  args.lda = k_;
+  args.b = b;
+  args.ldb = k_;
+  args.num_shards = world_;
+  args.first_shard = rank_;
+  args.cluster_m = plan_.exec.cluster;
+  args.group_m = plan_.exec.group_m;
+  WEFT_CHECK(kernels::make_gemm_params(args, &gemm_));
+  b_ = b;
+  return Status::kOk;
+}
+
+Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
+  WEFT_CHECK(ctx_->check_usable("ag_gemm run"));
+  // A device wait that timed out in an earlier launch poisons the context (the record is host memory).
+  if (frame_.record().status != 0) {
+    frame_.check("ag_gemm");
+    ctx_->poison("ag_gemm: a device wait timed out (rank " + std::to_string(rank_) + ")");
+    return Status::kTimeout;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm: this plan's variant (%s) is not capturable in a CUDA graph", rank_,
+              plan_.exec.variant.c_str());
+    return Status::kUnsupported;
+  }
+  if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
+  WEFT_CHECK(make_gemm(b));
+  const uint64_t e = ++epoch_;
+  const size_t shard_bytes = size_t(m_ / world_ * k_) * sizeof(bf16);
+  std::vector<StreamMemOp> ops;
+  // Every peer has taken my shard of the previous call before it is overwritten.
+  for (int q = 0; q < world_ && e > 1; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.consumed", rank_) + q, e - 1});
+  Status st = stream_mem_ops(s, ops);
+  if (st == Status::kOk && a != shard())
+    st = cudaMemcpyAsync(shard(), a, shard_bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
+                                                                                              : Status::kCudaError;
+  ops.clear();
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", q) + rank_, e});
+  if (st == Status::kOk) st = stream_mem_ops(s, ops);
+  if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
+  if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
+  return st;
+}
+
+Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
+  const uint64_t e = epoch_;
+  const int64_t shard_elems = m_ / world_ * k_;
+  WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
+  bf16* a = const_cast<bf16*>(gathered());
+  for (int i = 1; i < world_; ++i) {
+    const int q = (rank_ + i) % world_;
+    WEFT_CHECK(stream_wait_u64_geq(copy_, words("ag_gemm.ready", rank_) + q, e));
+    const bf16* src = reinterpret_cast<const bf16*>(words("ag_gemm.a", q)) + q * shard_elems;
+    WEFT_CUDA_CHECK(
+        cudaMemcpyAsync(a + q * shard_elems, src, size_t(shard_elems) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy_));
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, e},
+                                      {StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, e}}));
+  }
+  const kernels::FlagGate gate{words("ag_gemm.gate", rank_), kernels::kFlagPerShard, e};
+  WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
+                                  kernels::TileSignal{}, s));
+  WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
+  return Status::kOk;
+}
+
+Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
+  const uint64_t e = epoch_;
+  // The movers read (or write) the peers' buffers from the start: every shard is in place first.
+  std::vector<StreamMemOp> ops;
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, e});
+  WEFT_CHECK(stream_mem_ops(s, ops));
+  kernels::GemmParams g = gemm_;
+  const kernels::EpiStoreBf16 epi{c, n_, n_ % 2 == 0};
+  WEFT_CHECK(kernels::enable_tma_store(epi, &g));
+  kernels::AgMoveParams mv;
+  for (int r = 0; r < world_; ++r) {
+    mv.a[r] = reinterpret_cast<bf16*>(words("ag_gemm.a", r));
+    mv.flags[r] = words("ag_gemm.flags", r);
+  }
+  mv.rank = rank_;
+  mv.world = world_;
+  mv.shard_rows = int32_t(m_ / world_);
+  mv.k = int32_t(k_);
+  mv.m_blocks = int32_t(m_ / kRows);
+  mv.flag_cols = g.n_blocks;
+  mv.epoch = e;
+  kernels::parse_ag_mover(plan_.exec.sm_mover.c_str(), &mv.mover);
+  const kernels::FlagGate gate{words("ag_gemm.flags", rank_), kernels::kFlagPerTile,
+                               e * uint64_t(plan_.roles.intra_comm)};
+  WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s));
+  ops.clear();
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, e});
+  WEFT_CHECK(stream_mem_ops(s, ops));
+  WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
+  return Status::kOk;
+}
+
+void AgGemmOp::unstick() {
+  // Every word this op's streams wait on, raised past any epoch, from a stream of its own.
+  for (const char* name : {"ag_gemm.ready", "ag_gemm.consumed", "ag_gemm.gate", "ag_gemm.flags"})
+    for (const auto& r : regions_)
+      if (r.name == name) cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
+}
+
+Status AgGemmOp::clear_launch_record() {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  return Status::kOk;
+}
+
+Status AgGemmOp::executed_plan(Plan* out) const {
+  kernels::LaunchRecord rec{};
+  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
+  if (rec.launches < 1) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm: no launch recorded since the record was cleared", rank_);
+    return Status::kNotFound;
+  }
+  Plan p = plan_;
+  p.roles.compute = rec.blocks[int(Role::kCompute)] / rec.launches;
+  p.roles.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
+  p.roles.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
+  p.roles.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
+  if (p.roles.total() != rec.grid)
+    WEFT_WARN(kKernel, "rank %d: ag_gemm: the grid had %d blocks, %d started per launch", rank_, rec.grid,
+              p.roles.total());
+  p.exec.cluster = rec.cluster;
+  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kAgGemmFused) ? "sm_movers"
+                   : rec.kernel == int32_t(kernels::KernelKind::kGemm)      ? "copy_engine"
+                                                                            : "unknown";
+  p.intra_mover = p.exec.variant == "copy_engine" ? IntraMover::kCopyEngine : IntraMover::kSm;
+  p.heap = regions_;
+  p.heap_bytes = arena_bytes_;
+  *out = std::move(p);
+  return Status::kOk;
+}
+
+}  // namespace weft::runtime

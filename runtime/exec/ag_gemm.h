@@ -1,0 +1,77 @@
+// AllGather+GEMM as a runtime op: created once from a Plan on a Context, run many times on the
+// caller's buffers and stream.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "kernels/frame.h"
+#include "kernels/gemm_types.h"
+#include "runtime/exec/context.h"
+#include "runtime/plan.h"
+#include "runtime/status.h"
+
+namespace weft::runtime {
+
+// C_r = gather(A) · B_rᵀ on one node: rank r holds A_r (m/W × k) and B_r (n/W × k) and gets C_r
+// (m × n/W), all bf16 row-major. One call, epoch e, on the caller's stream S (copy engines):
+//
+//   S:    wait consumed[q] >= e-1 (every peer took my last shard) ─► A_r into the heap ─► ready[r]=e in peers
+//   copy: for q = r+1, r+2, ...: wait ready[q] >= e ─► pull A_q ─► gate[q] = e ─► consumed[r] = e in q
+//   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join copy
+//
+// SM movers: the same words, the shards moved by the plan's intra_comm blocks inside the GEMM's
+// launch (kernels/ag_gemm_fused.h) once every ready word is up. No allocation and no host
+// synchronisation per call. Every rank calls run() the same number of times (it is collective).
+class AgGemmOp {
+ public:
+  // Collective: reserves the plan's heap arena, clears its words and waits for every rank.
+  static Status create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp>* out);
+  ~AgGemmOp();  // waits for this op's work, releases the arena (destroy ops in the same order on every rank)
+  AgGemmOp(const AgGemmOp&) = delete;
+  AgGemmOp& operator=(const AgGemmOp&) = delete;
+
+  // a: this rank's shard (any device buffer; shard() skips the copy), b: n/W x k, c: m x n/W.
+  // Once S has passed the call, a may be overwritten.
+  Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
+
+  __nv_bfloat16* shard() const;           // this rank's rows of the gathered A, in the heap
+  const __nv_bfloat16* gathered() const;  // all of A (after a run has completed)
+  int64_t shard_rows() const { return m_ / world_; }
+
+  // Starts counting launches afresh (synchronizes the device; not for the hot path).
+  Status clear_launch_record();
+  // The plan as the launches since clear_launch_record() ran it: roles, grid, cluster and variant
+  // read back from the record the kernel writes, heap offsets from the op's allocation. Call after
+  // the runs have completed.
+  Status executed_plan(Plan* out) const;
+  // Releases every stream wait of this op (after a peer failed), so the streams drain.
+  void unstick();
+
+ private:
+  AgGemmOp() = default;
+  Status make_gemm(const __nv_bfloat16* b);
+  Status run_copy_engines(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
+  Status run_sm_movers(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
+  uint64_t* words(const std::string& region, int rank) const;
+
+  Context* ctx_ = nullptr;
+  Plan plan_;
+  int rank_ = 0, world_ = 1;
+  int64_t m_ = 0, n_ = 0, k_ = 0;  // n_: this rank's columns
+  uint64_t arena_ = 0, arena_bytes_ = 0;
+  std::vector<HeapRegion> regions_;  // where the op put its buffers (offsets from the arena)
+  uint64_t epoch_ = 0;
+  const __nv_bfloat16* b_ = nullptr;  // the B the GEMM's tensor maps were made for
+  kernels::GemmParams gemm_{};
+  kernels::FrameHost frame_;
+  kernels::FrameParams frame_params_{};
+  kernels::LaunchRecord* record_ = nullptr;
+  cudaStream_t copy_ = nullptr, side_ = nullptr;
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
+};
+
+}  // namespace weft::runtime

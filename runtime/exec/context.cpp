@@ -1,0 +1,135 @@
+// The rank's runtime context: heap creation, arenas agreed across ranks, poisoning.
+#include "runtime/exec/context.h"
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+
+#include "runtime/log.h"
+
+namespace weft::runtime {
+
+Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::unique_ptr<Context>* out) {
+  std::unique_ptr<Context> c(new Context());
+  c->boot_ = &boot;
+  c->rank_ = boot.info().rank;
+  c->size_ = boot.info().size;
+  cudaError_t e = cudaGetDevice(&c->device_);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&c->sm_count_, cudaDevAttrMultiProcessorCount, c->device_);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: no usable GPU for the runtime context: %s", c->rank_, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  // Which ranks share a GPU: node and PCI bus id of every rank.
+  char bus[32] = {0};
+  e = cudaDeviceGetPCIBusId(bus, sizeof bus - 1, c->device_);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: cudaDeviceGetPCIBusId: %s", c->rank_, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  const std::string me = std::to_string(boot.info().node) + "/" + bus;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.context.gpus", bootstrap::Blob(me.begin(), me.end()), &all));
+  for (int r = 0; r < c->size_; ++r)
+    if (r != c->rank_ && r < int(all.size()) && std::string(all[r].begin(), all[r].end()) == me) c->shares_gpu_ = true;
+  c->heap_bytes_ = heap_bytes;
+  WEFT_CHECK(transport::CudaHeap::create(boot, heap_bytes, &c->heap_));
+  *out = std::move(c);
+  return Status::kOk;
+}
+
+Context::~Context() = default;
+
+Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset) {
+  const uint64_t need = (bytes + 4095) / 4096 * 4096;
+  uint64_t at = UINT64_MAX;
+  size_t slot = arenas_.size();
+  for (size_t i = 0; i < arenas_.size(); ++i) {
+    if (!arenas_[i].used && arenas_[i].bytes >= need) {
+      at = arenas_[i].offset;
+      slot = i;
+      break;
+    }
+  }
+  if (at == UINT64_MAX) {
+    at = arenas_.empty() ? 0 : arenas_.back().offset + arenas_.back().bytes;
+    if (at + need > heap_bytes_) {
+      WEFT_WARN(kKernel,
+                "rank %d: %s needs %llu bytes of the symmetric heap, %llu of %llu are free at its end: set "
+                "WEFT_HEAP_BYTES larger",
+                rank_, what.c_str(), (unsigned long long)need, (unsigned long long)(heap_bytes_ - at),
+                (unsigned long long)heap_bytes_);
+      return Status::kInvalidArgument;
+    }
+    arenas_.push_back({at, need, true});
+  } else {
+    // Split the free arena: the rest stays free.
+    const uint64_t rest = arenas_[slot].bytes - need;
+    arenas_[slot] = {at, need, true};
+    if (rest > 0) arenas_.insert(arenas_.begin() + long(slot) + 1, Arena{at + need, rest, false});
+  }
+  // Every rank must have chosen the same offset (the same reserve/release order everywhere).
+  bootstrap::Blob mine(sizeof(uint64_t));
+  memcpy(mine.data(), &at, sizeof at);
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot_->allgather("weft.arena." + std::to_string(exchanges_++), mine, &all));
+  for (int r = 0; r < size_; ++r) {
+    uint64_t theirs = 0;
+    if (all[r].size() == sizeof theirs) memcpy(&theirs, all[r].data(), sizeof theirs);
+    if (all[r].size() != sizeof theirs || theirs != at) {
+      WEFT_WARN(kKernel,
+                "rank %d: %s: heap arena at offset %llu here, %llu on rank %d: ops must be created and destroyed "
+                "in the same order on every rank",
+                rank_, what.c_str(), (unsigned long long)at, (unsigned long long)theirs, r);
+      release(at);
+      return Status::kInvalidArgument;
+    }
+  }
+  *offset = at;
+  return Status::kOk;
+}
+
+void Context::release(uint64_t offset) {
+  for (size_t i = 0; i < arenas_.size(); ++i) {
+    if (arenas_[i].offset != offset) continue;
+    arenas_[i].used = false;
+    // Merge with free neighbours; a free arena at the end goes back to the heap's tail.
+    if (i + 1 < arenas_.size() && !arenas_[i + 1].used) {
+      arenas_[i].bytes += arenas_[i + 1].bytes;
+      arenas_.erase(arenas_.begin() + long(i) + 1);
+    }
+    if (i > 0 && !arenas_[i - 1].used) {
+      arenas_[i - 1].bytes += arenas_[i].bytes;
+      arenas_.erase(arenas_.begin() + long(i));
+    }
+    while (!arenas_.empty() && !arenas_.back().used) arenas_.pop_back();
+    return;
+  }
+}
+
+uint64_t Context::reserved_bytes() const {
+  uint64_t n = 0;
+  for (const auto& a : arenas_)
+    if (a.used) n += a.bytes;
+  return n;
+}
+
+void Context::poison(const std::string& why) {
+  if (poison_.empty()) {
+    poison_ = why;
+    WEFT_WARN(kKernel, "rank %d: runtime context poisoned: %s", rank_, why.c_str());
+  }
+}
+
+void Context::abort(const std::string& why) {
+  poison(why);
+  boot_->abort("rank " + std::to_string(rank_) + ": " + why);
+}
+
+Status Context::check_usable(const char* what) const {
+  if (poison_.empty()) return Status::kOk;
+  WEFT_WARN(kKernel, "rank %d: %s refused: the context failed earlier (%s)", rank_, what, poison_.c_str());
+  return Status::kPeerFailed;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,77 @@
+// A rank's runtime context: the bootstrap, the bound GPU, the symmetric heap and its arenas, poisoning.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "runtime/status.h"
+#include "transport/cuda_transport.h"
+
+namespace weft::runtime {
+
+// One per rank, created after the rank has joined the job (weftrun, srun --mpi=pmix or mpirun) and
+// bound its GPU (the current CUDA device). Ops take their buffers and flags from its symmetric heap:
+// an op's arena has the same offset on every rank, so a peer's buffer is (rank, offset).
+//
+// After a timeout or a CUDA error the context is poisoned: every later call fails fast with the
+// first reason, and abort() tells the peers.
+class Context {
+ public:
+  // Collective. heap_bytes: the symmetric heap on every rank (equal everywhere, checked).
+  static Status create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::unique_ptr<Context>* out);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  bootstrap::Bootstrap& boot() { return *boot_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
+  uint64_t heap_bytes() const { return heap_bytes_; }
+  // Another rank of this node runs on this rank's GPU (weftrun run --oversubscribe): copies between
+  // such ranks stay on one GPU and may then need SMs.
+  bool shares_gpu() const { return shares_gpu_; }
+
+  // Collective: an arena of `bytes` for an op (first fit, 4 KiB aligned). Every rank reserves and
+  // releases in the same order, so the offsets agree; that is checked across ranks here.
+  Status reserve(uint64_t bytes, const std::string& what, uint64_t* offset);
+  void release(uint64_t offset);
+  uint64_t reserved_bytes() const;
+
+  void* local(uint64_t offset) const { return static_cast<char*>(heap_->local()) + offset; }
+  // nullptr for ranks on other nodes.
+  void* peer(int rank, uint64_t offset) const {
+    void* base = heap_->peer(rank);
+    return base ? static_cast<char*>(base) + offset : nullptr;
+  }
+
+  // The first failure of any op on this context; later calls fail fast with it.
+  bool poisoned() const { return !poison_.empty(); }
+  const std::string& poison_reason() const { return poison_; }
+  void poison(const std::string& why);
+  // Poisons and tells every peer (through the bootstrap), so no peer waits on this rank forever.
+  void abort(const std::string& why);
+  // The check every op call makes first: kPeerFailed when poisoned.
+  Status check_usable(const char* what) const;
+
+ private:
+  Context() = default;
+  struct Arena {
+    uint64_t offset = 0, bytes = 0;
+    bool used = false;
+  };
+  bootstrap::Bootstrap* boot_ = nullptr;
+  int rank_ = 0, size_ = 1, device_ = 0, sm_count_ = 0;
+  bool shares_gpu_ = false;
+  uint64_t heap_bytes_ = 0;
+  std::unique_ptr<transport::CudaHeap> heap_;
+  std::vector<Arena> arenas_;
+  int exchanges_ = 0;
+  std::string poison_;
+};
+
+}  // namespace weft::runtime

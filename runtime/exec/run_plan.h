@@ -1,0 +1,28 @@
+// `weftrun run` on one rank: a Plan executed as an op object on generated inputs, validated against
+// weft's own reference, and the plan as executed read back from the launch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "bootstrap/bootstrap.h"
+#include "runtime/plan.h"
+#include "runtime/status.h"
+#include "runtime/workload.h"
+
+namespace weft::runtime {
+
+struct RunReport {
+  double ms_median = 0;         // this rank's median time per call (events around each call)
+  bool validated = false;       // compared with the reference (RunSpec::validate)
+  double rel_err = 0;           // C against the reference GEMM
+  int64_t unwritten = 0;        // C elements left NaN (poisoned) or not finite
+  int64_t gather_mismatch = 0;  // gathered A elements that differ from the regenerated shards
+  Plan executed;                // read back from the launch record and the op's allocation
+};
+
+// Collective over the job. `heap_bytes` 0: the plan's. Each call's inputs are fresh random data
+// (seeded by rank 0 and the source rank, so a misrouted shard is caught); outputs are poisoned first.
+Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run, uint64_t heap_bytes, RunReport* out);
+
+}  // namespace weft::runtime

@@ -1,0 +1,98 @@
+// Plan::exec and Plan::heap: which variant the op runs, with what, and where its buffers sit in the heap.
+#include <algorithm>
+#include <string>
+
+#include "runtime/plan.h"
+
+namespace weft::runtime {
+namespace {
+
+constexpr int64_t kTileRows = 128;      // the GEMM core's tile (kernels/gemm_types.h, GemmConfig)
+constexpr int64_t kTileCols = 256;      //
+constexpr uint64_t kRegionAlign = 256;  // every region: TMA needs 128-byte aligned bases; flags 8
+constexpr uint64_t kHeapAlign = 4096;   // the op's whole share
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+void add_region(Plan* p, const std::string& name, uint64_t bytes) {
+  const uint64_t offset = align_up(p->heap_bytes, kRegionAlign);
+  p->heap.push_back({name, offset, bytes});
+  p->heap_bytes = offset + bytes;
+}
+
+void refuse(Plan* p, const std::string& why) {
+  p->exec.executable = false;
+  p->exec.not_executable = why;
+}
+
+// AllGather+GEMM on one node (runtime/ops/ag_gemm.cpp). Per call, rank r:
+//   waits until every peer has pulled its shard of the previous call (consumed[q] >= epoch - 1),
+//   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and raises ready[r] in every peer,
+//   pulls each peer's shard once that peer's ready word says it is there, raises the GEMM's gate for
+//   it and consumed[r] in the peer, while the GEMM runs shard by shard behind the gates.
+void plan_ag_gemm(const Workload& w, Plan* p) {
+  const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
+  Execution& e = p->exec;
+  if (p->roles_explicit && p->roles.intra_comm > 0) {
+    e.variant = "sm_movers";
+    e.sm_mover = "pull_vec";
+  } else {
+    e.variant = "copy_engine";
+    e.copy_chunks = 1;
+  }
+  e.cluster = 1;
+  e.group_m = 16;
+  e.capturable = false;  // the epochs are kernel arguments and stream-op values, not device words
+  e.executable = true;
+  if (m_loc % kTileRows != 0)
+    return refuse(p, w.error_at("shape.m", "m / ranks = " + std::to_string(m_loc) + " rows: expected a multiple of " +
+                                               std::to_string(kTileRows) + " (a tile must not span two shards)"));
+  if (k % 8 != 0)
+    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected a multiple of 8 (16-byte rows for TMA)"));
+  if (e.variant == "sm_movers" && W > 8)
+    return refuse(p, w.error_at("roles.intra_comm", "SM movers handle at most 8 GPUs of a node; the layout has " +
+                                                        std::to_string(W) + " (use intra_comm: 0, the copy engines)"));
+  add_region(p, "ag_gemm.a", uint64_t(m * k) * 2);  // the gathered A, bf16
+  if (e.variant == "copy_engine") {
+    add_region(p, "ag_gemm.gate", uint64_t(W * e.copy_chunks) * 8);  // per shard (chunk): epoch once pulled
+  } else {
+    // kernels/ag_gemm_fused.h: one word per (128-row block, GEMM column block), then W clear-to-send.
+    const int64_t words = (m / kTileRows) * ((n_loc + kTileCols - 1) / kTileCols) + W;
+    add_region(p, "ag_gemm.flags", uint64_t(words) * 8);
+  }
+  add_region(p, "ag_gemm.ready", uint64_t(W) * 8);     // [q]: epoch once rank q's shard is in place
+  add_region(p, "ag_gemm.consumed", uint64_t(W) * 8);  // [q]: epoch once rank q has pulled this shard
+  p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
+}
+
+}  // namespace
+
+void plan_execution(const Workload& w, Plan* p) {
+  p->exec = Execution{};
+  p->heap.clear();
+  p->heap_bytes = 0;
+  p->exec.executable = true;
+  if (p->dtype != DType::kBf16)
+    return refuse(p, w.error_at("dtype", std::string(to_string(p->dtype)) +
+                                             ": this build's kernels take bf16 only (expected bf16)"));
+  switch (p->op) {
+    case Op::kAgGemm:
+      if (p->nodes > 1)
+        return refuse(p, w.error_at("layout.nodes",
+                                    "ag_gemm across nodes runs under `weftrun bench` only in this build "
+                                    "(the runtime's op is one node)"));
+      return plan_ag_gemm(w, p);
+    case Op::kGemmRs:
+    case Op::kGemmAr:
+      p->exec.variant = "overlap";
+      return refuse(p, w.error_at("op", std::string(to_string(p->op)) +
+                                            " runs under `weftrun bench` only in this build (not yet an op "
+                                            "object of the runtime)"));
+    case Op::kMoe:
+      return refuse(p, w.error_at("op", "moe is not built yet (planned only: the fused MoE op is in progress)"));
+    case Op::kRingAttention:
+      return refuse(p, w.error_at("op", "ring_attention is not built yet (planned only)"));
+  }
+}
+
+}  // namespace weft::runtime

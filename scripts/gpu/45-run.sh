@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# GPU check step: the runtime path. `weftrun run` executes the plan `weftrun plan` prints, validated
+# against weft's own reference GEMM (no NCCL, no cuBLAS), and reports the plan as the launch ran it:
+#   - every example it can run: the executed plan's hash equals `weftrun plan --json`'s;
+#   - explicit choices run as written: two role splits (copy engines on fewer SMs, SM movers) and a
+#     plan given with --plan that differs from the tuner's, each read back from the launch record;
+#   - what it cannot run is refused before any rank starts (exit 2).
+# With fewer GPUs than ranks the ranks share GPUs (--oversubscribe): correct, but not NVLink, and
+# the summary says so.
+set -uo pipefail
+out=${1:?usage: 45-run.sh OUTDIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+weftrun=$WEFT_BUILD_DIR/bin/weftrun
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+share=""
+where="4 GPUs"
+if [ "$gpus" -lt 4 ]; then
+  share="--oversubscribe"
+  where="4 ranks on $gpus GPU(s), shared: not the NVLink path"
+fi
+rc=0
+fail() {
+  echo "FAIL    run: $1 (log: 45-run.log)" >>"$WEFT_SUMMARY"
+  rc=1
+}
+
+# One run: $1 label, $2 workload, $3 expected "plan" JSON (or "" for the workload's own), rest: run args.
+run_one() {
+  local label=$1 wl=$2 expect=$3
+  shift 3
+  echo "=== $label: weftrun run $share --json $* $wl"
+  if ! timeout 600 "$weftrun" run $share --json "$@" "$wl" >"$out/run-$label.txt" 2>&1; then
+    cat "$out/run-$label.txt"
+    fail "$label exited non-zero"
+    return
+  fi
+  cat "$out/run-$label.txt"
+  [ -n "$expect" ] || { "$weftrun" plan $share --json "$wl" >"$out/plan-$label.json" && expect=$out/plan-$label.json; }
+  if python3 - "$out/run-$label.txt" "$expect" <<'PY'; then
+import json, sys
+text = open(sys.argv[1]).read()
+executed = json.loads(text[text.index("\n{") + 1:])
+planned = json.load(open(sys.argv[2]))
+keys = [k for k in ["hash", "roles", "execution", "heap"] if k in planned]
+diff = [k for k in keys if (executed[k] if k != "roles" else {x: v for x, v in executed[k].items() if x != "explicit"})
+        != (planned[k] if k != "roles" else {x: v for x, v in planned[k].items() if x != "explicit"})]
+ok = "weftrun run: passed" in text and not diff
+print(("executed = planned: " if ok else "DIFFERS in %s: " % diff) + json.dumps(executed["roles"]) + " " +
+      executed["execution"]["variant"] + " hash " + executed["hash"])
+sys.exit(0 if ok else 1)
+PY
+    echo "PASS    run $label: executed plan = plan, validated ($where)" >>"$WEFT_SUMMARY"
+  else
+    fail "$label: the executed plan differs from the plan, or validation failed"
+  fi
+}
+
+for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384; do
+  run_one "$cfg" "$root/configs/examples/$cfg.yaml" ""
+done
+
+# Explicit role splits, as written.
+base=$root/configs/examples/ag_gemm_m2048.yaml
+sed 's/^roles:.*$//' "$base" >"$out/ce120.yaml" && echo "roles: {compute: 120, intra_comm: 0}" >>"$out/ce120.yaml"
+sed 's/^roles:.*$//' "$base" >"$out/sm8.yaml" && echo "roles: {compute: 124, intra_comm: 8}" >>"$out/sm8.yaml"
+run_one ce120 "$out/ce120.yaml" ""
+run_one sm8 "$out/sm8.yaml" ""
+
+# A plan given whole, not the tuner's: 112 compute SMs.
+"$weftrun" plan $share --json "$base" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)
+p["roles"]["compute"] = 112
+del p["hash"]  # the plan changed: run computes its own
+json.dump(p, open(sys.argv[1], "w"))' "$out/planted.json"
+run_one planted "$base" "$out/planted.json" --plan "$out/planted.json"
+
+# Refused before any rank starts.
+sed 's/^dtype:.*$/dtype: fp8/' "$base" >"$out/fp8.yaml"
+"$weftrun" run $share "$out/fp8.yaml" >"$out/run-fp8.txt" 2>&1
+code=$?
+cat "$out/run-fp8.txt"
+if [ $code -eq 2 ] && grep -q "dtype: fp8" "$out/run-fp8.txt"; then
+  echo "PASS    run fp8: refused before any rank started (exit 2, names dtype)" >>"$WEFT_SUMMARY"
+else
+  fail "fp8: expected exit 2 naming dtype, got $code"
+fi
+exit $rc
