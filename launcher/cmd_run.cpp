@@ -13,6 +13,7 @@
 #include "runtime/params.h"
 #include "runtime/workload.h"
 #if defined(WEFT_HAVE_EXEC)
+#include "runtime/exec/plan_exchange.h"
 #include "runtime/exec/run_plan.h"
 #endif
 
@@ -31,7 +32,7 @@ struct RunOptions {
   bool oversubscribe = false;
 };
 
-std::string hex64(uint64_t v) {
+[[maybe_unused]] std::string hex64(uint64_t v) {
   char buf[20];
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
@@ -44,55 +45,42 @@ bool shares_gpus(const RunOptions& o, const runtime::Workload& wl) {
   return o.oversubscribe && gpus > 0 && (ranks + nodes - 1) / nodes > gpus;
 }
 
+#if defined(WEFT_HAVE_EXEC)
 // The plan every rank runs: rank 0's (from --plan, else decided here), checked by hash on every rank.
 Status agree_on_plan(const RunOptions& o, const runtime::Workload& wl, bootstrap::Bootstrap& boot, runtime::Plan* plan,
                      std::string* error) {
-  bootstrap::Blob mine;
+  runtime::Plan decided;
+  std::string why;
+  bool have = false;
   if (boot.info().rank == 0) {
-    runtime::Plan p;
-    int code = 0;
-    std::string text;
     if (!o.plan_file.empty()) {
+      std::string text;
       FILE* f = fopen(o.plan_file.c_str(), "rb");
-      char buf[1 << 16];
-      size_t got = 0;
-      while (f && (got = fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= (1u << 20)) text.append(buf, got);
-      if (f) fclose(f);
-      if (!f)
-        text = "cannot read " + o.plan_file + ": " + strerror(errno);
-      else if (runtime::parse_executed_json(text, &p, &text) != Status::kOk)
-        text = o.plan_file + ": " + text;
-      else
-        text.clear();
-      if (text.empty()) p.workload = wl.name, p.source = o.plan_file;
+      if (!f) {
+        why = "cannot read " + o.plan_file + ": " + strerror(errno);
+      } else {
+        char buf[1 << 16];
+        size_t got = 0;
+        while ((got = fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= (1u << 20)) text.append(buf, got);
+        fclose(f);
+        have = runtime::parse_executed_json(text, &decided, &why) == Status::kOk;
+        if (!have) why = o.plan_file + ": " + why;
+        decided.workload = wl.name;
+        decided.source = o.plan_file;
+      }
     } else {
       PlanOptions po;
       po.workload = o.workload;
       po.topology = o.topology;
       po.nodes = o.nodes;
       po.share_gpus = shares_gpus(o, wl);
-      if (decide_plan(po, wl, &p, &text, &code) == Status::kOk) text.clear();
+      int code = 0;
+      have = decide_plan(po, wl, &decided, &why, &code) == Status::kOk;
     }
-    const std::string body =
-        text.empty() ? hex64(runtime::plan_hash(p)) + "\n" + runtime::executed_json(p) : "error\n" + text;
-    mine.assign(body.begin(), body.end());
   }
-  std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.run.plan", mine, &all));
-  const std::string got(all.at(0).begin(), all.at(0).end());
-  const size_t nl = got.find('\n');
-  if (nl == std::string::npos) return *error = "rank 0 sent no plan", Status::kProtocolError;
-  if (got.compare(0, nl, "error") == 0) return *error = got.substr(nl + 1), Status::kInvalidArgument;
-  WEFT_CHECK(runtime::parse_executed_json(got.substr(nl + 1), plan, error));
-  if (hex64(runtime::plan_hash(*plan)) != got.substr(0, nl)) {
-    *error = "rank " + std::to_string(boot.info().rank) + ": the plan's hash is " + hex64(runtime::plan_hash(*plan)) +
-             ", rank 0 sent " + got.substr(0, nl);
-    return Status::kProtocolError;
-  }
-  plan->workload = wl.name;
-  plan->source = wl.source;
-  return Status::kOk;
+  return runtime::share_plan(boot, have ? &decided : nullptr, why, plan, error);
 }
+#endif
 
 int run_rank(const RunOptions& o) {
   runtime::Workload wl;
@@ -109,6 +97,7 @@ int run_rank(const RunOptions& o) {
     _exit(1);
   }
   const int rank = ctx.info.rank;
+#if defined(WEFT_HAVE_EXEC)
   runtime::Plan plan;
   if (agree_on_plan(o, wl, *boot, &plan, &err) != Status::kOk) {
     if (rank == 0) fprintf(stderr, "weftrun run: %s\n", err.c_str());
@@ -122,7 +111,6 @@ int run_rank(const RunOptions& o) {
     fprintf(stderr, "weftrun run: rank %d has no GPU\n", rank);
     return 1;
   }
-#if defined(WEFT_HAVE_EXEC)
   int64_t heap = 0;
   if (get_param("WEFT_HEAP_BYTES", &heap) != Status::kOk || heap < 0) return kExitBadInput;
   runtime::RunReport rep;
@@ -177,6 +165,7 @@ int run_rank(const RunOptions& o) {
   }
   return failures ? 1 : 0;
 #else
+  (void)rank;
   fprintf(stderr, "weftrun run: this build has no CUDA: it can plan (weftrun plan) but not run\n");
   return 1;
 #endif

@@ -92,6 +92,17 @@ Status make_plan(const Workload& w, const Layout& layout, const topology::Topolo
 Status make_plan(const Workload& w, const Layout& layout, const topology::Topology& topo,
                  const topology::Mapping& mapping, IntraMover mover, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names = nullptr);
+// What decide_plan() plans for besides the workload.
+struct DecideOptions {
+  std::string topology;     // hwloc XML; "": WEFT_TOPO_FILE, else this machine
+  int nodes = 0;            // 0: the workload's layout.nodes
+  bool share_gpus = false;  // ranks of a node share GPUs: leave SMs for the copies between them
+};
+// The Plan `weftrun plan` prints and `weftrun run` executes: make_plan on this machine's topology
+// (or the given one; without the live one, or where the live machine has fewer GPUs than the layout,
+// for the layout with a note). On error *error says why; *bad_input tells a wrong workload or flag
+// from an unreadable topology.
+Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, std::string* error, bool* bad_input);
 // The names make_plan identifies GPUs by: the part name for known PCI ids, else the topology's name.
 std::vector<std::string> gpu_model_names(const topology::Topology& topo);
 
