@@ -18,6 +18,7 @@ void add_plan_command(CLI::App& app, int* exit_code);   // cmd_plan.cpp
 void add_check_command(CLI::App& app, int* exit_code);  // cmd_check.cpp
 void add_run_command(CLI::App& app, int* exit_code);    // cmd_run.cpp
 void add_bench_command(CLI::App& app, int* exit_code);  // cmd_bench.cpp
+void add_exec_command(CLI::App& app, int* exit_code);   // cmd_exec.cpp
 
 // `weftrun plan` as a function, so that `weftrun run` can print the plan where no GPU is found.
 struct PlanOptions {

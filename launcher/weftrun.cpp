@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   weft::launcher::add_check_command(app, &exit_code);
   weft::launcher::add_run_command(app, &exit_code);
   weft::launcher::add_bench_command(app, &exit_code);
+  weft::launcher::add_exec_command(app, &exit_code);
 
   try {
     app.parse(argc, argv);

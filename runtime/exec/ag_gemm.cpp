@@ -105,11 +105,22 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   }
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.ag_gemm.create." + std::to_string(op->arena_)));
+  AgGemmOp* raw = op.get();
+  op->watch_ = ctx.watch(
+      [raw](std::string* why) {
+        // Host-mapped: the device writes it while the op runs.
+        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
+        raw->frame_.check("ag_gemm");  // logs rank, role, block, tile and the awaited flag
+        *why = "ag_gemm: a device wait timed out on rank " + std::to_string(raw->rank_);
+        return true;
+      },
+      [raw] { raw->unstick(); });
   *out = std::move(op);
   return Status::kOk;
 }
 
 AgGemmOp::~AgGemmOp() {
+  if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
   if (join_) cudaEventSynchronize(join_);
   if (copy_) cudaStreamSynchronize(copy_), cudaStreamDestroy(copy_);
   if (side_) cudaStreamDestroy(side_);
@@ -155,12 +166,6 @@ Status AgGemmOp::make_gemm(const bf16* b) {
 
 Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   WEFT_CHECK(ctx_->check_usable("ag_gemm run"));
-  // A device wait that timed out in an earlier launch poisons the context (the record is host memory).
-  if (frame_.record().status != 0) {
-    frame_.check("ag_gemm");
-    ctx_->poison("ag_gemm: a device wait timed out (rank " + std::to_string(rank_) + ")");
-    return Status::kTimeout;
-  }
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   if (capture != cudaStreamCaptureStatusNone) {

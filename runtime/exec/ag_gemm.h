@@ -72,6 +72,7 @@ class AgGemmOp {
   kernels::LaunchRecord* record_ = nullptr;
   cudaStream_t copy_ = nullptr, side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
+  int watch_ = -1;  // the context's watchdog id
 };
 
 }  // namespace weft::runtime

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstring>
 
 #include "runtime/log.h"
@@ -34,11 +35,19 @@ Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::uni
     if (r != c->rank_ && r < int(all.size()) && std::string(all[r].begin(), all[r].end()) == me) c->shares_gpu_ = true;
   c->heap_bytes_ = heap_bytes;
   WEFT_CHECK(transport::CudaHeap::create(boot, heap_bytes, &c->heap_));
+  Context* raw = c.get();
+  c->watchdog_ = std::thread([raw] { raw->watchdog(); });
   *out = std::move(c);
   return Status::kOk;
 }
 
-Context::~Context() = default;
+Context::~Context() {
+  stop_ = true;
+  if (watchdog_.joinable()) watchdog_.join();
+  // Nobody frees a heap a peer still maps: a collective close, unless this rank already failed
+  // (then a peer may never arrive; the bootstrap's timeout bounds the wait either way).
+  if (heap_ && !poisoned_) heap_->close(*boot_);
+}
 
 Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset) {
   const uint64_t need = (bytes + 4095) / 4096 * 4096;
@@ -114,9 +123,50 @@ uint64_t Context::reserved_bytes() const {
   return n;
 }
 
+int Context::watch(Watch failed, std::function<void()> unstick) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  watched_.push_back({next_watch_, std::move(failed), std::move(unstick)});
+  return next_watch_++;
+}
+
+void Context::unwatch(int id) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  for (size_t i = 0; i < watched_.size(); ++i)
+    if (watched_[i].id == id) watched_.erase(watched_.begin() + long(i));
+}
+
+void Context::watchdog() {
+  cudaSetDevice(device_);  // unstick() enqueues on this rank's GPU
+  bool released = false;
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::lock_guard<std::mutex> lock(watch_mu_);
+    std::string why;
+    for (const auto& w : watched_)
+      if (why.empty() && w.failed(&why)) break;
+    if (why.empty() && poison_.empty()) continue;
+    if (!why.empty() && poison_.empty()) {
+      poison_ = why;
+      poisoned_ = true;
+      WEFT_WARN(kKernel, "rank %d: runtime context poisoned: %s", rank_, why.c_str());
+    }
+    if (!released) {
+      for (const auto& w : watched_) w.unstick();
+      released = true;
+    }
+  }
+}
+
+std::string Context::poison_reason() const {
+  std::lock_guard<std::mutex> lock(watch_mu_);
+  return poison_;
+}
+
 void Context::poison(const std::string& why) {
+  std::lock_guard<std::mutex> lock(watch_mu_);
   if (poison_.empty()) {
     poison_ = why;
+    poisoned_ = true;
     WEFT_WARN(kKernel, "rank %d: runtime context poisoned: %s", rank_, why.c_str());
   }
 }
@@ -127,8 +177,8 @@ void Context::abort(const std::string& why) {
 }
 
 Status Context::check_usable(const char* what) const {
-  if (poison_.empty()) return Status::kOk;
-  WEFT_WARN(kKernel, "rank %d: %s refused: the context failed earlier (%s)", rank_, what, poison_.c_str());
+  if (!poisoned_) return Status::kOk;
+  WEFT_WARN(kKernel, "rank %d: %s refused: the context failed earlier (%s)", rank_, what, poison_reason().c_str());
   return Status::kPeerFailed;
 }
 

@@ -1,9 +1,13 @@
 // A rank's runtime context: the bootstrap, the bound GPU, the symmetric heap and its arenas, poisoning.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
@@ -50,13 +54,21 @@ class Context {
   }
 
   // The first failure of any op on this context; later calls fail fast with it.
-  bool poisoned() const { return !poison_.empty(); }
-  const std::string& poison_reason() const { return poison_; }
+  bool poisoned() const { return poisoned_.load(); }
+  std::string poison_reason() const;
   void poison(const std::string& why);
   // Poisons and tells every peer (through the bootstrap), so no peer waits on this rank forever.
   void abort(const std::string& why);
   // The check every op call makes first: kPeerFailed when poisoned.
   Status check_usable(const char* what) const;
+
+  // The watchdog: a thread that polls every registered op's `failed` (a device wait timed out: its
+  // host-mapped error record) every millisecond; on the first failure it poisons the context and
+  // calls every op's `unstick`, which releases the stream waits that no SM bounds, so the caller's
+  // streams drain instead of hanging. An op registers at creation and unregisters before it goes.
+  using Watch = std::function<bool(std::string* why)>;
+  int watch(Watch failed, std::function<void()> unstick);
+  void unwatch(int id);
 
  private:
   Context() = default;
@@ -72,6 +84,18 @@ class Context {
   std::vector<Arena> arenas_;
   int exchanges_ = 0;
   std::string poison_;
+  struct Watched {
+    int id;
+    Watch failed;
+    std::function<void()> unstick;
+  };
+  void watchdog();
+  mutable std::mutex watch_mu_;  // guards watched_ and poison_ against the watchdog thread
+  std::atomic<bool> poisoned_{false};
+  std::vector<Watched> watched_;
+  int next_watch_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
 };
 
 }  // namespace weft::runtime

@@ -85,4 +85,21 @@ if [ $code -eq 2 ] && grep -q "dtype: fp8" "$out/run-fp8.txt"; then
 else
   fail "fp8: expected exit 2 naming dtype, got $code"
 fi
+# The public API (runtime/weft.h): its promises under test_api_gpu (4 ranks under weftrun exec), and
+# the example program built against the installed library, run as a job.
+if bash "$root/tests/runtime/api_gpu.sh" "$WEFT_BUILD_DIR" >"$out/api_gpu.log" 2>&1; then
+  echo "PASS    run api: $(grep -o 'test cases:.*' "$out/api_gpu.log" | tail -1) ($where)" >>"$WEFT_SUMMARY"
+else
+  fail "api: test_api_gpu (api_gpu.log)"
+fi
+grep -E "MESSAGE|ERROR|CHECK|rank [0-9]" "$out/api_gpu.log" | head -40
+if cmake --install "$WEFT_BUILD_DIR" --prefix "$out/prefix" >/dev/null &&
+  cmake -S "$root/examples/ag_gemm_loop" -B "$out/example" -DCMAKE_PREFIX_PATH="$out/prefix" >/dev/null &&
+  cmake --build "$out/example" >/dev/null &&
+  timeout 300 "$weftrun" exec -n 4 $share -- "$out/example/ag_gemm_loop" "$base" 5 | tee "$out/example.log" &&
+  grep -q ": ok" "$out/example.log"; then
+  echo "PASS    run example: ag_gemm_loop built against the installed weft, 5 checked calls ($where)" >>"$WEFT_SUMMARY"
+else
+  fail "example: ag_gemm_loop"
+fi
 exit $rc

@@ -1,0 +1,132 @@
+// The public API (runtime/weft.h) over the runtime: PMIx bootstrap, GPU binding, Context, Plan, ops.
+#include <cuda_runtime.h>
+
+#include "bootstrap/pmix_bootstrap.h"
+#include "runtime/exec/ag_gemm.h"
+#include "runtime/exec/context.h"
+#include "runtime/exec/plan_exchange.h"
+#include "runtime/log.h"
+#include "runtime/params.h"
+#include "runtime/plan.h"
+#include "runtime/tuner.h"
+#include "runtime/weft.h"
+#include "runtime/workload.h"
+
+namespace weft {
+
+Plan::Plan() : p_(new runtime::Plan()) {}
+Plan::~Plan() = default;
+Plan::Plan(const Plan& o) : p_(new runtime::Plan(*o.p_)) {}
+Plan& Plan::operator=(const Plan& o) {
+  *p_ = *o.p_;
+  return *this;
+}
+Status Plan::from_json(const std::string& json, Plan* out, std::string* error) {
+  return runtime::parse_executed_json(json, out->p_.get(), error);
+}
+std::string Plan::json() const { return runtime::format_plan_json(*p_); }
+uint64_t Plan::hash() const { return runtime::plan_hash(*p_); }
+bool Plan::runnable() const { return p_->exec.executable; }
+std::string Plan::why_not() const { return p_->exec.not_executable; }
+
+struct Context::Impl {
+  std::unique_ptr<bootstrap::PmixBootstrap> boot;
+  std::unique_ptr<runtime::Context> ctx;  // destroyed before boot
+  int gpu = -1;
+};
+
+Context::Context() : impl_(new Impl()) {}
+Context::~Context() {
+  impl_->ctx.reset();
+  impl_->boot.reset();
+}
+
+Status Context::create(const Options& options, std::unique_ptr<Context>* out) {
+  if (!bootstrap::started_under_pmix()) {
+    WEFT_WARN(kInit,
+              "weft::Context: this process was not started in a job (no PMIx server): launch it with `weftrun exec "
+              "-n N -- PROGRAM`, `srun --mpi=pmix` or `mpirun`");
+    return Status::kNotFound;
+  }
+  std::unique_ptr<Context> c(new Context());
+  WEFT_CHECK(bootstrap::PmixBootstrap::connect(&c->impl_->boot));
+  bootstrap::Bootstrap& boot = *c->impl_->boot;
+  const int rank = boot.info().rank;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    WEFT_WARN(kInit, "rank %d: weft::Context needs a GPU and this rank sees none", rank);
+    boot.abort("no GPU");
+    return Status::kUnsupported;
+  }
+  c->impl_->gpu = boot.info().local_rank % count;
+  if (cudaSetDevice(c->impl_->gpu) != cudaSuccess) {
+    WEFT_WARN(kInit, "rank %d: cannot bind CUDA device %d", rank, c->impl_->gpu);
+    boot.abort("cannot bind its GPU");
+    return Status::kCudaError;
+  }
+  uint64_t heap = options.heap_bytes;
+  if (heap == 0) {
+    int64_t env = 0;
+    WEFT_CHECK(get_param("WEFT_HEAP_BYTES", &env));
+    heap = env > 0 ? uint64_t(env) : (uint64_t(1) << 30);
+  }
+  WEFT_CHECK(runtime::Context::create(boot, heap, &c->impl_->ctx));
+  *out = std::move(c);
+  return Status::kOk;
+}
+
+int Context::rank() const { return impl_->boot->info().rank; }
+int Context::size() const { return impl_->boot->info().size; }
+int Context::local_rank() const { return impl_->boot->info().local_rank; }
+int Context::gpu() const { return impl_->gpu; }
+bool Context::failed() const { return impl_->ctx->poisoned(); }
+std::string Context::failure() const { return impl_->ctx->poison_reason(); }
+void Context::abort(const std::string& why) { impl_->ctx->abort(why); }
+runtime::Context& Context::get() { return *impl_->ctx; }
+
+Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* error) {
+  WEFT_CHECK(impl_->ctx->check_usable("plan"));
+  runtime::Plan decided;
+  std::string why;
+  bool have = false;
+  if (rank() == 0) {
+    runtime::Workload w;
+    if (runtime::load_workload(workload_yaml, &w, &why) == Status::kOk) {
+      runtime::DecideOptions d;
+      d.share_gpus = impl_->ctx->shares_gpu();
+      bool bad_input = true;
+      have = runtime::decide_plan(w, d, &decided, &why, &bad_input) == Status::kOk;
+    }
+  }
+  return runtime::share_plan(*impl_->boot, have ? &decided : nullptr, why, out->p_.get(), error);
+}
+
+Status Context::share(const Plan& plan, Plan* out, std::string* error) {
+  WEFT_CHECK(impl_->ctx->check_usable("share"));
+  return runtime::share_plan(*impl_->boot, rank() == 0 ? &plan.get() : nullptr, "", out->p_.get(), error);
+}
+
+AgGemm::AgGemm() = default;
+AgGemm::~AgGemm() = default;
+
+Status AgGemm::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemm>* out) {
+  std::unique_ptr<AgGemm> op(new AgGemm());
+  WEFT_CHECK(runtime::AgGemmOp::create(ctx.get(), plan.get(), &op->op_));
+  op->m_ = plan.get().gemm.m;
+  op->n_ = plan.get().gemm.n / plan.get().world_size;
+  op->k_ = plan.get().gemm.k;
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+Status AgGemm::run(const void* a, const void* b, void* c, Stream stream) {
+  return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
+                  static_cast<__nv_bfloat16*>(c), stream);
+}
+void* AgGemm::a_shard() const { return op_->shard(); }
+int64_t AgGemm::m() const { return m_; }
+int64_t AgGemm::n_local() const { return n_; }
+int64_t AgGemm::k() const { return k_; }
+
+}  // namespace weft

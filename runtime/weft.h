@@ -1,0 +1,114 @@
+// weft's public C++ API: join the job, plan a workload, create an op from the plan once, run it many
+// times on your own buffers and CUDA stream. Installed as <weft/weft.h>; link weft::weft.
+//
+//   std::unique_ptr<weft::Context> ctx;
+//   weft::Context::create({}, &ctx);                   // inside a rank: weftrun exec, srun --mpi=pmix, mpirun
+//   weft::Plan plan;
+//   ctx->plan("ag_gemm.yaml", &plan);                  // rank 0 decides, every rank checks the hash
+//   std::unique_ptr<weft::AgGemm> op;
+//   weft::AgGemm::create(*ctx, plan, &op);             // heap arena, flags, kernels: once
+//   for (...) op->run(my_a, my_b, my_c, my_stream);    // no allocation, no host synchronisation
+//
+// Every call is collective (every rank makes the same calls in the same order). After a device
+// timeout or a CUDA error the context is poisoned: every later call fails fast with that reason.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "runtime/status.h"
+
+struct CUstream_st;
+
+namespace weft {
+
+namespace runtime {
+struct Plan;
+class Context;
+class AgGemmOp;
+}  // namespace runtime
+
+using Stream = CUstream_st*;  // a cudaStream_t
+
+// What an op will do: every choice (variant, SM roles, heap layout), as `weftrun plan --json` prints it.
+class Plan {
+ public:
+  Plan();
+  ~Plan();
+  Plan(const Plan&);
+  Plan& operator=(const Plan&);
+  // Reads a plan in `weftrun plan --json`'s form (e.g. one tuned and stored earlier).
+  static Status from_json(const std::string& json, Plan* out, std::string* error);
+  std::string json() const;  // `weftrun plan --json`'s form
+  uint64_t hash() const;     // of what runs: equal on every rank before the first launch
+  bool runnable() const;     // false: why_not() says why (a dtype or op this build does not run)
+  std::string why_not() const;
+  const runtime::Plan& get() const { return *p_; }
+
+ private:
+  friend class Context;
+  std::unique_ptr<runtime::Plan> p_;
+};
+
+class Context {
+ public:
+  struct Options {
+    uint64_t heap_bytes = 0;  // symmetric heap per rank; 0: WEFT_HEAP_BYTES, else 1 GiB
+  };
+  // Collective: joins the job this process was started in (PMIx: weftrun exec, srun --mpi=pmix,
+  // mpirun), binds the GPU of its local rank, creates the symmetric heap.
+  static Status create(const Options& options, std::unique_ptr<Context>* out);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int gpu() const;  // the CUDA device this rank bound
+
+  // Collective: the plan for a workload file on this machine (rank 0 decides, every rank checks).
+  Status plan(const std::string& workload_yaml, Plan* out, std::string* error);
+  // Collective: rank 0's `plan` on every rank, checked by hash (for plans read with Plan::from_json).
+  Status share(const Plan& plan, Plan* out, std::string* error);
+
+  bool failed() const;
+  std::string failure() const;
+  // Poisons this context and tells every peer (the job is aborted), so no peer waits on this rank.
+  void abort(const std::string& why);
+  runtime::Context& get();
+
+ private:
+  Context();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// AllGather+GEMM on one node: C_r = gather(A) · B_rᵀ. Rank r holds A_r (m/W x k), B_r (n/W x k) and
+// gets C_r (m x n/W); bf16, row-major, device memory.
+class AgGemm {
+ public:
+  // Collective: reserves the plan's arena of the heap and clears its flags.
+  static Status create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemm>* out);
+  ~AgGemm();  // waits for this op's work; destroy ops in the same order on every rank
+  AgGemm(const AgGemm&) = delete;
+  AgGemm& operator=(const AgGemm&) = delete;
+
+  // Enqueues one call on `stream`. Once the stream has passed the call, a may be overwritten.
+  // kUnsupported while the stream is being captured when the plan is not capturable (Plan::json's
+  // execution.capturable).
+  Status run(const void* a, const void* b, void* c, Stream stream);
+  // This rank's rows of A inside the heap: write A there and pass it as `a` to skip a copy.
+  void* a_shard() const;
+  int64_t m() const;        // all rows (m/W per rank)
+  int64_t n_local() const;  // this rank's columns of C
+  int64_t k() const;
+
+ private:
+  AgGemm();
+  std::unique_ptr<runtime::AgGemmOp> op_;
+  int64_t m_ = 0, n_ = 0, k_ = 0;
+};
+
+}  // namespace weft

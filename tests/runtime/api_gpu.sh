@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# test_api_gpu as 4 ranks under `weftrun exec` (ranks share GPUs where the machine has fewer than 4).
+# Usage: api_gpu.sh BUILD_DIR. Exit 77 (skipped) without a GPU.
+set -uo pipefail
+build=${1:?usage: api_gpu.sh BUILD_DIR}
+if ! gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU) || [ "$gpus" -eq 0 ]; then
+  echo "SKIPPED: no GPU on this machine (test_api_gpu needs one)"
+  exit 77
+fi
+share=""
+[ "$gpus" -lt 4 ] && share=--oversubscribe && echo "4 ranks share $gpus GPU(s): the API's promises, not NVLink"
+export WEFT_DEVICE_TIMEOUT=${WEFT_DEVICE_TIMEOUT:-5}  # the timeout case waits this long
+exec "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_gpu"

@@ -1,0 +1,318 @@
+// The public API's promises, on a GPU, through runtime/weft.h alone (run under `weftrun exec`, see
+// api_gpu.sh): no allocation and no host synchronisation per call (counted by CUPTI); 1000
+// back-to-back calls with random per-rank delays, inputs and outputs poisoned around every call,
+// every output checked; capture refused for a plan that is not capturable; a kernel holding half the
+// SMs beside the op; ops destroyed, recreated and sharing one heap.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <cuda_runtime.h>
+#include <cupti.h>
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+
+#include "runtime/exec/context.h"  // poison(): the test makes one rank drop out
+#include "runtime/weft.h"
+
+namespace {
+
+using weft::Status;
+std::unique_ptr<weft::Context> g_ctx;
+
+// ---- small kernels of the test's own: data, poison, delay, reference, comparison ----
+
+__device__ uint16_t hash_bf16(uint64_t seed, uint64_t rank, uint64_t i) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (rank + 1) * 0xC2B2AE3D27D4EB4Full ^ i * 0x165667B19E3779F9ull;
+  x ^= x >> 31;
+  x *= 0x7FB5D329728EA185ull;
+  x ^= x >> 27;
+  const float f = float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);
+  uint32_t u = __float_as_uint(f);
+  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+__device__ float bf16_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+
+__global__ void fill(uint16_t* p, int64_t n, uint64_t seed, uint64_t rank) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = hash_bf16(seed, rank, i);
+}
+__global__ void poison(uint16_t* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = 0xFFFF;  // NaN
+}
+__global__ void delay(int64_t cycles) {
+  const int64_t start = clock64();
+  while (clock64() - start < cycles) {
+  }
+}
+// c_ref[i][j] = sum_x A[i][x] * B[j][x] with A's row i regenerated from its owner's seed.
+__global__ void reference(float* c_ref, const uint16_t* b, int64_t m, int64_t n, int64_t k, int64_t m_loc,
+                          uint64_t seed) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= m * n) return;
+  const int64_t i = idx / n, j = idx % n, owner = i / m_loc, row = i % m_loc;
+  float acc = 0;
+  for (int64_t x = 0; x < k; ++x)
+    acc += bf16_to_float(hash_bf16(seed, owner, row * k + x)) * bf16_to_float(b[j * k + x]);
+  c_ref[idx] = acc;
+}
+// bad[0]: elements off by more than bf16 rounding allows (or NaN: never written).
+__global__ void compare(const uint16_t* c, const float* c_ref, int64_t n, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float got = bf16_to_float(c[i]), ref = c_ref[i];
+    if (!(fabsf(got - ref) <= 0.02f * fabsf(ref) + 0.05f)) atomicAdd(bad, 1ull);
+  }
+}
+// Holds its SM until *release is set (or ~2 s pass): blocks that fill SMs beside the op.
+__global__ void hold(volatile int* release, int64_t max_cycles) {
+  extern __shared__ char smem[];
+  smem[threadIdx.x] = 0;
+  const int64_t start = clock64();
+  while (!*release && clock64() - start < max_cycles) {
+  }
+}
+
+// ---- CUPTI: every CUDA runtime and driver call while subscribed ----
+
+struct ApiCounts {
+  std::atomic<int> allocs{0}, syncs{0}, calls{0};
+  std::string first_bad;
+};
+void CUPTIAPI on_api(void* user, CUpti_CallbackDomain, CUpti_CallbackId, const void* data) {
+  const auto* info = static_cast<const CUpti_CallbackData*>(data);
+  if (info->callbackSite != CUPTI_API_ENTER) return;
+  auto* c = static_cast<ApiCounts*>(user);
+  c->calls++;
+  const std::string name = info->functionName ? info->functionName : "";
+  const bool alloc = name.find("Malloc") != std::string::npos || name.find("MemAlloc") != std::string::npos ||
+                     name.find("HostAlloc") != std::string::npos;
+  const bool sync = name.find("Synchronize") != std::string::npos || name == "cudaMemcpy" || name == "cudaMemset" ||
+                    name.rfind("cuMemcpy", 0) == 0 && name.find("Async") == std::string::npos;
+  if (alloc) c->allocs++;
+  if (sync) c->syncs++;
+  if ((alloc || sync) && c->first_bad.empty()) c->first_bad = name;
+}
+
+// ---- one AllGather+GEMM problem on this job ----
+
+std::string workload(const std::string& name, int m, int n, int k) {
+  const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + name + ".yaml";
+  if (g_ctx->rank() == 0) {
+    FILE* f = fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    fprintf(f,
+            "name: %s\nop: ag_gemm\ndtype: bf16\nshape: {m: %d, n: %d, k: %d}\nlayout: {nodes: 1, gpus_per_node: %d}\n",
+            name.c_str(), m, n, k, g_ctx->size());
+    fclose(f);
+  }
+  return path;
+}
+
+struct Problem {
+  std::unique_ptr<weft::AgGemm> op;
+  int64_t m = 0, n = 0, k = 0, m_loc = 0;
+  uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
+  float* c_ref = nullptr;
+  unsigned long long* bad = nullptr;
+
+  void create(const std::string& name, int m_, int n_, int k_) {
+    weft::Plan plan;
+    std::string err;
+    REQUIRE_MESSAGE(g_ctx->plan(workload(name, m_, n_, k_), &plan, &err) == Status::kOk, err);
+    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
+    REQUIRE(weft::AgGemm::create(*g_ctx, plan, &op) == Status::kOk);
+    m = op->m(), n = op->n_local(), k = op->k(), m_loc = m / g_ctx->size();
+    REQUIRE(cudaMalloc(&a, size_t(m_loc * k) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b, size_t(n * k) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c, size_t(m * n) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c_ref, size_t(m * n) * 4) == cudaSuccess);
+    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
+    *bad = 0;
+  }
+  ~Problem() {
+    op.reset();
+    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
+  }
+  // One checked call on `s`: fresh A and B, poisoned C before, A poisoned right after, C compared.
+  Status call(uint64_t seed, cudaStream_t s, int64_t delay_cycles = 0) {
+    const int rank = g_ctx->rank();
+    fill<<<64, 256, 0, s>>>(a, m_loc * k, seed, uint64_t(rank));
+    fill<<<64, 256, 0, s>>>(b, n * k, seed, uint64_t(1000 + rank));
+    poison<<<64, 256, 0, s>>>(c, m * n);
+    if (delay_cycles > 0) delay<<<1, 1, 0, s>>>(delay_cycles);
+    const Status st = op->run(a, b, c, s);
+    if (st != Status::kOk) return st;
+    poison<<<64, 256, 0, s>>>(a, m_loc * k);  // the caller may overwrite A once the stream passed the call
+    reference<<<unsigned((m * n + 255) / 256), 256, 0, s>>>(c_ref, b, m, n, k, m_loc, seed);
+    compare<<<64, 256, 0, s>>>(c, c_ref, m * n, bad);
+    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kCudaError;
+  }
+};
+
+bool drain(cudaStream_t s, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (cudaStreamQuery(s) == cudaErrorNotReady) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return cudaStreamQuery(s) == cudaSuccess;
+}
+
+}  // namespace
+
+TEST_CASE("1000 direct calls make no allocation and no host synchronisation") {
+  Problem p;
+  p.create("api_counts", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  for (int i = 0; i < 3; ++i) REQUIRE(p.op->run(p.a, p.b, p.c, s) == Status::kOk);  // first-use setup
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  ApiCounts counts;
+  CUpti_SubscriberHandle sub;
+  REQUIRE(cuptiSubscribe(&sub, (CUpti_CallbackFunc)on_api, &counts) == CUPTI_SUCCESS);
+  REQUIRE(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS);
+  REQUIRE(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS);
+  Status st = Status::kOk;
+  for (int i = 0; i < 1000 && st == Status::kOk; ++i) st = p.op->run(p.a, p.b, p.c, s);
+  cuptiUnsubscribe(sub);
+  CHECK(st == Status::kOk);
+  CHECK_MESSAGE(counts.allocs == 0, "first: " << counts.first_bad);
+  CHECK_MESSAGE(counts.syncs == 0, "first: " << counts.first_bad);
+  CHECK(counts.calls > 1000);  // the counter saw the calls' stream operations
+  MESSAGE("rank " << g_ctx->rank() << ": 1000 calls made " << counts.calls << " CUDA API calls, " << counts.allocs
+                  << " allocations, " << counts.syncs << " synchronisations");
+  CHECK(drain(s, 60));
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("1000 back-to-back calls, random per-rank delays, inputs poisoned after each call: every output right") {
+  Problem p;
+  p.create("api_loop", 128 * g_ctx->size(), 256 * g_ctx->size(), 512);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  std::mt19937_64 rng(std::random_device{}() + uint64_t(g_ctx->rank()));
+  const uint64_t base = rng();
+  Status st = Status::kOk;
+  for (int i = 0; i < 1000 && st == Status::kOk; ++i)
+    st = p.call(base + uint64_t(i), s, int64_t(rng() % 200000));  // up to ~0.1 ms, different on every rank
+  CHECK(st == Status::kOk);
+  REQUIRE(drain(s, 300));
+  CHECK_MESSAGE(*p.bad == 0, *p.bad << " wrong or unwritten elements over 1000 calls");
+  CHECK(!g_ctx->failed());
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("a plan that is not capturable: run refuses during capture, and the context stays usable") {
+  Problem p;
+  p.create("api_capture", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  CHECK(p.op->run(p.a, p.b, p.c, s) == Status::kUnsupported);
+  cudaGraph_t graph = nullptr;
+  CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  if (graph) cudaGraphDestroy(graph);
+  CHECK(!g_ctx->failed());
+  CHECK(p.call(7, s) == Status::kOk);
+  REQUIRE(drain(s, 60));
+  CHECK(*p.bad == 0);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("a user kernel holds half the SMs on another stream: the op still completes correctly") {
+  Problem p;
+  p.create("api_half", 128 * g_ctx->size(), 256 * g_ctx->size(), 1024);
+  int dev = 0, sms = 0, smem = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+  REQUIRE(cudaFuncSetAttribute(hold, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess);
+  int* release = nullptr;
+  REQUIRE(cudaMallocManaged(&release, sizeof(int)) == cudaSuccess);
+  *release = 0;
+  cudaStream_t s, other;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
+  hold<<<sms / 2, 128, smem, other>>>(release, int64_t(4e9));  // ~2 s at most
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  CHECK(p.call(11, s) == Status::kOk);
+  const bool done = drain(s, 60);
+  *release = 1;
+  CHECK_MESSAGE(done, "the op did not complete beside the kernel holding " << sms / 2 << " SMs");
+  drain(other, 30);
+  CHECK(*p.bad == 0);
+  cudaFree(release);
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(other);
+}
+
+TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena again") {
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  auto first = std::make_unique<Problem>();
+  first->create("api_first", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  Problem second;
+  second.create("api_second", 256 * g_ctx->size(), 512 * g_ctx->size(), 384);
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(first->call(100 + i, s) == Status::kOk);
+    REQUIRE(second.call(200 + i, s) == Status::kOk);
+  }
+  REQUIRE(drain(s, 60));
+  CHECK(*first->bad == 0);
+  CHECK(*second.bad == 0);
+  first.reset();
+  Problem third;
+  third.create("api_third", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE(third.call(300 + i, s) == Status::kOk);
+    REQUIRE(second.call(400 + i, s) == Status::kOk);
+  }
+  REQUIRE(drain(s, 60));
+  CHECK(*third.bad == 0);
+  CHECK(*second.bad == 0);
+  cudaStreamDestroy(s);
+}
+
+// Last: it leaves the context poisoned.
+TEST_CASE(
+    "a rank skips a call: the others' waits time out, their contexts are poisoned, streams drain, calls fail fast") {
+  Problem p;
+  p.create("api_timeout", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(p.call(1, s) == Status::kOk);
+  REQUIRE(drain(s, 60));
+  if (g_ctx->rank() == 1) {
+    g_ctx->get().poison("test: rank 1 skips a call");  // and never calls again
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(p.call(2, s) == Status::kOk);  // enqueued; rank 1's shard never comes
+  CHECK_MESSAGE(drain(s, 60), "the stream did not drain after the device wait timed out");
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(g_ctx->failed());
+  MESSAGE("rank " << g_ctx->rank() << ": poisoned after " << waited << " s: " << g_ctx->failure());
+  CHECK(g_ctx->failure().find("timed out") != std::string::npos);
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK(p.op->run(p.a, p.b, p.c, s) == Status::kPeerFailed);
+  CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() < 0.1);
+  cudaStreamDestroy(s);
+}
+
+int main(int argc, char** argv) {
+  if (weft::Context::create({}, &g_ctx) != Status::kOk) {
+    fprintf(stderr, "test_api_gpu: no weft::Context (run it under `weftrun exec`, with a GPU)\n");
+    return 1;
+  }
+  doctest::Context dt(argc, argv);
+  const int rc = dt.run();
+  g_ctx.reset();
+  return rc;
+}
