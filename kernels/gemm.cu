@@ -160,16 +160,20 @@ Status split_workspace(cudaStream_t stream, size_t bytes, void** out) {
   std::lock_guard<std::mutex> lock(g_ws_mu);
   SplitWorkspace& w = g_ws[{dev, stream}];
   if (w.bytes < bytes) {
-    if (w.mem) cudaFree(w.mem);
+    // Stream-ordered: earlier launches on `stream` may still use the old workspace, and the new one's
+    // flags must be zero before the next launch on `stream` starts (a cudaMemset on the legacy stream
+    // does not order against a non-blocking stream: two ops of different sizes on one stream got
+    // garbage flags in the split tail and wrong tiles).
+    if (w.mem) cudaFreeAsync(w.mem, stream);
     w.mem = nullptr;
     w.bytes = 0;
-    cudaError_t err = cudaMalloc(&w.mem, bytes);
-    if (err == cudaSuccess) err = cudaMemset(w.mem, 0, kSplitFlagBytes);  // the flags start at zero
+    cudaError_t err = cudaMallocAsync(&w.mem, bytes, stream);
+    if (err == cudaSuccess) err = cudaMemsetAsync(w.mem, 0, kSplitFlagBytes, stream);  // the flags start at zero
     if (err != cudaSuccess) {
       WEFT_WARN(kKernel, "gemm: cannot allocate %zu bytes for the split tail (%s); tiles stay whole", bytes,
                 cudaGetErrorString(err));
       cudaGetLastError();
-      if (w.mem) cudaFree(w.mem);
+      if (w.mem) cudaFreeAsync(w.mem, stream);
       w.mem = nullptr;
       *out = nullptr;
       return Status::kOk;
@@ -188,13 +192,13 @@ Status claim_words(cudaStream_t stream, uint32_t** out) {
   SplitWorkspace& w = g_ws[{dev, stream}];
   if (!w.claims) {
     void* p = nullptr;
-    cudaError_t err = cudaMalloc(&p, 2 * sizeof(uint32_t));
-    if (err == cudaSuccess) err = cudaMemset(p, 0, 2 * sizeof(uint32_t));
+    cudaError_t err = cudaMallocAsync(&p, 2 * sizeof(uint32_t), stream);  // zero before the first launch on `stream`
+    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, 2 * sizeof(uint32_t), stream);
     if (err != cudaSuccess) {
       WEFT_WARN(kKernel, "gemm: cannot allocate the tile-claim words (%s); tiles stay statically striped",
                 cudaGetErrorString(err));
       cudaGetLastError();
-      if (p) cudaFree(p);
+      if (p) cudaFreeAsync(p, stream);
       *out = nullptr;
       return Status::kOk;
     }
