@@ -20,6 +20,7 @@
 #include "launcher/rank.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
+#include "runtime/workload.h"
 
 namespace weft::launcher {
 namespace {
@@ -31,6 +32,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 1;
 constexpr size_t kMaxProblems = 20;
+constexpr int kMaxIters = 1000000000;  // tests run "forever" as 1e8 iterations; 0 and negatives are the errors
 
 struct CheckOptions {
   int ranks = 0;
@@ -355,16 +357,39 @@ int check_rank(const CheckOptions& o) {
   return problems.empty() ? 0 : 1;
 }
 
+// --transport NAME must name a transport check of this build: refused on the command line, before
+// any rank starts, rather than by every rank after the bootstrap.
+CLI::Validator known_transport() {
+  return CLI::Validator(
+      [](std::string& name) -> std::string {
+        register_builtin_check_transports();
+        if (find_check_transport(name)) return "";
+        std::string names, near;
+        int best = 0;
+        for (const auto& t : check_transport_names()) {
+          names += (names.empty() ? "" : ", ") + t;
+          const int d = runtime::edit_distance(name, t);
+          if (near.empty() || d < best) near = t, best = d;
+        }
+        return "no transport '" + name + "' in this build" +
+               (!near.empty() && best <= 2 ? "; did you mean " + near + "?" : "") +
+               " (expected one of: " + (names.empty() ? "none" : names) + ")";
+      },
+      "NAME");
+}
+
 }  // namespace
 
 void add_check_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<CheckOptions>();
   auto* sub = app.add_subcommand("check", "start ranks (or join them under srun/mpirun) and verify the bootstrap");
   sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: one per visible GPU, at least 1)")
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--emulate-nodes", opts->nodes, "split the ranks into K emulated nodes")->check(CLI::PositiveNumber);
-  sub->add_option("--transport", opts->transport, "also move buffers through this transport (e.g. socket)");
-  sub->add_option("--iters", opts->iters, "exchanges to run and verify")->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxRanks));
+  sub->add_option("--emulate-nodes", opts->nodes, "split the ranks into K emulated nodes")
+      ->check(CLI::Range(1, kMaxRanks));
+  sub->add_option("--transport", opts->transport, "also move buffers through this transport (e.g. socket)")
+      ->check(known_transport());
+  sub->add_option("--iters", opts->iters, "exchanges to run and verify")->check(CLI::Range(1, kMaxIters));
   sub->add_flag("--json", opts->json, "print one JSON document instead of lines");
   sub->callback([opts, exit_code] {
     std::string why;

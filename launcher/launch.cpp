@@ -89,7 +89,51 @@ std::string gpu_slice_for_node(int node, int nodes, int gpus, const std::string&
   return out;
 }
 
+Status check_launch(const LaunchOptions& o, bool rank_per_gpu, std::string* why) {
+  const int r = o.ranks, k = o.nodes, g = o.gpus;
+  if (r < 1 || r > kMaxRanks) {
+    *why = std::to_string(r) + " ranks: expected 1 to " + std::to_string(kMaxRanks);
+    return Status::kInvalidArgument;
+  }
+  if (k < 1 || k > r) {
+    *why = "cannot place " + std::to_string(r) + " rank" + (r == 1 ? "" : "s") + " on " + std::to_string(k) +
+           " emulated nodes: expected 1 to " + std::to_string(r) + " nodes (every node needs a rank)";
+    return Status::kInvalidArgument;
+  }
+  if (!rank_per_gpu || g <= 0) return Status::kOk;
+  const std::string per = std::to_string((r + k - 1) / k) + " GPUs per node";
+  if (r > g) {
+    *why = "needs " + (k > 1 ? per + " on " + std::to_string(k) + " emulated nodes, " : per + ", ") +
+           std::to_string(r) + " in all; this machine has " + std::to_string(g) + " (a GPU of its own for every rank)";
+    return Status::kInvalidArgument;
+  }
+  // Ranks go to the first nodes first (make_layout), GPU slices grow towards the last nodes.
+  for (int node = 0; node < k && k > 1; ++node) {
+    const int ranks_here = r / k + (node < r % k ? 1 : 0);
+    const int gpus_here = (node + 1) * g / k - node * g / k;
+    if (ranks_here > gpus_here) {
+      *why = "needs " + std::to_string(ranks_here) + " GPUs on emulated node " + std::to_string(node) + " of " +
+             std::to_string(k) + ", which gets " + std::to_string(gpus_here) + " of this machine's " +
+             std::to_string(g) + " (make the rank count a multiple of the node count)";
+      return Status::kInvalidArgument;
+    }
+  }
+  return Status::kOk;
+}
+
 int launch_ranks(const LaunchOptions& o) {
+  // The command named in messages is the subcommand the user gave (the ranks get the same line).
+  std::string command = "weftrun";
+  for (const auto& a : o.rank_args)
+    if (!a.empty() && a[0] != '-') {
+      command += " " + a;
+      break;
+    }
+  std::string why;
+  if (check_launch(o, /*rank_per_gpu=*/false, &why) != Status::kOk) {
+    fprintf(stderr, "%s: %s\n", command.c_str(), why.c_str());
+    return 2;
+  }
   double grace = 5;
   if (get_param("WEFT_LAUNCH_KILL_GRACE", &grace) != Status::kOk) return 2;
   char host[256] = "";

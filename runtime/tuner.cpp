@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <map>
 #include <set>
@@ -477,7 +478,11 @@ Status make_plan(const Workload& w, const Layout& layout, const topology::Topolo
   MachineModel model;
   std::string why;
   if (choose_machine_model(w.gpu, names, &model, &why) != Status::kOk) {
-    *error = w.error_at("machine.gpu", "expected h100 or h200 (or WEFT_GPU_ARCH=auto|h100|h200)");
+    // Blame what chose the model: the workload's machine.gpu, or else the environment (a file
+    // position would point at a line that does not mention the GPU at all).
+    const char* arch = getenv("WEFT_GPU_ARCH");
+    *error = !w.gpu.empty() ? w.error_at("machine.gpu", "expected h100 or h200")
+                            : "WEFT_GPU_ARCH=" + std::string(arch ? arch : "") + ": expected one of auto, h100, h200";
     return Status::kInvalidArgument;
   }
   int64_t channels = 0;

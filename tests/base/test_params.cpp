@@ -1,4 +1,4 @@
-// Environment parameters: declared once, typed, and a bad value is an error naming the variable.
+// Environment parameters: declared once, typed, ranged, scoped, and a bad value is an error naming the variable.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -103,4 +103,118 @@ TEST_CASE("log level and subsystem mask follow the environment") {
   weft::log::reload_from_env();
   CHECK(weft::log::enabled(weft::log::Level::kWarn, weft::log::kTopo));
   CHECK_FALSE(weft::log::enabled(weft::log::Level::kInfo, weft::log::kTopo));
+}
+
+namespace {
+
+bool ok(const char* name, const char* value) {
+  const weft::ParamInfo* p = weft::find_param(name);
+  REQUIRE(p != nullptr);
+  std::string expected;
+  return weft::param_value_ok(*p, value, &expected);
+}
+
+std::string expected_for(const char* name, const char* value) {
+  std::string expected;
+  weft::param_value_ok(*weft::find_param(name), value, &expected);
+  return expected;
+}
+
+}  // namespace
+
+TEST_CASE("every default passes its own rule; every number has a range, every scope is set deliberately") {
+  for (const auto& p : weft::all_params()) {
+    INFO(p.name);
+    std::string expected;
+    CHECK(weft::param_value_ok(p, p.default_value, &expected));
+    if (p.type == weft::ParamType::kInt || p.type == weft::ParamType::kDouble) CHECK(p.min < p.max);
+  }
+  // The product surface: what a cluster user sets. Everything else is bench, test or script.
+  const std::set<std::string> user = {"WEFT_DEBUG",          "WEFT_DEBUG_SUBSYS",      "WEFT_TOPO_FILE",
+                                      "WEFT_GPU_ARCH",       "WEFT_BOOTSTRAP_TIMEOUT", "WEFT_LAUNCH_KILL_GRACE",
+                                      "WEFT_DEVICE_TIMEOUT", "WEFT_PROXY_TIMEOUT",     "WEFT_HEAP_BYTES",
+                                      "WEFT_FIFO_DEPTH",     "WEFT_NET_BACKEND",       "WEFT_SIGNAL_MODE",
+                                      "WEFT_NET_CHANNELS",   "WEFT_SOCKET_IFNAME",     "WEFT_DETERMINISTIC"};
+  for (const auto& p : weft::all_params()) {
+    INFO(p.name);
+    CHECK((p.scope == weft::ParamScope::kUser) == (user.count(p.name) == 1));
+    const std::string n = p.name;
+    if (n.rfind("WEFT_AG_", 0) == 0 || n.rfind("WEFT_GEMM_", 0) == 0) CHECK(p.scope == weft::ParamScope::kBench);
+  }
+  CHECK(weft::find_param("WEFT_OPS_INPUT")->scope == weft::ParamScope::kBench);
+  CHECK(weft::find_param("WEFT_REPORT")->scope == weft::ParamScope::kBench);
+  CHECK(weft::find_param("WEFT_TEST_FAULT")->scope == weft::ParamScope::kTest);
+  CHECK(weft::find_param("WEFT_BUILD_DIR")->scope == weft::ParamScope::kScript);
+}
+
+TEST_CASE("declared ranges and choices are enforced, by the check and by get_param") {
+  CHECK(ok("WEFT_NET_CHANNELS", "8"));
+  CHECK_FALSE(ok("WEFT_NET_CHANNELS", "99"));
+  CHECK_FALSE(ok("WEFT_NET_CHANNELS", "0"));
+  CHECK(expected_for("WEFT_NET_CHANNELS", "99") == "an integer from 1 to 8");
+  CHECK_FALSE(ok("WEFT_BOOTSTRAP_TIMEOUT", "0"));
+  CHECK_FALSE(ok("WEFT_BOOTSTRAP_TIMEOUT", "nan"));
+  CHECK(expected_for("WEFT_BOOTSTRAP_TIMEOUT", "0") == "a number from 0.1 to 86400");
+  CHECK(ok("WEFT_GPU_ARCH", "H100"));  // its reader compares without case
+  CHECK_FALSE(ok("WEFT_GPU_ARCH", "a100"));
+  CHECK(expected_for("WEFT_GPU_ARCH", "a100") == "one of auto, h100, h200");
+  CHECK_FALSE(ok("WEFT_SIGNAL_MODE", "Batched"));  // its reader compares exactly
+  CHECK(ok("WEFT_SIGNAL_MODE", ""));               // empty is unset
+  CHECK(ok("WEFT_NET_BACKEND", "socket"));
+  CHECK_FALSE(ok("WEFT_NET_BACKEND", "ofi"));
+  CHECK(ok("WEFT_DEBUG", "info"));
+  CHECK_FALSE(ok("WEFT_DEBUG", "verbose"));
+  CHECK(ok("WEFT_DEBUG_SUBSYS", "BOOT,^topo"));
+  CHECK_FALSE(ok("WEFT_DEBUG_SUBSYS", "BOOT,TOPOLOGY"));
+  CHECK(ok("WEFT_AG_MOVER", "copy_engine,pull_vec"));
+  CHECK_FALSE(ok("WEFT_AG_MOVER", "sm,warp"));
+  CHECK_FALSE(ok("WEFT_AG_MOVER", "^sm"));  // negation is only for subsystem masks
+  CHECK(ok("WEFT_AG_INTRA", "4,8"));
+  CHECK_FALSE(ok("WEFT_AG_INTRA", "4,0"));
+  CHECK_FALSE(ok("WEFT_AG_INTRA", "4,x"));
+  CHECK(ok("WEFT_TOPO_FILE", "/any/path.xml"));
+
+  // get_param applies the same rule, naming the variable; the *_or_default readers fall back.
+  int64_t ch = 0;
+  setenv("WEFT_NET_CHANNELS", "99", 1);
+  CHECK(weft::get_param("WEFT_NET_CHANNELS", &ch) == Status::kInvalidArgument);
+  CHECK(weft::param_int_or_default("WEFT_NET_CHANNELS") == 4);
+  setenv("WEFT_NET_CHANNELS", "2", 1);
+  CHECK(weft::get_param("WEFT_NET_CHANNELS", &ch) == Status::kOk);
+  CHECK(ch == 2);
+  unsetenv("WEFT_NET_CHANNELS");
+  std::string arch;
+  setenv("WEFT_GPU_ARCH", "a100", 1);
+  CHECK(weft::get_param("WEFT_GPU_ARCH", &arch) == Status::kInvalidArgument);
+  unsetenv("WEFT_GPU_ARCH");
+  // Every scope stays readable by the library: bench and the GPU tests read the switches.
+  setenv("WEFT_AG_MOVER", "sm", 1);
+  CHECK(weft::get_param("WEFT_AG_MOVER", &arch) == Status::kOk);
+  CHECK(arch == "sm");
+  unsetenv("WEFT_AG_MOVER");
+}
+
+TEST_CASE("--print-params lists the user parameters; all lists every one with its scope") {
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  setenv("WEFT_NET_CHANNELS", "99", 1);
+  weft::print_params(f, false);
+  fclose(f);
+  std::string user(buf, len);
+  free(buf);
+  CHECK(user.find("WEFT_BOOTSTRAP_TIMEOUT") != std::string::npos);
+  CHECK(user.find("WEFT_AG_MOVER") == std::string::npos);
+  CHECK(user.find("WEFT_TEST_FAULT") == std::string::npos);
+  CHECK(user.find("(1 to 8) [set: 99; refused: expected an integer from 1 to 8]") != std::string::npos);
+  unsetenv("WEFT_NET_CHANNELS");
+
+  f = open_memstream(&buf, &len);
+  weft::print_params(f, true);
+  fclose(f);
+  std::string all(buf, len);
+  free(buf);
+  for (const auto& p : weft::all_params()) CHECK(all.find(p.name) != std::string::npos);
+  CHECK(all.find("WEFT_AG_MOVER                bench ") != std::string::npos);
+  CHECK(all.find("WEFT_DEBUG                   user ") != std::string::npos);
 }
