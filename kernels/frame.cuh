@@ -22,10 +22,10 @@ namespace weft::kernels {
 // back): `weftrun run` reports the plan it executed from this record, not from its input.
 enum class KernelKind : int32_t { kNone = 0, kGemm = 1, kAgGemmFused = 2 };
 struct LaunchRecord {
-  int32_t launches;          // blocks 0 of the launches since the record was cleared
-  int32_t kernel;            // KernelKind of the last launch
-  int32_t grid;              // gridDim.x
-  int32_t cluster;           // CTAs per cluster
+  int32_t launches;           // blocks 0 of the launches since the record was cleared
+  int32_t kernel;             // KernelKind of the last launch
+  int32_t grid;               // gridDim.x
+  int32_t cluster;            // CTAs per cluster
   int32_t blocks[kNumRoles];  // blocks that started, by the role the frame gave them (summed over launches)
 };
 static_assert(sizeof(LaunchRecord) == 32, "LaunchRecord is read by the host as 8 words");

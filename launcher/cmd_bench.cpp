@@ -88,9 +88,9 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                                  "with NCCL + cuBLAS and the bound (prints the plan where no GPU is found)");
   sub->add_option("workload", opts->workload, "workload YAML file")->required();
   sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
   sub->callback([opts, exit_code] {
     std::string why;

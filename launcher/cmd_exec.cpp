@@ -36,11 +36,9 @@ int exec_launcher(const ExecOptions& o) {
   lo.gpus = visible_gpu_count();
   lo.nodes = o.nodes;
   lo.ranks = o.ranks > 0 ? o.ranks : default_rank_count(lo.gpus, o.nodes);
-  const int per_node = (lo.ranks + lo.nodes - 1) / lo.nodes;
-  if (lo.gpus > 0 && per_node > lo.gpus && !o.oversubscribe) {
-    fprintf(stderr,
-            "weftrun exec: %d ranks per node, this machine has %d GPUs (--oversubscribe lets ranks share GPUs)\n",
-            per_node, lo.gpus);
+  std::string why;
+  if (check_launch(lo, lo.gpus > 0 && !o.oversubscribe, &why) != Status::kOk) {
+    fprintf(stderr, "weftrun exec: %s (--oversubscribe lets ranks share GPUs)\n", why.c_str());
     return 2;
   }
   lo.rank_args = own_args();
@@ -52,9 +50,9 @@ int exec_launcher(const ExecOptions& o) {
 void add_exec_command(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<ExecOptions>();
   auto* sub = app.add_subcommand("exec", "run PROGRAM as the ranks of a job on this machine (weftrun serves PMIx)");
-  sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: one per GPU)")->check(CLI::Range(1, 4096));
+  sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: one per GPU)")->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (each gets its slice of the GPUs)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxRanks));
   sub->add_flag("--oversubscribe", opts->oversubscribe, "allow more ranks per node than GPUs (for testing)");
   sub->add_option("program", opts->program, "-- PROGRAM ARGS...: what each rank runs")->required()->expected(-1);
   sub->callback([opts, exit_code] {

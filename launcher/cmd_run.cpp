@@ -205,12 +205,13 @@ int run_launcher(const RunOptions& o) {
   }
   lo.nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes;
   lo.ranks = o.ranks > 0 ? o.ranks : wl.world_size();
-  const int per_node = (lo.ranks + lo.nodes - 1) / lo.nodes;
-  if (per_node > lo.gpus && !o.oversubscribe) {
+  // Every rank a GPU of its own (each emulated node has its slice of them), unless --oversubscribe.
+  std::string why;
+  if (check_launch(lo, !o.oversubscribe, &why) != Status::kOk) {
     fprintf(stderr,
-            "weftrun run: %s needs %d GPUs per node, this machine has %d (--oversubscribe puts several ranks on "
-            "one GPU: correct, but not the NVLink path and not the speed)\n",
-            o.workload.c_str(), per_node, lo.gpus);
+            "weftrun run: %s: %s (--oversubscribe puts several ranks on one GPU: correct, but not the "
+            "NVLink path and not the speed)\n",
+            o.workload.c_str(), why.c_str());
     return kExitBadInput;
   }
   lo.rank_args = own_args();
@@ -226,9 +227,9 @@ void add_run_command(CLI::App& app, int* exit_code) {
                                  "(prints the plan where no GPU is found)");
   sub->add_option("workload", opts->workload, "workload YAML file")->required();
   sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
-      ->check(CLI::Range(1, 4096));
+      ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
   sub->add_option("--plan", opts->plan_file,
                   "run this plan (the form `weftrun plan --json` prints under its keys) instead of the tuner's");

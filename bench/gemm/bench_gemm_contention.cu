@@ -103,8 +103,8 @@ int main(int argc, char** argv) {
       WEFT_CUDA_OK(cudaMalloc(&dst, copy_bytes));
       if (!ok(weft::runtime::fill_random_bf16(a, a_elems, rng(), 0, 1.f, nullptr)) ||
           !ok(weft::runtime::fill_random_bf16(b, b_elems, rng(), 0, 1.f, nullptr)) ||
-          !ok(weft::runtime::fill_random_bf16(static_cast<__nv_bfloat16*>(src), int64_t(copy_bytes / 2), rng(), 0,
-                                                   1.f, nullptr)))
+          !ok(weft::runtime::fill_random_bf16(static_cast<__nv_bfloat16*>(src), int64_t(copy_bytes / 2), rng(), 0, 1.f,
+                                              nullptr)))
         return 1;
       GemmParams params[2];
       for (int v = 0; v < 2; ++v) {

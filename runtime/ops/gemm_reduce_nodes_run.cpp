@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "kernels/gemm.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
-#include "runtime/exec/device_data.h"
 #include "runtime/ops/gemm_reduce.h"
 #include "runtime/ops/gemm_reduce_nodes.h"
 #include "runtime/ops/op_harness.h"

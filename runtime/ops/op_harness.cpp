@@ -47,7 +47,6 @@ Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const v
   return Status::kOk;
 }
 
-
 Status PeerBuffer::create(bootstrap::Bootstrap& boot, size_t bytes, const char* name, PeerBuffer* out) {
   const auto& info = boot.info();
   out->release();

@@ -28,10 +28,10 @@ Status cublas_gemm_tn(cublasHandle_t h, int64_t m, int64_t n, int64_t k, const v
 
 // Stream memory operations and sync_bounded live in runtime/exec/stream_ops.h (the runtime uses them
 // without NCCL); the runners name them from here.
-using runtime::StreamMemOp;
 using runtime::stream_mem_ops;
 using runtime::stream_wait_u64_geq;
 using runtime::stream_write_u64;
+using runtime::StreamMemOp;
 using runtime::sync_bounded;
 
 // A device buffer of the same size on every rank; same-node peers' buffers mapped through CUDA IPC.
