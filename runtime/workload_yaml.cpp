@@ -95,6 +95,12 @@ std::string one_line(const std::string& s) {
   return out;
 }
 
+// A value as messages echo it: escaped, and cut after 64 characters (the place is in file:line:col).
+std::string quote(const std::string& v) {
+  std::string out = one_line(v.size() > 64 ? v.substr(0, 64) : v);
+  return v.size() > 64 ? out + "..." : out;
+}
+
 class Reader {
  public:
   Reader(const std::string& text, const std::string& file, Workload* w, std::string* error)
@@ -324,7 +330,8 @@ bool Reader::check_keys(const YAML::Node& map, const std::string& path, const Ke
 
 bool Reader::want_map(const YAML::Node& n, const std::string& key, const std::string& what) {
   if (n.IsMap()) return true;
-  return fail(n, key, "expected " + what + ", got " + kind_of(n) + (n.IsScalar() ? " '" + n.Scalar() + "'" : ""));
+  return fail(n, key,
+              "expected " + what + ", got " + kind_of(n) + (n.IsScalar() ? " '" + quote(n.Scalar()) + "'" : ""));
 }
 
 bool Reader::get_int(const YAML::Node& map, const std::string& path, const char* key, int64_t lo, int64_t hi,
@@ -338,15 +345,16 @@ bool Reader::get_int(const YAML::Node& map, const std::string& path, const char*
   }
   remember(full, n);
   if (!n.IsScalar() || n.Tag() == "!")
-    return fail(n, full, "expected " + range + ", got " + kind_of(n) + (n.IsScalar() ? " \"" + n.Scalar() + "\"" : ""));
+    return fail(n, full,
+                "expected " + range + ", got " + kind_of(n) + (n.IsScalar() ? " \"" + quote(n.Scalar()) + "\"" : ""));
   const std::string& s = n.Scalar();
   size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
   bool digits = i < s.size();
   for (size_t j = i; j < s.size(); ++j) digits = digits && std::isdigit(static_cast<unsigned char>(s[j]));
-  if (!digits) return fail(n, full, "expected " + range + ", got '" + s + "'");
+  if (!digits) return fail(n, full, "expected " + range + ", got '" + quote(s) + "'");
   errno = 0;
   long long v = strtoll(s.c_str(), nullptr, 10);
-  if (errno == ERANGE || v < lo || v > hi) return fail(n, full, "expected " + range + ", got " + s);
+  if (errno == ERANGE || v < lo || v > hi) return fail(n, full, "expected " + range + ", got " + quote(s));
   *out = v;
   return true;
 }
@@ -361,8 +369,9 @@ bool Reader::get_bool(const YAML::Node& map, const std::string& path, const char
     if (s == "true" || s == "True" || s == "TRUE") return *out = true, true;
     if (s == "false" || s == "False" || s == "FALSE") return *out = false, true;
   }
-  return fail(n, full,
-              std::string("expected true or false, got ") + kind_of(n) + (n.IsScalar() ? " '" + n.Scalar() + "'" : ""));
+  return fail(
+      n, full,
+      std::string("expected true or false, got ") + kind_of(n) + (n.IsScalar() ? " '" + quote(n.Scalar()) + "'" : ""));
 }
 
 bool Reader::get_string(const YAML::Node& n, const std::string& key, std::string* out) {
@@ -381,7 +390,7 @@ bool Reader::get_enum(const YAML::Node& n, const std::string& key, const Keys& n
     if (s == names[i]) return *out = static_cast<int>(i), true;
   std::string hint = nearest(s, names);
   return fail(n, key,
-              "unknown value '" + s + "';" + (hint.empty() ? "" : " did you mean '" + hint + "'?") +
+              "unknown value '" + quote(s) + "';" + (hint.empty() ? "" : " did you mean '" + hint + "'?") +
                   " expected one of " + join(names));
 }
 
@@ -497,7 +506,7 @@ bool Reader::read_roles(const YAML::Node& top, int sm_count) {
   if (!r.IsMap())
     return fail(r, "roles",
                 std::string("expected auto or a map {compute, intra_comm, inter_send, inter_reduce}, got ") +
-                    kind_of(r) + (r.IsScalar() ? " '" + r.Scalar() + "'" : ""));
+                    kind_of(r) + (r.IsScalar() ? " '" + quote(r.Scalar()) + "'" : ""));
   if (!check_keys(r, "roles", {"compute", "intra_comm", "inter_send", "inter_reduce"}, "")) return false;
   int64_t c = -1, ic = 0, is = 0, ir = 0;
   if (!get_int(r, "roles", "intra_comm", 0, sm_count, &ic, false) ||
@@ -585,7 +594,7 @@ bool Reader::run() {
   if (!top.IsMap())
     return fail(top, "(top level)",
                 std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
-                    (top.IsScalar() ? " '" + top.Scalar() + "'" : ""));
+                    (top.IsScalar() ? " '" + quote(top.Scalar()) + "'" : ""));
   if (!check_duplicates(top, "")) return false;
   if (!check_keys(top, "", {"name", "op", "dtype", "shape", "layout", "roles", "transport", "run", "machine"}, ""))
     return false;

@@ -217,7 +217,7 @@ TEST_CASE("weftrun run without a GPU prints the plan, saying why, and exits 0") 
     return;
   }
   ProcResult r = weft::testing::run(
-      "exec " + weftrun("run " + std::string(WEFT_SOURCE_DIR) + "/configs/examples/ag_gemm_2x2.yaml"), 60);
+      "exec " + weftrun("run " + std::string(WEFT_SOURCE_DIR) + "/configs/examples/ag_gemm_llama70b.yaml"), 60);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(r.out.rfind("weftrun run: no GPU found on this machine: printing the plan", 0) == 0);

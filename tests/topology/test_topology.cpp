@@ -501,3 +501,10 @@ TEST_CASE("no NIC: socket backend, proxy CPUs from the GPU's NUMA node") {
   CHECK(std::string(to_string(Proximity::kSameSwitch)) == "same_switch");
   CHECK(std::string(to_string(Proximity::kOther)) == "other");
 }
+
+TEST_CASE("an XML that crashes hwloc's reader is refused; this process survives (found by fuzz_topology)") {
+  Topology t;
+  const std::string file = std::string(WEFT_SOURCE_DIR) + "/tests/fuzz/corpus/topology/hwloc_insert_crash.xml";
+  std::string log = logged_by([&] { CHECK(load_xml(file, &t) == Status::kInvalidArgument); });
+  CHECK(contains(log, "crashed hwloc's XML reader"));
+}
