@@ -61,6 +61,14 @@ int run_launcher(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;
   }
+  // The benchmark runners are bf16 only: another dtype is refused, never measured as bf16.
+  if (wl.dtype != runtime::DType::kBf16) {
+    fprintf(stderr, "weftrun bench: %s\n",
+            wl.error_at("dtype", std::string(runtime::to_string(wl.dtype)) +
+                                     ": the benchmark runners take bf16 only (expected bf16)")
+                .c_str());
+    return 2;
+  }
   LaunchOptions lo;
   lo.gpus = visible_gpu_count();
   if (lo.gpus == 0) {

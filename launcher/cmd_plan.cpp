@@ -4,6 +4,9 @@
 #include <exception>
 
 #include "launcher/commands.h"
+#if defined(WEFT_HAVE_EXEC)
+#include "runtime/exec/machine.h"
+#endif
 #include "runtime/log.h"
 #include "runtime/tuner.h"
 #include "runtime/workload.h"
@@ -36,6 +39,11 @@ Status decide_plan(const PlanOptions& options, const runtime::Workload& w, runti
   d.topology = options.topology;
   d.nodes = options.nodes;
   d.share_gpus = options.share_gpus;
+#if defined(WEFT_HAVE_EXEC)
+  // The tuning cache holds what this machine measured: planning for another (--topology) uses the model.
+  runtime::TuneMachine machine;
+  if (options.use_tune_cache && options.topology.empty() && runtime::this_machine(&machine)) d.machine = &machine;
+#endif
   bool bad_input = true;
   const Status s = runtime::decide_plan(w, d, plan, error, &bad_input);
   *exit_code = s == Status::kOk ? 0 : bad_input ? kExitBadInput : kExitFailed;

@@ -19,6 +19,7 @@ void add_check_command(CLI::App& app, int* exit_code);  // cmd_check.cpp
 void add_run_command(CLI::App& app, int* exit_code);    // cmd_run.cpp
 void add_bench_command(CLI::App& app, int* exit_code);  // cmd_bench.cpp
 void add_exec_command(CLI::App& app, int* exit_code);   // cmd_exec.cpp
+void add_tune_command(CLI::App& app, int* exit_code);   // cmd_tune.cpp
 
 // `weftrun plan` as a function, so that `weftrun run` can print the plan where no GPU is found.
 struct PlanOptions {
@@ -26,7 +27,8 @@ struct PlanOptions {
   std::string topology;  // hwloc XML path; empty: WEFT_TOPO_FILE or the live machine
   int nodes = 0;         // 0: the workload's layout.nodes
   bool json = false;
-  bool share_gpus = false;  // ranks of a node share GPUs (--oversubscribe): leave SMs for the copies between them
+  bool share_gpus = false;     // ranks of a node share GPUs (--oversubscribe): leave SMs for the copies between them
+  bool use_tune_cache = true;  // false: the model's plan even where the tuning cache has an entry (tune)
 };
 int run_plan(const PlanOptions& options);
 

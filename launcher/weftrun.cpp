@@ -91,6 +91,7 @@ int main(int argc, char** argv) {
   weft::launcher::add_run_command(app, &exit_code);
   weft::launcher::add_bench_command(app, &exit_code);
   weft::launcher::add_exec_command(app, &exit_code);
+  weft::launcher::add_tune_command(app, &exit_code);
   app.parse_complete_callback([&app, &params] {
     if (params.empty()) preflight(app);
   });

@@ -46,6 +46,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_PROXY_TIMEOUT", kDbl, "30", "s", "bound on every proxy wait (completions, FIFO space)", kU, 0.1, kDay},
     // --- user: memory, transport, results
     {"WEFT_HEAP_BYTES", kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload", kU, 0, kTiB},
+    {"WEFT_TUNE_CACHE", kStr, "", "",
+     "tuning cache file weftrun tune writes and plan/run read (default $XDG_CACHE_HOME/weft/tune.json, else "
+     "~/.cache/weft/tune.json); point it at a shared file system to share one across a cluster",
+     kU},
     {"WEFT_FIFO_DEPTH", kInt, "1024", "commands", "GPU->proxy FIFO depth per channel (power of two)", kU, 2, 16777216},
     {"WEFT_NET_BACKEND", kStr, "auto", "", "inter-node backend: auto, ibverbs or socket (loopback: tests)", kU, 0, 0,
      "auto|ibverbs|socket|loopback"},

@@ -243,7 +243,7 @@ std::string format_plan_table(const Plan& p) {
     if (p.exec.variant == "copy_engine")
       os << ", " << p.exec.copy_chunks << " cop" << (p.exec.copy_chunks == 1 ? "y" : "ies") << " per shard";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
-       << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "\n";
+       << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
   }
   if (p.heap_bytes > 0) {
     os << "  heap     " << human_bytes(double(p.heap_bytes)) << " per rank:";
@@ -313,6 +313,7 @@ std::string format_plan_json(const Plan& p) {
   j["links"] = links;
   j["notes"] = p.notes;
   j["execution"] = execution_json(p.exec);
+  j["chosen_by"] = p.chosen_by;
   j["heap"] = heap_json(p);
   j["hash"] = hex64(plan_hash(p));
   return j.dump(2);

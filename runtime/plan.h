@@ -77,6 +77,7 @@ struct Plan {
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
   Execution exec;                               // how the op runs (variant, cluster, copies, ...)
+  std::string chosen_by = "model";              // "model", or "tuning cache" (weftrun tune measured it)
   std::vector<HeapRegion> heap;                 // the op's symmetric-heap layout
   uint64_t heap_bytes = 0;                      // the op's share of the heap on every rank
 
@@ -111,6 +112,13 @@ uint64_t plan_hash(const Plan& plan);
 // runs and its heap layout, or exec.executable = false with the reason as "file:line:col: key: what"
 // (a dtype or an op this build cannot run, a shape the kernels refuse).
 void plan_execution(const Workload& w, Plan* plan);
+
+// The plans `weftrun tune` measures for a problem: the model's plan first, then the variants and
+// role splits the op can run (AllGather+GEMM on one node: the copy engines on every SM, on the
+// fewest SMs that give the same waves and on the most whose last round is full; the SM movers with
+// 8 and 16 intra_comm SMs), each executable, with its own heap layout, no two alike. share_gpus:
+// copy-engine candidates leave 8 SMs for the copies between ranks of one GPU.
+std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus);
 
 // A human-readable table (role counts, time per role, bytes per link, makespan, bound).
 std::string format_plan_table(const Plan& plan);

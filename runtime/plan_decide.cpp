@@ -2,6 +2,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/log.h"
+#include "runtime/tune_cache.h"
 #include "runtime/tuner.h"
 #include "topology/topology.h"
 
@@ -51,6 +53,37 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
     plan->roles.compute = plan->sm_count - kSharedCopySms;
     notes.push_back("ranks share GPUs (--oversubscribe): " + std::to_string(kSharedCopySms) +
                     " SMs left for the copies between them; predictions are for all SMs");
+  }
+  if (options.machine) {
+    const std::string path = options.tune_cache.empty() ? tune_cache_path() : options.tune_cache;
+    std::vector<TuneEntry> entries;
+    std::string warning;
+    load_tune_cache(path, &entries, &warning);
+    Plan cached;
+    const TuneEntry* used = nullptr;
+    const Status found = cached_plan(entries, *options.machine, *plan, &cached, &used, &warning);
+    if (!warning.empty()) {
+      WEFT_WARN(kTune, "%s", warning.c_str());
+      notes.push_back(warning);
+    }
+    if (found == Status::kOk) {
+      // What runs comes from the measurement; the predictions stay the model's, for its own choice.
+      plan->roles = cached.roles;
+      plan->roles_explicit = true;
+      plan->intra_mover = cached.intra_mover;
+      plan->tile_m = cached.tile_m, plan->tile_n = cached.tile_n, plan->tile_k = cached.tile_k;
+      plan->exec = cached.exec;
+      plan->heap = cached.heap;
+      plan->heap_bytes = cached.heap_bytes;
+      plan->chosen_by = "tuning cache";
+      char line[256];
+      snprintf(line, sizeof line, "from the tuning cache (%s, tuned %s): %.3f ms measured, the model's plan %.3f ms",
+               path.c_str(), used->tuned_at.c_str(), used->measured_ms, used->model_ms);
+      notes.push_back(line);
+    } else {
+      notes.push_back("the model's plan: no tuning cache entry for this machine and problem in " + path +
+                      " (weftrun tune measures one)");
+    }
   }
   plan->notes.insert(plan->notes.end(), notes.begin(), notes.end());
   return Status::kOk;

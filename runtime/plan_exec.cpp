@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/tile_scheduler.h"
 #include "runtime/plan.h"
 
 namespace weft::runtime {
@@ -93,6 +94,49 @@ void plan_execution(const Workload& w, Plan* p) {
     case Op::kRingAttention:
       return refuse(p, w.error_at("op", "ring_attention is not built yet (planned only)"));
   }
+}
+
+std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus) {
+  std::vector<Plan> out;
+  auto add = [&](const Plan& p) {
+    if (!p.exec.executable) return;
+    for (const auto& q : out)
+      if (plan_hash(q) == plan_hash(p)) return;
+    out.push_back(p);
+  };
+  add(model);
+  if (model.op != Op::kAgGemm || model.nodes != 1) return out;
+  const int S = model.sm_count, cap = share_gpus ? S - 8 : S;
+  const int64_t W = model.world_size, n_loc = model.gemm.n / W;
+  const int64_t tiles = (model.gemm.m / kTileRows) * ((n_loc + kTileCols - 1) / kTileCols);
+  const int64_t waves = (tiles + S - 1) / S;
+  std::vector<int> counts = {cap, int((tiles + waves - 1) / waves)};
+  kernels::TileSchedule ts;
+  const char* why = nullptr;
+  if (kernels::TileSchedule::make(model.gemm.m, n_loc, int32_t(kTileRows), int32_t(kTileCols), 16, int32_t(W), 0, &ts,
+                                  &why)) {
+    ts.k_iters = int32_t((model.gemm.k + 63) / 64);
+    counts.push_back(ts.full_round_blocks(S, S - 16, 8));
+  }
+  for (int c : counts) {
+    if (c < 1 || c > cap) continue;
+    Plan p = model;
+    p.roles = RoleCounts{c, 0, 0, 0};
+    p.roles_explicit = true;
+    p.intra_mover = IntraMover::kCopyEngine;
+    plan_execution(w, &p);
+    add(p);
+  }
+  for (int intra : {8, 16}) {
+    Plan p = model;
+    p.roles = RoleCounts{S - intra, intra, 0, 0};
+    p.roles_explicit = true;
+    p.intra_mover = IntraMover::kSm;
+    plan_execution(w, &p);
+    add(p);
+  }
+  for (auto& p : out) p.chosen_by = "model";
+  return out;
 }
 
 }  // namespace weft::runtime

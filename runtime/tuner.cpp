@@ -230,8 +230,9 @@ IntraMover default_mover(Op op) {
 }
 
 IntraMover plan_mover(const Workload& w, const Layout& layout) {
-  // AllGather+GEMM on one node: the copy engines were the fastest in every measured run (docs/ops.md),
-  // unless the workload gives the SM movers SMs.
+  // AllGather+GEMM on one node: the copy engines were the fastest variant on every shape in the two
+  // latest combined runs (docs/results/), unless the workload gives the SM movers SMs; weftrun tune
+  // measures the others on the machine at hand.
   if (w.op == Op::kAgGemm && layout.nodes == 1 && (w.roles.automatic || w.roles.counts.intra_comm == 0))
     return IntraMover::kCopyEngine;
   return default_mover(w.op);

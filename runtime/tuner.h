@@ -93,15 +93,20 @@ Status make_plan(const Workload& w, const Layout& layout, const topology::Topolo
                  const topology::Mapping& mapping, IntraMover mover, Plan* out, std::string* error,
                  const std::vector<std::string>* gpu_names = nullptr);
 // What decide_plan() plans for besides the workload.
+struct TuneMachine;
 struct DecideOptions {
   std::string topology;     // hwloc XML; "": WEFT_TOPO_FILE, else this machine
   int nodes = 0;            // 0: the workload's layout.nodes
   bool share_gpus = false;  // ranks of a node share GPUs: leave SMs for the copies between them
+  // This machine, to look the problem up in the tuning cache (tune_cache.h); nullptr: the model's plan.
+  const TuneMachine* machine = nullptr;
+  std::string tune_cache;  // "": tune_cache_path()
 };
 // The Plan `weftrun plan` prints and `weftrun run` executes: make_plan on this machine's topology
 // (or the given one; without the live one, or where the live machine has fewer GPUs than the layout,
-// for the layout with a note). On error *error says why; *bad_input tells a wrong workload or flag
-// from an unreadable topology.
+// for the layout with a note), then the tuning cache's plan for it where options.machine matches an
+// entry (plan->chosen_by says which, a note says why). On error *error says why; *bad_input tells a wrong workload or
+// flag from an unreadable topology.
 Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, std::string* error, bool* bad_input);
 // The names make_plan identifies GPUs by: the part name for known PCI ids, else the topology's name.
 std::vector<std::string> gpu_model_names(const topology::Topology& topo);

@@ -4,6 +4,7 @@
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/machine.h"
 #include "runtime/exec/plan_exchange.h"
 #include "runtime/log.h"
 #include "runtime/params.h"
@@ -95,6 +96,8 @@ Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* e
     if (runtime::load_workload(workload_yaml, &w, &why) == Status::kOk) {
       runtime::DecideOptions d;
       d.share_gpus = impl_->ctx->shares_gpu();
+      runtime::TuneMachine machine;
+      if (runtime::this_machine(&machine)) d.machine = &machine;
       bool bad_input = true;
       have = runtime::decide_plan(w, d, &decided, &why, &bad_input) == Status::kOk;
     }

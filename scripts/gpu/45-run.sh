@@ -75,6 +75,22 @@ del p["hash"]  # the plan changed: run computes its own
 json.dump(p, open(sys.argv[1], "w"))' "$out/planted.json"
 run_one planted "$base" "$out/planted.json" --plan "$out/planted.json"
 
+# Measured tuning: weftrun tune times every candidate interleaved and stores the fastest; plan then
+# says it comes from the tuning cache and run executes exactly that plan.
+export WEFT_TUNE_CACHE=$out/tune.json
+rm -f "$WEFT_TUNE_CACHE"
+echo "=== weftrun tune $share $base"
+if timeout 600 "$weftrun" tune $share "$base" 2>&1 | tee "$out/tune.txt" && grep -q "stored candidate" "$out/tune.txt" &&
+  "$weftrun" plan $share --json "$base" >"$out/plan-tuned.json" &&
+  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
+    "$out/plan-tuned.json"; then
+  echo "PASS    run tune: $(grep -o 'stored candidate.*ms)' "$out/tune.txt") ($where)" >>"$WEFT_SUMMARY"
+  run_one tuned "$base" "$out/plan-tuned.json"
+else
+  fail "tune: weftrun tune did not store a plan that plan then uses"
+fi
+unset WEFT_TUNE_CACHE
+
 # Refused before any rank starts.
 sed 's/^dtype:.*$/dtype: fp8/' "$base" >"$out/fp8.yaml"
 "$weftrun" run $share "$out/fp8.yaml" >"$out/run-fp8.txt" 2>&1

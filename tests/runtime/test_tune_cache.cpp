@@ -1,0 +1,176 @@
+// The tuning cache: keys, the file (round trip, replacement, corrupt and oversized files ignored with
+// a warning), a planted entry that differs from the model's plan is what decide_plan returns, and
+// the candidates tune measures.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/plan.h"
+#include "runtime/tune_cache.h"
+#include "runtime/tuner.h"
+#include "runtime/workload.h"
+
+using weft::Status;
+using namespace weft::runtime;
+
+namespace {
+
+const char* kYaml =
+    "name: t\nop: ag_gemm\ndtype: bf16\nshape: {m: 2048, n: 28672, k: 8192}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char buf[] = "/tmp/weft-tune-test-XXXXXX";
+    path = mkdtemp(buf);
+  }
+  ~TempDir() { (void)!system(("rm -rf '" + path + "'").c_str()); }
+};
+
+std::string write_workload(const TempDir& d, const std::string& text) {
+  const std::string p = d.path + "/w.yaml";
+  std::ofstream(p) << text;
+  return p;
+}
+
+Workload load(const std::string& path) {
+  Workload w;
+  std::string err;
+  REQUIRE_MESSAGE(load_workload(path, &w, &err) == Status::kOk, err);
+  return w;
+}
+
+TuneMachine machine() { return TuneMachine{"NVIDIA H100 80GB HBM3", "driver 13000, runtime 13000", "abc", "fp"}; }
+
+Plan decide(const Workload& w, const TuneMachine* m, const std::string& cache) {
+  DecideOptions o;
+  o.topology = std::string(WEFT_SOURCE_DIR) + "/tests/data/hwloc-nvidiaDGX2.xml";
+  o.machine = m;
+  o.tune_cache = cache;
+  Plan p;
+  std::string err;
+  bool bad = false;
+  REQUIRE_MESSAGE(decide_plan(w, o, &p, &err, &bad) == Status::kOk, err);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("keys name the machine and the problem") {
+  TempDir d;
+  const Workload w = load(write_workload(d, kYaml));
+  const Plan p = decide(w, nullptr, "");
+  const std::string k = tune_key(machine(), p);
+  CHECK(k.find("gpu=NVIDIA H100 80GB HBM3") != std::string::npos);
+  CHECK(k.find("op=ag_gemm; dtype=bf16; layout=1x4; m=2048 n=28672 k=8192") != std::string::npos);
+  TuneMachine other = machine();
+  other.kernels = "abd";
+  CHECK(tune_key(other, p) != k);
+  Plan bigger = p;
+  bigger.gemm.m = 4096;
+  CHECK(tune_key(machine(), bigger) != k);
+}
+
+TEST_CASE("the cache file: round trip, one entry per key, corrupt or oversized files ignored") {
+  TempDir d;
+  const std::string path = d.path + "/sub/dir/tune.json";
+  std::vector<TuneEntry> entries;
+  std::string warning, err;
+  CHECK(load_tune_cache(path, &entries, &warning) == Status::kOk);  // missing: empty, no warning
+  CHECK(entries.empty());
+  CHECK(warning.empty());
+  const Workload w = load(write_workload(d, kYaml));
+  const Plan p = decide(w, nullptr, "");
+  TuneEntry e{tune_key(machine(), p), executed_json(p), 0.35, 0.37, 5, "2026-11-25T12:00:00Z"};
+  REQUIRE(store_tune_entry(path, e, &err) == Status::kOk);
+  e.measured_ms = 0.33;
+  REQUIRE(store_tune_entry(path, e, &err) == Status::kOk);  // the same key: replaced
+  TuneEntry other = e;
+  other.key += " (another)";
+  REQUIRE(store_tune_entry(path, other, &err) == Status::kOk);
+  REQUIRE(load_tune_cache(path, &entries, &warning) == Status::kOk);
+  CHECK(warning.empty());
+  REQUIRE(entries.size() == 2);
+  CHECK(entries[0].measured_ms == doctest::Approx(0.33));
+  CHECK(entries[0].plan_json == executed_json(p));
+
+  std::ofstream(path) << "{\"version\": 1, \"entries\": [ {\"key\": 3} ]}";
+  CHECK(load_tune_cache(path, &entries, &warning) == Status::kOk);
+  CHECK(entries.empty());
+  CHECK(warning.find("tuning cache ignored") != std::string::npos);
+  warning.clear();
+  std::ofstream(path) << std::string(5 << 20, ' ');
+  CHECK(load_tune_cache(path, &entries, &warning) == Status::kOk);
+  CHECK(entries.empty());
+  CHECK(warning.find("at most 4 MiB") != std::string::npos);
+  warning.clear();
+  CHECK(load_tune_cache(d.path, &entries, &warning) == Status::kOk);  // a directory
+  CHECK(warning.find("not a regular file") != std::string::npos);
+}
+
+TEST_CASE("a planted entry that differs from the model's plan is the plan; without the machine, the model's") {
+  TempDir d;
+  const Workload w = load(write_workload(d, kYaml));
+  const std::string cache = d.path + "/tune.json";
+  const Plan model = decide(w, nullptr, cache);
+  CHECK(model.chosen_by == "model");
+  // The measured winner: the SM movers with 12 intra_comm SMs.
+  Workload sm = load(write_workload(d, std::string(kYaml) + "roles: {compute: 120, intra_comm: 12}\n"));
+  const Plan planted = decide(sm, nullptr, cache);
+  REQUIRE(planted.exec.variant == "sm_movers");
+  std::string err;
+  REQUIRE(store_tune_entry(cache, {tune_key(machine(), model), executed_json(planted), 0.3, 0.4, 3, "now"}, &err) ==
+          Status::kOk);
+  const TuneMachine m = machine();
+  const Plan used = decide(w, &m, cache);
+  CHECK(used.chosen_by == "tuning cache");
+  CHECK(used.exec.variant == "sm_movers");
+  CHECK(used.roles.intra_comm == 12);
+  CHECK(plan_hash(used) == plan_hash(planted));
+  CHECK(plan_hash(used) != plan_hash(model));
+  bool noted = false;
+  for (const auto& n : used.notes) noted |= n.find("from the tuning cache") != std::string::npos;
+  CHECK(noted);
+  // Another machine: no match, the model's plan, said so.
+  TuneMachine other = m;
+  other.gpu = "NVIDIA H200";
+  const Plan fallback = decide(w, &other, cache);
+  CHECK(fallback.chosen_by == "model");
+  CHECK(plan_hash(fallback) == plan_hash(model));
+  // An entry whose plan is for another shape, under this key: ignored with a warning.
+  Plan wrong = planted;
+  wrong.gemm.m = 4096;
+  REQUIRE(store_tune_entry(cache, {tune_key(machine(), model), executed_json(wrong), 0.3, 0.4, 3, "now"}, &err) ==
+          Status::kOk);
+  const Plan refused = decide(w, &m, cache);
+  CHECK(refused.chosen_by == "model");
+  bool warned = false;
+  for (const auto& n : refused.notes) warned |= n.find("another problem") != std::string::npos;
+  CHECK(warned);
+}
+
+TEST_CASE("tune's candidates: the model's plan first, all runnable and distinct, both variants") {
+  TempDir d;
+  const Workload w = load(write_workload(d, kYaml));
+  const Plan model = decide(w, nullptr, "");
+  const std::vector<Plan> c = candidate_plans(w, model, false);
+  REQUIRE(c.size() >= 3);
+  CHECK(plan_hash(c[0]) == plan_hash(model));
+  bool sm = false;
+  for (size_t i = 0; i < c.size(); ++i) {
+    CHECK(c[i].exec.executable);
+    sm |= c[i].exec.variant == "sm_movers";
+    for (size_t j = 0; j < i; ++j) CHECK(plan_hash(c[i]) != plan_hash(c[j]));
+  }
+  CHECK(sm);
+  for (const Plan& p : candidate_plans(w, model, true))
+    if (p.exec.variant == "copy_engine" && &p != &c[0]) CHECK(p.roles.compute <= p.sm_count);
+  for (size_t i = 1; i < candidate_plans(w, model, true).size(); ++i) {
+    const Plan p = candidate_plans(w, model, true)[i];
+    if (p.exec.variant == "copy_engine") CHECK(p.roles.compute <= p.sm_count - 8);
+  }
+}
