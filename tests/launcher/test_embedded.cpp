@@ -223,10 +223,10 @@ TEST_CASE("weftrun run without a GPU prints the plan, saying why, and exits 0") 
   CHECK(r.out.rfind("weftrun run: no GPU found on this machine: printing the plan", 0) == 0);
 }
 
-TEST_CASE("--transport with no registered transport check fails on every rank, naming it") {
+TEST_CASE("--transport with no registered transport check is refused before any rank starts, naming it") {
   ProcResult r = weft::testing::run("exec " + weftrun("check -n 2 --transport no-such-transport"), 40);
   INFO(r.out << r.err);
-  CHECK(r.exit_code == 1);
-  CHECK(r.out.find("no-such-transport") != std::string::npos);
-  CHECK(weft::testing::last_line(r.out).rfind("check FAILED: 2 ranks, 1 nodes", 0) == 0);
+  CHECK(r.exit_code == 2);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("--transport: no transport 'no-such-transport' in this build") != std::string::npos);
 }
