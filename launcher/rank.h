@@ -6,18 +6,13 @@
 
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/pmix_bootstrap.h"
+#include "bootstrap/rank_context.h"
 
 namespace weft::launcher {
 
-// What every op runner and check hook gets about the rank it runs in.
-struct RankContext {
-  bootstrap::RankInfo info;
-  std::string launched_by;     // "weftrun" (embedded server), "slurm", "mpirun" or "pmix" (another server)
-  int gpu = -1;                // CUDA device this rank bound (local_rank % visible devices); -1: no GPU
-  int gpu_count = 0;           // CUDA devices visible to this rank
-  std::string gpu_pci_bus_id;  // "0000:00:06.0" as CUDA reports it; "" without a GPU
-  int pid = 0;
-};
+// What every op runner and check hook gets about the rank it runs in (bootstrap/rank_context.h, so that
+// the runtime's headers need nothing from the launcher).
+using RankContext = bootstrap::RankContext;
 
 // How this weftrun process was started.
 enum class Role {

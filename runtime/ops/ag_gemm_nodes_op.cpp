@@ -213,7 +213,7 @@ Status gather_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, s
   return Status::kOk;
 }
 
-Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
+Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
   const auto& info = boot.info();
   std::vector<int> node_of, local_of;
   WEFT_CHECK(gather_placement(boot, &node_of, &local_of));
@@ -338,7 +338,7 @@ Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bo
 
 }  // namespace
 
-Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
   const auto& info = boot.info();
   if (wl.world_size() != info.size) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank, wl.source.c_str(),

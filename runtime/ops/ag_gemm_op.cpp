@@ -334,7 +334,7 @@ std::string roles_text(const RoleCounts& r) {
 
 }  // namespace
 
-Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
   const auto& info = boot.info();
   if (ctx.gpu < 0) {
     WEFT_WARN(kKernel, "rank %d: ag_gemm needs a GPU and this rank has none", info.rank);

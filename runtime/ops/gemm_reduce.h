@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/rank_context.h"
 #include "kernels/gemm.h"
-#include "launcher/rank.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/roles.h"
 #include "runtime/status.h"
@@ -173,7 +173,7 @@ struct GemmReduce {
 };
 
 // GEMM+RS / GEMM+AR when the job spans several nodes (gemm_reduce_nodes_op.cpp).
-Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
+Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
                              bool all_reduce);
 
 }  // namespace weft::runtime::ops

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/rank_context.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_reduce_nodes.h"
 #include "kernels/gemm_reduce_nodes_plan.h"
-#include "launcher/rank.h"
 #include "runtime/roles.h"
 #include "runtime/status.h"
 #include "runtime/workload.h"
@@ -89,7 +89,7 @@ struct RsNodes {
   int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
 
   // Collective: heap, transport, buffers, GEMM params, kernel params (gemm_reduce_nodes_run.cpp).
-  Status setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms);
+  Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms);
   // One run: the fused op (compute), or the cross-node exchange alone (the same proxy messages, no
   // GEMM, no NVLink moves). Enqueued on `main`; host time accounted.
   Status enqueue(bool compute);

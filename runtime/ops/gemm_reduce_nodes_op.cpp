@@ -115,7 +115,7 @@ Status validate(RsNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
 
 }  // namespace
 
-Status run_gemm_reduce_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
+Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
                              bool all_reduce) {
   const auto& info = boot.info();
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";

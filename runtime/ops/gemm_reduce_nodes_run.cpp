@@ -58,7 +58,7 @@ bool RsNodes::slot_has_data(int s, int pos) const {
   return g == kernels::RsNodesGroup::kOwn || g == kernels::RsNodesGroup::kRail;
 }
 
-Status RsNodes::setup(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms) {
+Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms) {
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
   std::vector<int> node_of, local_of;
   WEFT_CHECK(gather_rs_placement(boot, &node_of, &local_of));

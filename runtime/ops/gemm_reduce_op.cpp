@@ -282,7 +282,7 @@ Status parse_variants(const GemmReduce& op, const char* name, std::vector<Varian
   return Status::kOk;
 }
 
-Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
+Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
                        bool all_reduce) {
   const auto& info = boot.info();
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
@@ -528,10 +528,10 @@ Status run_gemm_reduce(const launcher::RankContext& ctx, const Workload& wl, boo
 
 }  // namespace
 
-Status run_gemm_rs(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+Status run_gemm_rs(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
   return run_gemm_reduce(ctx, wl, boot, false);
 }
-Status run_gemm_ar(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+Status run_gemm_ar(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
   return run_gemm_reduce(ctx, wl, boot, true);
 }
 

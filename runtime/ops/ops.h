@@ -2,16 +2,16 @@
 #pragma once
 
 #include "bootstrap/bootstrap.h"
-#include "launcher/rank.h"
+#include "bootstrap/rank_context.h"
 #include "runtime/status.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {
 
-Status run_ag_gemm(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 // ag_gemm when the job spans several nodes (the shards cross nodes through the proxy).
-Status run_ag_gemm_nodes(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
-Status run_gemm_rs(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
-Status run_gemm_ar(const launcher::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+Status run_gemm_rs(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+Status run_gemm_ar(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 
 }  // namespace weft::runtime::ops
