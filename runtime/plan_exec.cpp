@@ -27,10 +27,10 @@ void refuse(Plan* p, const std::string& why) {
 }
 
 // AllGather+GEMM on one node (runtime/ops/ag_gemm.cpp). Per call, rank r:
-//   waits until every peer has pulled its shard of the previous call (consumed[q] >= epoch - 1),
-//   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and raises ready[r] in every peer,
-//   pulls each peer's shard once that peer's ready word says it is there, raises the GEMM's gate for
-//   it and consumed[r] in the peer, while the GEMM runs shard by shard behind the gates.
+//   waits until every peer has pulled its shard of the previous call (consumed[q] = 1, then reset),
+//   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and sets ready[r] in every peer,
+//   pulls each peer's shard once that peer's ready token is set (and resets it), opens the GEMM's
+//   gate for it and sets consumed[r] in the peer, while the GEMM runs shard by shard behind the gates.
 void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
@@ -43,7 +43,9 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   }
   e.cluster = 1;
   e.group_m = 16;
-  e.capturable = false;  // the epochs are kernel arguments and stream-op values, not device words
+  // The copy engines' words are tokens with constant values: a captured call replays. The SM movers'
+  // per-tile flags count launches through a kernel argument.
+  e.capturable = e.variant == "copy_engine";
   e.executable = true;
   if (m_loc % kTileRows != 0)
     return refuse(p, w.error_at("shape.m", "m / ranks = " + std::to_string(m_loc) + " rows: expected a multiple of " +

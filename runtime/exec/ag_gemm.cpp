@@ -1,4 +1,4 @@
-// AllGather+GEMM op: heap layout from the allocator, per-call epochs, copy-engine and SM-mover runs.
+// AllGather+GEMM op: heap layout from the allocator, tokens between ranks, copy-engine and SM-mover runs.
 #include "runtime/exec/ag_gemm.h"
 
 #include <cstring>
@@ -96,6 +96,9 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   // Fresh words (the arena may have held another op's), the own shard's gates always open; then
   // nobody may write into a peer before every rank has cleared its words.
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
+  // consumed[q] = 1: nobody holds an earlier shard of this rank, so the first call need not wait.
+  const std::vector<uint64_t> ones(size_t(W), 1);
+  WEFT_CUDA_CHECK(cudaMemcpy(op->words("ag_gemm.consumed", rank), ones.data(), size_t(W) * 8, cudaMemcpyHostToDevice));
   if (!sm) {
     WEFT_CUDA_CHECK(cudaMemset(op->words("ag_gemm.gate", rank) + rank, 0xFF, 8));
   } else {
@@ -168,52 +171,63 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   WEFT_CHECK(ctx_->check_usable("ag_gemm run"));
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  if (capture != cudaStreamCaptureStatusNone) {
+  if (capture != cudaStreamCaptureStatusNone && !plan_.exec.capturable) {
     WEFT_WARN(kKernel, "rank %d: ag_gemm: this plan's variant (%s) is not capturable in a CUDA graph", rank_,
               plan_.exec.variant.c_str());
     return Status::kUnsupported;
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
   WEFT_CHECK(make_gemm(b));
-  const uint64_t e = ++epoch_;
+  ++epoch_;  // the SM movers' per-tile flags count launches; every other word is a token (set, then reset)
   const size_t shard_bytes = size_t(m_ / world_ * k_) * sizeof(bf16);
+  // Every peer has taken my previous shard before it is overwritten: consumed[q] is 1, and goes back
+  // to 0 before anyone can see this call's ready (peers set it again only after that).
   std::vector<StreamMemOp> ops;
-  // Every peer has taken my shard of the previous call before it is overwritten.
-  for (int q = 0; q < world_ && e > 1; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.consumed", rank_) + q, e - 1});
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.consumed", rank_) + q, 1});
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", rank_) + q, 0});
   Status st = stream_mem_ops(s, ops);
   if (st == Status::kOk && a != shard())
     st = cudaMemcpyAsync(shard(), a, shard_bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                               : Status::kCudaError;
   ops.clear();
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", q) + rank_, e});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", q) + rank_, 1});
   if (st == Status::kOk) st = stream_mem_ops(s, ops);
   if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
   if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
   return st;
 }
 
+// Every value a stream writes or waits for here is a constant (the tokens 0 and 1), so a captured
+// call replays correctly: the plan marks this variant capturable.
 Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
-  const uint64_t e = epoch_;
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
   bf16* a = const_cast<bf16*>(gathered());
   for (int i = 1; i < world_; ++i) {
     const int q = (rank_ + i) % world_;
-    WEFT_CHECK(stream_wait_u64_geq(copy_, words("ag_gemm.ready", rank_) + q, e));
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, 1},
+                                      {StreamMemOp::kWrite, words("ag_gemm.ready", rank_) + q, 0}}));
     const bf16* src = reinterpret_cast<const bf16*>(words("ag_gemm.a", q)) + q * shard_elems;
     WEFT_CUDA_CHECK(
         cudaMemcpyAsync(a + q * shard_elems, src, size_t(shard_elems) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy_));
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, e},
-                                      {StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, e}}));
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, 1},
+                                      {StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, 1}}));
   }
-  const kernels::FlagGate gate{words("ag_gemm.gate", rank_), kernels::kFlagPerShard, e};
+  const kernels::FlagGate gate{words("ag_gemm.gate", rank_), kernels::kFlagPerShard, 1};
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
                                   kernels::TileSignal{}, s));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
+  // The gates close again once the GEMM is done (the next call's copies open them).
+  std::vector<StreamMemOp> close;
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) close.push_back({StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, 0});
+  WEFT_CHECK(stream_mem_ops(s, close));
+  WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
   return Status::kOk;
 }
 
@@ -222,7 +236,9 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   // The movers read (or write) the peers' buffers from the start: every shard is in place first.
   std::vector<StreamMemOp> ops;
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, e});
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, 1});
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", rank_) + q, 0});
   WEFT_CHECK(stream_mem_ops(s, ops));
   kernels::GemmParams g = gemm_;
   const kernels::EpiStoreBf16 epi{c, n_, n_ % 2 == 0};
@@ -245,7 +261,7 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s));
   ops.clear();
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, e});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, 1});
   WEFT_CHECK(stream_mem_ops(s, ops));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
   return Status::kOk;

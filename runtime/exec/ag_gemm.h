@@ -17,15 +17,20 @@
 namespace weft::runtime {
 
 // C_r = gather(A) · B_rᵀ on one node: rank r holds A_r (m/W × k) and B_r (n/W × k) and gets C_r
-// (m × n/W), all bf16 row-major. One call, epoch e, on the caller's stream S (copy engines):
+// (m × n/W), all bf16 row-major. The words between ranks are tokens: set to 1 by one side, reset to 0
+// by the other before it lets the first side set them again. One call on the caller's stream S
+// (copy engines):
 //
-//   S:    wait consumed[q] >= e-1 (every peer took my last shard) ─► A_r into the heap ─► ready[r]=e in peers
-//   copy: for q = r+1, r+2, ...: wait ready[q] >= e ─► pull A_q ─► gate[q] = e ─► consumed[r] = e in q
-//   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join copy
+//   S:    wait consumed[q] = 1 (every peer took my last shard), reset them ─► A_r into the heap ─►
+//         ready[r] = 1 in every peer
+//   copy: for q = r+1, r+2, ...: wait ready[q] = 1, reset it ─► pull A_q ─► gate[q] = 1 ─► consumed[r] = 1 in q
+//   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join ─► gates to 0
 //
-// SM movers: the same words, the shards moved by the plan's intra_comm blocks inside the GEMM's
-// launch (kernels/ag_gemm_fused.h) once every ready word is up. No allocation and no host
-// synchronisation per call. Every rank calls run() the same number of times (it is collective).
+// Every value is a constant, so a call can be captured in a CUDA graph and replayed. SM movers: the
+// same tokens, the shards moved by the plan's intra_comm blocks inside the GEMM's launch
+// (kernels/ag_gemm_fused.h, whose per-tile flags count launches: not capturable) once every ready
+// token is up. No allocation and no host synchronisation per call. Every rank calls run() the same
+// number of times (it is collective).
 class AgGemmOp {
  public:
   // Collective: reserves the plan's heap arena, clears its words and waits for every rank.
@@ -63,8 +68,8 @@ class AgGemmOp {
   int rank_ = 0, world_ = 1;
   int64_t m_ = 0, n_ = 0, k_ = 0;  // n_: this rank's columns
   uint64_t arena_ = 0, arena_bytes_ = 0;
-  std::vector<HeapRegion> regions_;  // where the op put its buffers (offsets from the arena)
-  uint64_t epoch_ = 0;
+  std::vector<HeapRegion> regions_;   // where the op put its buffers (offsets from the arena)
+  uint64_t epoch_ = 0;                // launches so far (the SM movers' per-tile flags)
   const __nv_bfloat16* b_ = nullptr;  // the B the GEMM's tensor maps were made for
   kernels::GemmParams gemm_{};
   kernels::FrameHost frame_;

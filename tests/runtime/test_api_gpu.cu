@@ -102,7 +102,7 @@ void CUPTIAPI on_api(void* user, CUpti_CallbackDomain, CUpti_CallbackId, const v
 
 // ---- one AllGather+GEMM problem on this job ----
 
-std::string workload(const std::string& name, int m, int n, int k) {
+std::string workload(const std::string& name, int m, int n, int k, const std::string& extra = "") {
   const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + name + ".yaml";
   if (g_ctx->rank() == 0) {
     FILE* f = fopen(path.c_str(), "w");
@@ -122,10 +122,10 @@ struct Problem {
   float* c_ref = nullptr;
   unsigned long long* bad = nullptr;
 
-  void create(const std::string& name, int m_, int n_, int k_) {
+  void create(const std::string& name, int m_, int n_, int k_, const std::string& extra = "") {
     weft::Plan plan;
     std::string err;
-    REQUIRE_MESSAGE(g_ctx->plan(workload(name, m_, n_, k_), &plan, &err) == Status::kOk, err);
+    REQUIRE_MESSAGE(g_ctx->plan(workload(name, m_, n_, k_, extra), &plan, &err) == Status::kOk, err);
     REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
     REQUIRE(weft::AgGemm::create(*g_ctx, plan, &op) == Status::kOk);
     m = op->m(), n = op->n_local(), k = op->k(), m_loc = m / g_ctx->size();
@@ -209,9 +209,44 @@ TEST_CASE("1000 back-to-back calls, random per-rank delays, inputs poisoned afte
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("a plan that is not capturable: run refuses during capture, and the context stays usable") {
+TEST_CASE("the copy-engine plan is captured in a CUDA graph and replayed 1000 times on fresh inputs") {
   Problem p;
-  p.create("api_capture", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  p.create("api_graph", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(p.call(5, s) == Status::kOk);  // first-use setup outside the capture
+  REQUIRE(drain(s, 60));
+  REQUIRE(*p.bad == 0);
+  REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+  const Status st = p.op->run(p.a, p.b, p.c, s);
+  cudaGraph_t graph = nullptr;
+  REQUIRE(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+  REQUIRE(st == Status::kOk);
+  cudaGraphExec_t exec = nullptr;
+  REQUIRE(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess);
+  const uint64_t base = (uint64_t(getppid()) << 20) + 777777;
+  const int rank = g_ctx->rank();
+  for (int i = 0; i < 1000; ++i) {
+    const uint64_t seed = base + uint64_t(i);
+    fill<<<64, 256, 0, s>>>(p.a, p.m_loc * p.k, seed, uint64_t(rank));
+    fill<<<64, 256, 0, s>>>(p.b, p.n * p.k, seed, uint64_t(1000 + rank));
+    poison<<<64, 256, 0, s>>>(p.c, p.m * p.n);
+    REQUIRE(cudaGraphLaunch(exec, s) == cudaSuccess);
+    poison<<<64, 256, 0, s>>>(p.a, p.m_loc * p.k);
+    reference<<<unsigned((p.m * p.n + 255) / 256), 256, 0, s>>>(p.c_ref, p.b, p.m, p.n, p.k, p.m_loc, seed);
+    compare<<<64, 256, 0, s>>>(p.c, p.c_ref, p.m * p.n, p.bad);
+  }
+  REQUIRE(drain(s, 300));
+  CHECK_MESSAGE(*p.bad == 0, *p.bad << " wrong or unwritten elements over 1000 replays");
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  CHECK(!g_ctx->failed());
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("a plan that is not capturable (SM movers): run refuses during capture, and the context stays usable") {
+  Problem p;
+  p.create("api_capture", 128 * g_ctx->size(), 256 * g_ctx->size(), 256, "roles: {compute: 96, intra_comm: 8}\n");
   cudaStream_t s;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);

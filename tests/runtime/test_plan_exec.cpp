@@ -74,7 +74,7 @@ TEST_CASE("AllGather+GEMM on one node: copy engines, the whole gathered A and it
   CHECK(p.exec.variant == "copy_engine");
   CHECK(p.exec.copy_chunks == 1);
   CHECK(p.exec.cluster == 1);
-  CHECK(!p.exec.capturable);
+  CHECK(p.exec.capturable);  // every stream operation's value is a constant token
   CHECK(p.intra_mover == IntraMover::kCopyEngine);
   CHECK(p.roles.compute == p.sm_count);
   REQUIRE(p.region("ag_gemm.a") != nullptr);
@@ -92,6 +92,7 @@ TEST_CASE("explicit roles with intra_comm SMs run the SM movers, as written") {
   CHECK(p.exec.executable);
   CHECK(p.exec.variant == "sm_movers");
   CHECK(p.exec.sm_mover == "pull_vec");
+  CHECK(!p.exec.capturable);  // the per-tile flags count launches through a kernel argument
   CHECK(p.roles.compute == 120);
   CHECK(p.roles.intra_comm == 12);
   REQUIRE(p.region("ag_gemm.flags") != nullptr);
