@@ -107,9 +107,10 @@ std::string workload(const std::string& name, int m, int n, int k, const std::st
   if (g_ctx->rank() == 0) {
     FILE* f = fopen(path.c_str(), "w");
     REQUIRE(f != nullptr);
-    fprintf(f,
-            "name: %s\nop: ag_gemm\ndtype: bf16\nshape: {m: %d, n: %d, k: %d}\nlayout: {nodes: 1, gpus_per_node: %d}\n",
-            name.c_str(), m, n, k, g_ctx->size());
+    fprintf(
+        f,
+        "name: %s\nop: ag_gemm\ndtype: bf16\nshape: {m: %d, n: %d, k: %d}\nlayout: {nodes: 1, gpus_per_node: %d}\n%s",
+        name.c_str(), m, n, k, g_ctx->size(), extra.c_str());
     fclose(f);
   }
   return path;
