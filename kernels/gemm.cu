@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 #include <utility>
+#include <vector>
 
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
@@ -154,6 +155,37 @@ struct SplitWorkspace {
 std::mutex g_ws_mu;
 std::map<std::pair<int, cudaStream_t>, SplitWorkspace> g_ws;
 
+// Device memory for the workspaces of `stream`, zero in its first `zero` bytes before the next launch on
+// `stream`. Stream-ordered (cudaMallocAsync) normally; while `stream` is being captured in a CUDA
+// graph a stream-ordered allocation would belong to the graph and be gone outside it, so then an
+// ordinary allocation, zeroed synchronously, under relaxed capture rules for this thread.
+cudaError_t alloc_zeroed(cudaStream_t stream, size_t bytes, size_t zero, void** out) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &cs);
+  if (cs == cudaStreamCaptureStatusNone) {
+    cudaError_t err = cudaMallocAsync(out, bytes, stream);
+    if (err == cudaSuccess) err = cudaMemsetAsync(*out, 0, zero, stream);
+    return err;
+  }
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  cudaError_t err = cudaMalloc(out, bytes);
+  if (err == cudaSuccess) {
+    const std::vector<uint8_t> zeros(zero, 0);
+    err = cudaMemcpy(*out, zeros.data(), zero, cudaMemcpyHostToDevice);  // done before it returns
+  }
+  cudaThreadExchangeStreamCaptureMode(&mode);
+  return err;
+}
+
+// An old workspace: freed in stream order, or kept while the stream is captured (a captured graph
+// may still name it).
+void release_old(cudaStream_t stream, void* p) {
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(stream, &cs);
+  if (p && cs == cudaStreamCaptureStatusNone) cudaFreeAsync(p, stream);
+}
+
 Status split_workspace(cudaStream_t stream, size_t bytes, void** out) {
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return Status::kCudaError;
@@ -164,16 +196,15 @@ Status split_workspace(cudaStream_t stream, size_t bytes, void** out) {
     // flags must be zero before the next launch on `stream` starts (a cudaMemset on the legacy stream
     // does not order against a non-blocking stream: two ops of different sizes on one stream got
     // garbage flags in the split tail and wrong tiles).
-    if (w.mem) cudaFreeAsync(w.mem, stream);
+    release_old(stream, w.mem);
     w.mem = nullptr;
     w.bytes = 0;
-    cudaError_t err = cudaMallocAsync(&w.mem, bytes, stream);
-    if (err == cudaSuccess) err = cudaMemsetAsync(w.mem, 0, kSplitFlagBytes, stream);  // the flags start at zero
+    cudaError_t err = alloc_zeroed(stream, bytes, kSplitFlagBytes, &w.mem);  // the flags start at zero
     if (err != cudaSuccess) {
       WEFT_WARN(kKernel, "gemm: cannot allocate %zu bytes for the split tail (%s); tiles stay whole", bytes,
                 cudaGetErrorString(err));
       cudaGetLastError();
-      if (w.mem) cudaFreeAsync(w.mem, stream);
+      release_old(stream, w.mem);
       w.mem = nullptr;
       *out = nullptr;
       return Status::kOk;
@@ -192,13 +223,12 @@ Status claim_words(cudaStream_t stream, uint32_t** out) {
   SplitWorkspace& w = g_ws[{dev, stream}];
   if (!w.claims) {
     void* p = nullptr;
-    cudaError_t err = cudaMallocAsync(&p, 2 * sizeof(uint32_t), stream);  // zero before the first launch on `stream`
-    if (err == cudaSuccess) err = cudaMemsetAsync(p, 0, 2 * sizeof(uint32_t), stream);
+    cudaError_t err = alloc_zeroed(stream, 2 * sizeof(uint32_t), 2 * sizeof(uint32_t), &p);  // zero before use
     if (err != cudaSuccess) {
       WEFT_WARN(kKernel, "gemm: cannot allocate the tile-claim words (%s); tiles stay statically striped",
                 cudaGetErrorString(err));
       cudaGetLastError();
-      if (p) cudaFreeAsync(p, stream);
+      release_old(stream, p);
       *out = nullptr;
       return Status::kOk;
     }
