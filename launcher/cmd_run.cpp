@@ -151,8 +151,10 @@ int run_rank(const RunOptions& o) {
     if (rank == 0)
       printf("  rank %d: %.3f ms per call (median of %d); %s; executed plan %s%s\n", r, ms, wl.run.iters,
              !rep.validated ? "not validated (run.validate: false)"
-             : v            ? ("validated: gathered A exact, C rel err " + std::to_string(rel)).c_str()
-                            : ("WRONG: " + std::to_string(gm) + " gathered elements differ, " + std::to_string(uw) +
+             : v ? (std::string(plan.op == runtime::Op::kAgGemm ? "validated: gathered A exact, " : "validated: ") +
+                    "C rel err " + std::to_string(rel))
+                       .c_str()
+                 : ("WRONG: " + std::to_string(gm) + " gathered elements differ, " + std::to_string(uw) +
                     " outputs unwritten, C rel err " + std::to_string(rel))
                        .c_str(),
              h, s ? " = the plan" : " DIFFERS from the plan");

@@ -65,10 +65,15 @@ nlohmann::json shape_json(const Plan& p) {
 }
 
 nlohmann::json execution_json(const Execution& e) {
-  return {{"variant", e.variant},         {"sm_mover", e.sm_mover},
-          {"copy_chunks", e.copy_chunks}, {"cluster", e.cluster},
-          {"group_m", e.group_m},         {"capturable", e.capturable},
-          {"executable", e.executable},   {"not_executable", e.not_executable}};
+  return {{"variant", e.variant},
+          {"sm_mover", e.sm_mover},
+          {"copy_chunks", e.copy_chunks},
+          {"cluster", e.cluster},
+          {"group_m", e.group_m},
+          {"capturable", e.capturable},
+          {"reduce_blocks", e.reduce_blocks},
+          {"executable", e.executable},
+          {"not_executable", e.not_executable}};
 }
 
 nlohmann::json heap_json(const Plan& p) {
@@ -184,6 +189,9 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
     read(e, "variant", &p.exec.variant), read(e, "sm_mover", &p.exec.sm_mover);
     read(e, "copy_chunks", &p.exec.copy_chunks), read(e, "cluster", &p.exec.cluster);
     read(e, "group_m", &p.exec.group_m), read(e, "capturable", &p.exec.capturable);
+    read(e, "reduce_blocks", &p.exec.reduce_blocks);
+    if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
+      throw std::invalid_argument("reduce_blocks: 0 to 4096");
     read(e, "executable", &p.exec.executable), read(e, "not_executable", &p.exec.not_executable);
     at = "heap";
     const auto& h = j.at("heap");

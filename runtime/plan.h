@@ -33,6 +33,7 @@ struct Execution {
   int copy_chunks = 1;      // copy engines: copies per shard, each with its own flag
   int cluster = 1;          // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
   int group_m = 16;         // raster group height in 128-row tiles
+  int reduce_blocks = 0;    // gemm_rs / gemm_ar "peer": blocks of the reduction kernel after the GEMM
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why
   std::string not_executable;
@@ -127,7 +128,7 @@ std::string format_plan_table(const Plan& plan);
 //  inter_backend,nics_per_node},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
-//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,executable,not_executable},
+//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,executable,not_executable},
 //  "heap":{bytes,regions:[{name,offset,bytes}]},"hash":"16 hex digits"}
 std::string format_plan_json(const Plan& plan);
 

@@ -68,6 +68,35 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 
+// GEMM+RS / GEMM+AR on one node (runtime/exec/gemm_reduce.cpp): the GEMM into this rank's partial in
+// the heap, then the reduction kernel pulls every rank's partial rows of its block over NVLink.
+void plan_gemm_reduce(const Workload& w, Plan* p) {
+  const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, k = p->gemm.k;
+  Execution& e = p->exec;
+  e.variant = "peer";
+  e.cluster = 1;
+  e.group_m = 16;
+  e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each), as the bench's peer path
+  e.capturable = false;               // the reduction's flags count launches through a kernel argument
+  e.executable = true;
+  p->notes.push_back(
+      "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap "
+      "path's, which weftrun bench measures");
+  if (W > 8)
+    return refuse(p, w.error_at("layout.gpus_per_node", std::to_string(W) + " ranks: the reduction handles at most 8"));
+  if (m % W != 0)
+    return refuse(p, w.error_at("shape.m", std::to_string(m) + ": expected a multiple of the " + std::to_string(W) +
+                                               " ranks (each gets m / ranks rows)"));
+  if (k % W != 0 || (k / W) % 8 != 0)
+    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected k / ranks to be a multiple of 8 (16-byte "
+                                                               "rows for TMA)"));
+  add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
+  if (p->op == Op::kGemmAr) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
+  add_region(p, "gemm_reduce.flags", uint64_t(3 * W) * 8);
+  add_region(p, "gemm_reduce.arrive", 2 * 8);
+  p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
+}
+
 }  // namespace
 
 void plan_execution(const Workload& w, Plan* p) {
@@ -87,10 +116,11 @@ void plan_execution(const Workload& w, Plan* p) {
       return plan_ag_gemm(w, p);
     case Op::kGemmRs:
     case Op::kGemmAr:
-      p->exec.variant = "overlap";
-      return refuse(p, w.error_at("op", std::string(to_string(p->op)) +
-                                            " runs under `weftrun bench` only in this build (not yet an op "
-                                            "object of the runtime)"));
+      if (p->nodes > 1)
+        return refuse(p, w.error_at("layout.nodes", std::string(to_string(p->op)) +
+                                                        " across nodes runs under `weftrun bench` only in this build "
+                                                        "(the runtime's op is one node)"));
+      return plan_gemm_reduce(w, p);
     case Op::kMoe:
       return refuse(p, w.error_at("op", "moe is not built yet (planned only: the fused MoE op is in progress)"));
     case Op::kRingAttention:

@@ -72,7 +72,7 @@ class LoopbackBackend final : public NetBackend {
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags, uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
     if (!peers_[peer].base) return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " not connected");
-    if (flag_offset % 8 || flag_offset + 8 > peers_[peer].bytes)
+    if (flag_offset % 8 || peers_[peer].bytes < 8 || flag_offset > peers_[peer].bytes - 8)  // no wrap near 2^64
       return fail(Status::kInvalidArgument, "flag offset outside the region of rank " + std::to_string(peer));
     queues_[peer].push_back({false, 0, flag_offset, value, wr_id});
     return Status::kOk;

@@ -11,6 +11,7 @@
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
+#include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/reference_gemm.h"
 #include "runtime/exec/stream_ops.h"
 #include "runtime/log.h"
@@ -123,6 +124,86 @@ Status run_ag_gemm(Context& ctx, const Plan& plan, const RunSpec& run, RunReport
   return Status::kOk;
 }
 
+// GEMM+RS / GEMM+AR: every rank's A_r and B_r are its own random data; the reference is one GEMM over
+// all of K, [A_0 | A_1 | ...] · [B_0 | B_1 | ...]ᵀ, regenerated from every rank's seed.
+Status run_gemm_reduce(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* out) {
+  std::unique_ptr<GemmReduceOp> op;
+  WEFT_CHECK(GemmReduceOp::create(ctx, plan, &op));
+  const int rank = ctx.rank(), W = ctx.size();
+  const int64_t m = plan.gemm.m, n = plan.gemm.n, k = plan.gemm.k, k_loc = k / W, m_loc = m / W;
+  const bool ar = op->all_reduce();
+  const int64_t c_rows = ar ? m : m_loc;
+  DeviceBuffers buf;
+  bf16 *a = nullptr, *b = nullptr, *c = nullptr;
+  WEFT_CHECK(buf.alloc(m * k_loc, &a));
+  WEFT_CHECK(buf.alloc(n * k_loc, &b));
+  WEFT_CHECK(buf.alloc(c_rows * n, &c));
+  cudaStream_t s = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  uint64_t seed = 0;
+  WEFT_CHECK(shared_seed(ctx.boot(), &seed));
+  WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, s));
+  WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, s));
+  WEFT_CHECK(poison_bf16(c, c_rows * n, s));
+  double timeout = 10;
+  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
+  const int calls = run.warmup + run.iters;
+  std::vector<cudaEvent_t> ev(size_t(2 * run.iters), nullptr);
+  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
+  Status st = Status::kOk;
+  for (int i = 0; i < calls && st == Status::kOk; ++i) {
+    const int t = i - run.warmup;
+    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t)], s));
+    st = op->run(a, b, c, s);
+    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t + 1)], s));
+  }
+  GemmReduceOp* raw = op.get();
+  if (st == Status::kOk) st = sync_bounded(s, timeout * (calls + 1), "gemm_reduce calls", [raw] { raw->unstick(); });
+  if (st != Status::kOk) {
+    ctx.abort("gemm_reduce failed: " + std::string(to_string(st)));
+    return st;
+  }
+  std::vector<double> ms;
+  for (int t = 0; t < run.iters; ++t) {
+    float x = 0;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * t)], ev[size_t(2 * t + 1)]));
+    ms.push_back(x);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  out->ms_median = ms.empty() ? 0 : ms[ms.size() / 2];
+  WEFT_CHECK(op->clear_launch_record());
+  WEFT_CHECK(poison_bf16(c, c_rows * n, s));
+  WEFT_CHECK(op->run(a, b, c, s));
+  WEFT_CHECK(sync_bounded(s, timeout + 1, "gemm_reduce executed-plan call", [raw] { raw->unstick(); }));
+  WEFT_CHECK(op->executed_plan(&out->executed));
+  if (run.validate) {
+    bf16 *a_full = nullptr, *b_full = nullptr, *part = nullptr, *c_ref = nullptr;
+    WEFT_CHECK(buf.alloc(m * k, &a_full));
+    WEFT_CHECK(buf.alloc(n * k, &b_full));
+    WEFT_CHECK(buf.alloc(std::max(m, n) * k_loc, &part));
+    WEFT_CHECK(buf.alloc(m * n, &c_ref));
+    for (int q = 0; q < W; ++q) {
+      WEFT_CHECK(fill_random_bf16(part, m * k_loc, seed, q, 1.0f, s));
+      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(a_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                        size_t(m), cudaMemcpyDeviceToDevice, s));
+      WEFT_CHECK(fill_random_bf16(part, n * k_loc, seed + 1, q, 1.0f, s));
+      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(b_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                        size_t(n), cudaMemcpyDeviceToDevice, s));
+    }
+    WEFT_CHECK(reference_gemm_tn(m, n, k, a_full, k, b_full, k, c_ref, n, s));
+    Comparison cc;
+    WEFT_CHECK(compare_bf16(c, ar ? c_ref : c_ref + int64_t(rank) * m_loc * n, c_rows * n, s, &cc));
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+    out->validated = true;
+    out->rel_err = cc.rel_err;
+    out->unwritten = cc.non_finite;
+  }
+  op.reset();
+  return Status::kOk;
+}
+
 }  // namespace
 
 Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run, uint64_t heap_bytes, RunReport* out) {
@@ -140,6 +221,7 @@ Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run
   WEFT_CHECK(Context::create(boot, heap_bytes, &ctx));
   Status st = Status::kUnsupported;
   if (plan.op == Op::kAgGemm) st = run_ag_gemm(*ctx, plan, run, out);
+  if (plan.op == Op::kGemmRs || plan.op == Op::kGemmAr) st = run_gemm_reduce(*ctx, plan, run, out);
   if (st == Status::kOk) WEFT_CHECK(boot.barrier("weft.run.done"));  // nobody frees a heap a peer still reads
   return st;
 }

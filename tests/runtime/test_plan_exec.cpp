@@ -129,6 +129,37 @@ TEST_CASE("what this build cannot run is refused in the plan, with where and why
   CHECK(odd.exec.not_executable.find("shape.m: m / ranks = 1040 rows") != std::string::npos);
 }
 
+TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals") {
+  const std::string rs =
+      "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  const Plan p = plan_for(parse(rs));
+  CHECK(p.exec.executable);
+  CHECK(p.exec.variant == "peer");
+  CHECK(!p.exec.capturable);
+  CHECK(p.exec.reduce_blocks == 2 * p.sm_count);
+  REQUIRE(p.region("gemm_reduce.partial") != nullptr);
+  CHECK(p.region("gemm_reduce.partial")->bytes == uint64_t(8192) * 8192 * 2);
+  CHECK(p.region("gemm_reduce.c") == nullptr);
+  CHECK(p.region("gemm_reduce.flags")->bytes == 12 * 8);
+  check_heap(p);
+  std::string ar = rs;
+  ar.replace(ar.find("gemm_rs"), 7, "gemm_ar");
+  const Plan a = plan_for(parse(ar));
+  CHECK(a.exec.executable);
+  REQUIRE(a.region("gemm_reduce.c") != nullptr);
+  check_heap(a);
+  std::string odd = rs;
+  odd.replace(odd.find("k: 7168"), 7, "k: 7180");
+  const Plan o = plan_for(parse(odd));
+  CHECK(!o.exec.executable);
+  CHECK(o.exec.not_executable.find("shape.k") != std::string::npos);
+  std::string two = rs;
+  two.replace(two.find("nodes: 1, gpus_per_node: 4"), 26, "nodes: 2, gpus_per_node: 2");
+  const Plan t = plan_for(parse(two));
+  CHECK(!t.exec.executable);
+  CHECK(t.exec.not_executable.find("weftrun bench") != std::string::npos);
+}
+
 TEST_CASE("every example: the executed form reads back to the same plan hash") {
   for (const Workload& w : examples()) {
     CAPTURE(w.source);

@@ -1,0 +1,181 @@
+// GemmReduceOp: heap layout from the allocator, the GEMM into the heap, the peer reduction kernel.
+#include "runtime/exec/gemm_reduce.h"
+
+#include "kernels/gemm.h"
+#include "kernels/reduce_slots.h"
+#include "runtime/exec/cuda_check.h"
+#include "runtime/log.h"
+#include "transport/heap.h"
+
+namespace weft::runtime {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+Status refuse(int rank, const std::string& what) {
+  WEFT_WARN(kKernel, "rank %d: gemm_reduce: %s", rank, what.c_str());
+  return Status::kInvalidArgument;
+}
+
+}  // namespace
+
+Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduceOp>* out) {
+  const int rank = ctx.rank(), W = ctx.size();
+  WEFT_CHECK(ctx.check_usable("gemm_reduce create"));
+  if (plan.op != Op::kGemmRs && plan.op != Op::kGemmAr)
+    return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
+  if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
+  if (plan.exec.variant != "peer") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
+  if (plan.world_size != W || plan.nodes != 1 || W > kernels::PeerReduceArgs::kMaxRanks)
+    return refuse(rank, "the plan is for " + std::to_string(plan.world_size) + " ranks on " +
+                            std::to_string(plan.nodes) + " node(s), the job has " + std::to_string(W));
+  if (plan.roles.compute < 1 || plan.roles.total() > ctx.sm_count() || plan.exec.reduce_blocks < 1)
+    return refuse(rank, "the plan's SM counts do not fit this GPU");
+  std::unique_ptr<GemmReduceOp> op(new GemmReduceOp());
+  op->ctx_ = &ctx;
+  op->plan_ = plan;
+  op->all_reduce_ = plan.op == Op::kGemmAr;
+  op->rank_ = rank;
+  op->world_ = W;
+  op->blocks_ = plan.exec.reduce_blocks;
+  op->m_ = plan.gemm.m;
+  op->n_ = plan.gemm.n;
+  op->k_loc_ = plan.gemm.k / W;
+  op->m_loc_ = op->m_ / W;
+  transport::HeapAllocator alloc(UINT64_MAX / 2);
+  auto add = [&](const char* name, uint64_t bytes) -> Status {
+    uint64_t off = 0;
+    WEFT_CHECK(alloc.allocate(bytes, 256, name, &off));
+    op->regions_.push_back({name, off, bytes});
+    return Status::kOk;
+  };
+  WEFT_CHECK(add("gemm_reduce.partial", uint64_t(op->m_ * op->n_) * 2));
+  if (op->all_reduce_) WEFT_CHECK(add("gemm_reduce.c", uint64_t(op->m_ * op->n_) * 2));
+  WEFT_CHECK(add("gemm_reduce.flags", uint64_t(3 * W) * 8));
+  WEFT_CHECK(add("gemm_reduce.arrive", 2 * 8));
+  op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
+  WEFT_CHECK(ctx.reserve(op->arena_bytes_, "gemm_reduce", &op->arena_));
+  WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaMalloc(&op->record_, sizeof(kernels::LaunchRecord)));
+  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
+  WEFT_CHECK(op->frame_.create(rank));
+  WEFT_CHECK(op->frame_.params(plan.roles, &op->frame_params_));
+  op->frame_params_.launch = op->record_;
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CHECK(ctx.boot().barrier("weft.gemm_reduce.create." + std::to_string(op->arena_)));
+  GemmReduceOp* raw = op.get();
+  op->watch_ = ctx.watch(
+      [raw](std::string* why) {
+        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
+        raw->frame_.check("gemm_reduce");
+        *why = "gemm_reduce: a device wait timed out on rank " + std::to_string(raw->rank_);
+        return true;
+      },
+      [raw] { raw->unstick(); });
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+GemmReduceOp::~GemmReduceOp() {
+  if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
+  if (done_) cudaEventSynchronize(done_), cudaEventDestroy(done_);
+  if (side_) cudaStreamDestroy(side_);
+  if (record_) cudaFree(record_);
+  if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+void* GemmReduceOp::region(const std::string& name, int rank) const {
+  for (const auto& r : regions_)
+    if (r.name == name) return rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
+  return nullptr;
+}
+
+Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
+  WEFT_CHECK(ctx_->check_usable("gemm_reduce run"));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    WEFT_WARN(kKernel, "rank %d: gemm_reduce: this plan's variant (peer) is not capturable in a CUDA graph", rank_);
+    return Status::kUnsupported;
+  }
+  if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
+  if (a != a_ || b != b_) {
+    kernels::GemmArgs args;
+    args.m = m_;
+    args.n = n_;
+    args.k = k_loc_;
+    args.a = a;
+    args.lda = k_loc_;
+    args.b = b;
+    args.ldb = k_loc_;
+    args.cluster_m = plan_.exec.cluster;
+    args.group_m = plan_.exec.group_m;
+    WEFT_CHECK(kernels::make_gemm_params(args, &gemm_));
+    a_ = a, b_ = b;
+  }
+  const uint64_t e = ++epoch_;
+  bf16* partial = static_cast<bf16*>(region("gemm_reduce.partial", rank_));
+  Status st = kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{partial, n_, n_ % 2 == 0},
+                                   kernels::FlagGate{}, kernels::TileSignal{}, s);
+  kernels::PeerReduceArgs pr;
+  pr.ranks = world_;
+  pr.rank = rank_;
+  pr.elems = m_loc_ * n_;
+  const int64_t own = int64_t(rank_) * m_loc_ * n_;
+  bf16* full = all_reduce_ ? static_cast<bf16*>(region("gemm_reduce.c", rank_)) : nullptr;
+  pr.out = all_reduce_ ? full + own : c;
+  pr.all_gather = all_reduce_;
+  for (int q = 0; q < world_; ++q) {
+    pr.src[q] = static_cast<const bf16*>(region("gemm_reduce.partial", q)) + own;
+    pr.flags_out[q] = static_cast<uint64_t*>(region("gemm_reduce.flags", q));
+    if (all_reduce_) {
+      pr.gather_src[q] = static_cast<const bf16*>(region("gemm_reduce.c", q)) + int64_t(q) * m_loc_ * n_;
+      pr.gather_dst[q] = full + int64_t(q) * m_loc_ * n_;
+    }
+  }
+  pr.flags_in = static_cast<const uint64_t*>(region("gemm_reduce.flags", rank_));
+  pr.arrive = static_cast<uint64_t*>(region("gemm_reduce.arrive", rank_));
+  pr.epoch = e;
+  kernels::FrameParams rf = frame_params_;
+  rf.launch = nullptr;  // the record is the GEMM's: its grid and roles are the plan's
+  if (st == Status::kOk) st = kernels::launch_peer_reduce(pr, rf, blocks_, s);
+  if (st == Status::kOk && all_reduce_)
+    st = cudaMemcpyAsync(c, full, size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
+                                                                                                   : Status::kCudaError;
+  if (st == Status::kOk) st = cudaEventRecord(done_, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st != Status::kOk) ctx_->poison("gemm_reduce run failed on rank " + std::to_string(rank_));
+  return st;
+}
+
+void GemmReduceOp::unstick() {
+  // The reduction kernel's waits are bounded on the device; the flags raised let its peers leave too.
+  for (const auto& r : regions_)
+    if (r.name == "gemm_reduce.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
+}
+
+Status GemmReduceOp::clear_launch_record() {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
+  return Status::kOk;
+}
+
+Status GemmReduceOp::executed_plan(Plan* out) const {
+  kernels::LaunchRecord rec{};
+  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
+  if (rec.launches < 1) return Status::kNotFound;
+  Plan p = plan_;
+  p.roles.compute = rec.blocks[int(Role::kCompute)] / rec.launches;
+  p.roles.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
+  p.roles.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
+  p.roles.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
+  p.exec.cluster = rec.cluster;
+  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kGemm) ? "peer" : "unknown";
+  p.heap = regions_;
+  p.heap_bytes = arena_bytes_;
+  *out = std::move(p);
+  return Status::kOk;
+}
+
+}  // namespace weft::runtime

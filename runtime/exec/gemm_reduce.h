@@ -1,0 +1,68 @@
+// GEMM+ReduceScatter and GEMM+AllReduce as runtime ops on one node (the plan's "peer" variant).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/frame.h"
+#include "kernels/gemm_types.h"
+#include "runtime/exec/context.h"
+#include "runtime/plan.h"
+#include "runtime/status.h"
+
+namespace weft::runtime {
+
+// Rank r holds A_r (m x k/W) and B_r (n x k/W); C = Σ_r A_r · B_rᵀ (m x n). ReduceScatter: rank r
+// gets rows [r m/W, (r+1) m/W) of C; AllReduce: every rank gets all of C. bf16, row-major.
+//
+//   S: GEMM on every SM: A_r · B_rᵀ into this rank's partial in the heap
+//      reduction kernel (kernels/reduce_slots.h, launch_peer_reduce): ready round; every block sums
+//      its share of rank r's rows of all W partials, in rank order (the same bits every run), pulled
+//      over NVLink; AllReduce: gathers every rank's reduced rows; done round (every peer finished
+//      reading this rank's partial, which the next call may overwrite)
+//
+// The reduction starts after the GEMM (not overlapped with it: `weftrun bench` measures the overlap
+// path, which is not yet a runtime op). Its flags count launches through a kernel argument: not
+// capturable. No allocation and no host synchronisation per call; every rank calls run() alike.
+class GemmReduceOp {
+ public:
+  static Status create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduceOp>* out);  // collective
+  ~GemmReduceOp();
+  GemmReduceOp(const GemmReduceOp&) = delete;
+  GemmReduceOp& operator=(const GemmReduceOp&) = delete;
+
+  // a: m x k/W, b: n x k/W, c: m/W x n (ReduceScatter) or m x n (AllReduce).
+  Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
+  bool all_reduce() const { return all_reduce_; }
+  Status clear_launch_record();
+  Status executed_plan(Plan* out) const;  // as AgGemmOp::executed_plan
+  void unstick();
+
+ private:
+  GemmReduceOp() = default;
+  void* region(const std::string& name, int rank) const;
+
+  Context* ctx_ = nullptr;
+  Plan plan_;
+  bool all_reduce_ = false;
+  int rank_ = 0, world_ = 1, blocks_ = 0;
+  int64_t m_ = 0, n_ = 0, k_loc_ = 0, m_loc_ = 0;
+  uint64_t arena_ = 0, arena_bytes_ = 0;
+  std::vector<HeapRegion> regions_;
+  uint64_t epoch_ = 0;
+  const __nv_bfloat16 *a_ = nullptr, *b_ = nullptr;  // what gemm_'s tensor maps were made for
+  kernels::GemmParams gemm_{};
+  kernels::FrameHost frame_;
+  kernels::FrameParams frame_params_{};
+  kernels::LaunchRecord* record_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  cudaStream_t side_ = nullptr;
+  int watch_ = -1;
+};
+
+}  // namespace weft::runtime
