@@ -27,6 +27,7 @@ namespace runtime {
 struct Plan;
 class Context;
 class AgGemmOp;
+class GemmReduceOp;
 }  // namespace runtime
 
 using Stream = CUstream_st*;  // a cudaStream_t
@@ -109,6 +110,30 @@ class AgGemm {
   AgGemm();
   std::unique_ptr<runtime::AgGemmOp> op_;
   int64_t m_ = 0, n_ = 0, k_ = 0;
+};
+
+// GEMM+ReduceScatter or GEMM+AllReduce on one node (the plan's op): C = Σ_r A_r · B_rᵀ. Rank r holds
+// A_r (m x k/W) and B_r (n x k/W) and gets rows [r m/W, (r+1) m/W) of C (ReduceScatter, m/W x n) or
+// all of C (AllReduce, m x n); bf16, row-major, device memory. The GEMM writes into the heap, then
+// one kernel reduces over NVLink (the plan's "peer" variant; not capturable).
+class GemmReduce {
+ public:
+  static Status create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduce>* out);  // collective
+  ~GemmReduce();
+  GemmReduce(const GemmReduce&) = delete;
+  GemmReduce& operator=(const GemmReduce&) = delete;
+
+  Status run(const void* a, const void* b, void* c, Stream stream);
+  bool all_reduce() const;
+  int64_t m() const;  // rows of C
+  int64_t n() const;
+  int64_t k_local() const;  // k / W: this rank's columns of A and B
+  int64_t c_rows() const;   // rows of this rank's C: m / W, or m for AllReduce
+
+ private:
+  GemmReduce();
+  std::unique_ptr<runtime::GemmReduceOp> op_;
+  int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
 };
 
 }  // namespace weft

@@ -4,6 +4,7 @@
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/machine.h"
 #include "runtime/exec/plan_exchange.h"
 #include "runtime/log.h"
@@ -131,5 +132,30 @@ void* AgGemm::a_shard() const { return op_->shard(); }
 int64_t AgGemm::m() const { return m_; }
 int64_t AgGemm::n_local() const { return n_; }
 int64_t AgGemm::k() const { return k_; }
+
+GemmReduce::GemmReduce() = default;
+GemmReduce::~GemmReduce() = default;
+
+Status GemmReduce::create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduce>* out) {
+  std::unique_ptr<GemmReduce> op(new GemmReduce());
+  WEFT_CHECK(runtime::GemmReduceOp::create(ctx.get(), plan.get(), &op->op_));
+  const runtime::Plan& p = plan.get();
+  op->m_ = p.gemm.m;
+  op->n_ = p.gemm.n;
+  op->k_ = p.gemm.k / p.world_size;
+  op->rows_ = op->op_->all_reduce() ? p.gemm.m : p.gemm.m / p.world_size;
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+Status GemmReduce::run(const void* a, const void* b, void* c, Stream stream) {
+  return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
+                  static_cast<__nv_bfloat16*>(c), stream);
+}
+bool GemmReduce::all_reduce() const { return op_->all_reduce(); }
+int64_t GemmReduce::m() const { return m_; }
+int64_t GemmReduce::n() const { return n_; }
+int64_t GemmReduce::k_local() const { return k_; }
+int64_t GemmReduce::c_rows() const { return rows_; }
 
 }  // namespace weft
