@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::bootstrap {
 namespace {

@@ -16,8 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "base/log.h"
 #include "bootstrap/blob.h"
-#include "runtime/log.h"
 
 namespace weft::bootstrap {
 namespace {

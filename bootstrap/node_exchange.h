@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 
 namespace weft::bootstrap {
 

@@ -14,9 +14,9 @@
 #include <mutex>
 #include <thread>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "bootstrap/blob.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::bootstrap {
 

@@ -1,8 +1,8 @@
 // Wiring: all published entries travel in one versioned blob per rank.
 #include "bootstrap/wiring.h"
 
+#include "base/log.h"
 #include "bootstrap/blob.h"
-#include "runtime/log.h"
 
 namespace weft::bootstrap {
 namespace {

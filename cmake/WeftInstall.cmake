@@ -4,7 +4,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 install(TARGETS weft EXPORT weftTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(FILES ${CMAKE_SOURCE_DIR}/runtime/weft.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/weft)
-install(FILES ${CMAKE_SOURCE_DIR}/runtime/status.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/weft/runtime)
+install(FILES ${CMAKE_SOURCE_DIR}/base/status.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/weft/base)
 install(EXPORT weftTargets NAMESPACE weft:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/weft)
 file(WRITE ${CMAKE_BINARY_DIR}/weftConfig.cmake
      "# weft's package config: the imported target weft::weft (include <weft/weft.h>).\n"

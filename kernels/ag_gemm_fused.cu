@@ -18,11 +18,11 @@
 
 #include <cstring>
 
+#include "base/log.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
 #include "kernels/vec_copy.cuh"
-#include "runtime/log.h"
 
 namespace weft::kernels {
 

@@ -2,9 +2,9 @@
 // pusher in one persistent launch (kernels/ag_gemm_nodes.h draws the roles).
 #include <cuda_runtime.h>
 
+#include "base/log.h"
 #include "kernels/ag_gemm_nodes.h"
 #include "kernels/gemm_sm90.cuh"
-#include "runtime/log.h"
 #include "transport/fifo_device.cuh"
 
 namespace weft::kernels {

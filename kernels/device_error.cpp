@@ -1,8 +1,8 @@
 // Host-side reporting of the device error record (kernels/device_error.h).
 #include "kernels/device_error.h"
 
-#include "runtime/log.h"
-#include "runtime/roles.h"
+#include "base/log.h"
+#include "base/roles.h"
 
 namespace weft::kernels {
 

@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::kernels {
 

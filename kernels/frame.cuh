@@ -13,8 +13,8 @@
 
 #include <cstdint>
 
+#include "base/roles.h"
 #include "kernels/device_error.h"
-#include "runtime/roles.h"
 
 namespace weft::kernels {
 

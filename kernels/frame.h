@@ -3,10 +3,10 @@
 
 #include <cstdint>
 
+#include "base/roles.h"
+#include "base/status.h"
 #include "kernels/device_error.h"
 #include "kernels/frame.cuh"
-#include "runtime/roles.h"
-#include "runtime/status.h"
 
 namespace weft::kernels {
 

@@ -3,9 +3,9 @@
 
 #include <cstring>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/frame.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::kernels {
 

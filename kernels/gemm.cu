@@ -7,10 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::kernels {
 namespace {

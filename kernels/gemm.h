@@ -12,10 +12,10 @@
 
 #include <cstdint>
 
+#include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_epilogues.h"
 #include "kernels/gemm_types.h"
-#include "runtime/status.h"
 
 namespace weft::kernels {
 

@@ -2,9 +2,9 @@
 // launch (kernels/gemm_reduce_nodes.h draws the roles).
 #include <cuda_runtime.h>
 
+#include "base/log.h"
 #include "kernels/gemm_reduce_nodes.h"
 #include "kernels/gemm_sm90.cuh"
-#include "runtime/log.h"
 #include "transport/fifo_device.cuh"
 
 namespace weft::kernels {

@@ -19,10 +19,10 @@
 
 #include <cstdint>
 
+#include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_epilogues.h"
 #include "kernels/gemm_types.h"
-#include "runtime/status.h"
 #include "transport/device_fifo.h"
 
 namespace weft::kernels {

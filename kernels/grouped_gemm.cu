@@ -18,10 +18,10 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "base/log.h"
 #include "kernels/gemm_sm90.cuh"
 #include "kernels/grouped_gemm.h"
 #include "kernels/moe_plan.h"
-#include "runtime/log.h"
 
 namespace weft::kernels {
 namespace {

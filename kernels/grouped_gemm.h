@@ -15,8 +15,8 @@
 
 #include <cstdint>
 
+#include "base/status.h"
 #include "kernels/frame.h"
-#include "runtime/status.h"
 
 namespace weft::kernels {
 

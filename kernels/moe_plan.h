@@ -24,7 +24,7 @@
 
 #include <cstdint>
 
-#include "runtime/roles.h"  // WEFT_HD
+#include "base/roles.h"  // WEFT_HD
 
 namespace weft::kernels {
 

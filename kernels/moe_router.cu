@@ -14,9 +14,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include "base/log.h"
 #include "kernels/moe_plan.h"
 #include "kernels/moe_router.h"
-#include "runtime/log.h"
 
 namespace weft::kernels {
 namespace {

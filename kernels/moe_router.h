@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::kernels {
 

@@ -1,8 +1,8 @@
 // Mover SMs for GEMM+RS / GEMM+AR's partial pieces (piece_push.h has the picture).
+#include "base/log.h"
 #include "kernels/frame.cuh"
 #include "kernels/piece_push.h"
 #include "kernels/vec_copy.cuh"
-#include "runtime/log.h"
 
 namespace weft::kernels {
 namespace {

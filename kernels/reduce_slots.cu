@@ -1,7 +1,7 @@
 // Kernel behind reduce_slots.h.
+#include "base/log.h"
 #include "kernels/frame.cuh"
 #include "kernels/reduce_slots.h"
-#include "runtime/log.h"
 
 namespace weft::kernels {
 namespace {

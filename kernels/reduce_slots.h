@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
+#include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/small_reduce_plan.h"
-#include "runtime/status.h"
 
 namespace weft::kernels {
 

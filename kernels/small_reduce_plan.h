@@ -26,7 +26,7 @@
 
 #include <cstdint>
 
-#include "runtime/roles.h"  // WEFT_HD
+#include "base/roles.h"  // WEFT_HD
 
 namespace weft::kernels {
 

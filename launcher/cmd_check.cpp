@@ -13,13 +13,13 @@
 #include <random>
 #include <set>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "bootstrap/blob.h"
 #include "launcher/check_hooks.h"
 #include "launcher/commands.h"
 #include "launcher/launch.h"
 #include "launcher/rank.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::launcher {

@@ -7,7 +7,7 @@
 #if defined(WEFT_HAVE_EXEC)
 #include "runtime/exec/machine.h"
 #endif
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/tuner.h"
 #include "runtime/workload.h"
 #include "topology/topology.h"

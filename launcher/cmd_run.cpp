@@ -7,10 +7,10 @@
 #include <cstdio>
 #include <cstring>
 
+#include "base/params.h"
 #include "launcher/commands.h"
 #include "launcher/launch.h"
 #include "launcher/rank.h"
-#include "runtime/params.h"
 #include "runtime/workload.h"
 #if defined(WEFT_HAVE_EXEC)
 #include "runtime/exec/plan_exchange.h"

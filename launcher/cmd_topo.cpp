@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "base/params.h"
+#include "base/status.h"
 #include "launcher/commands.h"
-#include "runtime/params.h"
-#include "runtime/status.h"
 #include "topology/topology.h"
 
 namespace weft::launcher {

@@ -3,8 +3,8 @@
 
 #include <string>
 
+#include "base/status.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 
 namespace CLI {
 class App;

@@ -18,10 +18,10 @@
 #include <sstream>
 #include <thread>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "bootstrap/node_exchange.h"
 #include "launcher/pmix_server.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 extern char** environ;
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::launcher {
 

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::launcher {
 namespace {

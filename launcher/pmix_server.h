@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::launcher {
 

@@ -4,8 +4,8 @@
 
 #include <cstring>
 
+#include "base/params.h"
 #include "launcher/launch.h"
-#include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::launcher {

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::launcher {
 namespace {

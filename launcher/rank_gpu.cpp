@@ -1,6 +1,6 @@
 // GPU binding for a rank: device local_rank % count, identified by its PCI bus id.
+#include "base/log.h"
 #include "launcher/rank.h"
-#include "runtime/log.h"
 
 #if WEFT_HAVE_CUDA
 #include <cuda_runtime_api.h>

@@ -4,10 +4,10 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/params.h"
 #include "launcher/commands.h"
 #include "launcher/preflight.h"
 #include "launcher/rank.h"
-#include "runtime/params.h"
 
 extern char** environ;
 

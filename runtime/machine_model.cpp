@@ -5,8 +5,8 @@
 #include <cctype>
 #include <cmath>
 
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace weft::runtime {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/roles.h"
+#include "base/roles.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime {

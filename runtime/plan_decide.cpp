@@ -2,7 +2,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/tune_cache.h"
 #include "runtime/tuner.h"
 #include "topology/topology.h"

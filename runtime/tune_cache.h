@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 #include "topology/topology.h"
 
 namespace weft::runtime {

@@ -9,9 +9,9 @@
 #include <set>
 #include <sstream>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/tile_scheduler.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::runtime {
 namespace {

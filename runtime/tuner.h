@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "runtime/machine_model.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 #include "topology/topology.h"
 

@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 struct CUstream_st;
 

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::runtime {
 

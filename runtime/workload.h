@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/roles.h"
-#include "runtime/signal_mode.h"
-#include "runtime/status.h"
+#include "base/roles.h"
+#include "base/signal_mode.h"
+#include "base/status.h"
 
 namespace weft::runtime {
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "runtime/machine_model.h"
 #include "runtime/workload.h"
 

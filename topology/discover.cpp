@@ -15,8 +15,8 @@
 #include <map>
 #include <string>
 
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "topology/topology.h"
 
 namespace weft::topology {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "topology/topology.h"
 
 namespace weft::topology {

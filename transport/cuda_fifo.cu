@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/cuda_transport.h"
 
 namespace weft::transport {

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/cuda_transport.h"
 #include "transport/transport.h"
 

@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 #include "transport/device_fifo.h"
 #include "transport/fifo.h"
 #include "transport/net_backend.h"

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/status.h"
+#include "base/status.h"
 #include "transport/fifo_command.h"
 
 namespace weft::transport {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::transport {
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/status.h"
+#include "base/status.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {

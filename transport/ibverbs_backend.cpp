@@ -9,7 +9,7 @@
 #include <cstring>
 #include <random>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/ibverbs_plan.h"
 #include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"

@@ -1,5 +1,5 @@
 // ibverbs entry points for builds without libibverbs: the backend reports itself unavailable.
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {

@@ -7,7 +7,7 @@
 #include <map>
 #include <mutex>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {

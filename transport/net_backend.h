@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 
 namespace weft::transport {
 

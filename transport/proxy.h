@@ -8,7 +8,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/status.h"
+#include "base/status.h"
 #include "transport/fifo.h"
 #include "transport/net_backend.h"
 #include "transport/signal_plan.h"

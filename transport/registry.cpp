@@ -1,7 +1,7 @@
 // Backend registry (WEFT_NET_BACKEND) and the versioned endpoint blob every rank publishes.
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/signal_mode.h"
+#include "base/signal_mode.h"
 
 namespace weft::transport {
 

@@ -17,7 +17,7 @@
 #include <deque>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/net_backend.h"
 #include "transport/socket_wire.h"
 

@@ -11,8 +11,8 @@
 #include <mutex>
 #include <random>
 
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 namespace weft::transport {
 namespace {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 #include "transport/fifo.h"
 #include "transport/net_backend.h"
 #include "transport/proxy.h"

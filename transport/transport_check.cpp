@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "transport/heap.h"
 #include "transport/transport.h"
 

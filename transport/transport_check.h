@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 #include "transport/proxy.h"
 
 namespace weft::transport {

@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
 #include "local_bootstrap.h"
-#include "runtime/log.h"
 #include "transport/heap.h"
 #include "transport/transport.h"
 

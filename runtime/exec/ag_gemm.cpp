@@ -4,11 +4,11 @@
 #include <cstring>
 #include <string>
 
+#include "base/log.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/stream_ops.h"
-#include "runtime/log.h"
 #include "transport/heap.h"
 
 namespace weft::runtime {

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::runtime {
 

@@ -10,8 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
-#include "runtime/status.h"
 #include "transport/cuda_transport.h"
 
 namespace weft::runtime {

@@ -3,8 +3,8 @@
 
 #include <cuda_runtime.h>
 
-#include "runtime/log.h"
-#include "runtime/status.h"
+#include "base/log.h"
+#include "base/status.h"
 
 #define WEFT_CUDA_CHECK(call)                                                                              \
   do {                                                                                                     \

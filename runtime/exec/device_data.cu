@@ -1,10 +1,10 @@
 // Kernels behind device_data.h.
 #include <string>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::runtime {
 namespace {

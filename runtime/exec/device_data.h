@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::runtime {
 

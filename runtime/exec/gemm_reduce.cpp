@@ -1,10 +1,10 @@
 // GemmReduceOp: heap layout from the allocator, the GEMM into the heap, the peer reduction kernel.
 #include "runtime/exec/gemm_reduce.h"
 
+#include "base/log.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
 #include "runtime/exec/cuda_check.h"
-#include "runtime/log.h"
 #include "transport/heap.h"
 
 namespace weft::runtime {

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
 #include "runtime/exec/context.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 
 namespace weft::runtime {
 

@@ -3,9 +3,9 @@
 
 #include <string>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 
 namespace weft::runtime {
 

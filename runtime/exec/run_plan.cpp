@@ -7,6 +7,8 @@
 #include <memory>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
@@ -14,8 +16,6 @@
 #include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/reference_gemm.h"
 #include "runtime/exec/stream_ops.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::runtime {
 namespace {

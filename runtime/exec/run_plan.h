@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <string>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime {

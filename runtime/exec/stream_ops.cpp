@@ -7,7 +7,7 @@
 #include <cstring>
 #include <thread>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::runtime {
 

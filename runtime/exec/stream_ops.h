@@ -7,7 +7,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft::runtime {
 

@@ -5,14 +5,14 @@
 #include <cstring>
 #include <memory>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/exec/reference_gemm.h"
 #include "runtime/exec/stream_ops.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 
 namespace weft::runtime {
 namespace {

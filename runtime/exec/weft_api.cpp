@@ -1,14 +1,14 @@
 // The public API (runtime/weft.h) over the runtime: PMIx bootstrap, GPU binding, Context, Plan, ops.
 #include <cuda_runtime.h>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/machine.h"
 #include "runtime/exec/plan_exchange.h"
-#include "runtime/log.h"
-#include "runtime/params.h"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
 #include "runtime/weft.h"

@@ -30,15 +30,15 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "launcher/op_registry.h"
 #include "runtime/exec/device_data.h"
-#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
-#include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {

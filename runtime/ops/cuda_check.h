@@ -5,9 +5,9 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include "base/log.h"
+#include "base/status.h"
 #include "runtime/exec/cuda_check.h"
-#include "runtime/log.h"
-#include "runtime/status.h"
 
 #define WEFT_NCCL_CHECK(call)                                                                              \
   do {                                                                                                     \

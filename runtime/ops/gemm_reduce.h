@@ -11,12 +11,12 @@
 #include <utility>
 #include <vector>
 
+#include "base/roles.h"
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/rank_context.h"
 #include "kernels/gemm.h"
 #include "runtime/ops/op_harness.h"
-#include "runtime/roles.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {

@@ -10,13 +10,13 @@
 #include <memory>
 #include <vector>
 
+#include "base/roles.h"
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/rank_context.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_reduce_nodes.h"
 #include "kernels/gemm_reduce_nodes_plan.h"
-#include "runtime/roles.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 #include "transport/cuda_transport.h"
 #include "transport/transport.h"

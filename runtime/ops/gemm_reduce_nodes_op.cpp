@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/device_data.h"
-#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
 #include "runtime/ops/gemm_reduce_nodes.h"
 #include "runtime/ops/op_harness.h"
-#include "runtime/params.h"
 
 namespace weft::runtime::ops {
 namespace {

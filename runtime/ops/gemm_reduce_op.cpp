@@ -39,17 +39,17 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
 #include "launcher/op_registry.h"
 #include "runtime/exec/device_data.h"
-#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
-#include "runtime/params.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {

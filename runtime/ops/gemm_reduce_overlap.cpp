@@ -7,13 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "base/log.h"
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
-#include "runtime/log.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
-#include "runtime/params.h"
 
 namespace weft::runtime::ops {
 

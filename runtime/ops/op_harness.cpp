@@ -12,9 +12,9 @@
 #include <fstream>
 #include <thread>
 
-#include "runtime/log.h"
+#include "base/log.h"
+#include "base/params.h"
 #include "runtime/ops/cuda_check.h"
-#include "runtime/params.h"
 #include "runtime/tuner.h"
 #include "topology/topology.h"
 

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {

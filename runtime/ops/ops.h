@@ -1,9 +1,9 @@
 // The fused-op runners weftrun registers by op name (launcher/op_registry.h).
 #pragma once
 
+#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/rank_context.h"
-#include "runtime/status.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {

@@ -5,8 +5,8 @@
 #include <set>
 #include <string>
 
-#include "runtime/log.h"
-#include "runtime/params.h"
+#include "base/log.h"
+#include "base/params.h"
 
 using weft::Status;
 

@@ -9,7 +9,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >"$tmp/install.log"
 test -f "$tmp/prefix/include/weft/weft.h"
-test -f "$tmp/prefix/include/weft/runtime/status.h"
+test -f "$tmp/prefix/include/weft/base/status.h"
 cmake -S "$src/examples/ag_gemm_loop" -B "$tmp/ex" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure.log"
 cmake --build "$tmp/ex" >"$tmp/build.log"
 test -x "$tmp/ex/ag_gemm_loop"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/log.h"
+#include "base/log.h"
 #include "topology/topology.h"
 
 using weft::Status;

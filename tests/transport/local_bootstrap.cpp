@@ -15,7 +15,7 @@
 #include <mutex>
 #include <thread>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft::testing {
 namespace {

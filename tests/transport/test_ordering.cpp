@@ -6,8 +6,8 @@
 #include <random>
 #include <string>
 
+#include "base/log.h"
 #include "local_bootstrap.h"
-#include "runtime/log.h"
 #include "transport/heap.h"
 #include "transport/transport.h"
 

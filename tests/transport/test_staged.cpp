@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "base/log.h"
 #include "local_bootstrap.h"
-#include "runtime/log.h"
 #include "transport/heap.h"
 #include "transport/transport.h"
 

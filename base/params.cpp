@@ -1,5 +1,5 @@
 // The one table of WEFT_* environment parameters, and typed accessors that validate them.
-#include "runtime/params.h"
+#include "base/params.h"
 
 #include <strings.h>
 
@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/log.h"
+#include "base/log.h"
 
 namespace weft {
 namespace {

@@ -1,5 +1,5 @@
 // Logging implementation: one line per message to stderr, prefixed with host, pid and rank.
-#include "runtime/log.h"
+#include "base/log.h"
 
 #include <unistd.h>
 
@@ -11,7 +11,7 @@
 #include <mutex>
 #include <string>
 
-#include "runtime/status.h"
+#include "base/status.h"
 
 namespace weft {
 

@@ -1,4 +1,4 @@
-#include "runtime/signal_mode.h"
+#include "base/signal_mode.h"
 
 namespace weft::runtime {
 
