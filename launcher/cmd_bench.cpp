@@ -101,19 +101,8 @@ void add_bench_command(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
   sub->callback([opts, exit_code] {
-    std::string why;
-    switch (detect_role(&why)) {
-      case Role::kMisLaunched:
-        fprintf(stderr, "weftrun bench: %s\n", why.c_str());
-        *exit_code = 2;
-        return;
-      case Role::kRank:
-        *exit_code = run_rank(*opts);
-        return;
-      case Role::kLauncher:
-        *exit_code = run_launcher(*opts);
-        return;
-    }
+    *exit_code = dispatch_role(
+        "bench", [&] { return run_rank(*opts); }, [&] { return run_launcher(*opts); });
   });
 }
 

@@ -56,19 +56,8 @@ void add_exec_command(CLI::App& app, int* exit_code) {
   sub->add_flag("--oversubscribe", opts->oversubscribe, "allow more ranks per node than GPUs (for testing)");
   sub->add_option("program", opts->program, "-- PROGRAM ARGS...: what each rank runs")->required()->expected(-1);
   sub->callback([opts, exit_code] {
-    std::string why;
-    switch (detect_role(&why)) {
-      case Role::kMisLaunched:
-        fprintf(stderr, "weftrun exec: %s\n", why.c_str());
-        *exit_code = 2;
-        return;
-      case Role::kRank:
-        *exit_code = exec_rank(*opts);
-        return;
-      case Role::kLauncher:
-        *exit_code = exec_launcher(*opts);
-        return;
-    }
+    *exit_code = dispatch_role(
+        "exec", [&] { return exec_rank(*opts); }, [&] { return exec_launcher(*opts); });
   });
 }
 

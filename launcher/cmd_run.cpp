@@ -239,19 +239,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
   sub->add_flag("--oversubscribe", opts->oversubscribe,
                 "allow more ranks per node than GPUs (several ranks share a GPU: for testing)");
   sub->callback([opts, exit_code] {
-    std::string why;
-    switch (detect_role(&why)) {
-      case Role::kMisLaunched:
-        fprintf(stderr, "weftrun run: %s\n", why.c_str());
-        *exit_code = 2;
-        return;
-      case Role::kRank:
-        *exit_code = run_rank(*opts);
-        return;
-      case Role::kLauncher:
-        *exit_code = run_launcher(*opts);
-        return;
-    }
+    *exit_code = dispatch_role(
+        "run", [&] { return run_rank(*opts); }, [&] { return run_launcher(*opts); });
   });
 }
 

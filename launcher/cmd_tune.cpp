@@ -163,24 +163,17 @@ void add_tune_command(CLI::App& app, int* exit_code) {
   sub->add_option("-n,--ranks", opts->ranks, "ranks (default: the workload's layout)")->check(CLI::Range(1, kMaxRanks));
   sub->add_flag("--oversubscribe", opts->oversubscribe, "allow more ranks per node than GPUs (testing)");
   sub->callback([opts, exit_code] {
-    std::string why;
-    switch (detect_role(&why)) {
-      case Role::kMisLaunched:
-        fprintf(stderr, "weftrun tune: %s\n", why.c_str());
-        *exit_code = 2;
-        return;
-      case Role::kRank:
+    *exit_code = dispatch_role(
+        "tune",
+        [&] {
 #if defined(WEFT_HAVE_EXEC)
-        *exit_code = tune_rank(*opts);
+          return tune_rank(*opts);
 #else
-        fprintf(stderr, "weftrun tune: this build has no CUDA\n");
-        *exit_code = 1;
+          fprintf(stderr, "weftrun tune: this build has no CUDA\n");
+          return 1;
 #endif
-        return;
-      case Role::kLauncher:
-        *exit_code = tune_launcher(*opts);
-        return;
-    }
+        },
+        [&] { return tune_launcher(*opts); });
   });
 }
 

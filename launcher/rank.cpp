@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -37,6 +38,20 @@ Role detect_role(std::string* why) {
     return Role::kMisLaunched;
   }
   return Role::kLauncher;
+}
+
+int dispatch_role(const char* command, const std::function<int()>& as_rank, const std::function<int()>& as_launcher) {
+  std::string why;
+  switch (detect_role(&why)) {
+    case Role::kMisLaunched:
+      fprintf(stderr, "weftrun %s: %s\n", command, why.c_str());
+      return 2;
+    case Role::kRank:
+      return as_rank();
+    case Role::kLauncher:
+      return as_launcher();
+  }
+  return 2;
 }
 
 Status start_rank(RankContext* ctx, std::unique_ptr<bootstrap::PmixBootstrap>* boot) {

@@ -1,6 +1,7 @@
 // A rank's entry: how weftrun knows it is a rank, connects to its PMIx server and binds its GPU.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,11 @@ enum class Role {
 };
 // `why` (kMisLaunched) says what was seen and how to launch instead.
 Role detect_role(std::string* why);
+
+// The one way a subcommand acts on how it was started: as a rank (a PMIx server started it), as the
+// launcher of its own ranks, or refused (exit 2, "weftrun COMMAND: why") when mis-launched. Returns
+// the exit code.
+int dispatch_role(const char* command, const std::function<int()>& as_rank, const std::function<int()>& as_launcher);
 
 // Connects to the PMIx server (bounded by WEFT_BOOTSTRAP_TIMEOUT), fills ctx (identity, launch
 // path) and binds the GPU of local rank % device count when CUDA sees one.

@@ -49,6 +49,47 @@ struct DeviceBuffers {
   }
 };
 
+// The calls of `run` (warm-up, then timed with events around each call), bounded, then one more
+// call with a fresh launch record for the plan as executed. Outputs poisoned before that call.
+template <class Op>
+Status call_and_time(Context& ctx, Op& op, const char* what, const RunSpec& run, const bf16* a, const bf16* b, bf16* c,
+                     int64_t c_elems, cudaStream_t s, RunReport* out) {
+  double timeout = 10;
+  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
+  const int calls = run.warmup + run.iters;
+  std::vector<cudaEvent_t> ev(size_t(2 * run.iters), nullptr);
+  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
+  Status st = Status::kOk;
+  for (int i = 0; i < calls && st == Status::kOk; ++i) {
+    const int t = i - run.warmup;
+    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t)], s));
+    st = op.run(a, b, c, s);
+    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t + 1)], s));
+  }
+  Op* raw = &op;
+  if (st == Status::kOk)
+    st = sync_bounded(s, timeout * (calls + 1), (std::string(what) + " calls").c_str(), [raw] { raw->unstick(); });
+  if (st != Status::kOk) {
+    ctx.abort(std::string(what) + " failed: " + to_string(st));
+    return st;
+  }
+  std::vector<double> ms;
+  for (int t = 0; t < run.iters; ++t) {
+    float x = 0;
+    WEFT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * t)], ev[size_t(2 * t + 1)]));
+    ms.push_back(x);
+  }
+  for (auto& e : ev) cudaEventDestroy(e);
+  std::sort(ms.begin(), ms.end());
+  out->ms_median = ms.empty() ? 0 : ms[ms.size() / 2];
+  WEFT_CHECK(op.clear_launch_record());
+  WEFT_CHECK(poison_bf16(c, c_elems, s));
+  WEFT_CHECK(op.run(a, b, c, s));
+  WEFT_CHECK(
+      sync_bounded(s, timeout + 1, (std::string(what) + " executed-plan call").c_str(), [raw] { raw->unstick(); }));
+  return op.executed_plan(&out->executed);
+}
+
 Status run_ag_gemm(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* out) {
   std::unique_ptr<AgGemmOp> op;
   WEFT_CHECK(AgGemmOp::create(ctx, plan, &op));
@@ -68,40 +109,7 @@ Status run_ag_gemm(Context& ctx, const Plan& plan, const RunSpec& run, RunReport
   WEFT_CHECK(fill_random_bf16(b, n * k, seed + 1, rank, 1.0f, s));
   WEFT_CHECK(poison_bf16(c, m * n, s));
 
-  double timeout = 10;
-  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
-  const int calls = run.warmup + run.iters;
-  std::vector<cudaEvent_t> ev(size_t(2 * run.iters), nullptr);
-  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
-  Status st = Status::kOk;
-  for (int i = 0; i < calls && st == Status::kOk; ++i) {
-    const int t = i - run.warmup;
-    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t)], s));
-    st = op->run(a, b, c, s);
-    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t + 1)], s));
-  }
-  AgGemmOp* raw = op.get();
-  if (st == Status::kOk) st = sync_bounded(s, timeout * (calls + 1), "ag_gemm calls", [raw] { raw->unstick(); });
-  if (st != Status::kOk) {
-    ctx.abort("ag_gemm failed: " + std::string(to_string(st)));
-    return st;
-  }
-  std::vector<double> ms;
-  for (int t = 0; t < run.iters; ++t) {
-    float x = 0;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * t)], ev[size_t(2 * t + 1)]));
-    ms.push_back(x);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  out->ms_median = ms.empty() ? 0 : ms[ms.size() / 2];
-
-  // The plan as executed: one more call with a fresh record.
-  WEFT_CHECK(op->clear_launch_record());
-  WEFT_CHECK(poison_bf16(c, m * n, s));
-  WEFT_CHECK(op->run(a, b, c, s));
-  WEFT_CHECK(sync_bounded(s, timeout + 1, "ag_gemm executed-plan call", [raw] { raw->unstick(); }));
-  WEFT_CHECK(op->executed_plan(&out->executed));
+  WEFT_CHECK(call_and_time(ctx, *op, "ag_gemm", run, a, b, c, m * n, s, out));
 
   if (run.validate) {
     // Every shard regenerated from its source rank's seed: a shard from the wrong rank differs.
@@ -146,38 +154,7 @@ Status run_gemm_reduce(Context& ctx, const Plan& plan, const RunSpec& run, RunRe
   WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, s));
   WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, s));
   WEFT_CHECK(poison_bf16(c, c_rows * n, s));
-  double timeout = 10;
-  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
-  const int calls = run.warmup + run.iters;
-  std::vector<cudaEvent_t> ev(size_t(2 * run.iters), nullptr);
-  for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
-  Status st = Status::kOk;
-  for (int i = 0; i < calls && st == Status::kOk; ++i) {
-    const int t = i - run.warmup;
-    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t)], s));
-    st = op->run(a, b, c, s);
-    if (t >= 0) WEFT_CUDA_CHECK(cudaEventRecord(ev[size_t(2 * t + 1)], s));
-  }
-  GemmReduceOp* raw = op.get();
-  if (st == Status::kOk) st = sync_bounded(s, timeout * (calls + 1), "gemm_reduce calls", [raw] { raw->unstick(); });
-  if (st != Status::kOk) {
-    ctx.abort("gemm_reduce failed: " + std::string(to_string(st)));
-    return st;
-  }
-  std::vector<double> ms;
-  for (int t = 0; t < run.iters; ++t) {
-    float x = 0;
-    WEFT_CUDA_CHECK(cudaEventElapsedTime(&x, ev[size_t(2 * t)], ev[size_t(2 * t + 1)]));
-    ms.push_back(x);
-  }
-  for (auto& e : ev) cudaEventDestroy(e);
-  std::sort(ms.begin(), ms.end());
-  out->ms_median = ms.empty() ? 0 : ms[ms.size() / 2];
-  WEFT_CHECK(op->clear_launch_record());
-  WEFT_CHECK(poison_bf16(c, c_rows * n, s));
-  WEFT_CHECK(op->run(a, b, c, s));
-  WEFT_CHECK(sync_bounded(s, timeout + 1, "gemm_reduce executed-plan call", [raw] { raw->unstick(); }));
-  WEFT_CHECK(op->executed_plan(&out->executed));
+  WEFT_CHECK(call_and_time(ctx, *op, "gemm_reduce", run, a, b, c, c_rows * n, s, out));
   if (run.validate) {
     bf16 *a_full = nullptr, *b_full = nullptr, *part = nullptr, *c_ref = nullptr;
     WEFT_CHECK(buf.alloc(m * k, &a_full));
