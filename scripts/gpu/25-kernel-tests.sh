@@ -20,7 +20,11 @@ for t in test_reduce_epilogue test_small_reduce test_piece_push test_ag_gemm_fus
       echo "FAIL    $t: skipped on a GPU machine ($t.log)" >>"$SUMMARY"
       rc=1
     else
-      echo "PASS    $t: $(grep -o 'assertions:.*' "$log" | tail -1)" >>"$SUMMARY"
+      note=""
+      # test_ag_gemm_fused puts its 4 ranks on the GPUs there are: with fewer, peers share a GPU.
+      [ "$t" = test_ag_gemm_fused ] && [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -lt 4 ] &&
+        note=" (ranks share GPUs: NVLink not exercised)"
+      echo "PASS    $t: $(grep -o 'assertions:.*' "$log" | tail -1)$note" >>"$SUMMARY"
     fi
   else
     echo "FAIL    $t ($t.log)" >>"$SUMMARY"

@@ -20,7 +20,11 @@ if (cd "$BUILD" && ctest -R '^test_transport_gpu$' --output-on-failure) >"$OUTDI
   if grep -q "Skipped\|SKIPPED" "$OUTDIR/transport-gpu-test.log"; then
     row "FAIL transport gpu test: skipped on a GPU machine (transport-gpu-test.log)"; rc=1
   else
-    row "PASS transport gpu test: device FIFO pushes, socket 2x2 emulated nodes, NVLink peers, 3 signal modes"
+    if [ "$(nvidia-smi -L 2>/dev/null | grep -c GPU)" -ge 4 ]; then
+      row "PASS transport gpu test: device FIFO pushes, socket 2x2 emulated nodes, NVLink peers, 3 signal modes"
+    else  # the test's 4 ranks share the GPUs: the peer copies stay on one GPU
+      row "PASS transport gpu test: device FIFO pushes, socket 2x2 emulated nodes, 3 signal modes (ranks share GPUs: NVLink not exercised)"
+    fi
   fi
 else
   row "FAIL transport gpu test (transport-gpu-test.log)"; rc=1
