@@ -160,10 +160,15 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       read(sh, "seq", &p.attention.seq), read(sh, "heads", &p.attention.heads);
       read(sh, "head_dim", &p.attention.head_dim), read(sh, "causal", &p.attention.causal);
     }
+    const int64_t kMaxDim = int64_t(1) << 24;  // a tensor side; the product is bounded by the heap below
+    for (int64_t v : {p.gemm.m, p.gemm.n, p.gemm.k, p.moe.tokens, p.moe.hidden, p.moe.ffn, p.moe.experts, p.moe.topk,
+                      p.attention.seq, p.attention.heads, p.attention.head_dim})
+      if (v < 0 || v > kMaxDim) throw std::invalid_argument("sizes must be from 0 to 2^24");
     at = "layout";
     const auto& l = j.at("layout");
     read(l, "nodes", &p.nodes), read(l, "gpus_per_node", &p.gpus_per_node), read(l, "world_size", &p.world_size);
-    if (p.nodes < 1 || p.gpus_per_node < 1 || p.world_size != p.nodes * p.gpus_per_node)
+    if (p.nodes < 1 || p.gpus_per_node < 1 || p.nodes > 65536 || p.gpus_per_node > 64 ||
+        p.world_size != p.nodes * p.gpus_per_node)
       throw std::invalid_argument("world_size must be nodes x gpus_per_node");
     // `weftrun plan --json` keeps these two under "machine".
     const nlohmann::json& machine = j.contains("machine") ? j.at("machine") : j;
@@ -184,18 +189,24 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("counts must be >= 0 and sum to at most 1024");
     at = "tiles";
     read(j.at("tiles"), "m", &p.tile_m), read(j.at("tiles"), "n", &p.tile_n), read(j.at("tiles"), "k", &p.tile_k);
+    if (p.tile_m < 1 || p.tile_n < 1 || p.tile_k < 1 || p.tile_m > 1024 || p.tile_n > 1024 || p.tile_k > 1024)
+      throw std::invalid_argument("tile sides from 1 to 1024");
     at = "execution";
     const auto& e = j.at("execution");
     read(e, "variant", &p.exec.variant), read(e, "sm_mover", &p.exec.sm_mover);
     read(e, "copy_chunks", &p.exec.copy_chunks), read(e, "cluster", &p.exec.cluster);
     read(e, "group_m", &p.exec.group_m), read(e, "capturable", &p.exec.capturable);
     read(e, "reduce_blocks", &p.exec.reduce_blocks);
+    if (p.exec.copy_chunks < 1 || p.exec.copy_chunks > 1024 || p.exec.cluster < 1 || p.exec.cluster > 2 ||
+        p.exec.group_m < 1 || p.exec.group_m > 1024)
+      throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
     read(e, "executable", &p.exec.executable), read(e, "not_executable", &p.exec.not_executable);
     at = "heap";
     const auto& h = j.at("heap");
     read(h, "bytes", &p.heap_bytes);
+    if (p.heap_bytes > (uint64_t(1) << 40)) throw std::invalid_argument("bytes: at most 1 TiB");
     at = "heap.regions";
     const auto& regions = h.at("regions");
     if (!regions.is_array() || regions.size() > 64) throw std::invalid_argument("expected at most 64 regions");

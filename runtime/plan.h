@@ -9,6 +9,10 @@
 #include "base/roles.h"
 #include "runtime/workload.h"
 
+namespace weft::kernels {
+struct LaunchRecord;
+}
+
 namespace weft::runtime {
 
 // Who moves the bytes between the GPUs of a node: intra_comm SMs (loads and stores through the
@@ -113,6 +117,11 @@ uint64_t plan_hash(const Plan& plan);
 // runs and its heap layout, or exec.executable = false with the reason as "file:line:col: key: what"
 // (a dtype or an op this build cannot run, a shape the kernels refuse).
 void plan_execution(const Workload& w, Plan* plan);
+
+// The part of a plan the launches themselves say (kernels/frame.cuh's record, read back after they
+// completed): role counts per launch and CTAs per cluster. Sets *why and returns false when nothing
+// was recorded or the blocks that started do not add up to the grid.
+bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* plan, std::string* why);
 
 // The plans `weftrun tune` measures for a problem: the model's plan first, then the variants and
 // role splits the op can run (AllGather+GEMM on one node: the copy engines on every SM, on the

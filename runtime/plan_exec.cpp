@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "kernels/frame.cuh"
 #include "kernels/tile_scheduler.h"
 #include "runtime/plan.h"
 
@@ -126,6 +127,25 @@ void plan_execution(const Workload& w, Plan* p) {
     case Op::kRingAttention:
       return refuse(p, w.error_at("op", "ring_attention is not built yet (planned only)"));
   }
+}
+
+bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string* why) {
+  if (rec.launches < 1) {
+    *why = "no launch recorded since the record was cleared";
+    return false;
+  }
+  RoleCounts r;
+  r.compute = rec.blocks[int(Role::kCompute)] / rec.launches;
+  r.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
+  r.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
+  r.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
+  if (r.total() != rec.grid) {
+    *why = "the grid had " + std::to_string(rec.grid) + " blocks, " + std::to_string(r.total()) + " started per launch";
+    return false;
+  }
+  p->roles = r;
+  p->exec.cluster = rec.cluster;
+  return true;
 }
 
 std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus) {

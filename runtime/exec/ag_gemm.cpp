@@ -5,6 +5,7 @@
 #include <string>
 
 #include "base/log.h"
+#include "base/params.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
@@ -123,8 +124,12 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
 }
 
 AgGemmOp::~AgGemmOp() {
+  // The last call's work, bounded: its stream waits are released past WEFT_DEVICE_TIMEOUT (a peer
+  // that never came), while the watchdog still knows this op.
+  if (join_)
+    event_wait_bounded(join_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm's last call",
+                       [this] { unstick(); });
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
-  if (join_) cudaEventSynchronize(join_);
   if (copy_) cudaStreamSynchronize(copy_), cudaStreamDestroy(copy_);
   if (side_) cudaStreamDestroy(side_);
   if (fork_) cudaEventDestroy(fork_);
@@ -284,19 +289,12 @@ Status AgGemmOp::clear_launch_record() {
 Status AgGemmOp::executed_plan(Plan* out) const {
   kernels::LaunchRecord rec{};
   WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
-  if (rec.launches < 1) {
-    WEFT_WARN(kKernel, "rank %d: ag_gemm: no launch recorded since the record was cleared", rank_);
+  Plan p = plan_;
+  std::string why;
+  if (!apply_launch_record(rec, &p, &why)) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm: %s", rank_, why.c_str());
     return Status::kNotFound;
   }
-  Plan p = plan_;
-  p.roles.compute = rec.blocks[int(Role::kCompute)] / rec.launches;
-  p.roles.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
-  p.roles.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
-  p.roles.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
-  if (p.roles.total() != rec.grid)
-    WEFT_WARN(kKernel, "rank %d: ag_gemm: the grid had %d blocks, %d started per launch", rank_, rec.grid,
-              p.roles.total());
-  p.exec.cluster = rec.cluster;
   p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kAgGemmFused) ? "sm_movers"
                    : rec.kernel == int32_t(kernels::KernelKind::kGemm)      ? "copy_engine"
                                                                             : "unknown";

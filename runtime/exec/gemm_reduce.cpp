@@ -2,9 +2,11 @@
 #include "runtime/exec/gemm_reduce.h"
 
 #include "base/log.h"
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/stream_ops.h"
 #include "transport/heap.h"
 
 namespace weft::runtime {
@@ -79,8 +81,12 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
 }
 
 GemmReduceOp::~GemmReduceOp() {
+  if (done_) {
+    event_wait_bounded(done_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "gemm_reduce's last call",
+                       [this] { unstick(); });
+    cudaEventDestroy(done_);
+  }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
-  if (done_) cudaEventSynchronize(done_), cudaEventDestroy(done_);
   if (side_) cudaStreamDestroy(side_);
   if (record_) cudaFree(record_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
@@ -164,13 +170,12 @@ Status GemmReduceOp::clear_launch_record() {
 Status GemmReduceOp::executed_plan(Plan* out) const {
   kernels::LaunchRecord rec{};
   WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
-  if (rec.launches < 1) return Status::kNotFound;
   Plan p = plan_;
-  p.roles.compute = rec.blocks[int(Role::kCompute)] / rec.launches;
-  p.roles.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
-  p.roles.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
-  p.roles.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
-  p.exec.cluster = rec.cluster;
+  std::string why;
+  if (!apply_launch_record(rec, &p, &why)) {
+    WEFT_WARN(kKernel, "rank %d: gemm_reduce: %s", rank_, why.c_str());
+    return Status::kNotFound;
+  }
   p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kGemm) ? "peer" : "unknown";
   p.heap = regions_;
   p.heap_bytes = arena_bytes_;

@@ -120,12 +120,17 @@ Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops) {
   return Status::kOk;
 }
 
-Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick) {
+namespace {
+
+// Polls `query` (cudaStreamQuery / cudaEventQuery) until it is done, at most timeout_s; past that
+// calls `unstick` and waits 10 s more.
+Status wait_bounded(const std::function<cudaError_t()>& query, double timeout_s, const char* what,
+                    const std::function<void()>& unstick) {
   auto start = std::chrono::steady_clock::now();
   auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   bool unstuck = false;
   for (;;) {
-    cudaError_t e = cudaStreamQuery(s);
+    cudaError_t e = query();
     if (e == cudaSuccess) break;
     if (e != cudaErrorNotReady) {
       WEFT_WARN(kKernel, "%s failed on the device: %s", what, cudaGetErrorString(e));
@@ -147,6 +152,16 @@ Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const st
     return Status::kTimeout;
   }
   return Status::kOk;
+}
+
+}  // namespace
+
+Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick) {
+  return wait_bounded([s] { return cudaStreamQuery(s); }, timeout_s, what, unstick);
+}
+
+Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, const std::function<void()>& unstick) {
+  return wait_bounded([e] { return cudaEventQuery(e); }, timeout_s, what, unstick);
 }
 
 }  // namespace weft::runtime

@@ -5,8 +5,10 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "kernels/frame.cuh"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
 #include "runtime/workload.h"
@@ -212,4 +214,36 @@ TEST_CASE("a malformed plan is refused with the key named") {
   bad.replace(at, 10, "\"offset\":999999999999");
   CHECK(parse_executed_json(bad, &p, &err) == Status::kInvalidArgument);
   CHECK(err.find("ends past heap.bytes") != std::string::npos);
+  // Values a plan file could carry that no op may be created from.
+  for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"\"m\":8192", "\"m\":-512", "plan: shape:"},
+           {"\"cluster\":1", "\"cluster\":7", "plan: execution:"},
+           {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"}}) {
+    bad = good;
+    const size_t at2 = bad.find(from);
+    REQUIRE_MESSAGE(at2 != std::string::npos, from);
+    bad.replace(at2, from.size(), to);
+    CHECK(parse_executed_json(bad, &p, &err) == Status::kInvalidArgument);
+    CHECK_MESSAGE(err.rfind(key, 0) == 0, err);
+  }
+}
+
+TEST_CASE("the launch record gives the roles and cluster a launch ran with, or says why not") {
+  Plan p = plan_for(parse(ag()));
+  weft::kernels::LaunchRecord rec{};
+  std::string why;
+  CHECK(!apply_launch_record(rec, &p, &why));
+  CHECK(why.find("no launch recorded") != std::string::npos);
+  rec.launches = 3;
+  rec.grid = 128;
+  rec.cluster = 2;
+  rec.blocks[int(weft::Role::kCompute)] = 3 * 120;
+  rec.blocks[int(weft::Role::kIntraComm)] = 3 * 8;
+  REQUIRE(apply_launch_record(rec, &p, &why));
+  CHECK(p.roles.compute == 120);
+  CHECK(p.roles.intra_comm == 8);
+  CHECK(p.exec.cluster == 2);
+  rec.grid = 132;  // 4 blocks never started
+  CHECK(!apply_launch_record(rec, &p, &why));
+  CHECK(why.find("the grid had 132 blocks, 128 started") != std::string::npos);
 }
