@@ -30,7 +30,7 @@ struct TuneOptions {
   bool oversubscribe = false;
 };
 
-bool shares(const TuneOptions& o, const runtime::Workload& wl) {
+[[maybe_unused]] bool shares(const TuneOptions& o, const runtime::Workload& wl) {
   const int ranks = o.ranks > 0 ? o.ranks : wl.world_size(), gpus = visible_gpu_count();
   return o.oversubscribe && gpus > 0 && ranks / std::max(1, wl.layout.nodes) > gpus;
 }
