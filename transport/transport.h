@@ -51,6 +51,8 @@ class Transport {
   int world_size() const { return size_; }
   int channels() const { return static_cast<int>(fifos_.size()); }
   const std::string& backend_name() const { return backend_name_; }
+  // How the backend keeps a fenced signal behind earlier puts (NetBackend::ordering(); "" if it does not say).
+  std::string ordering() const { return backends_.empty() ? std::string() : backends_[0]->ordering(); }
   SignalMode signal_mode() const { return mode_; }
   double timeout_s() const { return timeout_s_; }
   const Region& heap() const { return heap_; }
