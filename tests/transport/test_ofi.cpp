@@ -37,7 +37,9 @@ bool have_provider() {
   return false;
 }
 
-uint8_t byte_of(int src, int round, uint64_t i) { return static_cast<uint8_t>(src * 37 + round * 11 + i * 7 + (i >> 9)); }
+uint8_t byte_of(int src, int round, uint64_t i) {
+  return static_cast<uint8_t>(src * 37 + round * 11 + i * 7 + (i >> 9));
+}
 
 // 3 ranks, every one sends every peer blocks of several sizes (two puts and a signal each) and
 // checks what arrives; `ordering` receives rank 0's ordering line.
@@ -64,8 +66,8 @@ Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string
       if (d == me) continue;
       const uint64_t half = size / 2;
       WEFT_CHECK(t->put(0, d, d * kBlock, recv0 + me * kBlock, half));
-      WEFT_CHECK(t->put_signal(0, d, d * kBlock + half, recv0 + me * kBlock + half, size - half, flags0 + 8 * me,
-                               round));
+      WEFT_CHECK(
+          t->put_signal(0, d, d * kBlock + half, recv0 + me * kBlock + half, size - half, flags0 + 8 * me, round));
     }
     for (int s = 0; s < n; ++s) {
       if (s == me) continue;
