@@ -7,6 +7,9 @@
 // FI_DELIVERY_COMPLETE completions (ofi_plan.h decides which). Every libfabric call happens on the
 // thread that owns the backend; poll() and wait_activity() read the completion queue, which also
 // drives progress for providers with manual progress.
+//
+// Device heaps go through host staging (ofi_stage.h): fi_writedata into the peer's receive stage,
+// whose proxy copies each slot in with the copy hooks, in sequence order, before any later signal.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -25,6 +28,7 @@
 #include "base/params.h"
 #include "transport/net_backend.h"
 #include "transport/ofi_plan.h"
+#include "transport/ofi_stage.h"
 
 namespace weft::transport {
 namespace {
@@ -34,26 +38,33 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 constexpr uint32_t kApiVersion = FI_VERSION(1, 9);
 constexpr size_t kOpsPerPeer = 256;      // posted to libfabric, not completed, per peer
 constexpr size_t kQueuedPerPeer = 1024;  // accepted from the proxy, not yet posted, per peer
-constexpr int kRecvSlots = 32;           // hello receives kept posted
+constexpr int kRecvSlots = 32;           // control-message receives kept posted
 constexpr size_t kMsgBytes = 64;
-constexpr uint32_t kHelloMagic = 0x4f544657u;   // "WFTO"
-constexpr uint64_t kHeapKey = 1, kCtrlKey = 2;  // requested keys where the provider does not choose them
+constexpr uint32_t kHelloMagic = 0x4f544657u;                  // "WFTO"
+constexpr uint32_t kCreditMagic = 0x43544657u;                 // "WFTC"
+constexpr uint64_t kHeapKey = 1, kCtrlKey = 2, kStageKey = 3;  // requested keys where the provider does not choose
+constexpr uint32_t kStageSlots = 8;                            // device heaps: slots per peer and direction
+constexpr uint32_t kStageSlotBytes = 256u << 10;
 
-struct Hello {
+// Control messages (the hello at connect, staging credits), one receive buffer each.
+struct CtrlMsg {
   uint32_t magic;
   int32_t rank;
   int32_t channel;
   uint32_t reserved;
   uint64_t secret;
+  uint64_t value;  // credits: stage slots consumed in all
 };
+static_assert(sizeof(CtrlMsg) <= kMsgBytes, "a control message fits a receive buffer");
 
 // One libfabric operation in flight. `ctx` comes first: a completion hands back its address.
 struct Ctx {
   fi_context2 ctx;
-  enum Kind : uint8_t { kFree, kPut, kSignal, kHelloSend, kHelloRecv } kind = kFree;
+  enum Kind : uint8_t { kFree, kPut, kSignal, kHelloSend, kHelloRecv, kCreditSend } kind = kFree;
   bool delivery = false;  // posted with FI_DELIVERY_COMPLETE; fenced signals to `peer` wait for it
   int peer = -1;
-  int op = -1;  // index into ops_ (puts and signals)
+  int op = -1;          // index into ops_ (puts and signals); the receive slot (receives)
+  int stage_slot = -1;  // staged writes: the send stage slot it reads
 };
 
 // A post the proxy made: reported done once its last write completed.
@@ -82,7 +93,7 @@ fi_info* make_hints(const std::string& provider, bool fence, bool waw, int virt_
   fi_info* h = fi_allocinfo();
   if (!h) return nullptr;
   h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND | FI_RECV | (fence ? FI_FENCE : 0);
-  h->mode = FI_CONTEXT | FI_CONTEXT2;
+  h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;  // receives stay posted: remote CQ data may take them
   h->ep_attr->type = FI_EP_RDM;
   h->domain_attr->mr_mode =
       FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (virt_addr_switch == 0 ? 0 : FI_MR_VIRT_ADDR);
@@ -134,16 +145,18 @@ class OfiBackend final : public NetBackend {
         outstanding_(c.size, 0),
         delivering_(c.size, 0),
         last_progress_s_(c.size, 0),
-        hello_from_(c.size, false) {}
+        hello_from_(c.size, false),
+        senders_(c.size),
+        receivers_(c.size),
+        credit_in_flight_(c.size, false) {}
   ~OfiBackend() override { release(); }
   const char* name() const override { return "ofi"; }
 
   Status register_region(const Region& r) override {
-    if (r.kind != MemKind::kHost)
-      return fail(Status::kUnsupported,
-                  "device-memory heaps are not served yet (neither FI_HMEM registration nor host staging is "
-                  "implemented); use the socket backend for GPU heaps");
+    if (r.kind == MemKind::kDevice && !(cfg_.copy_hooks.to_region && cfg_.copy_hooks.from_region))
+      return fail(Status::kInvalidArgument, "a device-memory heap needs the copy hooks (weft_transport_cuda)");
     region_ = r;
+    staged_ = r.kind == MemKind::kDevice;
     return open();
   }
 
@@ -159,9 +172,17 @@ class OfiBackend final : public NetBackend {
     if (rc) return fail(Status::kSystemError, "fi_getname: " + fi_error(rc));
     info.addr.resize(len);
     info.provider = info_->fabric_attr->prov_name;
-    info.heap_base = virt_addr_ ? reinterpret_cast<uint64_t>(region_.base) : 0;
-    info.heap_key = fi_mr_key(heap_mr_);
-    if (info.heap_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "the heap's key is not available");
+    if (staged_) {
+      info.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stage_) : 0;
+      info.stage_key = fi_mr_key(stage_mr_);
+      info.stage_slots = kStageSlots;
+      info.stage_slot_bytes = kStageSlotBytes;
+      if (info.stage_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "the stage's key is not available");
+    } else {
+      info.heap_base = virt_addr_ ? reinterpret_cast<uint64_t>(region_.base) : 0;
+      info.heap_key = fi_mr_key(heap_mr_);
+      if (info.heap_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "the heap's key is not available");
+    }
     *out = info;
     return Status::kOk;
   }
@@ -177,15 +198,25 @@ class OfiBackend final : public NetBackend {
       return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " opened provider '" + oi->provider +
                                                 "', this rank '" + info_->fabric_attr->prov_name +
                                                 "' (set WEFT_OFI_PROVIDER alike on every rank)");
-    if (virt_addr_ != (oi->heap_base != 0))
+    if (staged_ != (oi->stage_slots != 0))
+      return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + "'s heap is " +
+                                                (oi->stage_slots ? "device" : "host") + " memory, this rank's " +
+                                                (staged_ ? "device" : "host") + " memory: ofi needs every rank alike");
+    if (staged_ ? (oi->stage_slots != kStageSlots || oi->stage_slot_bytes != kStageSlotBytes ||
+                   virt_addr_ != (oi->stage_base != 0))
+                : virt_addr_ != (oi->heap_base != 0))
       return fail(Status::kProtocolError, "rank " + std::to_string(peer) + " addresses its heap differently");
     fi_addr_t addr = FI_ADDR_UNSPEC;
     int rc = fi_av_insert(av_, oi->addr.data(), 1, &addr, 0, nullptr);
     if (rc != 1)
       return fail(Status::kSystemError, "fi_av_insert for rank " + std::to_string(peer) + ": " + fi_error(rc));
-    peers_[peer] = {addr, oi->heap_base, oi->heap_key, true};
+    peers_[peer] = {addr, oi->heap_base, oi->heap_key, oi->stage_base, oi->stage_key, true};
+    if (staged_) {
+      senders_[peer] = StageSender(kStageSlots);
+      receivers_[peer] = StageReceiver(kStageSlots);
+    }
 
-    Hello h{kHelloMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret};
+    CtrlMsg h{kHelloMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, 0};
     char* buf = ctrl_ + hello_send_offset();
     memcpy(buf, &h, sizeof h);
     Ctx* c = take_ctx(Ctx::kHelloSend, peer, -1);
@@ -251,8 +282,10 @@ class OfiBackend final : public NetBackend {
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
     WEFT_CHECK(drain());
-    for (int p = 0; p < cfg_.size; ++p)
+    for (int p = 0; p < cfg_.size; ++p) {
       if (!queues_[p].empty()) WEFT_CHECK(issue(p));
+      if (staged_ && receivers_[p].credit_due()) WEFT_CHECK(send_credit(p));
+    }
     done->insert(done->end(), done_.begin(), done_.end());
     done_.clear();
     return check_stuck();
@@ -288,12 +321,16 @@ class OfiBackend final : public NetBackend {
   }
 
   std::string error_message() const override { return error_; }
-  std::string ordering() const override { return info_ ? to_string(ordering_) : ""; }
+  std::string ordering() const override {
+    if (!info_) return "";
+    return staged_ ? "host staging, applied in sequence by the receiving proxy" : to_string(ordering_);
+  }
 
  private:
   struct Peer {
     fi_addr_t addr = FI_ADDR_UNSPEC;
     uint64_t heap_base = 0, heap_key = 0;
+    uint64_t stage_base = 0, stage_key = 0;
     bool connected = false;
   };
 
@@ -382,15 +419,37 @@ class OfiBackend final : public NetBackend {
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
-    ctxs_.resize(kOpsPerPeer * cfg_.size + kRecvSlots + 1);
+    ctxs_.resize(kOpsPerPeer * cfg_.size + cfg_.size + kRecvSlots + 1);  // + credits, receives, the hello
     free_ctx_.clear();
     for (size_t i = ctxs_.size() - kRecvSlots; i-- > 0;) free_ctx_.push_back(static_cast<int>(i));
-    ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1);
+    ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + cfg_.size);
     ctrl_storage_.assign(ctrl_bytes_ + 64, 0);
     ctrl_ = ctrl_storage_.data() + (64 - reinterpret_cast<uintptr_t>(ctrl_storage_.data()) % 64) % 64;
-    WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
+    if (staged_) {
+      if (info_->domain_attr->cq_data_size < 4 || cfg_.size > 0xffff)
+        return fail(Status::kUnsupported,
+                    "staging a device heap needs 4 bytes of remote CQ data and at most 65535 "
+                    "ranks (the provider offers " +
+                        std::to_string(info_->domain_attr->cq_data_size) + " bytes)");
+      if (info_->caps & FI_HMEM)
+        WEFT_INFO(kNet, "rank %d channel %d: the provider offers FI_HMEM; weft stages through host memory still",
+                  cfg_.rank, cfg_.channel);
+      stage_bytes_ = 2ull * cfg_.size * kStageSlots * kStageSlotBytes;  // receive stages, then send stages
+      if (cfg_.copy_hooks.alloc_host)
+        stage_ = static_cast<char*>(cfg_.copy_hooks.alloc_host(cfg_.copy_hooks.ctx, stage_bytes_));
+      if (!stage_) {
+        stage_storage_.assign(stage_bytes_, 0);
+        stage_ = stage_storage_.data();
+      } else {
+        stage_pinned_ = true;
+      }
+      WEFT_CHECK(reg(stage_, stage_bytes_, FI_WRITE | FI_REMOTE_WRITE, kStageKey, &stage_mr_, "the staging buffers"));
+      stage_desc_ = mr_local_ ? fi_mr_desc(stage_mr_) : nullptr;
+    } else {
+      WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
+    }
     WEFT_CHECK(reg(ctrl_, ctrl_bytes_, FI_WRITE | FI_SEND | FI_RECV, kCtrlKey, &ctrl_mr_, "the control block"));
-    heap_desc_ = mr_local_ ? fi_mr_desc(heap_mr_) : nullptr;
+    heap_desc_ = mr_local_ && heap_mr_ ? fi_mr_desc(heap_mr_) : nullptr;
     ctrl_desc_ = mr_local_ ? fi_mr_desc(ctrl_mr_) : nullptr;
     for (int i = 0; i < kRecvSlots; ++i) WEFT_CHECK(post_recv(i));
     WEFT_INFO(kNet,
@@ -414,8 +473,15 @@ class OfiBackend final : public NetBackend {
     return Status::kOk;
   }
 
+  // Control block: 8 bytes per context (signal values), the hello, the receive buffers, a credit
+  // message per peer.
   size_t hello_send_offset() const { return ctxs_.size() * 8; }
   char* recv_buf(int slot) { return ctrl_ + hello_send_offset() + kMsgBytes * (slot + 1); }
+  char* credit_buf(int peer) { return ctrl_ + hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + peer); }
+  char* recv_stage(int sender, uint32_t slot) {
+    return stage_ + (static_cast<uint64_t>(sender) * kStageSlots + slot) * kStageSlotBytes;
+  }
+  char* send_stage(int peer, uint32_t slot) { return recv_stage(cfg_.size + peer, slot); }
 
   Status post_recv(int slot) {
     Ctx* c = &ctxs_[ctxs_.size() - 1 - slot];  // receives own the last contexts
@@ -434,6 +500,7 @@ class OfiBackend final : public NetBackend {
     c->peer = peer;
     c->op = op;
     c->delivery = false;
+    c->stage_slot = -1;
     return c;
   }
   void give_ctx(Ctx* c) {
@@ -461,6 +528,7 @@ class OfiBackend final : public NetBackend {
 
   // Hands the peer's queued work to libfabric in order, as far as ordering and room allow.
   Status issue(int peer) {
+    if (staged_) return issue_staged(peer);
     auto& q = queues_[peer];
     const Peer& pr = peers_[peer];
     while (!q.empty()) {
@@ -520,6 +588,109 @@ class OfiBackend final : public NetBackend {
     return Status::kOk;
   }
 
+  // Device heaps: each put chunk and each signal takes a slot of the peer's ring; the payload is
+  // copied out of the device heap into the send stage and written with its header as remote CQ data.
+  Status issue_staged(int peer) {
+    auto& q = queues_[peer];
+    const Peer& pr = peers_[peer];
+    StageSender& ring = senders_[peer];
+    while (!q.empty()) {
+      Work& w = q.front();
+      if (w.op < 0) w.op = take_op(peer, w.wr_id);
+      do {
+        if (!ring.can_take() || free_ctx_.empty() || outstanding_[peer] >= kOpsPerPeer) return Status::kOk;
+        const uint64_t n = w.is_put ? std::min<uint64_t>(w.bytes - w.posted, kStageSlotBytes - sizeof(StageHeader)) : 0;
+        uint64_t seq = 0;
+        const uint32_t slot = ring.take(&seq);
+        char* buf = send_stage(peer, slot);
+        StageHeader h{kStageMagic, static_cast<uint32_t>(w.is_put ? StageKind::kPut : StageKind::kSignal), seq,
+                      w.remote + w.posted, w.is_put ? n : w.value};
+        memcpy(buf, &h, sizeof h);
+        if (n) {
+          Status s = cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, buf + sizeof h,
+                                                 static_cast<char*>(region_.base) + w.local + w.posted, n);
+          if (s != Status::kOk)
+            return fail(s, "copying a put to rank " + std::to_string(peer) + " out of the device heap");
+        }
+        Ctx* c = take_ctx(w.is_put ? Ctx::kPut : Ctx::kSignal, peer, w.op);
+        c->stage_slot = static_cast<int>(slot);
+        const uint64_t target = ofi_target_addr(
+            virt_addr_, pr.stage_base, (static_cast<uint64_t>(cfg_.rank) * kStageSlots + slot) * kStageSlotBytes);
+        int rc = fi_writedata(ep_, buf, sizeof h + n, stage_desc_, stage_cq_data(cfg_.rank, slot), pr.addr, target,
+                              pr.stage_key, &c->ctx);
+        if (rc == -FI_EAGAIN) {
+          give_ctx(c);
+          ring.untake(slot);
+          return drain();
+        }
+        if (rc)
+          return fail(Status::kSystemError, std::string(w.is_put ? "staged put" : "staged signal") + " to rank " +
+                                                std::to_string(peer) + ": fi_writedata: " + fi_error(rc));
+        ++outstanding_[peer];
+        ++ops_[w.op].in_flight;
+        w.posted += n;
+      } while (w.is_put && w.posted < w.bytes);
+      ops_[w.op].all_posted = true;
+      q.pop_front();
+    }
+    return Status::kOk;
+  }
+
+  // A stage slot from `sender` arrived: apply every slot now due from it in sequence (data copied
+  // into the device heap before any later signal is set), then return credit.
+  Status stage_arrived(uint64_t data) {
+    int sender = -1;
+    uint32_t slot = 0;
+    stage_cq_split(data, &sender, &slot);
+    if (!staged_ || sender < 0 || sender >= cfg_.size || sender == cfg_.rank || !receivers_[sender].arrived(slot))
+      return fail(Status::kProtocolError, "remote CQ data " + std::to_string(data) +
+                                              " names no stage slot this rank has open (sender field " +
+                                              std::to_string(sender) + ")");
+    StageReceiver& ring = receivers_[sender];
+    uint64_t seq = 0;
+    while (ring.next(&slot, &seq)) {
+      const char* buf = recv_stage(sender, slot);
+      StageHeader h;
+      memcpy(&h, buf, sizeof h);
+      const bool put = h.kind == static_cast<uint32_t>(StageKind::kPut);
+      const uint64_t len = put ? h.length_or_value : 8;
+      const bool ok = h.magic == kStageMagic && h.seq == seq &&
+                      (put || h.kind == static_cast<uint32_t>(StageKind::kSignal)) &&
+                      len <= kStageSlotBytes - sizeof h && h.dst_offset <= region_.bytes &&
+                      len <= region_.bytes - h.dst_offset && (put || h.dst_offset % 8 == 0);
+      if (!ok)
+        return fail(Status::kProtocolError, "stage slot " + std::to_string(slot) + " from rank " +
+                                                std::to_string(sender) + " is malformed (sequence " +
+                                                std::to_string(h.seq) + ", expected " + std::to_string(seq) + ")");
+      void* dst = static_cast<char*>(region_.base) + h.dst_offset;
+      Status s = put ? cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, buf + sizeof h, len)
+                     : cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, &h.length_or_value, 8);
+      if (s != Status::kOk)
+        return fail(s, std::string("copying a staged ") + (put ? "put" : "signal") + " from rank " +
+                           std::to_string(sender) + " into the device heap");
+      ring.consume();
+    }
+    return send_credit(sender);
+  }
+
+  // One credit message in flight per peer; the next carries whatever was consumed meanwhile.
+  Status send_credit(int peer) {
+    StageReceiver& ring = receivers_[peer];
+    if (!ring.credit_due() || credit_in_flight_[peer] || free_ctx_.empty()) return Status::kOk;
+    CtrlMsg m{kCreditMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, ring.consumed()};
+    memcpy(credit_buf(peer), &m, sizeof m);
+    Ctx* c = take_ctx(Ctx::kCreditSend, peer, -1);
+    int rc = fi_send(ep_, credit_buf(peer), sizeof m, ctrl_desc_, peers_[peer].addr, &c->ctx);
+    if (rc == -FI_EAGAIN) {
+      give_ctx(c);
+      return Status::kOk;  // poll() tries again
+    }
+    if (rc) return fail(Status::kSystemError, "staging credit to rank " + std::to_string(peer) + ": " + fi_error(rc));
+    ring.credit_sent(m.value);
+    credit_in_flight_[peer] = true;
+    return Status::kOk;
+  }
+
   // Reads every available completion; errors fail the backend naming the peer.
   Status drain() {
     if (status_ != Status::kOk) return status_;
@@ -529,7 +700,16 @@ class OfiBackend final : public NetBackend {
       if (n == -FI_EAGAIN) return Status::kOk;
       if (n == -FI_EAVAIL) return read_error();
       if (n < 0) return fail(Status::kSystemError, "fi_cq_read: " + fi_error(static_cast<int>(n)));
-      for (ssize_t i = 0; i < n; ++i) WEFT_CHECK(complete(reinterpret_cast<Ctx*>(e[i].op_context)));
+      for (ssize_t i = 0; i < n; ++i) {
+        if (e[i].flags & FI_REMOTE_CQ_DATA) {
+          WEFT_CHECK(stage_arrived(e[i].data));
+          Ctx* c = reinterpret_cast<Ctx*>(e[i].op_context);  // a receive, where the provider used one
+          if (c >= ctxs_.data() && c < ctxs_.data() + ctxs_.size() && c->kind == Ctx::kHelloRecv)
+            WEFT_CHECK(post_recv(c->op));
+          continue;
+        }
+        WEFT_CHECK(complete(reinterpret_cast<Ctx*>(e[i].op_context)));
+      }
       if (n < 32) return Status::kOk;
     }
   }
@@ -539,16 +719,25 @@ class OfiBackend final : public NetBackend {
       return fail(Status::kInternal, "a completion for an unknown context");
     switch (c->kind) {
       case Ctx::kHelloRecv: {
-        Hello h;
+        CtrlMsg h;
         memcpy(&h, recv_buf(c->op), sizeof h);
-        if (h.magic != kHelloMagic || h.secret != cfg_.secret || h.rank < 0 || h.rank >= cfg_.size ||
-            h.channel != cfg_.channel)
-          return fail(Status::kProtocolError, "a hello that is not from this job's channel " +
+        if ((h.magic != kHelloMagic && h.magic != kCreditMagic) || h.secret != cfg_.secret || h.rank < 0 ||
+            h.rank >= cfg_.size || h.channel != cfg_.channel)
+          return fail(Status::kProtocolError, "a control message that is not from this job's channel " +
                                                   std::to_string(cfg_.channel) + " (rank field " +
                                                   std::to_string(h.rank) + ")");
-        hello_from_[h.rank] = true;
+        if (h.magic == kHelloMagic) {
+          hello_from_[h.rank] = true;
+        } else if (!staged_ || !senders_[h.rank].credit(h.value)) {
+          return fail(Status::kProtocolError, "rank " + std::to_string(h.rank) + " returned credit for " +
+                                                  std::to_string(h.value) + " stage slots, more than were sent");
+        }
         return post_recv(c->op);
       }
+      case Ctx::kCreditSend:
+        credit_in_flight_[c->peer] = false;
+        give_ctx(c);
+        return Status::kOk;
       case Ctx::kHelloSend:
         hello_sent_ = true;
         give_ctx(c);
@@ -557,6 +746,7 @@ class OfiBackend final : public NetBackend {
       case Ctx::kSignal: {
         const int peer = c->peer;
         Op& op = ops_[c->op];
+        if (c->stage_slot >= 0) senders_[peer].local_complete(static_cast<uint32_t>(c->stage_slot));
         --outstanding_[peer];
         if (c->delivery) --delivering_[peer];
         last_progress_s_[peer] = now_s();
@@ -578,11 +768,12 @@ class OfiBackend final : public NetBackend {
     if (rc < 0) return fail(Status::kSystemError, "fi_cq_readerr: " + fi_error(static_cast<int>(rc)));
     Ctx* c = reinterpret_cast<Ctx*>(err.op_context);
     const bool known = c >= ctxs_.data() && c < ctxs_.data() + ctxs_.size();
-    const char* what = !known                       ? "an operation"
-                       : c->kind == Ctx::kPut       ? "a put"
-                       : c->kind == Ctx::kSignal    ? "a signal"
-                       : c->kind == Ctx::kHelloSend ? "the hello"
-                                                    : "a receive";
+    const char* what = !known                        ? "an operation"
+                       : c->kind == Ctx::kPut        ? "a put"
+                       : c->kind == Ctx::kSignal     ? "a signal"
+                       : c->kind == Ctx::kHelloSend  ? "the hello"
+                       : c->kind == Ctx::kCreditSend ? "a staging credit"
+                                                     : "a receive";
     const std::string peer = known && c->peer >= 0 ? " to rank " + std::to_string(c->peer) : std::string();
     return fail(err.err == FI_ECANCELED ? Status::kPeerFailed : Status::kSystemError,
                 std::string(what) + peer + " failed: " + fi_strerror(err.err) + " (" +
@@ -617,6 +808,11 @@ class OfiBackend final : public NetBackend {
     if (ep_) fi_close(&ep_->fid);
     if (heap_mr_) fi_close(&heap_mr_->fid);
     if (ctrl_mr_) fi_close(&ctrl_mr_->fid);
+    if (stage_mr_) fi_close(&stage_mr_->fid);
+    stage_mr_ = nullptr;
+    if (stage_pinned_ && cfg_.copy_hooks.free_host) cfg_.copy_hooks.free_host(cfg_.copy_hooks.ctx, stage_);
+    if (stage_pinned_) stage_ = nullptr;
+    stage_pinned_ = false;
     if (av_) fi_close(&av_->fid);
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
@@ -643,8 +839,10 @@ class OfiBackend final : public NetBackend {
   fid_ep* ep_ = nullptr;
   fid_mr* heap_mr_ = nullptr;
   fid_mr* ctrl_mr_ = nullptr;
+  fid_mr* stage_mr_ = nullptr;
   void* heap_desc_ = nullptr;
   void* ctrl_desc_ = nullptr;
+  void* stage_desc_ = nullptr;
   bool virt_addr_ = false, mr_local_ = false, mr_endpoint_ = false, prov_key_ = false, manual_progress_ = false;
   OfiOrderTraits traits_;
   OfiOrdering ordering_ = OfiOrdering::kDelivery;
@@ -666,6 +864,17 @@ class OfiBackend final : public NetBackend {
   std::vector<bool> hello_from_;
   bool hello_sent_ = false;
   std::vector<Completion> done_;
+
+  // Device heaps: host staging.
+  bool staged_ = false;
+  char* stage_ = nullptr;  // receive stages (one ring per sender), then send stages (one ring per peer)
+  uint64_t stage_bytes_ = 0;
+  bool stage_pinned_ = false;  // from copy_hooks.alloc_host
+  std::vector<char> stage_storage_;
+  std::vector<StageSender> senders_;
+  std::vector<StageReceiver> receivers_;
+  std::vector<bool> credit_in_flight_;
+
   Status status_ = Status::kOk;
   std::string error_;
 };
