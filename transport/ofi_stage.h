@@ -21,10 +21,10 @@ enum class StageKind : uint32_t { kPut = 1, kSignal = 2 };
 // At the start of every slot: what the payload after it is and where it goes.
 struct StageHeader {
   uint32_t magic;
-  uint32_t kind;            // StageKind
-  uint64_t seq;             // per (sender, receiver) pair, from 0
-  uint64_t dst_offset;      // heap offset (flag offset for a signal)
-  uint64_t length_or_value; // payload bytes after the header, or the signal's value
+  uint32_t kind;             // StageKind
+  uint64_t seq;              // per (sender, receiver) pair, from 0
+  uint64_t dst_offset;       // heap offset (flag offset for a signal)
+  uint64_t length_or_value;  // payload bytes after the header, or the signal's value
 };
 static_assert(sizeof(StageHeader) == 32, "StageHeader is 32 bytes on the wire");
 
