@@ -22,11 +22,11 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <set>
 
 #include "base/log.h"
 #include "base/params.h"
 #include "transport/net_backend.h"
+#include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
 #include "transport/ofi_stage.h"
 
@@ -35,7 +35,6 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-constexpr uint32_t kApiVersion = FI_VERSION(1, 9);
 constexpr size_t kOpsPerPeer = 256;      // posted to libfabric, not completed, per peer
 constexpr size_t kQueuedPerPeer = 1024;  // accepted from the proxy, not yet posted, per peer
 constexpr int kRecvSlots = 32;           // control-message receives kept posted
@@ -85,55 +84,6 @@ struct Work {
   int op = -1;
 };
 
-std::string fi_error(int rc) { return std::string(fi_strerror(rc < 0 ? -rc : rc)) + " (" + std::to_string(rc) + ")"; }
-
-// The hints every lookup uses: an RDM endpoint with RMA writes and messages (the hello), every
-// mr_mode bit weft can honour, and contexts supplied by weft.
-fi_info* make_hints(const std::string& provider, bool fence, bool waw, int virt_addr_switch) {
-  fi_info* h = fi_allocinfo();
-  if (!h) return nullptr;
-  h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND | FI_RECV | (fence ? FI_FENCE : 0);
-  h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;  // receives stay posted: remote CQ data may take them
-  h->ep_attr->type = FI_EP_RDM;
-  h->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (virt_addr_switch == 0 ? 0 : FI_MR_VIRT_ADDR);
-  h->domain_attr->threading = FI_THREAD_DOMAIN;
-  h->tx_attr->msg_order = waw ? FI_ORDER_WAW : 0;
-  if (!provider.empty()) h->fabric_attr->prov_name = strdup(provider.c_str());
-  return h;
-}
-
-// The first provider offering what weft needs, preferring FI_FENCE, then write-after-write order.
-int lookup(const std::string& provider, int virt_addr_switch, fi_info** out) {
-  int rc = -FI_ENODATA;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    fi_info* hints = make_hints(provider, attempt == 0, attempt < 2, virt_addr_switch);
-    if (!hints) return -FI_ENOMEM;
-    rc = fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints, out);
-    fi_freeinfo(hints);
-    if (rc != -FI_ENODATA) return rc;
-  }
-  return rc;
-}
-
-// Every provider offering an RDM endpoint with RMA here, for the error that names a missing one.
-std::string providers_here() {
-  std::set<std::string> names;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    fi_info* hints = make_hints("", attempt == 0, attempt < 2, -1);
-    fi_info* all = nullptr;
-    if (hints && fi_getinfo(kApiVersion, nullptr, nullptr, 0, hints, &all) == 0) {
-      for (fi_info* i = all; i; i = i->next) names.insert(i->fabric_attr->prov_name);
-      fi_freeinfo(all);
-    }
-    if (hints) fi_freeinfo(hints);
-  }
-  if (names.empty()) return "none";
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
-  return s;
-}
-
 class OfiBackend final : public NetBackend {
  public:
   OfiBackend(const BackendConfig& c, std::string provider)
@@ -166,10 +116,11 @@ class OfiBackend final : public NetBackend {
     size_t len = 0;
     int rc = fi_getname(&ep_->fid, nullptr, &len);
     if (len == 0 || len > OfiPeerInfo::kMaxAddrBytes)
-      return fail(Status::kUnsupported, "endpoint address of " + std::to_string(len) + " bytes (" + fi_error(rc) + ")");
+      return fail(Status::kUnsupported,
+                  "endpoint address of " + std::to_string(len) + " bytes (" + ofi_error(rc) + ")");
     info.addr.resize(len);
     rc = fi_getname(&ep_->fid, info.addr.data(), &len);
-    if (rc) return fail(Status::kSystemError, "fi_getname: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_getname: " + ofi_error(rc));
     info.addr.resize(len);
     info.provider = info_->fabric_attr->prov_name;
     if (staged_) {
@@ -209,7 +160,7 @@ class OfiBackend final : public NetBackend {
     fi_addr_t addr = FI_ADDR_UNSPEC;
     int rc = fi_av_insert(av_, oi->addr.data(), 1, &addr, 0, nullptr);
     if (rc != 1)
-      return fail(Status::kSystemError, "fi_av_insert for rank " + std::to_string(peer) + ": " + fi_error(rc));
+      return fail(Status::kSystemError, "fi_av_insert for rank " + std::to_string(peer) + ": " + ofi_error(rc));
     peers_[peer] = {addr, oi->heap_base, oi->heap_key, oi->stage_base, oi->stage_key, true};
     if (staged_) {
       senders_[peer] = StageSender(kStageSlots);
@@ -229,7 +180,7 @@ class OfiBackend final : public NetBackend {
       if (rc == 0) {
         sent = true;
       } else if (rc != -FI_EAGAIN) {
-        return fail(Status::kSystemError, "hello to rank " + std::to_string(peer) + ": fi_send: " + fi_error(rc));
+        return fail(Status::kSystemError, "hello to rank " + std::to_string(peer) + ": fi_send: " + ofi_error(rc));
       } else {
         WEFT_CHECK(drain());
         if (now_s() > deadline) return connect_timeout(peer, "could not send the hello");
@@ -364,12 +315,12 @@ class OfiBackend final : public NetBackend {
   // --- setup ---------------------------------------------------------------------------------
   Status open() {
     fi_info* found = nullptr;
-    int rc = lookup(provider_, switches_.virt_addr, &found);
+    int rc = ofi_lookup(provider_, switches_.virt_addr, &found);
     if (rc == -FI_ENODATA)
       return fail(Status::kNotFound, "libfabric offers no RDM endpoint with RMA through provider '" +
                                          (provider_.empty() ? std::string("any") : provider_) +
-                                         "' (WEFT_OFI_PROVIDER; providers here: " + providers_here() + ")");
-    if (rc) return fail(Status::kSystemError, "fi_getinfo: " + fi_error(rc));
+                                         "' (WEFT_OFI_PROVIDER; providers here: " + ofi_providers_here() + ")");
+    if (rc) return fail(Status::kSystemError, "fi_getinfo: " + ofi_error(rc));
     // A NIC named for this channel (the topology mapping) picks the domain where the provider has it.
     fi_info* pick = found;
     for (fi_info* i = found; i && !cfg_.nic_name.empty(); i = i->next)
@@ -397,25 +348,25 @@ class OfiBackend final : public NetBackend {
     manual_progress_ = info_->domain_attr->data_progress == FI_PROGRESS_MANUAL;
 
     rc = fi_fabric(info_->fabric_attr, &fabric_, nullptr);
-    if (rc) return fail(Status::kSystemError, "fi_fabric: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_fabric: " + ofi_error(rc));
     rc = fi_domain(fabric_, info_, &domain_, nullptr);
-    if (rc) return fail(Status::kSystemError, "fi_domain: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_domain: " + ofi_error(rc));
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_DATA;
     cq_attr.size = std::min<size_t>(kOpsPerPeer * cfg_.size + 4 * kRecvSlots, 65536);
     rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
-    if (rc) return fail(Status::kSystemError, "fi_cq_open: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_cq_open: " + ofi_error(rc));
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
     av_attr.count = cfg_.size;
     rc = fi_av_open(domain_, &av_attr, &av_, nullptr);
-    if (rc) return fail(Status::kSystemError, "fi_av_open: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_av_open: " + ofi_error(rc));
     rc = fi_endpoint(domain_, info_, &ep_, nullptr);
-    if (rc) return fail(Status::kSystemError, "fi_endpoint: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_endpoint: " + ofi_error(rc));
     rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV);
     if (!rc) rc = fi_ep_bind(ep_, &av_->fid, 0);
     if (!rc) rc = fi_enable(ep_);
-    if (rc) return fail(Status::kSystemError, "endpoint setup: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "endpoint setup: " + ofi_error(rc));
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
@@ -464,11 +415,11 @@ class OfiBackend final : public NetBackend {
 
   Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what) {
     int rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
-    if (rc) return fail(Status::kSystemError, std::string("registering ") + what + ": fi_mr_reg: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, std::string("registering ") + what + ": fi_mr_reg: " + ofi_error(rc));
     if (mr_endpoint_) {
       rc = fi_mr_bind(*mr, &ep_->fid, 0);
       if (!rc) rc = fi_mr_enable(*mr);
-      if (rc) return fail(Status::kSystemError, std::string("binding ") + what + " to the endpoint: " + fi_error(rc));
+      if (rc) return fail(Status::kSystemError, std::string("binding ") + what + " to the endpoint: " + ofi_error(rc));
     }
     return Status::kOk;
   }
@@ -488,7 +439,7 @@ class OfiBackend final : public NetBackend {
     c->kind = Ctx::kHelloRecv;
     c->op = slot;
     int rc = fi_recv(ep_, recv_buf(slot), kMsgBytes, ctrl_desc_, FI_ADDR_UNSPEC, &c->ctx);
-    if (rc) return fail(Status::kSystemError, "fi_recv: " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "fi_recv: " + ofi_error(rc));
     return Status::kOk;
   }
 
@@ -576,7 +527,7 @@ class OfiBackend final : public NetBackend {
         }
         if (rc)
           return fail(Status::kSystemError, std::string(w.is_put ? "put" : "signal") + " to rank " +
-                                                std::to_string(peer) + ": fi_writemsg: " + fi_error(rc));
+                                                std::to_string(peer) + ": fi_writemsg: " + ofi_error(rc));
         ++outstanding_[peer];
         ++op.in_flight;
         if (c->delivery) ++delivering_[peer];
@@ -625,7 +576,7 @@ class OfiBackend final : public NetBackend {
         }
         if (rc)
           return fail(Status::kSystemError, std::string(w.is_put ? "staged put" : "staged signal") + " to rank " +
-                                                std::to_string(peer) + ": fi_writedata: " + fi_error(rc));
+                                                std::to_string(peer) + ": fi_writedata: " + ofi_error(rc));
         ++outstanding_[peer];
         ++ops_[w.op].in_flight;
         w.posted += n;
@@ -685,7 +636,7 @@ class OfiBackend final : public NetBackend {
       give_ctx(c);
       return Status::kOk;  // poll() tries again
     }
-    if (rc) return fail(Status::kSystemError, "staging credit to rank " + std::to_string(peer) + ": " + fi_error(rc));
+    if (rc) return fail(Status::kSystemError, "staging credit to rank " + std::to_string(peer) + ": " + ofi_error(rc));
     ring.credit_sent(m.value);
     credit_in_flight_[peer] = true;
     return Status::kOk;
@@ -699,7 +650,7 @@ class OfiBackend final : public NetBackend {
       ssize_t n = fi_cq_read(cq_, e, 32);
       if (n == -FI_EAGAIN) return Status::kOk;
       if (n == -FI_EAVAIL) return read_error();
-      if (n < 0) return fail(Status::kSystemError, "fi_cq_read: " + fi_error(static_cast<int>(n)));
+      if (n < 0) return fail(Status::kSystemError, "fi_cq_read: " + ofi_error(static_cast<int>(n)));
       for (ssize_t i = 0; i < n; ++i) {
         if (e[i].flags & FI_REMOTE_CQ_DATA) {
           WEFT_CHECK(stage_arrived(e[i].data));
@@ -765,7 +716,7 @@ class OfiBackend final : public NetBackend {
   Status read_error() {
     fi_cq_err_entry err{};
     ssize_t rc = fi_cq_readerr(cq_, &err, 0);
-    if (rc < 0) return fail(Status::kSystemError, "fi_cq_readerr: " + fi_error(static_cast<int>(rc)));
+    if (rc < 0) return fail(Status::kSystemError, "fi_cq_readerr: " + ofi_error(static_cast<int>(rc)));
     Ctx* c = reinterpret_cast<Ctx*>(err.op_context);
     const bool known = c >= ctxs_.data() && c < ctxs_.data() + ctxs_.size();
     const char* what = !known                        ? "an operation"
@@ -886,19 +837,6 @@ Status make_ofi_backend(const BackendConfig& config, std::unique_ptr<NetBackend>
   WEFT_CHECK(get_param("WEFT_OFI_PROVIDER", &provider));
   *out = std::make_unique<OfiBackend>(config, provider);
   return Status::kOk;
-}
-
-bool ofi_provider_present(const std::string& provider, std::string* why) {
-  fi_info* found = nullptr;
-  int rc = lookup(provider, -1, &found);
-  if (rc) {
-    *why = "libfabric offers no RDM endpoint with RMA through " +
-           (provider.empty() ? std::string("any provider") : "provider '" + provider + "'") + " (" + fi_error(rc) + ")";
-    return false;
-  }
-  *why = std::string("provider ") + found->fabric_attr->prov_name;
-  fi_freeinfo(found);
-  return true;
 }
 
 }  // namespace weft::transport
