@@ -1,6 +1,7 @@
 // The ofi backend: ordering choice and addressing (pure), its endpoint blob, and over libfabric's tcp provider:
 // FI_MR_VIRT_ADDR set and clear, the delivery-complete fallback, a peer that never connects, a missing provider.
 #include <doctest/doctest.h>
+#include <signal.h>
 
 #include <atomic>
 #include <chrono>
@@ -402,4 +403,44 @@ TEST_CASE("ofi over tcp: a device heap goes through host staging, applied in ord
     CHECK(g_from_bytes == payload);
     CHECK(g_to_bytes == payload + 3ull * 2 * 3 * 8);  // and the flags, copied in by the receiver
   }
+}
+
+TEST_CASE("ofi over tcp: a peer killed mid-transfer: the rank writing to it fails within the bound, naming it") {
+  if (!have_provider()) return;
+  constexpr uint64_t kBig = 16 << 20;
+  auto res = testing::run_forked(
+      2, 1,
+      [&](testing::ForkBootstrap& boot) -> int {
+        const int me = boot.info().rank;
+        std::unique_ptr<HostHeap> heap;
+        if (HostHeap::create(kBig + 4096, &heap) != Status::kOk) return 2;
+        TransportOptions opt;
+        opt.backend = "ofi";
+        opt.signal_mode = "fenced";
+        opt.connect_all_peers = true;
+        opt.timeout_s = 10;
+        std::unique_ptr<Transport> t;
+        if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;
+        if (boot.barrier("up") != Status::kOk) return 4;
+        if (me == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          raise(SIGKILL);
+        }
+        // Rank 0 keeps writing to rank 1 until its transport fails (bounded by the harness).
+        for (int i = 0; t->status() == Status::kOk && i < 100000; ++i) {
+          if (t->put_signal(0, 1, 0, 0, kBig, kBig, i + 1) != Status::kOk) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        boot.report(t->error_message());
+        return t->status() == Status::kOk ? 0 : 1;
+      },
+      40);
+  REQUIRE(res.size() == 2);
+  CHECK(res[1].term_signal == SIGKILL);
+  CAPTURE(res[0].report);
+  CHECK(res[0].exited);
+  CHECK(res[0].exit_code == 1);
+  CHECK(res[0].seconds < 15);
+  CHECK(res[0].report.find("rank 1") != std::string::npos);
+  MESSAGE("rank 0 after " << res[0].seconds << " s: " << res[0].report);
 }
