@@ -60,7 +60,8 @@ bool ofi_provider_present(const std::string& provider, std::string* why) {
   int rc = ofi_lookup(provider, -1, &found);
   if (rc) {
     *why = "libfabric offers no RDM endpoint with RMA through " +
-           (provider.empty() ? std::string("any provider") : "provider '" + provider + "'") + " (" + ofi_error(rc) + ")";
+           (provider.empty() ? std::string("any provider") : "provider '" + provider + "'") + " (" + ofi_error(rc) +
+           ")";
     return false;
   }
   *why = std::string("provider ") + found->fabric_attr->prov_name;
