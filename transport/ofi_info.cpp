@@ -28,6 +28,23 @@ fi_info* ofi_hints(const std::string& provider, bool fence, bool waw, int virt_a
 
 int ofi_lookup(const std::string& provider, int virt_addr_switch, fi_info** out) {
   int rc = -FI_ENODATA;
+  if (provider.empty()) {
+    // No provider named: libfabric's own first choice, whether or not it offers FI_FENCE (asking
+    // for the fence first would prefer a slow reference provider to the site's NIC provider).
+    for (int attempt = 1; attempt < 3 && rc == -FI_ENODATA; ++attempt) {
+      fi_info* hints = ofi_hints("", false, attempt == 1, virt_addr_switch);
+      if (!hints) return -FI_ENOMEM;
+      fi_info* any = nullptr;
+      rc = fi_getinfo(kOfiApiVersion, nullptr, nullptr, 0, hints, &any);
+      fi_freeinfo(hints);
+      if (rc == 0) {
+        const std::string first = any->fabric_attr->prov_name;
+        fi_freeinfo(any);
+        return ofi_lookup(first, virt_addr_switch, out);
+      }
+    }
+    return rc;
+  }
   for (int attempt = 0; attempt < 3; ++attempt) {
     fi_info* hints = ofi_hints(provider, attempt == 0, attempt < 2, virt_addr_switch);
     if (!hints) return -FI_ENOMEM;

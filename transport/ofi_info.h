@@ -18,7 +18,8 @@ std::string ofi_error(int rc);
 fi_info* ofi_hints(const std::string& provider, bool fence, bool waw, int virt_addr_switch);
 
 // The provider's entries that offer what weft needs, preferring FI_FENCE, then write-after-write
-// order: fi_getinfo's return code, *out to be freed with fi_freeinfo.
+// order (no provider named: libfabric's first choice of provider, then the same preference within
+// it): fi_getinfo's return code, *out to be freed with fi_freeinfo.
 int ofi_lookup(const std::string& provider, int virt_addr_switch, fi_info** out);
 
 // Every provider offering an RDM endpoint with RMA here ("none" if none), for the error that names
