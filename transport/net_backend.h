@@ -62,9 +62,8 @@ struct OfiPeerInfo {
   std::string provider;       // the provider it was opened with (at most kMaxProviderChars): peers must agree
   uint64_t heap_base = 0;     // target address of heap offset 0 (0 where the provider takes offsets)
   uint64_t heap_key = 0;      // the heap's remote key
-  // Device heaps staged through host memory (ofi_stage.h): the receive stage's target address of
-  // offset 0 and key, and its ring shape; stage_slots 0 = the heap is written directly.
-  uint64_t stage_base = 0, stage_key = 0;
+  // Device heaps staged through host memory (ofi_stage.h): the shape of the ring each pair of ranks
+  // sets up at connect; stage_slots 0 = the heap is written directly.
   uint32_t stage_slots = 0, stage_slot_bytes = 0;
   static constexpr uint32_t kMaxAddrBytes = 1024, kMaxProviderChars = 128;
   static constexpr uint32_t kMaxStageSlots = 1024, kMaxStageSlotBytes = 64u << 20;

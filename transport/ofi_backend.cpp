@@ -43,7 +43,7 @@ constexpr uint32_t kHelloMagic = 0x4f544657u;                  // "WFTO"
 constexpr uint32_t kCreditMagic = 0x43544657u;                 // "WFTC"
 constexpr uint64_t kHeapKey = 1, kCtrlKey = 2, kStageKey = 3;  // requested keys where the provider does not choose
 constexpr uint32_t kStageSlots = 8;                            // device heaps: slots per peer and direction
-constexpr uint32_t kStageSlotBytes = 256u << 10;
+constexpr uint32_t kStageSlotBytes = 128u << 10;
 
 // Control messages (the hello at connect, staging credits), one receive buffer each.
 struct CtrlMsg {
@@ -53,6 +53,10 @@ struct CtrlMsg {
   uint32_t reserved;
   uint64_t secret;
   uint64_t value;  // credits: stage slots consumed in all
+  // Hello, device heaps: where the sender writes its staged slots here (the receive ring this rank
+  // keeps for it: target address of its start, 0 for offsets, and key).
+  uint64_t stage_base;
+  uint64_t stage_key;
 };
 static_assert(sizeof(CtrlMsg) <= kMsgBytes, "a control message fits a receive buffer");
 
@@ -96,6 +100,7 @@ class OfiBackend final : public NetBackend {
         delivering_(c.size, 0),
         last_progress_s_(c.size, 0),
         hello_from_(c.size, false),
+        stages_(c.size),
         senders_(c.size),
         receivers_(c.size),
         credit_in_flight_(c.size, false) {}
@@ -124,11 +129,8 @@ class OfiBackend final : public NetBackend {
     info.addr.resize(len);
     info.provider = info_->fabric_attr->prov_name;
     if (staged_) {
-      info.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stage_) : 0;
-      info.stage_key = fi_mr_key(stage_mr_);
-      info.stage_slots = kStageSlots;
+      info.stage_slots = kStageSlots;  // the rings themselves are set up per peer at connect
       info.stage_slot_bytes = kStageSlotBytes;
-      if (info.stage_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "the stage's key is not available");
     } else {
       info.heap_base = virt_addr_ ? reinterpret_cast<uint64_t>(region_.base) : 0;
       info.heap_key = fi_mr_key(heap_mr_);
@@ -153,21 +155,27 @@ class OfiBackend final : public NetBackend {
       return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + "'s heap is " +
                                                 (oi->stage_slots ? "device" : "host") + " memory, this rank's " +
                                                 (staged_ ? "device" : "host") + " memory: ofi needs every rank alike");
-    if (staged_ ? (oi->stage_slots != kStageSlots || oi->stage_slot_bytes != kStageSlotBytes ||
-                   virt_addr_ != (oi->stage_base != 0))
+    if (staged_ ? (oi->stage_slots != kStageSlots || oi->stage_slot_bytes != kStageSlotBytes)
                 : virt_addr_ != (oi->heap_base != 0))
       return fail(Status::kProtocolError, "rank " + std::to_string(peer) + " addresses its heap differently");
     fi_addr_t addr = FI_ADDR_UNSPEC;
     int rc = fi_av_insert(av_, oi->addr.data(), 1, &addr, 0, nullptr);
     if (rc != 1)
       return fail(Status::kSystemError, "fi_av_insert for rank " + std::to_string(peer) + ": " + ofi_error(rc));
-    peers_[peer] = {addr, oi->heap_base, oi->heap_key, oi->stage_base, oi->stage_key, true};
+    peers_[peer].addr = addr;
+    peers_[peer].heap_base = oi->heap_base;
+    peers_[peer].heap_key = oi->heap_key;
+    peers_[peer].connected = true;
+    CtrlMsg h{kHelloMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, 0, 0, 0};
     if (staged_) {
+      WEFT_CHECK(open_stage(peer));
       senders_[peer] = StageSender(kStageSlots);
       receivers_[peer] = StageReceiver(kStageSlots);
+      h.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stages_[peer].mem) : 0;
+      h.stage_key = fi_mr_key(stages_[peer].mr);
+      if (h.stage_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "a staging ring's key is not available");
     }
 
-    CtrlMsg h{kHelloMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, 0};
     char* buf = ctrl_ + hello_send_offset();
     memcpy(buf, &h, sizeof h);
     Ctx* c = take_ctx(Ctx::kHelloSend, peer, -1);
@@ -281,7 +289,7 @@ class OfiBackend final : public NetBackend {
   struct Peer {
     fi_addr_t addr = FI_ADDR_UNSPEC;
     uint64_t heap_base = 0, heap_key = 0;
-    uint64_t stage_base = 0, stage_key = 0;
+    uint64_t stage_base = 0, stage_key = 0;  // device heaps: the peer's receive ring for this rank (its hello)
     bool connected = false;
   };
 
@@ -385,17 +393,6 @@ class OfiBackend final : public NetBackend {
       if (info_->caps & FI_HMEM)
         WEFT_INFO(kNet, "rank %d channel %d: the provider offers FI_HMEM; weft stages through host memory still",
                   cfg_.rank, cfg_.channel);
-      stage_bytes_ = 2ull * cfg_.size * kStageSlots * kStageSlotBytes;  // receive stages, then send stages
-      if (cfg_.copy_hooks.alloc_host)
-        stage_ = static_cast<char*>(cfg_.copy_hooks.alloc_host(cfg_.copy_hooks.ctx, stage_bytes_));
-      if (!stage_) {
-        stage_storage_.assign(stage_bytes_, 0);
-        stage_ = stage_storage_.data();
-      } else {
-        stage_pinned_ = true;
-      }
-      WEFT_CHECK(reg(stage_, stage_bytes_, FI_WRITE | FI_REMOTE_WRITE, kStageKey, &stage_mr_, "the staging buffers"));
-      stage_desc_ = mr_local_ ? fi_mr_desc(stage_mr_) : nullptr;
     } else {
       WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
     }
@@ -429,10 +426,23 @@ class OfiBackend final : public NetBackend {
   size_t hello_send_offset() const { return ctxs_.size() * 8; }
   char* recv_buf(int slot) { return ctrl_ + hello_send_offset() + kMsgBytes * (slot + 1); }
   char* credit_buf(int peer) { return ctrl_ + hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + peer); }
-  char* recv_stage(int sender, uint32_t slot) {
-    return stage_ + (static_cast<uint64_t>(sender) * kStageSlots + slot) * kStageSlotBytes;
+  // A connected peer's staging memory: the ring it writes here, then the ring this rank sends from.
+  char* recv_stage(int sender, uint32_t slot) { return stages_[sender].mem + uint64_t{slot} * kStageSlotBytes; }
+  char* send_stage(int peer, uint32_t slot) { return recv_stage(peer, kStageSlots + slot); }
+
+  Status open_stage(int peer) {
+    Stage& st = stages_[peer];
+    const uint64_t bytes = 2ull * kStageSlots * kStageSlotBytes;
+    if (cfg_.copy_hooks.alloc_host) st.mem = static_cast<char*>(cfg_.copy_hooks.alloc_host(cfg_.copy_hooks.ctx, bytes));
+    st.pinned = st.mem != nullptr;
+    if (!st.mem) {
+      st.storage.assign(bytes, 0);
+      st.mem = st.storage.data();
+    }
+    WEFT_CHECK(reg(st.mem, bytes, FI_WRITE | FI_REMOTE_WRITE, kStageKey + peer, &st.mr, "a staging ring"));
+    st.desc = mr_local_ ? fi_mr_desc(st.mr) : nullptr;
+    return Status::kOk;
   }
-  char* send_stage(int peer, uint32_t slot) { return recv_stage(cfg_.size + peer, slot); }
 
   Status post_recv(int slot) {
     Ctx* c = &ctxs_[ctxs_.size() - 1 - slot];  // receives own the last contexts
@@ -565,10 +575,9 @@ class OfiBackend final : public NetBackend {
         }
         Ctx* c = take_ctx(w.is_put ? Ctx::kPut : Ctx::kSignal, peer, w.op);
         c->stage_slot = static_cast<int>(slot);
-        const uint64_t target = ofi_target_addr(
-            virt_addr_, pr.stage_base, (static_cast<uint64_t>(cfg_.rank) * kStageSlots + slot) * kStageSlotBytes);
-        int rc = fi_writedata(ep_, buf, sizeof h + n, stage_desc_, stage_cq_data(cfg_.rank, slot), pr.addr, target,
-                              pr.stage_key, &c->ctx);
+        const uint64_t target = ofi_target_addr(virt_addr_, pr.stage_base, uint64_t{slot} * kStageSlotBytes);
+        int rc = fi_writedata(ep_, buf, sizeof h + n, stages_[peer].desc, stage_cq_data(cfg_.rank, slot), pr.addr,
+                              target, pr.stage_key, &c->ctx);
         if (rc == -FI_EAGAIN) {
           give_ctx(c);
           ring.untake(slot);
@@ -628,7 +637,7 @@ class OfiBackend final : public NetBackend {
   Status send_credit(int peer) {
     StageReceiver& ring = receivers_[peer];
     if (!ring.credit_due() || credit_in_flight_[peer] || free_ctx_.empty()) return Status::kOk;
-    CtrlMsg m{kCreditMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, ring.consumed()};
+    CtrlMsg m{kCreditMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, ring.consumed(), 0, 0};
     memcpy(credit_buf(peer), &m, sizeof m);
     Ctx* c = take_ctx(Ctx::kCreditSend, peer, -1);
     int rc = fi_send(ep_, credit_buf(peer), sizeof m, ctrl_desc_, peers_[peer].addr, &c->ctx);
@@ -679,6 +688,8 @@ class OfiBackend final : public NetBackend {
                                                   std::to_string(h.rank) + ")");
         if (h.magic == kHelloMagic) {
           hello_from_[h.rank] = true;
+          peers_[h.rank].stage_base = h.stage_base;
+          peers_[h.rank].stage_key = h.stage_key;
         } else if (!staged_ || !senders_[h.rank].credit(h.value)) {
           return fail(Status::kProtocolError, "rank " + std::to_string(h.rank) + " returned credit for " +
                                                   std::to_string(h.value) + " stage slots, more than were sent");
@@ -759,11 +770,11 @@ class OfiBackend final : public NetBackend {
     if (ep_) fi_close(&ep_->fid);
     if (heap_mr_) fi_close(&heap_mr_->fid);
     if (ctrl_mr_) fi_close(&ctrl_mr_->fid);
-    if (stage_mr_) fi_close(&stage_mr_->fid);
-    stage_mr_ = nullptr;
-    if (stage_pinned_ && cfg_.copy_hooks.free_host) cfg_.copy_hooks.free_host(cfg_.copy_hooks.ctx, stage_);
-    if (stage_pinned_) stage_ = nullptr;
-    stage_pinned_ = false;
+    for (Stage& st : stages_) {
+      if (st.mr) fi_close(&st.mr->fid);
+      if (st.pinned && cfg_.copy_hooks.free_host) cfg_.copy_hooks.free_host(cfg_.copy_hooks.ctx, st.mem);
+      st = Stage();
+    }
     if (av_) fi_close(&av_->fid);
     if (cq_) fi_close(&cq_->fid);
     if (domain_) fi_close(&domain_->fid);
@@ -790,10 +801,8 @@ class OfiBackend final : public NetBackend {
   fid_ep* ep_ = nullptr;
   fid_mr* heap_mr_ = nullptr;
   fid_mr* ctrl_mr_ = nullptr;
-  fid_mr* stage_mr_ = nullptr;
   void* heap_desc_ = nullptr;
   void* ctrl_desc_ = nullptr;
-  void* stage_desc_ = nullptr;
   bool virt_addr_ = false, mr_local_ = false, mr_endpoint_ = false, prov_key_ = false, manual_progress_ = false;
   OfiOrderTraits traits_;
   OfiOrdering ordering_ = OfiOrdering::kDelivery;
@@ -818,10 +827,14 @@ class OfiBackend final : public NetBackend {
 
   // Device heaps: host staging.
   bool staged_ = false;
-  char* stage_ = nullptr;  // receive stages (one ring per sender), then send stages (one ring per peer)
-  uint64_t stage_bytes_ = 0;
-  bool stage_pinned_ = false;  // from copy_hooks.alloc_host
-  std::vector<char> stage_storage_;
+  struct Stage {
+    char* mem = nullptr;  // the peer's receive ring, then this rank's send ring to it
+    bool pinned = false;  // from copy_hooks.alloc_host
+    std::vector<char> storage;
+    fid_mr* mr = nullptr;
+    void* desc = nullptr;
+  };
+  std::vector<Stage> stages_;
   std::vector<StageSender> senders_;
   std::vector<StageReceiver> receivers_;
   std::vector<bool> credit_in_flight_;

@@ -89,8 +89,6 @@ bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
     w.bytes(std::vector<uint8_t>(o->provider.begin(), o->provider.end()));
     w.put(o->heap_base);
     w.put(o->heap_key);
-    w.put(o->stage_base);
-    w.put(o->stage_key);
     w.put(o->stage_slots);
     w.put(o->stage_slot_bytes);
   }
@@ -131,8 +129,8 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
       std::vector<uint8_t> prov;
       ok = r.bytes(&o.addr, OfiPeerInfo::kMaxAddrBytes) && !o.addr.empty() &&
            r.bytes(&prov, OfiPeerInfo::kMaxProviderChars) && r.get(&o.heap_base) && r.get(&o.heap_key) &&
-           r.get(&o.stage_base) && r.get(&o.stage_key) && r.get(&o.stage_slots) && r.get(&o.stage_slot_bytes) &&
-           o.stage_slots <= OfiPeerInfo::kMaxStageSlots && o.stage_slot_bytes <= OfiPeerInfo::kMaxStageSlotBytes &&
+           r.get(&o.stage_slots) && r.get(&o.stage_slot_bytes) && o.stage_slots <= OfiPeerInfo::kMaxStageSlots &&
+           o.stage_slot_bytes <= OfiPeerInfo::kMaxStageSlotBytes &&
            (o.stage_slots == 0 ? o.stage_slot_bytes == 0 : o.stage_slot_bytes > 32);
       o.provider.assign(prov.begin(), prov.end());
       *info = o;

@@ -85,7 +85,6 @@ void peer_info_seeds() {
   OfiPeerInfo ofi;  // a tcp endpoint (a sockaddr_in), offsets, and a device heap's staging ring
   ofi.addr = {2, 0, 0x9c, 0x40, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
   ofi.provider = "tcp;ofi_rxm";
-  ofi.stage_key = 3;
   ofi.stage_slots = 8;
   ofi.stage_slot_bytes = 256 << 10;
   put("peer_info", "ofi", encode_peer_info(1, 1, ofi));
