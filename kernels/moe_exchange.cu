@@ -165,7 +165,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(MoeExchangeArgs a) {
     for (int64_t v = lane; v < vecs; v += 32) {
       float acc[8] = {};
       for (int32_t i = 0; i < n; ++i)
-        if (pos[i] >= 0) add_scaled(acc, reinterpret_cast<const int4*>(a.grouped_y + int64_t(pos[i]) * a.hidden)[v], w[i]);
+        if (pos[i] >= 0)
+          add_scaled(acc, reinterpret_cast<const int4*>(a.grouped_y + int64_t(pos[i]) * a.hidden)[v], w[i]);
       dst[v] = to_bf16x8(acc);
     }
   }
@@ -182,21 +183,23 @@ __global__ void __launch_bounds__(kThreads) home_reduce_kernel(MoeExchangeArgs a
     for (int64_t v = lane; v < vecs; v += 32) {
       float acc[8] = {};
       for (int32_t q = 0; q < a.world; ++q)
-        if (mask >> q & 1u) add_scaled(acc, reinterpret_cast<const int4*>(comb + (int64_t(q) * a.tokens + t) * a.hidden)[v], 1.f);
+        if (mask >> q & 1u)
+          add_scaled(acc, reinterpret_cast<const int4*>(comb + (int64_t(q) * a.tokens + t) * a.hidden)[v], 1.f);
       dst[v] = to_bf16x8(acc);
     }
   }
 }
 
 Status check_args(const MoeExchangeArgs& a) {
-  bool ok = a.world >= 1 && a.world <= MoeExchangeArgs::kMaxRanks && a.rank >= 0 && a.rank < a.world &&
-            a.tokens >= 1 && a.hidden >= 8 && a.hidden % 8 == 0 && a.topk >= 1 && a.topk <= kMoeMaxTopk &&
-            a.local_experts >= 1 && a.local_experts * a.world <= kMoeMaxExperts && a.x && a.topk_ids &&
-            a.topk_weights && a.counts && a.offsets && a.cursor && a.slot_pos && a.dropped && a.grouped_x &&
-            a.grouped_y && a.out && a.capacity_rows > 0 && a.epoch > 0;
+  bool ok = a.world >= 1 && a.world <= MoeExchangeArgs::kMaxRanks && a.rank >= 0 && a.rank < a.world && a.tokens >= 1 &&
+            a.hidden >= 8 && a.hidden % 8 == 0 && a.topk >= 1 && a.topk <= kMoeMaxTopk && a.local_experts >= 1 &&
+            a.local_experts * a.world <= kMoeMaxExperts && a.x && a.topk_ids && a.topk_weights && a.counts &&
+            a.offsets && a.cursor && a.slot_pos && a.dropped && a.grouped_x && a.grouped_y && a.out &&
+            a.capacity_rows > 0 && a.epoch > 0;
   for (int q = 0; ok && q < a.world; ++q) ok = a.recv[q] && a.comb[q] && a.flags[q];
   if (!ok) {
-    WEFT_WARN(kKernel, "rank %d: moe exchange: invalid arguments (world %d, tokens %d, hidden %d, topk %d, experts/rank %d)",
+    WEFT_WARN(kKernel,
+              "rank %d: moe exchange: invalid arguments (world %d, tokens %d, hidden %d, topk %d, experts/rank %d)",
               a.rank, a.world, a.tokens, a.hidden, a.topk, a.local_experts);
     return Status::kInvalidArgument;
   }

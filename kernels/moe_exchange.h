@@ -50,11 +50,11 @@ struct MoeExchangeArgs {
   __nv_bfloat16* comb[kMaxRanks] = {};
   uint64_t* flags[kMaxRanks] = {};
   // Owner scratch (local).
-  int32_t* counts = nullptr;    // local_experts
-  int32_t* offsets = nullptr;   // local_experts + 1
-  int32_t* cursor = nullptr;    // local_experts
-  int32_t* slot_pos = nullptr;  // world x T x topk: row of X of (slot, pair j), -1 when the pair is not here
-  int32_t* dropped = nullptr;   // rows beyond capacity_rows (never expected: asserted 0 by the tests)
+  int32_t* counts = nullptr;           // local_experts
+  int32_t* offsets = nullptr;          // local_experts + 1
+  int32_t* cursor = nullptr;           // local_experts
+  int32_t* slot_pos = nullptr;         // world x T x topk: row of X of (slot, pair j), -1 when the pair is not here
+  int32_t* dropped = nullptr;          // rows beyond capacity_rows (never expected: asserted 0 by the tests)
   __nv_bfloat16* grouped_x = nullptr;  // capacity_rows x hidden
   const __nv_bfloat16* grouped_y = nullptr;  // capacity_rows x hidden (the down projection)
   int64_t capacity_rows = 0;

@@ -64,8 +64,10 @@ int main(int argc, char** argv) {
   int iters = 20;
   std::vector<int> token_list = {4096, 256};
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
-    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) token_list = {std::max(1, std::min(65536, std::atoi(argv[++i])))};
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
+      token_list = {std::max(1, std::min(65536, std::atoi(argv[++i])))};
     else {
       fprintf(stderr, "usage: weftrun exec -n W -- bench_moe_layer [--iters N] [--tokens T]\n");
       return 2;
@@ -119,7 +121,8 @@ int main(int argc, char** argv) {
       cudaStream_t s;
       WEFT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
       const double ms = weft::bench::time_ms(
-          iters, 1, s, [&](int) {
+          iters, 1, s,
+          [&](int) {
             if (op->run(x, out, s) != Status::kOk) std::exit(1);
           },
           [](cudaEvent_t) {});

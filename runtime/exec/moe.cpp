@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "kernels/gemm.h"
 #include "kernels/moe_router.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/stream_ops.h"
@@ -108,8 +109,11 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   op->slot_pos_ = static_cast<int32_t*>(p);
   WEFT_CUDA_CHECK(cudaMemset(op->drops_, 0, 3 * 4));
   WEFT_CUDA_CHECK(cudaMemset(op->offsets_, 0, size_t(L + 1) * 4));
-  WEFT_CHECK(kernels::launch_interleave_gate_up(wts.gate, wts.up, int32_t(L), int32_t(F), int32_t(H), op->w13_, nullptr));
-  op->router_w_ = wts.router;
+  WEFT_CHECK(
+      kernels::launch_interleave_gate_up(wts.gate, wts.up, int32_t(L), int32_t(F), int32_t(H), op->w13_, nullptr));
+  WEFT_CHECK(op->alloc(&p, size_t(E * H) * 2));
+  op->router_wt_ = static_cast<bf16*>(p);
+  WEFT_CHECK(kernels::launch_moe_router_weight_t(wts.router, int32_t(H), int32_t(E), op->router_wt_, nullptr));
 
   kernels::GroupedGemmArgs up;
   up.experts = int32_t(L), up.capacity_rows = cap, up.n = int32_t(2 * F), up.k = int32_t(H);
@@ -181,8 +185,15 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
     return Status::kUnsupported;
   }
   if (!x || !out) return refuse(rank_, "run() needs x and out");
+  if (x != router_x_) {  // a new token buffer: the router GEMM's tensor map is made again (host only)
+    kernels::GemmArgs g;
+    g.m = tokens_, g.n = experts_, g.k = hidden_;
+    g.a = x, g.b = router_wt_;
+    WEFT_CHECK(kernels::make_gemm_params(g, &router_gemm_));
+    router_x_ = x;
+  }
   kernels::MoeRouterArgs ra;
-  ra.tokens = x, ra.weight = router_w_, ra.tokens_n = tokens_, ra.hidden = hidden_, ra.experts = experts_;
+  ra.tokens = x, ra.weight = nullptr, ra.tokens_n = tokens_, ra.hidden = hidden_, ra.experts = experts_;
   ra.topk = topk_;
   kernels::MoeRouterOut ro;
   ro.logits = logits_, ro.topk_ids = ids_, ro.topk_weights = weights_, ro.counts = router_counts_;
@@ -190,7 +201,13 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   kernels::MoeExchangeArgs ex = ex_;
   ex.x = x, ex.out = out, ex.epoch = ++epoch_;
   Status st = cudaMemsetAsync(drops_ + 1, 0, 2 * 4, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
-  if (st == Status::kOk) st = kernels::launch_moe_router(ra, ro, s);
+  if (st == Status::kOk)
+    st = cudaMemsetAsync(logits_, 0, size_t(tokens_) * experts_ * 4, s) == cudaSuccess ? Status::kOk
+                                                                                       : Status::kCudaError;
+  if (st == Status::kOk)  // one add per logit into zeros: the same bits every call
+    st = kernels::launch_gemm(router_gemm_, frame_params_, kernels::EpiAddF32{logits_, experts_}, kernels::FlagGate{},
+                              kernels::TileSignal{}, s);
+  if (st == Status::kOk) st = kernels::launch_moe_topk(ra, ro, s);
   if (st == Status::kOk) st = kernels::launch_moe_dispatch(ex, s);
   if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
   if (st == Status::kOk) st = kernels::launch_grouped_gemm(up_, frame_params_, s);

@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "kernels/frame.h"
+#include "kernels/gemm_types.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_plan.h"
@@ -19,8 +20,8 @@
 
 namespace weft::runtime {
 
-// The rank's weights, on its GPU, read at creation (gate/up are re-laid out into the op's own
-// buffer); `router` and `down` are used in place and must outlive the op.
+// The rank's weights, on its GPU, read at creation (router, gate and up are re-laid out into the
+// op's own buffers); `down` is used in place and must outlive the op.
 struct MoeWeights {
   const __nv_bfloat16* router = nullptr;  // hidden x experts, row-major (every rank holds all of it)
   const __nv_bfloat16* gate = nullptr;    // local experts x ffn x hidden (nn.Linear layout)
@@ -29,7 +30,8 @@ struct MoeWeights {
 };
 
 // Rank r holds T = tokens / W tokens and experts [r L, (r + 1) L), L = experts / W. One call:
-//   router (GEMM, softmax, top-k, weights renormalised over the k) on this rank's tokens;
+//   router on this rank's tokens: logits on the GEMM core (fp32), softmax, top-k, weights
+//   renormalised over the k;
 //   dispatch, arrange, grouped gate/up with SiLU·up, grouped down, combine (kernels/moe_exchange.h);
 //   out[t] = Σ over t's top-k experts of weight × expert(x[t]).
 // Receive slots and combine rows live in the symmetric heap (worst case: every token of every rank
@@ -72,7 +74,9 @@ class MoeOp {
   std::vector<HeapRegion> regions_;
   std::vector<void*> owned_;
   uint64_t epoch_ = 0;
-  const __nv_bfloat16* router_w_ = nullptr;
+  const __nv_bfloat16* router_x_ = nullptr;  // the tokens router_gemm_'s tensor map was made for
+  __nv_bfloat16* router_wt_ = nullptr;       // experts x hidden
+  kernels::GemmParams router_gemm_{};
   __nv_bfloat16 *w13_ = nullptr, *x_ = nullptr, *h_ = nullptr, *y_ = nullptr;
   float *logits_ = nullptr, *weights_ = nullptr;
   int32_t *ids_ = nullptr, *router_counts_ = nullptr, *drops_ = nullptr;  // drops_: router, arrange, gemm

@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "bootstrap/pmix_bootstrap.h"
+#include "kernels/moe_router.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/moe.h"
 #include "tests/kernels/gemm_testing.cuh"
 
 namespace runtime = weft::runtime;
 namespace bootstrap = weft::bootstrap;
+namespace kernels = weft::kernels;
 using weft::Status;
 using namespace weft::kernels::testing;
 using bf16 = __nv_bfloat16;
@@ -31,23 +33,27 @@ namespace {
 int g_rank = 0;
 int g_failed = 0;
 
-#define EXPECT(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define EXPECT(cond, ...)                                                                \
+  do {                                                                                   \
+    if (!(cond)) {                                                                       \
       fprintf(stderr, "rank %d: FAILED %s:%d: %s: ", g_rank, __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      ++g_failed;                                                             \
-    }                                                                         \
+      fprintf(stderr, __VA_ARGS__);                                                      \
+      fprintf(stderr, "\n");                                                             \
+      ++g_failed;                                                                        \
+    }                                                                                    \
   } while (0)
 
 enum class Routing { kUniform, kZipf, kOneExpert, kHalfIdle };
 const char* routing_name(Routing r) {
   switch (r) {
-    case Routing::kUniform: return "uniform";
-    case Routing::kZipf: return "zipf";
-    case Routing::kOneExpert: return "one-expert";
-    case Routing::kHalfIdle: return "half-idle";
+    case Routing::kUniform:
+      return "uniform";
+    case Routing::kZipf:
+      return "zipf";
+    case Routing::kOneExpert:
+      return "one-expert";
+    case Routing::kHalfIdle:
+      return "half-idle";
   }
   return "?";
 }
@@ -78,8 +84,8 @@ __global__ void set_feature0(bf16* x, int tokens, int hidden) {
 __global__ void reference_moe(const bf16* x, const int32_t* ids, const float* w, const bf16* gate, const bf16* up,
                               const bf16* down, int hidden, int ffn, int topk, float* ref) {
   extern __shared__ float sh[];
-  float* h = sh;            // ffn
-  float* acc = sh + ffn;    // hidden
+  float* h = sh;          // ffn
+  float* acc = sh + ffn;  // hidden
   const int t = blockIdx.x;
   const bf16* xt = x + int64_t(t) * hidden;
   for (int c = threadIdx.x; c < hidden; c += blockDim.x) acc[c] = 0.f;
@@ -155,8 +161,8 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   const int64_t T = c.tokens, H = c.hidden, F = c.ffn, E = c.experts, L = E / W, K = c.topk;
   const uint64_t seed = shared_seed(ctx.boot(), "moe.test.seed." + std::to_string(case_no));
   char name[160];
-  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s", (long long)T,
-           (long long)H, (long long)F, (long long)E, (long long)K, routing_name(c.routing));
+  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s", (long long)T, (long long)H,
+           (long long)F, (long long)E, (long long)K, routing_name(c.routing));
   // Every expert's weights on every rank (the reference needs them all); the op gets this rank's.
   bf16 *router = dalloc<bf16>(H * E), *gate = dalloc<bf16>(E * F * H), *up = dalloc<bf16>(E * F * H),
        *down = dalloc<bf16>(E * H * F);
@@ -164,7 +170,10 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   random_bf16(gate, E * F * H, seed + 2, 1.f / std::sqrt(float(H)));
   random_bf16(up, E * F * H, seed + 3, 1.f / std::sqrt(float(H)));
   random_bf16(down, E * H * F, seed + 4, 1.f / std::sqrt(float(F)));
-  const int mode = c.routing == Routing::kZipf ? 1 : c.routing == Routing::kOneExpert ? 2 : c.routing == Routing::kHalfIdle ? 3 : 0;
+  const int mode = c.routing == Routing::kZipf        ? 1
+                   : c.routing == Routing::kOneExpert ? 2
+                   : c.routing == Routing::kHalfIdle  ? 3
+                                                      : 0;
   if (mode) bias_router<<<1, 256>>>(router, int(E), mode);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
 
@@ -191,6 +200,13 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   float* weights = dalloc<float>(T * K);
   cudaStream_t s;
   WEFT_CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // The SIMT router (checked against a host reference in test_moe_router) on the same tokens: the
+  // op's tensor-core logits may differ in the last bits, so a pair may differ only between experts
+  // of near-equal weight.
+  float* s_logits = dalloc<float>(T * E);
+  float* s_weights = dalloc<float>(T * K);
+  int32_t *s_ids = dalloc<int32_t>(T * K), *s_counts = dalloc<int32_t>(E), *s_dropped = dalloc<int32_t>(1);
+  int routing_off = 0, routing_swapped = 0;
   int bad_calls = 0, worst_bad = 0;
   for (int call = 0; call < calls; ++call) {
     fill_random_bf16<<<256, 256, 0, s>>>(x, T * H, seed * 131 + uint64_t(r) * 7919 + call, 1.f);
@@ -206,10 +222,36 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
     WEFT_CUDA_OK(cudaMemcpyAsync(&nbad, bad, 4, cudaMemcpyDeviceToHost, s));
     WEFT_CUDA_OK(cudaStreamSynchronize(s));
     if (nbad) ++bad_calls, worst_bad = std::max(worst_bad, nbad);
+    {
+      kernels::MoeRouterArgs ra;
+      ra.tokens = x, ra.weight = router, ra.tokens_n = int32_t(T), ra.hidden = int32_t(H), ra.experts = int32_t(E);
+      ra.topk = int32_t(K);
+      kernels::MoeRouterOut ro;
+      ro.logits = s_logits, ro.topk_ids = s_ids, ro.topk_weights = s_weights, ro.counts = s_counts;
+      ro.dropped = s_dropped;
+      EXPECT(kernels::launch_moe_router(ra, ro, s) == Status::kOk, "%s: SIMT router failed", name);
+      std::vector<int32_t> i1(size_t(T * K)), i2(size_t(T * K));
+      std::vector<float> w1(size_t(T * K)), w2(size_t(T * K));
+      WEFT_CUDA_OK(cudaMemcpyAsync(i1.data(), ids, i1.size() * 4, cudaMemcpyDeviceToHost, s));
+      WEFT_CUDA_OK(cudaMemcpyAsync(i2.data(), s_ids, i2.size() * 4, cudaMemcpyDeviceToHost, s));
+      WEFT_CUDA_OK(cudaMemcpyAsync(w1.data(), weights, w1.size() * 4, cudaMemcpyDeviceToHost, s));
+      WEFT_CUDA_OK(cudaMemcpyAsync(w2.data(), s_weights, w2.size() * 4, cudaMemcpyDeviceToHost, s));
+      WEFT_CUDA_OK(cudaStreamSynchronize(s));
+      for (size_t i = 0; i < i1.size(); ++i) {
+        if (std::fabs(w1[i] - w2[i]) > 2e-3f)
+          ++routing_off;
+        else if (i1[i] != i2[i])
+          ++routing_swapped;
+      }
+    }
     int64_t dropped = -1;
     EXPECT(op->dropped(&dropped) == Status::kOk && dropped == 0, "%s: call %d dropped %lld rows", name, call,
            (long long)dropped);
   }
+  EXPECT(routing_off == 0, "%s: %d (token, k) routing pairs differ from the SIMT router by more than 2e-3 in weight",
+         name, routing_off);
+  EXPECT(routing_swapped * 100 <= calls * T * K, "%s: %d near-tie swaps against the SIMT router (over 1%%)", name,
+         routing_swapped);
   EXPECT(bad_calls == 0, "%s: %d of %d calls had rows off the reference (worst: %d of %lld rows)", name, bad_calls,
          calls, worst_bad, (long long)T);
   // Determinism: the last input again, the same bits.
@@ -228,14 +270,20 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
     if (id >= 0 && id < E) ++per_expert[size_t(id)];
   int idle = 0;
   for (int64_t n : per_expert) idle += n == 0;
-  if (c.routing == Routing::kOneExpert) EXPECT(per_expert[3 % E] == T, "%s: expert 3 got %lld of %lld tokens", name, (long long)per_expert[3 % E], (long long)T);
+  if (c.routing == Routing::kOneExpert)
+    EXPECT(per_expert[3 % E] == T, "%s: expert 3 got %lld of %lld tokens", name, (long long)per_expert[3 % E],
+           (long long)T);
   if (c.routing == Routing::kHalfIdle) EXPECT(idle >= E / 2, "%s: only %d idle experts", name, idle);
-  printf("rank %d: moe %s: %d calls %s, dropped 0, repeat identical %s, idle experts (this rank's tokens) %d, heap %llu B, grouped rows %lld\n",
-         r, name, calls, bad_calls ? "FAILED" : "matched", a == b ? "yes" : "NO", idle,
-         (unsigned long long)op->heap_bytes(), (long long)op->capacity_rows());
+  printf(
+      "rank %d: moe %s: %d calls %s, dropped 0, repeat identical %s, near-tie swaps vs SIMT router %d, idle experts "
+      "(this rank's tokens) %d, heap %llu B, grouped rows %lld\n",
+      r, name, calls, bad_calls ? "FAILED" : "matched", a == b ? "yes" : "NO", routing_swapped, idle,
+      (unsigned long long)op->heap_bytes(), (long long)op->capacity_rows());
   op.reset();
   cudaStreamDestroy(s);
-  for (void* p : std::initializer_list<void*>{router, gate, up, down, x, out, out2, ref, bad, ids, weights}) cudaFree(p);
+  for (void* p : std::initializer_list<void*>{router, gate, up, down, x, out, out2, ref, bad, ids, weights, s_logits,
+                                              s_weights, s_ids, s_counts, s_dropped})
+    cudaFree(p);
 }
 
 }  // namespace
@@ -254,8 +302,8 @@ int main() {
   std::unique_ptr<runtime::Context> ctx;
   if (runtime::Context::create(*boot, uint64_t(1) << 30, &ctx) != Status::kOk) return 1;
   const Case cases[] = {
-      {256, 512, 256, 8, 2, Routing::kUniform},   {200, 256, 128, 8, 1, Routing::kZipf},
-      {96, 512, 384, 16, 8, Routing::kUniform},   {333, 256, 256, 16, 2, Routing::kHalfIdle},
+      {256, 512, 256, 8, 2, Routing::kUniform},     {200, 256, 128, 8, 1, Routing::kZipf},
+      {96, 512, 384, 16, 8, Routing::kUniform},     {333, 256, 256, 16, 2, Routing::kHalfIdle},
       {4096, 256, 128, 16, 8, Routing::kOneExpert}, {1, 256, 128, 8, 2, Routing::kUniform},
   };
   int no = 0;
