@@ -90,7 +90,9 @@ int main(int argc, char** argv) {
   if (rank == 0) {
     printf("# %s, %d ranks on %d GPU(s), median of %d calls after 5 warm-ups, slowest rank\n", prop.name, W,
            std::min(W, gpus), iters);
-    printf("| shape | T/rank | weft layer ms | grouped capacity rows (rank 0) |\n|---|---|---|---|\n");
+    printf(
+        "| shape | T/rank | weft layer ms | route | dispatch | arrange (+wait) | grouped FFN | combine (+wait) |\n"
+        "|---|---|---|---|---|---|---|---|\n");
   }
   int shape_no = 0;
   for (int T : token_list)
@@ -132,7 +134,29 @@ int main(int argc, char** argv) {
         return 1;
       }
       const double worst = allgather_max(*boot, "bench.moe." + std::to_string(shape_no), ms);
-      if (rank == 0) printf("| %s | %d | %.3f | %lld |\n", sh.name, T, worst, (long long)op->capacity_rows());
+      // Where the time goes: each phase's median over more calls, on the slowest rank for that phase.
+      cudaEvent_t ev[runtime::MoeOp::kPhases + 1];
+      for (auto& e : ev) WEFT_CUDA_OK(cudaEventCreate(&e));
+      op->record_phases(ev);
+      std::vector<std::vector<float>> ph(runtime::MoeOp::kPhases);
+      for (int i = 0; i < iters; ++i) {
+        if (op->run(x, out, s) != Status::kOk) std::exit(1);
+        WEFT_CUDA_OK(cudaStreamSynchronize(s));
+        for (int p = 0; p < runtime::MoeOp::kPhases; ++p) {
+          float v = 0;
+          WEFT_CUDA_OK(cudaEventElapsedTime(&v, ev[p], ev[p + 1]));
+          ph[size_t(p)].push_back(v);
+        }
+      }
+      op->record_phases(nullptr);
+      for (auto& e : ev) cudaEventDestroy(e);
+      double phase_ms[runtime::MoeOp::kPhases];
+      for (int p = 0; p < runtime::MoeOp::kPhases; ++p)
+        phase_ms[p] = allgather_max(*boot, "bench.moe.ph." + std::to_string(shape_no) + "." + std::to_string(p),
+                                    weft::bench::median(ph[size_t(p)]));
+      if (rank == 0)
+        printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", sh.name, T, worst, phase_ms[0], phase_ms[1],
+               phase_ms[2], phase_ms[3], phase_ms[4]);
       fflush(stdout);
       op.reset();
       cudaStreamDestroy(s);

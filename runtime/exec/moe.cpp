@@ -200,6 +200,10 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   ro.dropped = drops_;
   kernels::MoeExchangeArgs ex = ex_;
   ex.x = x, ex.out = out, ex.epoch = ++epoch_;
+  auto mark = [&](int i) {
+    if (phases_) cudaEventRecord(phases_[i], s);
+  };
+  mark(0);
   Status st = cudaMemsetAsync(drops_ + 1, 0, 2 * 4, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
   if (st == Status::kOk)
     st = cudaMemsetAsync(logits_, 0, size_t(tokens_) * experts_ * 4, s) == cudaSuccess ? Status::kOk
@@ -208,11 +212,16 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
     st = kernels::launch_gemm(router_gemm_, frame_params_, kernels::EpiAddF32{logits_, experts_}, kernels::FlagGate{},
                               kernels::TileSignal{}, s);
   if (st == Status::kOk) st = kernels::launch_moe_topk(ra, ro, s);
+  mark(1);
   if (st == Status::kOk) st = kernels::launch_moe_dispatch(ex, s);
+  mark(2);
   if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
+  mark(3);
   if (st == Status::kOk) st = kernels::launch_grouped_gemm(up_, frame_params_, s);
   if (st == Status::kOk) st = kernels::launch_grouped_gemm(down_, frame_params_, s);
+  mark(4);
   if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
+  mark(5);
   if (st == Status::kOk) st = cudaEventRecord(done_, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
   if (st != Status::kOk) ctx_->poison("moe run failed on rank " + std::to_string(rank_));
   return st;

@@ -60,6 +60,11 @@ class MoeOp {
   uint64_t heap_bytes() const { return arena_bytes_; }
   const std::vector<HeapRegion>& heap() const { return regions_; }
   void unstick();
+  // Benchmarks: record events[0..5] on the stream at the start, after routing, dispatch, arrange
+  // (the wait for every rank's dispatch included), the grouped GEMMs, and the combine (its wait
+  // included) of every later call; nullptr stops it. The events must outlive the calls.
+  void record_phases(const cudaEvent_t* events) { phases_ = events; }
+  static constexpr int kPhases = 5;
 
  private:
   MoeOp() = default;
@@ -88,6 +93,7 @@ class MoeOp {
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;
+  const cudaEvent_t* phases_ = nullptr;
 };
 
 }  // namespace weft::runtime
