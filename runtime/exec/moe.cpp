@@ -9,7 +9,6 @@
 #include "kernels/moe_router.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/stream_ops.h"
-#include "transport/heap.h"
 
 namespace weft::runtime {
 namespace {
@@ -60,17 +59,13 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   const int64_t T = s.tokens, H = s.hidden, F = s.ffn, L = op->local_, E = s.experts, K = s.topk;
 
   // Symmetric heap: receive slots, combine rows, flags (the same layout on every rank).
-  transport::HeapAllocator heap(UINT64_MAX / 2);
-  auto add = [&](const char* name, uint64_t bytes, uint64_t* off) -> Status {
-    WEFT_CHECK(heap.allocate(bytes, 256, name, off));
-    op->regions_.push_back({name, *off, bytes});
-    return Status::kOk;
-  };
-  uint64_t recv_off = 0, comb_off = 0;
-  WEFT_CHECK(add("moe.recv", uint64_t(W * T * kernels::moe_slot_bytes(s.hidden)), &recv_off));
-  WEFT_CHECK(add("moe.combine", uint64_t(W * T * H * 2), &comb_off));
-  WEFT_CHECK(add("moe.flags", uint64_t(2 * W * 8), &op->flags_off_));
-  op->arena_bytes_ = (heap.used() + 4095) / 4096 * 4096;
+  const kernels::MoeHeapLayout layout = kernels::moe_heap_layout(s);
+  const uint64_t recv_off = uint64_t(layout.recv_offset), comb_off = uint64_t(layout.combine_offset);
+  op->flags_off_ = uint64_t(layout.flags_offset);
+  op->regions_ = {{"moe.recv", recv_off, uint64_t(layout.recv_bytes)},
+                  {"moe.combine", comb_off, uint64_t(layout.combine_bytes)},
+                  {"moe.flags", op->flags_off_, uint64_t(layout.flags_bytes)}};
+  op->arena_bytes_ = uint64_t(layout.total_bytes);
   if (op->arena_bytes_ > ctx.heap_bytes() - ctx.reserved_bytes())
     return refuse(rank, "the symmetric heap is too small: this op needs " + std::to_string(op->arena_bytes_) +
                             " bytes per rank and " + std::to_string(ctx.heap_bytes() - ctx.reserved_bytes()) +
