@@ -60,6 +60,10 @@ class MoeOp {
   uint64_t heap_bytes() const { return arena_bytes_; }
   const std::vector<HeapRegion>& heap() const { return regions_; }
   void unstick();
+  // The plan as the last call ran it: roles and grid from the router GEMM's launch record (the
+  // grouped GEMMs run on the same frame), the heap from this op's allocation.
+  Status clear_launch_record();
+  Status executed_plan(Plan* out) const;
   // Benchmarks: record events[0..5] on the stream at the start, after routing, dispatch, arrange
   // (the wait for every rank's dispatch included), the grouped GEMMs, and the combine (its wait
   // included) of every later call; nullptr stops it. The events must outlive the calls.
@@ -90,6 +94,7 @@ class MoeOp {
   kernels::MoeExchangeArgs ex_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
+  kernels::LaunchRecord* record_ = nullptr;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;
