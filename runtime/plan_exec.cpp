@@ -109,18 +109,6 @@ void plan_moe(const Workload& w, Plan* p) {
   e.capturable = false;  // the flags carry a per-call epoch in kernel arguments
   e.executable = true;
   const int64_t W = p->world_size;
-  if (p->roles_explicit && (p->roles.intra_comm > 0 || p->roles.inter_send > 0 || p->roles.inter_reduce > 0))
-    return refuse(p, w.error_at("roles",
-                                "the MoE op runs its phases one after another on compute SMs; roles for "
-                                "movers are for the fused launch, which is not built yet (give compute only)"));
-  if (!p->roles_explicit) {  // every SM the model had, all computing
-    const int total = p->roles.total();
-    p->roles = RoleCounts{};
-    p->roles.compute = total;
-  }
-  p->notes.push_back(
-      "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
-      "predictions are the fused op's, which is not built yet");
   if (p->nodes > 1)
     return refuse(p, w.error_at("layout.nodes", "moe across nodes is not built yet (the op runs on one node)"));
   if (W > 8)
@@ -138,6 +126,18 @@ void plan_moe(const Workload& w, Plan* p) {
   if (const char* why = s.invalid()) return refuse(p, w.error_at("shape", why));
   if (p->moe.hidden > 65536 || p->moe.ffn > 65536)
     return refuse(p, w.error_at("shape", "hidden and ffn above 65536 are not supported"));
+  if (p->roles_explicit && (p->roles.intra_comm > 0 || p->roles.inter_send > 0 || p->roles.inter_reduce > 0))
+    return refuse(p, w.error_at("roles",
+                                "the MoE op runs its phases one after another on compute SMs; roles for "
+                                "movers are for the fused launch, which is not built yet (give compute only)"));
+  if (!p->roles_explicit) {  // every SM the model had, all computing
+    const int total = p->roles.total();
+    p->roles = RoleCounts{};
+    p->roles.compute = total;
+  }
+  p->notes.push_back(
+      "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
+      "predictions are the fused op's, which is not built yet");
   const kernels::MoeHeapLayout h = kernels::moe_heap_layout(s);
   p->heap.push_back({"moe.recv", uint64_t(h.recv_offset), uint64_t(h.recv_bytes)});
   p->heap.push_back({"moe.combine", uint64_t(h.combine_offset), uint64_t(h.combine_bytes)});

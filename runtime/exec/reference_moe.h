@@ -16,8 +16,8 @@ namespace weft::runtime {
 // Y are bf16). gate, up: ffn x hidden; down: hidden x ffn (this expert's). acc: samples x hidden.
 Status reference_moe_expert(const __nv_bfloat16* x, const int32_t* rows, int32_t samples, const int32_t* ids,
                             const float* weights, int32_t topk, int32_t expert, const __nv_bfloat16* gate,
-                            const __nv_bfloat16* up, const __nv_bfloat16* down, int32_t hidden, int32_t ffn,
-                            float* acc, cudaStream_t s);
+                            const __nv_bfloat16* up, const __nv_bfloat16* down, int32_t hidden, int32_t ffn, float* acc,
+                            cudaStream_t s);
 
 // ref_out[i] = bf16(acc[i]) and got_out[i] = y[rows[i]] (bf16, samples x hidden): the sampled rows side by side
 // for compare_bf16.
