@@ -232,6 +232,19 @@ Status launched(const char* what, int rank) {
 
 }  // namespace
 
+std::string describe_moe_wait(const DeviceError& e, int32_t world) {
+  if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0 ||
+      e.flag_index >= 2 * world)
+    return "";
+  const bool dispatch = e.flag_index < world;
+  const int32_t peer = dispatch ? e.flag_index : e.flag_index - world;
+  char line[256];
+  snprintf(line, sizeof line, "rank %d waited %.1f s for rank %d's %s (flag %d: saw %llu, expected %llu)", e.rank,
+           double(e.waited_ns) * 1e-9, peer, dispatch ? "dispatched tokens" : "combine rows", e.flag_index,
+           (unsigned long long)e.seen, (unsigned long long)e.expected);
+  return line;
+}
+
 Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t s) {
   WEFT_CHECK(check_args(a));
   dispatch_kernel<<<grid_for(int64_t(a.tokens) * a.world), kThreads, 0, s>>>(a);

@@ -27,6 +27,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "base/status.h"
 #include "kernels/frame.h"
@@ -74,5 +75,11 @@ Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cu
 // Flag words of the exchange (index in the flag array, for error messages).
 inline int32_t moe_dispatch_flag(int32_t src) { return src; }
 inline int32_t moe_combine_flag(int32_t world, int32_t src) { return world + src; }
+
+// One sentence naming what a timed-out exchange wait of this rank awaited, from the frame's record
+// (filled by the waits of launch_moe_arrange / launch_moe_combine: flag_index = the awaited word):
+// "rank 0 waited 3.0 s for rank 1's dispatched tokens (flag 1: saw 4, expected 5)". Empty when the
+// record is not one of those waits.
+std::string describe_moe_wait(const DeviceError& e, int32_t world);
 
 }  // namespace weft::kernels

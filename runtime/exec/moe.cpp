@@ -155,7 +155,8 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
       [raw](std::string* why) {
         if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
         raw->frame_.check("moe");
-        *why = "moe: a device wait timed out on rank " + std::to_string(raw->rank_);
+        const std::string what = kernels::describe_moe_wait(raw->frame_.record(), raw->world_);
+        *why = "moe: " + (what.empty() ? "a device wait timed out on rank " + std::to_string(raw->rank_) : what);
         return true;
       },
       [raw] { raw->unstick(); });

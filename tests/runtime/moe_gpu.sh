@@ -17,4 +17,9 @@ run() {
 run -n 1
 [ "$gpus" -ge 2 ] && run -n "$([ "$gpus" -ge 8 ] && echo 8 || { [ "$gpus" -ge 4 ] && echo 4 || echo 2; })"
 [ "$gpus" -lt 4 ] && run -n 4 --oversubscribe
+# A rank that never calls: the peer's call ends within the device timeout, naming it.
+echo "== test_moe_gpu --stall: -n 2"
+share=""
+[ "$gpus" -lt 2 ] && share=--oversubscribe
+WEFT_DEVICE_TIMEOUT=3 timeout 120 "$build/bin/weftrun" exec -n 2 $share -- "$build/bin/test_moe_gpu" --stall || rc=1
 exit $rc

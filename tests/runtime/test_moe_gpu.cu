@@ -7,12 +7,14 @@
 // same input run twice gives the same bits.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bootstrap/pmix_bootstrap.h"
@@ -286,9 +288,50 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
     cudaFree(p);
 }
 
+// --stall (2+ ranks, small WEFT_DEVICE_TIMEOUT): rank 1 never calls run. Rank 0's call must end
+// within the timeout with the context poisoned, the reason naming rank 1 and what was awaited, and
+// its next call refused at once; then both ranks leave through the bootstrap.
+int stall(runtime::Context& ctx) {
+  const int r = ctx.rank();
+  const int64_t T = 64, H = 256, F = 128, E = 8, L = E / ctx.size(), K = 2;
+  bf16 *router = dalloc<bf16>(H * E), *w = dalloc<bf16>(L * F * H * 3), *x = dalloc<bf16>(T * H),
+       *out = dalloc<bf16>(T * H);
+  random_bf16(router, H * E, 1);
+  random_bf16(w, L * F * H * 3, 2);
+  random_bf16(x, T * H, 3);
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  runtime::Plan plan;
+  plan.op = runtime::Op::kMoe;
+  plan.world_size = ctx.size(), plan.nodes = 1, plan.gpus_per_node = ctx.size();
+  plan.moe.tokens = T * ctx.size(), plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  std::unique_ptr<runtime::MoeOp> op;
+  EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
+             Status::kOk,
+         "stall: create failed");
+  if (r == 0 && op) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT(op->run(x, out, nullptr) == Status::kOk, "stall: the first call should be accepted");
+    cudaDeviceSynchronize();  // bounded: the device wait times out
+    for (int i = 0; i < 200 && !ctx.poisoned(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT(ctx.poisoned(), "stall: the context was not poisoned after %.1f s", s);
+    const std::string why = ctx.poison_reason();
+    EXPECT(why.find("for rank 1's dispatched tokens") != std::string::npos, "stall: reason '%s'", why.c_str());
+    EXPECT(op->run(x, out, nullptr) == Status::kPeerFailed, "stall: a call after the failure must fail fast");
+    printf("rank 0: moe stall: call ended after %.1f s, context poisoned: %s\n", s, why.c_str());
+  }
+  Status st = ctx.boot().barrier("moe.test.stall.done");
+  EXPECT(st == Status::kOk, "stall: the ranks could not meet after the failure");
+  op.reset();
+  for (void* p : {static_cast<void*>(router), static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(out)})
+    cudaFree(p);
+  printf("rank %d: test_moe_gpu --stall %s (%d failures)\n", r, g_failed ? "FAILED" : "passed", g_failed);
+  return g_failed ? 1 : 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!bootstrap::started_under_pmix()) {
     fprintf(stderr, "test_moe_gpu runs under `weftrun exec -n W` (tests/runtime/moe_gpu.sh)\n");
     return 2;
@@ -301,6 +344,15 @@ int main() {
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));
   std::unique_ptr<runtime::Context> ctx;
   if (runtime::Context::create(*boot, uint64_t(1) << 30, &ctx) != Status::kOk) return 1;
+  if (argc > 1 && std::string(argv[1]) == "--stall") {
+    if (ctx->size() < 2) {
+      fprintf(stderr, "--stall needs 2 or more ranks\n");
+      return 2;
+    }
+    const int rc = stall(*ctx);
+    ctx.reset();
+    return rc;
+  }
   const Case cases[] = {
       {256, 512, 256, 8, 2, Routing::kUniform},     {200, 256, 128, 8, 1, Routing::kZipf},
       {96, 512, 384, 16, 8, Routing::kUniform},     {333, 256, 256, 16, 2, Routing::kHalfIdle},
