@@ -28,6 +28,7 @@ struct Plan;
 class Context;
 class AgGemmOp;
 class GemmReduceOp;
+class MoeOp;
 }  // namespace runtime
 
 using Stream = CUstream_st*;  // a cudaStream_t
@@ -134,6 +135,42 @@ class GemmReduce {
   GemmReduce();
   std::unique_ptr<runtime::GemmReduceOp> op_;
   int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
+};
+
+// The MoE layer on one node (the plan's op, `moe`): rank r holds T = tokens / W tokens and experts
+// [r L, (r + 1) L) of E, L = E / W, each a SwiGLU FFN. One call: routing on the GPU (logits, softmax,
+// top-k, weights renormalised over the k), each token sent once to every rank that owns one of its
+// experts, the grouped expert GEMMs, and one pre-reduced row per (token, rank) sent back:
+// out[t] = Σ over t's top-k experts of weight · expert(x[t]). bf16, row-major, device memory; no
+// token is ever dropped; the same input gives the same bits. Not capturable (Plan::json says so).
+class Moe {
+ public:
+  struct Weights {
+    const void* router = nullptr;  // hidden x experts (every rank: all of it); copied at create
+    const void* gate = nullptr;    // L x ffn x hidden (this rank's experts, nn.Linear layout); copied
+    const void* up = nullptr;      // L x ffn x hidden; copied
+    const void* down = nullptr;    // L x hidden x ffn; used in place: keep it alive while the op lives
+  };
+  static Status create(Context& ctx, const Plan& plan, const Weights& weights,
+                       std::unique_ptr<Moe>* out);  // collective
+  ~Moe();
+  Moe(const Moe&) = delete;
+  Moe& operator=(const Moe&) = delete;
+
+  // x: T x hidden, out: T x hidden.
+  Status run(const void* x, void* out, Stream stream);
+  // The last call's routing (device memory, valid until the next call): T x topk expert ids (int32)
+  // and their weights (float).
+  const int32_t* topk_ids() const;
+  const float* topk_weights() const;
+  int64_t tokens_local() const;  // T
+  int64_t hidden() const;
+  int64_t topk() const;
+
+ private:
+  Moe();
+  std::unique_ptr<runtime::MoeOp> op_;
+  int64_t t_ = 0, h_ = 0, k_ = 0;
 };
 
 }  // namespace weft

@@ -8,6 +8,7 @@
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/machine.h"
+#include "runtime/exec/moe.h"
 #include "runtime/exec/plan_exchange.h"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
@@ -157,5 +158,34 @@ int64_t GemmReduce::m() const { return m_; }
 int64_t GemmReduce::n() const { return n_; }
 int64_t GemmReduce::k_local() const { return k_; }
 int64_t GemmReduce::c_rows() const { return rows_; }
+
+Moe::Moe() = default;
+Moe::~Moe() = default;
+
+Status Moe::create(Context& ctx, const Plan& plan, const Weights& w, std::unique_ptr<Moe>* out) {
+  using bf16 = __nv_bfloat16;
+  std::unique_ptr<Moe> op(new Moe());
+  runtime::MoeWeights mw;
+  mw.router = static_cast<const bf16*>(w.router);
+  mw.gate = static_cast<const bf16*>(w.gate);
+  mw.up = static_cast<const bf16*>(w.up);
+  mw.down = static_cast<const bf16*>(w.down);
+  WEFT_CHECK(runtime::MoeOp::create(ctx.get(), plan.get(), mw, &op->op_));
+  const runtime::Plan& p = plan.get();
+  op->t_ = p.moe.tokens / p.world_size;
+  op->h_ = p.moe.hidden;
+  op->k_ = p.moe.topk;
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+Status Moe::run(const void* x, void* out, Stream stream) {
+  return op_->run(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out), stream);
+}
+const int32_t* Moe::topk_ids() const { return op_->topk_ids(); }
+const float* Moe::topk_weights() const { return op_->topk_weights(); }
+int64_t Moe::tokens_local() const { return t_; }
+int64_t Moe::hidden() const { return h_; }
+int64_t Moe::topk() const { return k_; }
 
 }  // namespace weft

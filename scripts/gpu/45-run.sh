@@ -56,7 +56,7 @@ PY
 }
 
 for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384 gemm_rs_m2048 gemm_rs_m8192 gemm_ar_m256 gemm_ar_m8192 \
-  moe_mixtral_4gpu moe_qwen3_4gpu; do
+  moe_mixtral_4gpu moe_qwen3_4gpu moe_small_4gpu; do
   run_one "$cfg" "$root/configs/examples/$cfg.yaml" ""
 done
 
@@ -118,5 +118,14 @@ if cmake --install "$WEFT_BUILD_DIR" --prefix "$out/prefix" >/dev/null &&
   echo "PASS    run example: ag_gemm_loop built against the installed weft, 5 checked calls ($where)" >>"$WEFT_SUMMARY"
 else
   fail "example: ag_gemm_loop"
+fi
+moe_cfg=$root/configs/examples/moe_small_4gpu.yaml
+if cmake -S "$root/examples/moe_layer" -B "$out/moe-example" -DCMAKE_PREFIX_PATH="$out/prefix" >/dev/null &&
+  cmake --build "$out/moe-example" >/dev/null &&
+  timeout 300 "$weftrun" exec -n 4 $share -- "$out/moe-example/moe_layer" "$moe_cfg" 5 | tee "$out/moe-example.log" &&
+  grep -q ": ok" "$out/moe-example.log"; then
+  echo "PASS    run example: moe_layer built against the installed weft, 5 calls, routing and output checked ($where)" >>"$WEFT_SUMMARY"
+else
+  fail "example: moe_layer"
 fi
 exit $rc

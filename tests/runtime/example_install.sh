@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The example program builds against an installed weft: cmake --install, then find_package(weft) from
-# examples/ag_gemm_loop in a project of its own. Started outside a job it must say how to launch it.
+# examples/ag_gemm_loop and examples/moe_layer in projects of their own. Started outside a job each
+# must say how to launch it.
 # Usage: example_install.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build=${1:?usage: example_install.sh BUILD_DIR SOURCE_DIR}
@@ -20,3 +21,12 @@ set -e
 cat "$tmp/run.log"
 [ "$code" -ne 0 ] && grep -q "not started in a job" "$tmp/run.log"
 echo "example built against the installed weft; outside a job it refuses with the launch hint (exit $code)"
+cmake -S "$src/examples/moe_layer" -B "$tmp/moe" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/configure-moe.log"
+cmake --build "$tmp/moe" >"$tmp/build-moe.log"
+test -x "$tmp/moe/moe_layer"
+set +e
+"$tmp/moe/moe_layer" "$src/configs/examples/moe_small_4gpu.yaml" >"$tmp/run-moe.log" 2>&1
+code=$?
+set -e
+[ "$code" -ne 0 ] && grep -q "not started in a job" "$tmp/run-moe.log"
+echo "moe_layer built against the installed weft; outside a job it refuses with the launch hint (exit $code)"
