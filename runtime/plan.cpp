@@ -72,6 +72,11 @@ nlohmann::json execution_json(const Execution& e) {
           {"group_m", e.group_m},
           {"capturable", e.capturable},
           {"reduce_blocks", e.reduce_blocks},
+          {"gemm",
+           {{"split_tail", e.gemm.split_tail},
+            {"chunked_tail", e.gemm.chunked_tail},
+            {"dynamic_tiles", e.gemm.dynamic_tiles},
+            {"tma_store", e.gemm.tma_store}}},
           {"executable", e.executable},
           {"not_executable", e.not_executable}};
 }
@@ -202,6 +207,13 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
+    if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
+      at = "execution.gemm";
+      const auto& g = e.at("gemm");
+      read(g, "split_tail", &p.exec.gemm.split_tail), read(g, "chunked_tail", &p.exec.gemm.chunked_tail);
+      read(g, "dynamic_tiles", &p.exec.gemm.dynamic_tiles), read(g, "tma_store", &p.exec.gemm.tma_store);
+      at = "execution";
+    }
     read(e, "executable", &p.exec.executable), read(e, "not_executable", &p.exec.not_executable);
     at = "heap";
     const auto& h = j.at("heap");
@@ -263,6 +275,10 @@ std::string format_plan_table(const Plan& p) {
       os << ", " << p.exec.copy_chunks << " cop" << (p.exec.copy_chunks == 1 ? "y" : "ies") << " per shard";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
+    const GemmChoices& g = p.exec.gemm;
+    auto on = [](bool b) { return b ? "on" : "off"; };
+    os << "  gemm     split tail " << on(g.split_tail) << ", chunked tail " << on(g.chunked_tail) << ", dynamic tiles "
+       << on(g.dynamic_tiles) << ", TMA store " << on(g.tma_store) << "\n";
   }
   if (p.heap_bytes > 0) {
     os << "  heap     " << human_bytes(double(p.heap_bytes)) << " per rank:";
