@@ -9,6 +9,7 @@
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
 #include "transport/heap.h"
 
@@ -224,7 +225,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   }
   const kernels::FlagGate gate{words("ag_gemm.gate", rank_), kernels::kFlagPerShard, 1};
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
-                                  kernels::TileSignal{}, s));
+                                  kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
   // The gates close again once the GEMM is done (the next call's copies open them).
@@ -247,7 +248,7 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   WEFT_CHECK(stream_mem_ops(s, ops));
   kernels::GemmParams g = gemm_;
   const kernels::EpiStoreBf16 epi{c, n_, n_ % 2 == 0};
-  WEFT_CHECK(kernels::enable_tma_store(epi, &g));
+  if (plan_.exec.gemm.tma_store) WEFT_CHECK(kernels::enable_tma_store(epi, &g));
   kernels::AgMoveParams mv;
   for (int r = 0; r < world_; ++r) {
     mv.a[r] = reinterpret_cast<bf16*>(words("ag_gemm.a", r));
@@ -263,7 +264,7 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   kernels::parse_ag_mover(plan_.exec.sm_mover.c_str(), &mv.mover);
   const kernels::FlagGate gate{words("ag_gemm.flags", rank_), kernels::kFlagPerTile,
                                e * uint64_t(plan_.roles.intra_comm)};
-  WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s));
+  WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s, gemm_options(plan_.exec.gemm)));
   ops.clear();
   for (int q = 0; q < world_; ++q)
     if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, 1});

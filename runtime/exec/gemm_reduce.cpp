@@ -6,6 +6,7 @@
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
 #include "transport/heap.h"
 
@@ -124,7 +125,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   const uint64_t e = ++epoch_;
   bf16* partial = static_cast<bf16*>(region("gemm_reduce.partial", rank_));
   Status st = kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{partial, n_, n_ % 2 == 0},
-                                   kernels::FlagGate{}, kernels::TileSignal{}, s);
+                                   kernels::FlagGate{}, kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm));
   kernels::PeerReduceArgs pr;
   pr.ranks = world_;
   pr.rank = rank_;

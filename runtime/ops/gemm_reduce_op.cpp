@@ -453,7 +453,8 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
       comm, op.main, warm, iters,
       [&] {
         kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
-        return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+        return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main,
+                                    bench_gemm_options());
       },
       &t[4]));
   if (op.overlap) {

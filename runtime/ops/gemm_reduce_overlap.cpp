@@ -194,7 +194,7 @@ Status GemmReduce::enqueue_overlap() {
     gate_args.expected = send_runs * uint64_t(world - 1) * tiles_per_piece;
   }
   mark(main, "start");
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi_fused, gate_args, signal, main));
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi_fused, gate_args, signal, main, bench_gemm_options()));
   const bool push_gather = all_reduce && gather == ArGather::kPush;
   if (all_reduce && gather == ArGather::kSm) ++bcast_runs;
   mark(main, "gemm");
@@ -387,8 +387,9 @@ Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
   kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,
                              variant < 0 ? signal_variant : variant};
   if (!own_rows)
-    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main);
-  return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main);
+    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main,
+                                bench_gemm_options());
+  return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main, bench_gemm_options());
 }
 
 void GemmReduce::mark(cudaStream_t s, std::string what) {

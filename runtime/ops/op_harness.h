@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "bootstrap/bootstrap.h"
+#include "kernels/gemm_types.h"
 #include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 #include "runtime/workload.h"
@@ -104,6 +105,11 @@ Plan plan_for(const Workload& wl, int rank, IntraMover mover);
 // The raster group height of the fused ops' GEMMs: WEFT_GEMM_GROUP 128-row tiles when set (> 0),
 // else *group_m is left as it is (GemmArgs' default); kInvalidArgument, logged, outside [0, 1024].
 Status gemm_group(int32_t* group_m);
+
+// The GEMM core's launch choices for weftrun bench's rows: the defaults, with the experiment switches
+// WEFT_GEMM_SPLIT_TAIL, WEFT_GEMM_CHUNKED_TAIL, WEFT_GEMM_DYNAMIC and WEFT_GEMM_TMA_STORE (0 turns one
+// off, for comparisons) read once; a bad value keeps the default and is logged.
+const kernels::GemmOptions& bench_gemm_options();
 
 // One row of an op's result table.
 struct ResultRow {
