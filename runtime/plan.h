@@ -20,6 +20,8 @@ namespace weft::runtime {
 // stream write of its flag): those use no SM and get the link's full bandwidth.
 enum class IntraMover : int { kSm = 0, kCopyEngine };
 const char* to_string(IntraMover m);  // "sm", "copy_engine"
+// The op's own mover where nothing else decides: the copy engines for GEMM+RS/AR, SMs otherwise.
+IntraMover default_mover(Op op);
 
 // One buffer or flag array of an op in the symmetric heap. Every rank lays the op out the same way,
 // so a peer's buffer is (rank, offset).
@@ -86,7 +88,6 @@ struct Plan {
   // The launch.
   RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
-  IntraMover intra_mover = IntraMover::kSm;     // kCopyEngine: intra_comm gets no SM
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
@@ -111,6 +112,10 @@ struct Plan {
   double role_time(Role r) const { return role_time_s[static_cast<int>(r)]; }
   const LinkLoad* link(const std::string& name) const;
   const HeapRegion* region(const std::string& name) const;
+  // Who moves the NVLink bytes, from exec.variant (the one place it is decided): copy_engine and
+  // sm_movers say it; a plan without such a variant (peer, or an op this build does not run) moves
+  // them as default_mover(op) says, which is what the tuner planned it with.
+  IntraMover intra_mover() const;
 };
 
 // The part of a plan that decides what runs (problem, layout, launch, execution, heap), as canonical
@@ -124,10 +129,11 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
 uint64_t plan_hash(const Plan& plan);
 
 // Fills plan->exec and plan->heap for a tuned plan (shape, layout, roles set): the variant the op
-// runs (the workload's `plan:` choices as written, the rest the op's defaults) and its heap layout,
-// or exec.executable = false with the reason as "file:line:col: key: what" (a dtype or an op this
-// build cannot run, a shape the kernels refuse, a `plan:` choice this build's op does not run).
-void plan_execution(const Workload& w, Plan* plan);
+// runs (AllGather+GEMM on one node: the copy engines or the SM movers, as `mover`, the tuner's) (the workload's `plan:`
+// choices as written, the rest the op's defaults) and its heap layout, or exec.executable = false with the reason as
+// "file:line:col: key: what" (a dtype or an op this build cannot run, a shape the kernels refuse, a `plan:` choice this
+// build's op does not run).
+void plan_execution(const Workload& w, IntraMover mover, Plan* plan);
 
 // The part of a plan the launches themselves say (kernels/frame.cuh's record, read back after they
 // completed): role counts per launch and CTAs per cluster. Sets *why and returns false when nothing

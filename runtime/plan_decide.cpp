@@ -72,7 +72,6 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       // What runs comes from the measurement; the predictions stay the model's, for its own choice.
       plan->roles = cached.roles;
       plan->roles_explicit = true;
-      plan->intra_mover = cached.intra_mover;
       plan->tile_m = cached.tile_m, plan->tile_n = cached.tile_n, plan->tile_k = cached.tile_k;
       plan->exec = cached.exec;
       plan->heap = cached.heap;

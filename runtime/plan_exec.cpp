@@ -51,14 +51,7 @@ void apply_plan_spec(const PlanSpec& s, Execution* e) {
 void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
-  // The mover the tuner planned with (the workload's plan.variant, else its roles: tuner.cpp, plan_mover).
-  if (p->intra_mover == IntraMover::kSm) {
-    e.variant = "sm_movers";
-    e.sm_mover = "pull_vec";
-  } else {
-    e.variant = "copy_engine";
-    e.copy_chunks = 1;
-  }
+  if (e.variant == "sm_movers") e.sm_mover = "pull_vec";
   e.cluster = 1;
   e.group_m = 16;
   apply_plan_spec(w.plan, &e);
@@ -141,11 +134,16 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
 
 }  // namespace
 
-void plan_execution(const Workload& w, Plan* p) {
+void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
   p->exec = Execution{};
   p->heap.clear();
   p->heap_bytes = 0;
   p->exec.executable = true;
+  // The variant first, so that a plan this build cannot run still says how it would move the bytes:
+  // for AllGather+GEMM the mover the tuner planned with (the workload's plan.variant, else its roles:
+  // tuner.cpp, plan_mover); GEMM+RS/AR run the peer variant. Other ops and layouts have none.
+  if (p->nodes == 1 && p->op == Op::kAgGemm) p->exec.variant = mover == IntraMover::kSm ? "sm_movers" : "copy_engine";
+  if (p->nodes == 1 && (p->op == Op::kGemmRs || p->op == Op::kGemmAr)) p->exec.variant = "peer";
   if (p->dtype != DType::kBf16)
     return refuse(p, w.error_at("dtype", std::string(to_string(p->dtype)) +
                                              ": this build's kernels take bf16 only (expected bf16)"));
@@ -221,16 +219,14 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     Plan p = model;
     p.roles = RoleCounts{c, 0, 0, 0};
     p.roles_explicit = true;
-    p.intra_mover = IntraMover::kCopyEngine;
-    plan_execution(w, &p);
+    plan_execution(w, IntraMover::kCopyEngine, &p);
     add(p);
   }
   for (int intra : {8, 16}) {
     Plan p = model;
     p.roles = RoleCounts{S - intra, intra, 0, 0};
     p.roles_explicit = true;
-    p.intra_mover = IntraMover::kSm;
-    plan_execution(w, &p);
+    plan_execution(w, IntraMover::kSm, &p);
     add(p);
   }
   for (auto& p : out) p.chosen_by = "model";

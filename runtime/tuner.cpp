@@ -442,7 +442,6 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
             const MachineModel& model, IntraMover mover, Plan* out, std::string* error) {
   WEFT_CHECK(check_plan_spec(w, layout, error));
   Plan p;
-  p.intra_mover = mover;
   p.workload = w.name;
   p.source = w.source;
   p.op = w.op;
@@ -501,7 +500,7 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       " Gb/s NIC per GPU");
   if (rates.inter_backend == "socket")
     p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
-  plan_execution(w, &p);
+  plan_execution(w, mover, &p);
   if (!w.plan.empty()) p.chosen_by = "workload";
   WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
             p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),

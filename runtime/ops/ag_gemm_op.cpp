@@ -694,9 +694,9 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
   }
   for (const Plan* p : {&plan_sm, &plan_ce}) {
     if (p->makespan_s <= 0) continue;
-    snprintf(note, sizeof note, "%s: %s, limited by %s", to_string(p->intra_mover), roles_text(p->roles).c_str(),
+    snprintf(note, sizeof note, "%s: %s, limited by %s", to_string(p->intra_mover()), roles_text(p->roles).c_str(),
              p->limited_by.c_str());
-    rows.push_back({std::string("tuner prediction, ") + to_string(p->intra_mover), p->makespan_s * 1e3,
+    rows.push_back({std::string("tuner prediction, ") + to_string(p->intra_mover()), p->makespan_s * 1e3,
                     tf(p->makespan_s * 1e3), note});
   }
   char title[256];

@@ -77,7 +77,7 @@ TEST_CASE("AllGather+GEMM on one node: copy engines, the whole gathered A and it
   CHECK(p.exec.copy_chunks == 1);
   CHECK(p.exec.cluster == 1);
   CHECK(p.exec.capturable);  // every stream operation's value is a constant token
-  CHECK(p.intra_mover == IntraMover::kCopyEngine);
+  CHECK(p.intra_mover() == IntraMover::kCopyEngine);
   CHECK(p.roles.compute == p.sm_count);
   REQUIRE(p.region("ag_gemm.a") != nullptr);
   CHECK(p.region("ag_gemm.a")->bytes == uint64_t(8192) * 8192 * 2);
@@ -142,7 +142,7 @@ TEST_CASE("the workload's plan: map is what runs, and chosen_by says so") {
   CHECK(sm.exec.variant == "sm_movers");
   CHECK(sm.exec.sm_mover == "push_bulk");
   CHECK(sm.roles.intra_comm > 0);
-  CHECK(sm.intra_mover == IntraMover::kSm);
+  CHECK(sm.intra_mover() == IntraMover::kSm);
   REQUIRE(sm.region("ag_gemm.flags") != nullptr);
   // GEMM+RS: the reduction's blocks and a 2-CTA GEMM (even grid), dynamic tiles off with it.
   const Plan rs =
@@ -331,7 +331,10 @@ TEST_CASE("a malformed plan is refused with the key named") {
   for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"\"m\":8192", "\"m\":-512", "plan: shape:"},
            {"\"cluster\":1", "\"cluster\":7", "plan: execution:"},
-           {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"}}) {
+           {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"},
+           // The mover is the variant's: a plan saying otherwise is refused, not half believed.
+           {"\"intra_mover\":\"copy_engine\"", "\"intra_mover\":\"sm\"",
+            "plan: intra_mover: sm disagrees with execution.variant 'copy_engine'"}}) {
     bad = good;
     const size_t at2 = bad.find(from);
     REQUIRE_MESSAGE(at2 != std::string::npos, from);
