@@ -201,8 +201,10 @@ Status GemmReduce::enqueue_overlap() {
   if (use_movers()) WEFT_CHECK(launch_movers(e * tiles_per_piece));
 
   // One stream per other owner: its pieces, copied into its slot as their tiles complete, each
-  // followed by its arrival flag in the owner's memory. The streams run side by side (a copy engine
-  // pushing to one peer moved ~240 GB/s on 4x H200); the host enqueues in the GEMM's order.
+  // followed by its arrival flag in the owner's memory. The streams run side by side, since one copy
+  // engine pushing to one peer moves well below the GPU's NVLink bandwidth (measured:
+  // docs/results/2026-11-gemm-reduce.md, "one copy stream per destination"); the host enqueues in
+  // the GEMM's order.
   std::vector<StreamMemOp> ops;
   auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
   auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };

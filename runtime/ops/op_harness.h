@@ -71,8 +71,8 @@ Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std
 
 // Several candidates timed together, interleaved: iteration i runs every candidate once, starting
 // at candidate i mod count, each run preceded by the one-word all-reduce of time_op. Under its power
-// cap the GPU changes clock in discrete steps (on an H200, 8192 x 7168 x 8192 runs at 1.24, 1.31 or
-// 1.40 ms by the step, moving every few dozen launches): timed one after the other, candidates
+// cap the GPU changes clock in discrete steps, a few percent apart and moving every few dozen
+// launches (docs/results/2026-11-one-node-combined-runs.md): timed one after the other, candidates
 // land on different steps and their ratio carries that luck; interleaved, every candidate sees the
 // same mix. `add` returns the candidate's index; `run` times them all (collective: every rank adds
 // the same candidates in the same order) and keeps, per candidate, the max over ranks of each
