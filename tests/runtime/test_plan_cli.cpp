@@ -150,6 +150,13 @@ TEST_CASE("a workload's plan: map is the plan's execution, chosen by the workloa
   CHECK(r.out.find("runs     sm_movers (push_vec)") != std::string::npos);
   CHECK(r.out.find("chosen by the workload") != std::string::npos);
   CHECK(r.out.find("gemm     split tail off, chunked tail off, dynamic tiles on, TMA store off") != std::string::npos);
+  // weftrun tune refuses it before looking for a GPU: its result would serve every workload of the problem.
+  r = weftrun("tune '" + file + "'");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("weftrun tune: " + file +
+                           ":8:3: plan: this map fixes the execution, so there is nothing "
+                           "to tune") != std::string::npos,
+                r.err);
 }
 
 TEST_CASE("bad workloads: non-zero exit, one located message naming the key") {
