@@ -41,15 +41,14 @@ cublasStatus_t CUBLASWINAPI cublasSetSmCountTarget(cublasHandle_t handle, int sm
 
 cublasStatus_t CUBLASWINAPI cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
                                          int m, int n, int k, const void* alpha, const void* a, cudaDataType atype,
-                                         int lda, const void* b, cudaDataType btype, int ldb, const void* beta,
-                                         void* c, cudaDataType ctype, int ldc, cublasComputeType_t compute,
+                                         int lda, const void* b, cudaDataType btype, int ldb, const void* beta, void* c,
+                                         cudaDataType ctype, int ldc, cublasComputeType_t compute,
                                          cublasGemmAlgo_t algo) {
   using Fn = cublasStatus_t(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
                             const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
                             cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
   static auto* f = cublas_fn<Fn>("cublasGemmEx");
-  return f ? f(handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute,
-               algo)
+  return f ? f(handle, transa, transb, m, n, k, alpha, a, atype, lda, b, btype, ldb, beta, c, ctype, ldc, compute, algo)
            : CUBLAS_STATUS_NOT_INITIALIZED;
 }
 
