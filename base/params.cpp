@@ -67,17 +67,25 @@ const std::vector<ParamInfo> kParams = {
 
     // --- bench: the GEMM core's variants
     {"WEFT_GEMM_TMA_STORE", kBool, "1", "",
-     "GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons)", kB},
+     "weftrun bench: GEMM bf16 stores through shared memory and TMA (0: straight from registers, for comparisons; "
+     "a plan's execution.gemm.tma_store)",
+     kB},
     {"WEFT_GEMM_GROUP", kInt, "0", "tiles",
      "fused ops' GEMMs: raster group height in 128-row tiles (L2 reuse of B); 0 = the kernel's default", kB, 0, 1024},
     {"WEFT_GEMM_CLUSTER", kInt, "1", "CTAs",
      "ag_gemm copy-engine variants: CTAs per cluster sharing B through TMA multicast (1 or 2)", kB, 1, 2},
     {"WEFT_GEMM_SPLIT_TAIL", kBool, "1", "",
-     "GEMM: split the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons)", kB},
+     "weftrun bench: GEMM splits the last wave's tiles along K so no SM idles (0: whole tiles, for comparisons; a "
+     "plan's execution.gemm.split_tail)",
+     kB},
     {"WEFT_GEMM_CHUNKED_TAIL", kBool, "1", "",
-     "GEMM: the split tail may cut the last wave's k-blocks into one chunk per SM (0: equal K-slices only)", kB},
+     "weftrun bench: the GEMM's split tail may cut the last wave's k-blocks into one chunk per SM (0: equal "
+     "K-slices only; a plan's execution.gemm.chunked_tail)",
+     kB},
     {"WEFT_GEMM_DYNAMIC", kBool, "1", "",
-     "GEMM: blocks claim their next tile when ready (0: block b takes every B-th tile, for comparisons)", kB},
+     "weftrun bench: GEMM blocks claim their next tile when ready (0: block b takes every B-th tile, for "
+     "comparisons; a plan's execution.gemm.dynamic_tiles)",
+     kB},
     // --- bench: AllGather+GEMM
     {"WEFT_AG_MOVER", kStr, "auto", "",
      "ag_gemm on one node, who moves A's shards (comma list): copy_engine, sm (every SM mover), pull_vec, "

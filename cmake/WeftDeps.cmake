@@ -49,6 +49,16 @@ if(WEFT_WITH_CUDA)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     set(CMAKE_CUDA_FLAGS "${CMAKE_CUDA_FLAGS} -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr")
     find_package(CUDAToolkit REQUIRED)
+    # weftrun's CPU commands (--help, plan, topo) start where no CUDA library is installed (a login
+    # node): the CUDA runtime is linked statically, and it loads the driver (libcuda) itself when the
+    # first GPU call is made. Every target names CUDA::cudart; that name now links the static runtime.
+    option(WEFT_STATIC_CUDART "link the CUDA runtime statically (weftrun then needs no CUDA library to start)" ON)
+    if(WEFT_STATIC_CUDART AND TARGET CUDA::cudart_static)
+      set(CMAKE_CUDA_RUNTIME_LIBRARY Static)
+      get_target_property(weft_cudart_static CUDA::cudart_static IMPORTED_LOCATION)
+      set_target_properties(CUDA::cudart PROPERTIES IMPORTED_LOCATION "${weft_cudart_static}")
+      set_property(TARGET CUDA::cudart APPEND PROPERTY INTERFACE_LINK_LIBRARIES CUDA::cudart_static_deps)
+    endif()
     find_path(NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
     find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR})
     set(WEFT_HAVE_CUDA ON)

@@ -307,7 +307,8 @@ Status launch_error(const char* what, int32_t rank, cudaError_t err) {
 }  // namespace ag_detail
 
 Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi,
-                            const FlagGate& gate, const AgMoveParams& move, cudaStream_t stream) {
+                            const FlagGate& gate, const AgMoveParams& move, cudaStream_t stream,
+                            const GemmOptions& opt) {
   const char* why = nullptr;
   if (g.cluster_m != 1) {
     why = "cluster_m must be 1";
@@ -337,12 +338,13 @@ Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const
   ag_detail::FusedParams p;
   p.gemm = g;
   // A ragged last wave is cut along K inside the GEMM (kernels/gemm.h) unless the caller planned it.
-  if (frame.roles.compute > 0 && !g.claims) {
+  if (opt.dynamic_tiles && frame.roles.compute > 0 && !g.claims) {
     const Status st = enable_dynamic_tiles(stream, &p.gemm);
     if (st != Status::kOk) return st;
   }
   if (frame.roles.compute > 0 && g.sched.split <= 1) {  // chunks only for a static walk
-    const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm, !p.gemm.claims);
+    const Status st = enable_tail_split(frame.roles.compute, stream, &p.gemm, opt.chunked_tail && !p.gemm.claims,
+                                        opt.split_tail ? kMaxTailSplit : 1);
     if (st != Status::kOk) return st;
   }
   p.frame = frame;

@@ -58,9 +58,11 @@ struct AgMoveParams {
 // Blocks [0, roles.compute) run the GEMM (g.cluster_m must be 1; g's schedule: num_shards = world,
 // first_shard = rank) gated on `gate` (kFlagPerTile on move.flags[rank], expected
 // epoch * roles.intra_comm); blocks of roles.intra_comm move the shards. roles.compute may be 0: the
-// launch then only gathers (what the movers alone cost). Needs roles.intra_comm >= 1.
+// launch then only gathers (what the movers alone cost). Needs roles.intra_comm >= 1. `opt`: the
+// split tail and tile claims as launch_gemm sets them up (the caller encodes C for TMA stores).
 Status launch_ag_gemm_fused(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi,
-                            const FlagGate& gate, const AgMoveParams& move, cudaStream_t stream);
+                            const FlagGate& gate, const AgMoveParams& move, cudaStream_t stream,
+                            const GemmOptions& opt = GemmOptions{});
 
 // The split-K tail: the tiles of the GEMM's last, partly filled wave computed in two K halves by
 // two halves of the grid at once, fp32 partial sums added into `acc` (m x n, zero before the

@@ -2,13 +2,13 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "base/log.h"
-#include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_sm90.cuh"
 
@@ -107,37 +107,26 @@ Status launch_cluster(const GemmParams& g, const FrameParams& frame, const Epilo
   return Status::kOk;
 }
 
-bool split_tail_default();
-bool chunked_tail_default();
-bool dynamic_tiles_default();
-
 static_assert(GemmConfig::kStoreBox == GemmConfig::kTileK, "the C box reuses the operands' 64-column box");
 
 template <class Epilogue>
 Status launch(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
-              const TileSignal& signal, cudaStream_t stream) {
+              const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
   GemmParams gs = g;
   // Only kernels built to claim get the words (not GEMM+RS/AR's: gemm_detail::kClaimsTiles).
-  if (!g.claims && gemm_detail::kClaimsTiles<1, Epilogue>) WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
+  if (opt.dynamic_tiles && !g.claims && gemm_detail::kClaimsTiles<1, Epilogue>)
+    WEFT_CHECK(enable_dynamic_tiles(stream, &gs));
   // Chunks only for a static walk of a kernel built for them (enable_tail_split).
   if (g.sched.split <= 1)
-    WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs, gemm_detail::kChunkedTail<Epilogue> && !gs.claims));
+    WEFT_CHECK(enable_tail_split(frame.roles.compute, stream, &gs,
+                                 opt.chunked_tail && gemm_detail::kChunkedTail<Epilogue> && !gs.claims,
+                                 opt.split_tail ? kMaxTailSplit : 1));
   if (gs.sched.chunks > 0 && !gemm_detail::kChunkedTail<Epilogue>) {
     WEFT_WARN(kKernel, "launch_gemm: this epilogue's kernel walks K-slices only; the schedule has a chunked tail");
     return Status::kInvalidArgument;
   }
   if (g.cluster_m == 2) return launch_cluster<2>(gs, frame, epi, gate, signal, stream);
   return launch_cluster<1>(gs, frame, epi, gate, signal, stream);
-}
-
-// WEFT_GEMM_SPLIT_TAIL=0 keeps the last wave's tiles whole (for comparisons).
-bool split_tail_default() {
-  static const bool on = param_bool_or_default("WEFT_GEMM_SPLIT_TAIL");
-  return on;
-}
-bool chunked_tail_default() {
-  static const bool on = param_bool_or_default("WEFT_GEMM_CHUNKED_TAIL");
-  return on;
 }
 
 // Split-tail flags: one per split CTA tile (at most one per compute block), 64 KiB in front of
@@ -238,18 +227,6 @@ Status claim_words(cudaStream_t stream, uint32_t** out) {
   return Status::kOk;
 }
 
-// WEFT_GEMM_DYNAMIC=0 keeps static striding in launch_gemm (for comparisons).
-bool dynamic_tiles_default() {
-  static const bool on = param_bool_or_default("WEFT_GEMM_DYNAMIC");
-  return on;
-}
-
-// WEFT_GEMM_TMA_STORE=0 keeps the register-store epilogue (for comparisons).
-bool tma_store_default() {
-  static const bool on = param_bool_or_default("WEFT_GEMM_TMA_STORE");
-  return on;
-}
-
 }  // namespace
 
 Status make_gemm_params(const GemmArgs& args, GemmParams* out) {
@@ -318,14 +295,13 @@ Status device_sm_count(int* out) {
   return Status::kOk;
 }
 
-Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked) {
-  constexpr int32_t kMaxSplit = 8;
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked, int32_t max_split) {
   constexpr size_t kMaxWorkspace = size_t(64) << 20;
   constexpr size_t kPartialBytes = size_t(GemmConfig::kTileM) * GemmConfig::kTileN * sizeof(float);
   TileSchedule& sc = g->sched;
-  int32_t max_split = split_tail_default() ? kMaxSplit : 1;
+  max_split = std::max<int32_t>(1, std::min(max_split, kMaxTailSplit));
   for (;;) {
-    sc.plan_split(compute_blocks / g->cluster_m, max_split, chunked && chunked_tail_default());
+    sc.plan_split(compute_blocks / g->cluster_m, max_split, chunked);
     if (sc.split <= 1) break;
     const size_t ws = size_t(sc.tail_tiles()) * size_t(g->cluster_m) * size_t(sc.split - 1) * kPartialBytes;
     if (ws <= kMaxWorkspace) break;
@@ -355,7 +331,7 @@ Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams
 Status enable_dynamic_tiles(cudaStream_t stream, GemmParams* g) {
   g->claims = nullptr;
   // A 2-CTA cluster would have to share its claims between the two producers.
-  if (g->cluster_m != 1 || !dynamic_tiles_default()) return Status::kOk;
+  if (g->cluster_m != 1) return Status::kOk;
   return claim_words(stream, &g->claims);
 }
 
@@ -455,33 +431,33 @@ namespace {
 // Epilogues whose tiles may leave through TMA stores: encode their C first (unless turned off).
 template <class Epilogue>
 Status launch_tma_capable(const GemmParams& g, const FrameParams& frame, const Epilogue& epi, const FlagGate& gate,
-                          const TileSignal& signal, cudaStream_t stream) {
-  if (!tma_store_default()) return launch(g, frame, epi, gate, signal, stream);
+                          const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  if (!opt.tma_store) return launch(g, frame, epi, gate, signal, stream, opt);
   GemmParams with_c = g;
   WEFT_CHECK(enable_tma_store(epi, &with_c));
-  return launch(with_c, frame, epi, gate, signal, stream);
+  return launch(with_c, frame, epi, gate, signal, stream, opt);
 }
 }  // namespace
 
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream) {
-  return launch_tma_capable(g, frame, epi, gate, signal, stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  return launch_tma_capable(g, frame, epi, gate, signal, stream, opt);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream) {
-  return launch(g, frame, epi, gate, signal, stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  return launch(g, frame, epi, gate, signal, stream, opt);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream) {
-  return launch(g, frame, epi, gate, signal, stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  return launch(g, frame, epi, gate, signal, stream, opt);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatterBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream) {
-  return launch(g, frame, epi, gate, signal, stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  return launch(g, frame, epi, gate, signal, stream, opt);
 }
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiReduceSlots& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream) {
-  return launch_tma_capable(g, frame, epi, gate, signal, stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt) {
+  return launch_tma_capable(g, frame, epi, gate, signal, stream, opt);
 }
 
 }  // namespace weft::kernels

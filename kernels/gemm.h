@@ -70,36 +70,38 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
 // ldc a multiple of 8) it leaves slot_maps at 0, which is still correct.
 Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi);
 
-// Splits the last wave's tiles along K when they would leave blocks idle (TileSchedule::plan_split)
-// for `compute_blocks` compute blocks, and points g at a workspace for the fp32 partials owned by
-// `stream` (launches on one stream must not overlap). launch_gemm does this itself (unless
-// WEFT_GEMM_SPLIT_TAIL=0); a fused kernel that calls gemm_compute_block() calls it once per launch
-// configuration. Leaves g unsplit when it does not pay, no workspace can be had, or
-// WEFT_GEMM_SPLIT_TAIL=0. `chunked` = false (or WEFT_GEMM_CHUNKED_TAIL=0): K-slices only, no
-// chunks (TileSchedule::plan_split). launch_gemm and the fused AllGather+GEMM kernel allow chunks
-// only for a static walk (no GemmParams::claims: with claimed tiles the chunked tail measured
-// slower, docs/gemm.md); GEMM+RS/AR's kernel (EpiReduceSlots) walks K-slices only.
-Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked = true);
+// Splits the last wave's tiles along K, into at most `max_split` slices, when they would leave blocks
+// idle (TileSchedule::plan_split) for `compute_blocks` compute blocks, and points g at a workspace for
+// the fp32 partials owned by `stream` (launches on one stream must not overlap). launch_gemm does
+// this itself (with GemmOptions::split_tail); a fused kernel that calls gemm_compute_block() calls it
+// once per launch configuration. Leaves g unsplit when it does not pay, no workspace can be had, or
+// `max_split` is 1. `chunked` = false: K-slices only, no chunks (TileSchedule::plan_split).
+// launch_gemm and the fused AllGather+GEMM kernel allow chunks only for a static walk (no
+// GemmParams::claims: with claimed tiles the chunked tail measured slower, docs/gemm.md); GEMM+RS/AR's
+// kernel (EpiReduceSlots) walks K-slices only.
+Status enable_tail_split(int32_t compute_blocks, cudaStream_t stream, GemmParams* g, bool chunked = true,
+                         int32_t max_split = kMaxTailSplit);
 
 // Has g's compute blocks claim their work units one at a time instead of taking every B-th
 // (GemmParams::claims): the claim words belong to `stream` (launches on one stream must not
-// overlap). Leaves g static for cluster_m 2, with WEFT_GEMM_DYNAMIC=0 (comparisons) or when the
-// words cannot be had. launch_gemm does this itself (except with EpiReduceSlots, measured slower);
-// a fused kernel that calls gemm_compute_block() calls it once per launch configuration.
+// overlap). Leaves g static for cluster_m 2 or when the words cannot be had. launch_gemm does this
+// itself (with GemmOptions::dynamic_tiles, except with EpiReduceSlots, measured slower); a fused
+// kernel that calls gemm_compute_block() calls it once per launch configuration.
 Status enable_dynamic_tiles(cudaStream_t stream, GemmParams* g);
 
 // Launches the standalone persistent GEMM: grid = frame.roles.total() blocks in clusters of
 // g.cluster_m, the first frame.roles.compute of them compute (both counts multiples of
-// cluster_m); the rest model SMs lent to other roles and exit.
+// cluster_m); the rest model SMs lent to other roles and exit. `opt` says which of the split tail,
+// tile claims and TMA stores it sets up on a copy of g (those g already has stay).
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiStoreBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt = GemmOptions{});
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddF32& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt = GemmOptions{});
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiAddBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt = GemmOptions{});
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiScatterBf16& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt = GemmOptions{});
 Status launch_gemm(const GemmParams& g, const FrameParams& frame, const EpiReduceSlots& epi, const FlagGate& gate,
-                   const TileSignal& signal, cudaStream_t stream);
+                   const TileSignal& signal, cudaStream_t stream, const GemmOptions& opt = GemmOptions{});
 
 }  // namespace weft::kernels

@@ -20,6 +20,18 @@ struct GemmConfig {
   static constexpr int kStoreBox = 64;  // epilogue: 64 x 64 bf16 sub-tiles, two buffers per consumer
 };
 
+// Launch choices of the GEMM core (a Plan's execution.gemm; weftrun bench's and bench_gemm's switches
+// for comparisons). The defaults are what measured fastest (docs/gemm.md).
+struct GemmOptions {
+  bool split_tail = true;     // cut the last wave's tiles along K where blocks would idle (enable_tail_split)
+  bool chunked_tail = true;   // ... into chunks of k-blocks, for a static walk of a kernel built for them
+  bool dynamic_tiles = true;  // compute blocks claim their tiles one at a time (enable_dynamic_tiles)
+  bool tma_store = true;      // C through shared memory + TMA where the epilogue allows (enable_tma_store)
+};
+
+// The most K-slices enable_tail_split cuts a tile into.
+constexpr int32_t kMaxTailSplit = 8;
+
 // Device-ready GEMM arguments: C (m x n) = A (m x k, K contiguous) * B (n x k, K contiguous)^T.
 struct GemmParams {
   CUtensorMap tmap_a;  // box {kTileK, kTileM}, 128B swizzle, zero fill out of bounds

@@ -136,6 +136,15 @@ int tune_launcher(const TuneOptions& o) {
     fprintf(stderr, "weftrun tune: %s\n", err.c_str());
     return kExitBadInput;
   }
+  // What tune stores is used for every workload of the problem: it must not be a choice one file made.
+  if (!wl.plan.empty()) {
+    fprintf(stderr, "weftrun tune: %s\n",
+            wl.error_at("plan",
+                        "this map fixes the execution, so there is nothing to tune; expected a workload "
+                        "without plan: (tune measures the candidates and stores the fastest for plan and run)")
+                .c_str());
+    return kExitBadInput;
+  }
   LaunchOptions lo;
   lo.gpus = visible_gpu_count();
   if (lo.gpus == 0) {

@@ -72,6 +72,11 @@ nlohmann::json execution_json(const Execution& e) {
           {"group_m", e.group_m},
           {"capturable", e.capturable},
           {"reduce_blocks", e.reduce_blocks},
+          {"gemm",
+           {{"split_tail", e.gemm.split_tail},
+            {"chunked_tail", e.gemm.chunked_tail},
+            {"dynamic_tiles", e.gemm.dynamic_tiles},
+            {"tma_store", e.gemm.tma_store}}},
           {"executable", e.executable},
           {"not_executable", e.not_executable}};
 }
@@ -106,7 +111,7 @@ std::string executed_json(const Plan& p) {
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
   j["sm_count"] = p.sm_count;
   j["inter_backend"] = p.inter_backend;
-  j["intra_mover"] = to_string(p.intra_mover);
+  j["intra_mover"] = to_string(p.intra_mover());
   j["roles"] = roles_json(p);
   j["roles"].erase("explicit");  // where the counts came from does not change what runs
   j["tiles"] = {{"m", p.tile_m}, {"n", p.tile_n}, {"k", p.tile_k}};
@@ -179,7 +184,6 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
     at = "intra_mover";
     const std::string mover = j.at("intra_mover").get<std::string>();
     if (mover != "sm" && mover != "copy_engine") throw std::invalid_argument("expected sm or copy_engine");
-    p.intra_mover = mover == "sm" ? IntraMover::kSm : IntraMover::kCopyEngine;
     at = "roles";
     const auto& r = j.at("roles");
     read(r, "compute", &p.roles.compute), read(r, "intra_comm", &p.roles.intra_comm);
@@ -202,6 +206,13 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
+    if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
+      at = "execution.gemm";
+      const auto& g = e.at("gemm");
+      read(g, "split_tail", &p.exec.gemm.split_tail), read(g, "chunked_tail", &p.exec.gemm.chunked_tail);
+      read(g, "dynamic_tiles", &p.exec.gemm.dynamic_tiles), read(g, "tma_store", &p.exec.gemm.tma_store);
+      at = "execution";
+    }
     read(e, "executable", &p.exec.executable), read(e, "not_executable", &p.exec.not_executable);
     at = "heap";
     const auto& h = j.at("heap");
@@ -217,6 +228,9 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
         throw std::invalid_argument("region " + hr.name + " ends past heap.bytes");
       p.heap.push_back(hr);
     }
+    at = "intra_mover";  // said twice in the text: it must agree with the variant, which decides it
+    if (mover != to_string(p.intra_mover()))
+      throw std::invalid_argument(mover + " disagrees with execution.variant '" + p.exec.variant + "'");
     p.roles_explicit = true;  // the counts are the plan's, not the tuner's to change
     *out = std::move(p);
     return Status::kOk;
@@ -231,6 +245,12 @@ uint64_t plan_hash(const Plan& p) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a 64
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return h;
+}
+
+IntraMover Plan::intra_mover() const {
+  if (exec.variant == "copy_engine") return IntraMover::kCopyEngine;
+  if (exec.variant == "sm_movers") return IntraMover::kSm;
+  return default_mover(op);
 }
 
 const LinkLoad* Plan::link(const std::string& name) const {
@@ -255,7 +275,7 @@ std::string format_plan_table(const Plan& p) {
            p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
-  if (p.intra_mover == IntraMover::kCopyEngine) os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
+  if (p.intra_mover() == IntraMover::kCopyEngine) os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
   if (!p.exec.variant.empty()) {
     os << "  runs     " << p.exec.variant;
     if (!p.exec.sm_mover.empty()) os << " (" << p.exec.sm_mover << ")";
@@ -263,6 +283,10 @@ std::string format_plan_table(const Plan& p) {
       os << ", " << p.exec.copy_chunks << " cop" << (p.exec.copy_chunks == 1 ? "y" : "ies") << " per shard";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
+    const GemmChoices& g = p.exec.gemm;
+    auto on = [](bool b) { return b ? "on" : "off"; };
+    os << "  gemm     split tail " << on(g.split_tail) << ", chunked tail " << on(g.chunked_tail) << ", dynamic tiles "
+       << on(g.dynamic_tiles) << ", TMA store " << on(g.tma_store) << "\n";
   }
   if (p.heap_bytes > 0) {
     os << "  heap     " << human_bytes(double(p.heap_bytes)) << " per rank:";
@@ -304,7 +328,7 @@ std::string format_plan_json(const Plan& p) {
   j["source"] = p.source;
   j["op"] = to_string(p.op);
   j["dtype"] = to_string(p.dtype);
-  j["intra_mover"] = to_string(p.intra_mover);
+  j["intra_mover"] = to_string(p.intra_mover());
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
   j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
                   {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};

@@ -20,6 +20,8 @@ namespace weft::runtime {
 // stream write of its flag): those use no SM and get the link's full bandwidth.
 enum class IntraMover : int { kSm = 0, kCopyEngine };
 const char* to_string(IntraMover m);  // "sm", "copy_engine"
+// The op's own mover where nothing else decides: the copy engines for GEMM+RS/AR, SMs otherwise.
+IntraMover default_mover(Op op);
 
 // One buffer or flag array of an op in the symmetric heap. Every rank lays the op out the same way,
 // so a peer's buffer is (rank, offset).
@@ -27,6 +29,14 @@ struct HeapRegion {
   std::string name;     // "ag_gemm.a", "ag_gemm.gate", ...
   uint64_t offset = 0;  // from the op's base in the heap
   uint64_t bytes = 0;
+};
+
+// The GEMM core's launch choices (the ops pass them to kernels::launch_gemm as kernels::GemmOptions).
+struct GemmChoices {
+  bool split_tail = true;     // cut the last wave's tiles along K where blocks would otherwise idle
+  bool chunked_tail = true;   // ... into one chunk of k-blocks per block (a static walk only)
+  bool dynamic_tiles = true;  // compute blocks claim their next tile when ready (1-CTA clusters)
+  bool tma_store = true;      // C leaves through shared memory and TMA where its layout allows
 };
 
 // How the op runs: every choice the op makes at run time. The tuner fills it; the op executes it as
@@ -38,6 +48,7 @@ struct Execution {
   int cluster = 1;          // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
   int group_m = 16;         // raster group height in 128-row tiles
   int reduce_blocks = 0;    // gemm_rs / gemm_ar "peer": blocks of the reduction kernel after the GEMM
+  GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why
   std::string not_executable;
@@ -77,12 +88,12 @@ struct Plan {
   // The launch.
   RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
   bool roles_explicit = false;
-  IntraMover intra_mover = IntraMover::kSm;     // kCopyEngine: intra_comm gets no SM
   int tile_m = 128, tile_n = 256, tile_k = 64;  // GEMM / attention tile (attention: q rows, kv rows, head_dim)
   int64_t intra_chunk_bytes = 0;                // NVLink transfer (and signal) granularity; 0: no NVLink traffic
   int64_t inter_chunk_bytes = 0;                // NIC transfer granularity (a batch of intra chunks); 0: no NIC traffic
   Execution exec;                               // how the op runs (variant, cluster, copies, ...)
-  std::string chosen_by = "model";              // "model", or "tuning cache" (weftrun tune measured it)
+  std::string chosen_by = "model";              // "model", "tuning cache" (weftrun tune measured it) or
+                                                // "workload" (its `plan:` map set the execution)
   std::vector<HeapRegion> heap;                 // the op's symmetric-heap layout
   uint64_t heap_bytes = 0;                      // the op's share of the heap on every rank
 
@@ -101,6 +112,10 @@ struct Plan {
   double role_time(Role r) const { return role_time_s[static_cast<int>(r)]; }
   const LinkLoad* link(const std::string& name) const;
   const HeapRegion* region(const std::string& name) const;
+  // Who moves the NVLink bytes, from exec.variant (the one place it is decided): copy_engine and
+  // sm_movers say it; a plan without such a variant (peer, or an op this build does not run) moves
+  // them as default_mover(op) says, which is what the tuner planned it with.
+  IntraMover intra_mover() const;
 };
 
 // The part of a plan that decides what runs (problem, layout, launch, execution, heap), as canonical
@@ -114,9 +129,11 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
 uint64_t plan_hash(const Plan& plan);
 
 // Fills plan->exec and plan->heap for a tuned plan (shape, layout, roles set): the variant the op
-// runs and its heap layout, or exec.executable = false with the reason as "file:line:col: key: what"
-// (a dtype or an op this build cannot run, a shape the kernels refuse).
-void plan_execution(const Workload& w, Plan* plan);
+// runs (AllGather+GEMM on one node: the copy engines or the SM movers, as `mover`, the tuner's) (the workload's `plan:`
+// choices as written, the rest the op's defaults) and its heap layout, or exec.executable = false with the reason as
+// "file:line:col: key: what" (a dtype or an op this build cannot run, a shape the kernels refuse, a `plan:` choice this
+// build's op does not run).
+void plan_execution(const Workload& w, IntraMover mover, Plan* plan);
 
 // The part of a plan the launches themselves say (kernels/frame.cuh's record, read back after they
 // completed): role counts per launch and CTAs per cluster. Sets *why and returns false when nothing
@@ -137,7 +154,8 @@ std::string format_plan_table(const Plan& plan);
 //  inter_backend,nics_per_node},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
-//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,executable,not_executable},
+//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,
+//               gemm:{split_tail,chunked_tail,dynamic_tiles,tma_store},executable,not_executable},"chosen_by",
 //  "heap":{bytes,regions:[{name,offset,bytes}]},"hash":"16 hex digits"}
 std::string format_plan_json(const Plan& plan);
 

@@ -54,7 +54,13 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
     notes.push_back("ranks share GPUs (--oversubscribe): " + std::to_string(kSharedCopySms) +
                     " SMs left for the copies between them; predictions are for all SMs");
   }
-  if (options.machine) {
+  // Explicit choices are used as written: a cache entry (measured for the problem, whatever the file
+  // says) replaces neither the workload's roles nor its plan: map.
+  if (options.machine && !w.plan.empty()) {
+    notes.push_back("the workload's plan: map sets the execution; the tuning cache was not consulted");
+  } else if (options.machine && !w.roles.automatic) {
+    notes.push_back("the workload's roles are used as written; the tuning cache was not consulted");
+  } else if (options.machine) {
     const std::string path = options.tune_cache.empty() ? tune_cache_path() : options.tune_cache;
     std::vector<TuneEntry> entries;
     std::string warning;
@@ -70,7 +76,6 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       // What runs comes from the measurement; the predictions stay the model's, for its own choice.
       plan->roles = cached.roles;
       plan->roles_explicit = true;
-      plan->intra_mover = cached.intra_mover;
       plan->tile_m = cached.tile_m, plan->tile_n = cached.tile_n, plan->tile_k = cached.tile_k;
       plan->exec = cached.exec;
       plan->heap = cached.heap;

@@ -28,6 +28,22 @@ void refuse(Plan* p, const std::string& why) {
   p->exec.not_executable = why;
 }
 
+// The workload's `plan:` choices over the op's defaults (the tuner checked that each applies to the op).
+void apply_plan_spec(const PlanSpec& s, Execution* e) {
+  if (s.variant) e->variant = *s.variant;
+  if (s.sm_mover) e->sm_mover = *s.sm_mover;
+  if (s.copy_chunks) e->copy_chunks = *s.copy_chunks;
+  if (s.cluster) e->cluster = *s.cluster;
+  if (s.group_m) e->group_m = *s.group_m;
+  if (s.reduce_blocks) e->reduce_blocks = *s.reduce_blocks;
+  if (s.split_tail) e->gemm.split_tail = *s.split_tail;
+  if (s.chunked_tail) e->gemm.chunked_tail = *s.chunked_tail;
+  if (s.dynamic_tiles) e->gemm.dynamic_tiles = *s.dynamic_tiles;
+  if (s.tma_store) e->gemm.tma_store = *s.tma_store;
+  // 2-CTA clusters walk their tiles statically (kernels/gemm.h, enable_dynamic_tiles).
+  if (e->cluster == 2 && !s.dynamic_tiles) e->gemm.dynamic_tiles = false;
+}
+
 // AllGather+GEMM on one node (runtime/ops/ag_gemm.cpp). Per call, rank r:
 //   waits until every peer has pulled its shard of the previous call (consumed[q] = 1, then reset),
 //   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and sets ready[r] in every peer,
@@ -36,19 +52,25 @@ void refuse(Plan* p, const std::string& why) {
 void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
-  if (p->roles_explicit && p->roles.intra_comm > 0) {
-    e.variant = "sm_movers";
-    e.sm_mover = "pull_vec";
-  } else {
-    e.variant = "copy_engine";
-    e.copy_chunks = 1;
-  }
+  if (e.variant == "sm_movers") e.sm_mover = "pull_vec";
   e.cluster = 1;
   e.group_m = 16;
+  apply_plan_spec(w.plan, &e);
   // The copy engines' words are tokens with constant values: a captured call replays. The SM movers'
   // per-tile flags count launches through a kernel argument.
   e.capturable = e.variant == "copy_engine";
   e.executable = true;
+  if (e.variant == "sm_movers" && p->roles.intra_comm < 1)
+    return refuse(p, w.error_at(w.plan.variant ? "plan.variant" : "roles.intra_comm",
+                                "the SM movers need intra_comm SMs; the plan's roles give them none"));
+  if (e.cluster != 1)
+    return refuse(p, w.error_at("plan.cluster", std::to_string(e.cluster) +
+                                                    ": this build's ag_gemm op runs 1-CTA clusters (weftrun bench "
+                                                    "measures 2-CTA ones); expected 1"));
+  if (e.copy_chunks != 1)
+    return refuse(p, w.error_at("plan.copy_chunks", std::to_string(e.copy_chunks) +
+                                                        ": this build's ag_gemm op makes one copy per shard (weftrun "
+                                                        "bench measures more); expected 1"));
   if (m_loc % kTileRows != 0)
     return refuse(p, w.error_at("shape.m", "m / ranks = " + std::to_string(m_loc) + " rows: expected a multiple of " +
                                                std::to_string(kTileRows) + " (a tile must not span two shards)"));
@@ -79,8 +101,20 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
   e.cluster = 1;
   e.group_m = 16;
   e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each), as the bench's peer path
-  e.capturable = false;               // the reduction's flags count launches through a kernel argument
+  apply_plan_spec(w.plan, &e);
+  e.capturable = false;  // the reduction's flags count launches through a kernel argument
   e.executable = true;
+  if (e.reduce_blocks > 2 * p->sm_count)
+    return refuse(p, w.error_at("plan.reduce_blocks", std::to_string(e.reduce_blocks) +
+                                                          ": the reduction's blocks wait for each other, so all must "
+                                                          "be resident at once; expected at most 2 per SM (" +
+                                                          std::to_string(2 * p->sm_count) + ")"));
+  if (e.cluster == 2 && (p->roles.compute % 2 != 0 || p->roles.total() % 2 != 0))
+    return refuse(p, w.error_at("plan.cluster",
+                                "2: the GEMM's grid and its compute blocks must be even; the roles "
+                                "give " +
+                                    std::to_string(p->roles.compute) + " compute of " +
+                                    std::to_string(p->roles.total()) + " blocks"));
   p->notes.push_back(
       "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap "
       "path's, which weftrun bench measures");
@@ -147,11 +181,16 @@ void plan_moe(const Workload& w, Plan* p) {
 
 }  // namespace
 
-void plan_execution(const Workload& w, Plan* p) {
+void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
   p->exec = Execution{};
   p->heap.clear();
   p->heap_bytes = 0;
   p->exec.executable = true;
+  // The variant first, so that a plan this build cannot run still says how it would move the bytes:
+  // for AllGather+GEMM the mover the tuner planned with (the workload's plan.variant, else its roles:
+  // tuner.cpp, plan_mover); GEMM+RS/AR run the peer variant. Other ops and layouts have none.
+  if (p->nodes == 1 && p->op == Op::kAgGemm) p->exec.variant = mover == IntraMover::kSm ? "sm_movers" : "copy_engine";
+  if (p->nodes == 1 && (p->op == Op::kGemmRs || p->op == Op::kGemmAr)) p->exec.variant = "peer";
   if (p->dtype != DType::kBf16)
     return refuse(p, w.error_at("dtype", std::string(to_string(p->dtype)) +
                                              ": this build's kernels take bf16 only (expected bf16)"));
@@ -197,6 +236,11 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string*
 
 std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus) {
   std::vector<Plan> out;
+  // The workload's `plan:` map fixes the execution: nothing is left to measure against it.
+  if (!w.plan.empty()) {
+    if (model.exec.executable) out.push_back(model);
+    return out;
+  }
   auto add = [&](const Plan& p) {
     if (!p.exec.executable) return;
     for (const auto& q : out)
@@ -222,16 +266,14 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     Plan p = model;
     p.roles = RoleCounts{c, 0, 0, 0};
     p.roles_explicit = true;
-    p.intra_mover = IntraMover::kCopyEngine;
-    plan_execution(w, &p);
+    plan_execution(w, IntraMover::kCopyEngine, &p);
     add(p);
   }
   for (int intra : {8, 16}) {
     Plan p = model;
     p.roles = RoleCounts{S - intra, intra, 0, 0};
     p.roles_explicit = true;
-    p.intra_mover = IntraMover::kSm;
-    plan_execution(w, &p);
+    plan_execution(w, IntraMover::kSm, &p);
     add(p);
   }
   for (auto& p : out) p.chosen_by = "model";

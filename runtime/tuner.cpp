@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -68,7 +69,7 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
       const GemmShard s = at.gemm_shard();
       const double m = s.m, n = s.n, k = s.k;
       d.groups.push_back({ceil_div(m, tm) * ceil_div(n, tn), 2.0 * tm * tn * k, ceil_div(k, tiles.tile_k)});
-      d.split_tail = true;  // launch_gemm and the fused kernels cut a ragged last wave along K
+      d.split_tail = w.plan.split_tail.value_or(true);  // the GEMM cuts a ragged last wave along K
       d.flops = 2.0 * m * n * k;
       d.hbm_bytes = (m * k + k * n + m * n) * e;
       const double full_c = double(w.gemm.m) * w.gemm.n * e;
@@ -247,6 +248,8 @@ IntraMover default_mover(Op op) {
 }
 
 IntraMover plan_mover(const Workload& w, const Layout& layout) {
+  if (w.plan.variant == std::optional<std::string>("sm_movers")) return IntraMover::kSm;
+  if (w.plan.variant == std::optional<std::string>("copy_engine")) return IntraMover::kCopyEngine;
   // AllGather+GEMM on one node: the copy engines were the fastest variant on every shape in the two
   // latest combined runs (docs/results/), unless the workload gives the SM movers SMs; weftrun tune
   // measures the others on the machine at hand.
@@ -396,6 +399,55 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
   return Status::kOk;
 }
 
+// The workload's `plan:` map against the op, the layout and the roles: a choice that does not apply
+// is refused, never ignored. Whether this build's op runs a choice that applies is plan_execution's
+// call (runtime/plan_exec.cpp), which marks the plan not runnable.
+Status check_plan_spec(const Workload& w, const Layout& layout, std::string* error) {
+  const PlanSpec& s = w.plan;
+  if (s.empty()) return Status::kOk;
+  auto fail = [&](const std::string& key, const std::string& what) {
+    *error = w.error_at(key, what);
+    return Status::kInvalidArgument;
+  };
+  const std::string op = to_string(w.op);
+  if (!is_gemm_op(w.op) || layout.nodes > 1)
+    return fail("plan", op + (layout.nodes > 1 ? " across nodes" : "") +
+                            " has no execution choices a workload sets in this build (weftrun bench measures its "
+                            "variants); expected no plan: map");
+  if (w.op == Op::kAgGemm) {
+    if (s.variant && *s.variant == "peer")
+      return fail("plan.variant", "peer is a variant of gemm_rs and gemm_ar; expected copy_engine or sm_movers");
+    if (s.reduce_blocks)
+      return fail("plan.reduce_blocks", "ag_gemm has no reduction kernel; expected no reduce_blocks");
+    const int intra = w.roles.automatic ? -1 : w.roles.counts.intra_comm;
+    const std::string variant = s.variant ? *s.variant : intra > 0 ? "sm_movers" : "copy_engine";
+    if (variant == "copy_engine" && intra > 0)
+      return fail("plan.variant", "copy_engine moves the shards without SMs, but roles.intra_comm is " +
+                                      std::to_string(intra) + "; expected roles.intra_comm: 0, or variant: sm_movers");
+    if (variant == "sm_movers" && intra == 0)
+      return fail("plan.variant",
+                  "sm_movers moves the shards on intra_comm SMs, but roles.intra_comm is 0; expected at least 1 "
+                  "intra_comm SM, or variant: copy_engine");
+    if (s.sm_mover && variant != "sm_movers")
+      return fail("plan.sm_mover",
+                  "only the sm_movers variant has SM movers (this plan runs copy_engine); expected "
+                  "no sm_mover, or variant: sm_movers");
+    if (s.copy_chunks && variant != "copy_engine")
+      return fail("plan.copy_chunks",
+                  "only the copy_engine variant copies shards (this plan runs sm_movers); "
+                  "expected no copy_chunks, or variant: copy_engine");
+  } else {
+    if (s.variant && *s.variant != "peer")
+      return fail("plan.variant", *s.variant + " is a variant of ag_gemm; expected peer for " + op);
+    if (s.sm_mover) return fail("plan.sm_mover", op + " has no SM movers; expected no sm_mover");
+    if (s.copy_chunks) return fail("plan.copy_chunks", op + "'s peer variant makes no copies; expected no copy_chunks");
+  }
+  if (s.cluster == std::optional<int>(2) && s.dynamic_tiles == std::optional<bool>(true))
+    return fail("plan.gemm.dynamic_tiles",
+                "true, but 2-CTA clusters walk their tiles statically; expected false, or cluster: 1");
+  return Status::kOk;
+}
+
 }  // namespace
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
@@ -405,8 +457,8 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
 
 Status tune(const Workload& w, const Layout& layout, const topology::Topology& topo, const topology::Mapping& mapping,
             const MachineModel& model, IntraMover mover, Plan* out, std::string* error) {
+  WEFT_CHECK(check_plan_spec(w, layout, error));
   Plan p;
-  p.intra_mover = mover;
   p.workload = w.name;
   p.source = w.source;
   p.op = w.op;
@@ -465,7 +517,8 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       " Gb/s NIC per GPU");
   if (rates.inter_backend == "socket")
     p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
-  plan_execution(w, &p);
+  plan_execution(w, mover, &p);
+  if (!w.plan.empty()) p.chosen_by = "workload";
   WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
             p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),
             p.bound_s * 1e6);

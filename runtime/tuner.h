@@ -67,8 +67,6 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
 Demand compute_demand(const Workload& w, const Layout& layout, const MachineModel& model, const Plan& tiles);
 Status link_rates(const Workload& w, const Layout& layout, const topology::Topology& topo,
                   const topology::Mapping& mapping, const MachineModel& model, LinkRates* out, std::string* error);
-// The mover an op's runner uses when none is asked for: kCopyEngine for gemm_rs / gemm_ar, else kSm.
-IntraMover default_mover(Op op);
 // The mover the plan (and so `weftrun run`) uses for this workload: the copy engines for
 // AllGather+GEMM on one node unless the workload's roles give intra_comm SMs, else default_mover.
 IntraMover plan_mover(const Workload& w, const Layout& layout);

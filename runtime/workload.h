@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +64,24 @@ struct TransportSpec {
   SignalMode signal_mode = SignalMode::kBatched;
 };
 
+// `plan:` -- the Plan's execution choices written in the workload (configs/README.md). An unset choice
+// is the tuner's; a set one is used as written, or the workload is refused naming its line.
+struct PlanSpec {
+  std::optional<std::string> variant;   // "copy_engine", "sm_movers" (ag_gemm) or "peer" (gemm_rs, gemm_ar)
+  std::optional<std::string> sm_mover;  // sm_movers: "pull_vec", "push_vec", "pull_bulk" or "push_bulk"
+  std::optional<int> copy_chunks;       // copy_engine: copies per shard
+  std::optional<int> cluster;           // GEMM CTAs per cluster, 1 or 2
+  std::optional<int> group_m;           // raster group height in 128-row tiles
+  std::optional<int> reduce_blocks;     // peer: blocks of the reduction kernel
+  // plan.gemm: the GEMM core's launch choices (kernels::GemmOptions).
+  std::optional<bool> split_tail, chunked_tail, dynamic_tiles, tma_store;
+
+  bool empty() const {
+    return !variant && !sm_mover && !copy_chunks && !cluster && !group_m && !reduce_blocks && !split_tail &&
+           !chunked_tail && !dynamic_tiles && !tma_store;
+  }
+};
+
 struct RunSpec {
   int warmup = 5;
   int iters = 50;
@@ -89,6 +108,7 @@ struct Workload {
   RoleSpec roles;
   TransportSpec transport;
   RunSpec run;
+  PlanSpec plan;
   std::string gpu;  // `machine.gpu`: "", "h100" or "h200"
   // `machine:` overrides of MachineModel constants, by key (see machine_model.h), in file order.
   std::vector<std::pair<std::string, double>> machine_overrides;

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -146,6 +147,10 @@ class Reader {
   bool read_roles(const YAML::Node& top, int sm_count);
   bool read_transport(const YAML::Node& top);
   bool read_run(const YAML::Node& top);
+  bool read_plan(const YAML::Node& top);
+  bool opt_int(const YAML::Node& map, const std::string& path, const char* key, int64_t lo, int64_t hi,
+               std::optional<int>* out);
+  bool opt_bool(const YAML::Node& map, const std::string& path, const char* key, std::optional<bool>* out);
 
   const std::string& text_;
   const std::string& file_;
@@ -561,6 +566,60 @@ bool Reader::read_run(const YAML::Node& top) {
   return true;
 }
 
+bool Reader::opt_int(const YAML::Node& map, const std::string& path, const char* key, int64_t lo, int64_t hi,
+                     std::optional<int>* out) {
+  if (!map[key]) return true;
+  int64_t v = 0;
+  if (!get_int(map, path, key, lo, hi, &v, true)) return false;
+  *out = static_cast<int>(v);
+  return true;
+}
+
+bool Reader::opt_bool(const YAML::Node& map, const std::string& path, const char* key, std::optional<bool>* out) {
+  if (!map[key]) return true;
+  bool v = false;
+  if (!get_bool(map, path, key, &v)) return false;
+  *out = v;
+  return true;
+}
+
+// Types and ranges only: whether a choice fits the op, the layout and the roles is the tuner's check
+// (tuner.cpp, check_plan_spec), and whether this build runs it plan_execution's; both name the line.
+bool Reader::read_plan(const YAML::Node& top) {
+  YAML::Node p = top["plan"];
+  if (!p) return true;
+  remember("plan", p);
+  if (!want_map(p, "plan", "a map {variant, sm_mover, copy_chunks, cluster, group_m, reduce_blocks, gemm}"))
+    return false;
+  if (!check_keys(p, "plan", {"variant", "sm_mover", "copy_chunks", "cluster", "group_m", "reduce_blocks", "gemm"}, ""))
+    return false;
+  PlanSpec& s = w_->plan;
+  static const Keys kVariants = {"copy_engine", "sm_movers", "peer"};
+  static const Keys kMovers = {"pull_vec", "push_vec", "pull_bulk", "push_bulk"};
+  int v = 0;
+  if (p["variant"]) {
+    if (!get_enum(p["variant"], "plan.variant", kVariants, &v)) return false;
+    s.variant = kVariants[size_t(v)];
+  }
+  if (p["sm_mover"]) {
+    if (!get_enum(p["sm_mover"], "plan.sm_mover", kMovers, &v)) return false;
+    s.sm_mover = kMovers[size_t(v)];
+  }
+  if (!opt_int(p, "plan", "copy_chunks", 1, 1024, &s.copy_chunks) || !opt_int(p, "plan", "cluster", 1, 2, &s.cluster) ||
+      !opt_int(p, "plan", "group_m", 1, 1024, &s.group_m) ||
+      !opt_int(p, "plan", "reduce_blocks", 1, 4096, &s.reduce_blocks))
+    return false;
+  YAML::Node g = p["gemm"];
+  if (!g) return true;
+  remember("plan.gemm", g);
+  if (!want_map(g, "plan.gemm", "a map {split_tail, chunked_tail, dynamic_tiles, tma_store}")) return false;
+  if (!check_keys(g, "plan.gemm", {"split_tail", "chunked_tail", "dynamic_tiles", "tma_store"}, "")) return false;
+  return opt_bool(g, "plan.gemm", "split_tail", &s.split_tail) &&
+         opt_bool(g, "plan.gemm", "chunked_tail", &s.chunked_tail) &&
+         opt_bool(g, "plan.gemm", "dynamic_tiles", &s.dynamic_tiles) &&
+         opt_bool(g, "plan.gemm", "tma_store", &s.tma_store);
+}
+
 bool Reader::run() {
   if (text_.size() > kMaxWorkloadBytes)
     return fail_at(0, 0, "(file)",
@@ -596,7 +655,8 @@ bool Reader::run() {
                 std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
                     (top.IsScalar() ? " '" + quote(top.Scalar()) + "'" : ""));
   if (!check_duplicates(top, "")) return false;
-  if (!check_keys(top, "", {"name", "op", "dtype", "shape", "layout", "roles", "transport", "run", "machine"}, ""))
+  if (!check_keys(top, "", {"name", "op", "dtype", "shape", "layout", "roles", "transport", "run", "machine", "plan"},
+                  ""))
     return false;
 
   if (top["name"] && !get_string(top["name"], "name", &w_->name)) return false;
@@ -611,7 +671,7 @@ bool Reader::run() {
   }
   int sm_count = 0;
   if (!read_shape(top) || !read_layout(top) || !read_machine(top, &sm_count) || !read_roles(top, sm_count) ||
-      !read_transport(top) || !read_run(top))
+      !read_transport(top) || !read_run(top) || !read_plan(top))
     return false;
   return true;
 }

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   int only_shape = -1;
   const char* md_path = nullptr;
   std::string profile;
+  weft::kernels::GemmOptions opt;  // the defaults; the --no-* flags turn one off for comparisons
   for (int i = 1; i < argc; ++i) {
     if (!strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = std::max(20, atoi(argv[++i]));
@@ -78,10 +79,19 @@ int main(int argc, char** argv) {
       md_path = argv[++i];
     else if (!strcmp(argv[i], "--profile") && i + 1 < argc)
       profile = argv[++i];
+    else if (!strcmp(argv[i], "--no-split-tail"))
+      opt.split_tail = false;
+    else if (!strcmp(argv[i], "--no-chunked-tail"))
+      opt.chunked_tail = false;
+    else if (!strcmp(argv[i], "--no-dynamic-tiles"))
+      opt.dynamic_tiles = false;
+    else if (!strcmp(argv[i], "--no-tma-store"))
+      opt.tma_store = false;
     else {
       fprintf(stderr,
               "usage: bench_gemm [--iters N (>= 20)] [--group M_TILES] [--quick] [--shape I] [--markdown FILE] "
-              "[--profile weft|weft2|cublas]\n");
+              "[--profile weft|weft2|cublas] [--no-split-tail] [--no-chunked-tail] [--no-dynamic-tiles] "
+              "[--no-tma-store]\n");
       return 2;
     }
   }
@@ -145,11 +155,11 @@ int main(int argc, char** argv) {
       EpiStoreBf16 epi;
       epi.c = c_weft, epi.ldc = s.n;
       auto run_weft = [&](int i) {
-        if (launch_gemm(in[size_t(i)].params, fp, epi, FlagGate{}, TileSignal{}, nullptr) != weft::Status::kOk)
+        if (launch_gemm(in[size_t(i)].params, fp, epi, FlagGate{}, TileSignal{}, nullptr, opt) != weft::Status::kOk)
           std::exit(1);
       };
       auto run_weft2 = [&](int i) {
-        if (launch_gemm(in[size_t(i)].params2, fp, epi, FlagGate{}, TileSignal{}, nullptr) != weft::Status::kOk)
+        if (launch_gemm(in[size_t(i)].params2, fp, epi, FlagGate{}, TileSignal{}, nullptr, opt) != weft::Status::kOk)
           std::exit(1);
       };
       const float alpha = 1.f, beta = 0.f;

@@ -9,6 +9,7 @@
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
 #include "transport/heap.h"
 
@@ -83,6 +84,13 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   WEFT_CHECK(region("ag_gemm.consumed", uint64_t(W) * 8));
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "ag_gemm", &op->arena_));
+  for (int r = 0; r < W; ++r) {
+    op->a_.push_back(static_cast<bf16*>(op->resolve("ag_gemm.a", r)));
+    op->gate_.push_back(static_cast<uint64_t*>(op->resolve("ag_gemm.gate", r)));
+    op->flags_.push_back(static_cast<uint64_t*>(op->resolve("ag_gemm.flags", r)));
+    op->ready_.push_back(static_cast<uint64_t*>(op->resolve("ag_gemm.ready", r)));
+    op->consumed_.push_back(static_cast<uint64_t*>(op->resolve("ag_gemm.consumed", r)));
+  }
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->copy_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
@@ -99,13 +107,13 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
   // consumed[q] = 1: nobody holds an earlier shard of this rank, so the first call need not wait.
   const std::vector<uint64_t> ones(size_t(W), 1);
-  WEFT_CUDA_CHECK(cudaMemcpy(op->words("ag_gemm.consumed", rank), ones.data(), size_t(W) * 8, cudaMemcpyHostToDevice));
+  WEFT_CUDA_CHECK(cudaMemcpy(op->consumed_[size_t(rank)], ones.data(), size_t(W) * 8, cudaMemcpyHostToDevice));
   if (!sm) {
-    WEFT_CUDA_CHECK(cudaMemset(op->words("ag_gemm.gate", rank) + rank, 0xFF, 8));
+    WEFT_CUDA_CHECK(cudaMemset(op->gate_[size_t(rank)] + rank, 0xFF, 8));
   } else {
     const int64_t own_blocks = op->m_ / W / kRows, cols = (op->n_ + kCols - 1) / kCols;
     WEFT_CUDA_CHECK(
-        cudaMemset(op->words("ag_gemm.flags", rank) + rank * own_blocks * cols, 0xFF, size_t(own_blocks * cols) * 8));
+        cudaMemset(op->flags_[size_t(rank)] + rank * own_blocks * cols, 0xFF, size_t(own_blocks * cols) * 8));
   }
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.ag_gemm.create." + std::to_string(op->arena_)));
@@ -138,20 +146,15 @@ AgGemmOp::~AgGemmOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
-uint64_t* AgGemmOp::words(const std::string& name, int rank) const {
+void* AgGemmOp::resolve(const std::string& name, int rank) const {
   for (const auto& r : regions_)
-    if (r.name == name) {
-      void* p = rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
-      return static_cast<uint64_t*>(p);
-    }
+    if (r.name == name) return rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
   return nullptr;
 }
 
-bf16* AgGemmOp::shard() const {
-  return reinterpret_cast<bf16*>(words("ag_gemm.a", rank_)) + int64_t(rank_) * (m_ / world_) * k_;
-}
+bf16* AgGemmOp::shard() const { return a_[size_t(rank_)] + int64_t(rank_) * (m_ / world_) * k_; }
 
-const bf16* AgGemmOp::gathered() const { return reinterpret_cast<const bf16*>(words("ag_gemm.a", rank_)); }
+const bf16* AgGemmOp::gathered() const { return a_[size_t(rank_)]; }
 
 Status AgGemmOp::make_gemm(const bf16* b) {
   if (b == b_) return Status::kOk;
@@ -189,16 +192,16 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   // to 0 before anyone can see this call's ready (peers set it again only after that).
   std::vector<StreamMemOp> ops;
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.consumed", rank_) + q, 1});
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1});
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", rank_) + q, 0});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0});
   Status st = stream_mem_ops(s, ops);
   if (st == Status::kOk && a != shard())
     st = cudaMemcpyAsync(shard(), a, shard_bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                               : Status::kCudaError;
   ops.clear();
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", q) + rank_, 1});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(q)] + rank_, 1});
   if (st == Status::kOk) st = stream_mem_ops(s, ops);
   if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
   if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
@@ -214,23 +217,23 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   bf16* a = const_cast<bf16*>(gathered());
   for (int i = 1; i < world_; ++i) {
     const int q = (rank_ + i) % world_;
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, 1},
-                                      {StreamMemOp::kWrite, words("ag_gemm.ready", rank_) + q, 0}}));
-    const bf16* src = reinterpret_cast<const bf16*>(words("ag_gemm.a", q)) + q * shard_elems;
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, ready_[size_t(rank_)] + q, 1},
+                                      {StreamMemOp::kWrite, ready_[size_t(rank_)] + q, 0}}));
+    const bf16* src = a_[size_t(q)] + q * shard_elems;
     WEFT_CUDA_CHECK(
         cudaMemcpyAsync(a + q * shard_elems, src, size_t(shard_elems) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy_));
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, 1},
-                                      {StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, 1}}));
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 1},
+                                      {StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1}}));
   }
-  const kernels::FlagGate gate{words("ag_gemm.gate", rank_), kernels::kFlagPerShard, 1};
+  const kernels::FlagGate gate{gate_[size_t(rank_)], kernels::kFlagPerShard, 1};
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
-                                  kernels::TileSignal{}, s));
+                                  kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
   // The gates close again once the GEMM is done (the next call's copies open them).
   std::vector<StreamMemOp> close;
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) close.push_back({StreamMemOp::kWrite, words("ag_gemm.gate", rank_) + q, 0});
+    if (q != rank_) close.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
   WEFT_CHECK(stream_mem_ops(s, close));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
   return Status::kOk;
@@ -241,17 +244,17 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   // The movers read (or write) the peers' buffers from the start: every shard is in place first.
   std::vector<StreamMemOp> ops;
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, words("ag_gemm.ready", rank_) + q, 1});
+    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, ready_[size_t(rank_)] + q, 1});
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.ready", rank_) + q, 0});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(rank_)] + q, 0});
   WEFT_CHECK(stream_mem_ops(s, ops));
   kernels::GemmParams g = gemm_;
   const kernels::EpiStoreBf16 epi{c, n_, n_ % 2 == 0};
-  WEFT_CHECK(kernels::enable_tma_store(epi, &g));
+  if (plan_.exec.gemm.tma_store) WEFT_CHECK(kernels::enable_tma_store(epi, &g));
   kernels::AgMoveParams mv;
   for (int r = 0; r < world_; ++r) {
-    mv.a[r] = reinterpret_cast<bf16*>(words("ag_gemm.a", r));
-    mv.flags[r] = words("ag_gemm.flags", r);
+    mv.a[r] = a_[size_t(r)];
+    mv.flags[r] = flags_[size_t(r)];
   }
   mv.rank = rank_;
   mv.world = world_;
@@ -261,12 +264,11 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   mv.flag_cols = g.n_blocks;
   mv.epoch = e;
   kernels::parse_ag_mover(plan_.exec.sm_mover.c_str(), &mv.mover);
-  const kernels::FlagGate gate{words("ag_gemm.flags", rank_), kernels::kFlagPerTile,
-                               e * uint64_t(plan_.roles.intra_comm)};
-  WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s));
+  const kernels::FlagGate gate{flags_[size_t(rank_)], kernels::kFlagPerTile, e * uint64_t(plan_.roles.intra_comm)};
+  WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s, gemm_options(plan_.exec.gemm)));
   ops.clear();
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, words("ag_gemm.consumed", q) + rank_, 1});
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1});
   WEFT_CHECK(stream_mem_ops(s, ops));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
   return Status::kOk;
@@ -298,7 +300,6 @@ Status AgGemmOp::executed_plan(Plan* out) const {
   p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kAgGemmFused) ? "sm_movers"
                    : rec.kernel == int32_t(kernels::KernelKind::kGemm)      ? "copy_engine"
                                                                             : "unknown";
-  p.intra_mover = p.exec.variant == "copy_engine" ? IntraMover::kCopyEngine : IntraMover::kSm;
   p.heap = regions_;
   p.heap_bytes = arena_bytes_;
   *out = std::move(p);

@@ -61,14 +61,18 @@ class AgGemmOp {
   Status make_gemm(const __nv_bfloat16* b);
   Status run_copy_engines(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   Status run_sm_movers(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
-  uint64_t* words(const std::string& region, int rank) const;
+  void* resolve(const std::string& region, int rank) const;  // creation only: looks the region up by name
 
   Context* ctx_ = nullptr;
   Plan plan_;
   int rank_ = 0, world_ = 1;
   int64_t m_ = 0, n_ = 0, k_ = 0;  // n_: this rank's columns
   uint64_t arena_ = 0, arena_bytes_ = 0;
-  std::vector<HeapRegion> regions_;   // where the op put its buffers (offsets from the arena)
+  std::vector<HeapRegion> regions_;  // where the op put its buffers (offsets from the arena)
+  // Those buffers in every rank's heap ([rank]; a peer's as mapped here), resolved once at creation:
+  // a: the gathered A; gate (copy engines) or flags (SM movers), ready, consumed: the words.
+  std::vector<__nv_bfloat16*> a_;
+  std::vector<uint64_t*> gate_, flags_, ready_, consumed_;
   uint64_t epoch_ = 0;                // launches so far (the SM movers' per-tile flags)
   const __nv_bfloat16* b_ = nullptr;  // the B the GEMM's tensor maps were made for
   kernels::GemmParams gemm_{};

@@ -6,6 +6,7 @@
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
 #include "transport/heap.h"
 
@@ -57,6 +58,12 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CHECK(add("gemm_reduce.arrive", 2 * 8));
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "gemm_reduce", &op->arena_));
+  for (int r = 0; r < W; ++r) {
+    op->partial_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.partial", r)));
+    if (op->all_reduce_) op->full_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.c", r)));
+    op->flags_.push_back(static_cast<uint64_t*>(op->resolve("gemm_reduce.flags", r)));
+    op->arrive_.push_back(static_cast<uint64_t*>(op->resolve("gemm_reduce.arrive", r)));
+  }
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
@@ -92,7 +99,7 @@ GemmReduceOp::~GemmReduceOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
-void* GemmReduceOp::region(const std::string& name, int rank) const {
+void* GemmReduceOp::resolve(const std::string& name, int rank) const {
   for (const auto& r : regions_)
     if (r.name == name) return rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
   return nullptr;
@@ -122,27 +129,27 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
     a_ = a, b_ = b;
   }
   const uint64_t e = ++epoch_;
-  bf16* partial = static_cast<bf16*>(region("gemm_reduce.partial", rank_));
+  bf16* partial = partial_[size_t(rank_)];
   Status st = kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{partial, n_, n_ % 2 == 0},
-                                   kernels::FlagGate{}, kernels::TileSignal{}, s);
+                                   kernels::FlagGate{}, kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm));
   kernels::PeerReduceArgs pr;
   pr.ranks = world_;
   pr.rank = rank_;
   pr.elems = m_loc_ * n_;
   const int64_t own = int64_t(rank_) * m_loc_ * n_;
-  bf16* full = all_reduce_ ? static_cast<bf16*>(region("gemm_reduce.c", rank_)) : nullptr;
+  bf16* full = all_reduce_ ? full_[size_t(rank_)] : nullptr;
   pr.out = all_reduce_ ? full + own : c;
   pr.all_gather = all_reduce_;
   for (int q = 0; q < world_; ++q) {
-    pr.src[q] = static_cast<const bf16*>(region("gemm_reduce.partial", q)) + own;
-    pr.flags_out[q] = static_cast<uint64_t*>(region("gemm_reduce.flags", q));
+    pr.src[q] = partial_[size_t(q)] + own;
+    pr.flags_out[q] = flags_[size_t(q)];
     if (all_reduce_) {
-      pr.gather_src[q] = static_cast<const bf16*>(region("gemm_reduce.c", q)) + int64_t(q) * m_loc_ * n_;
+      pr.gather_src[q] = full_[size_t(q)] + int64_t(q) * m_loc_ * n_;
       pr.gather_dst[q] = full + int64_t(q) * m_loc_ * n_;
     }
   }
-  pr.flags_in = static_cast<const uint64_t*>(region("gemm_reduce.flags", rank_));
-  pr.arrive = static_cast<uint64_t*>(region("gemm_reduce.arrive", rank_));
+  pr.flags_in = flags_[size_t(rank_)];
+  pr.arrive = arrive_[size_t(rank_)];
   pr.epoch = e;
   kernels::FrameParams rf = frame_params_;
   rf.launch = nullptr;  // the record is the GEMM's: its grid and roles are the plan's

@@ -45,7 +45,7 @@ class GemmReduceOp {
 
  private:
   GemmReduceOp() = default;
-  void* region(const std::string& name, int rank) const;
+  void* resolve(const std::string& name, int rank) const;  // creation only: looks the region up by name
 
   Context* ctx_ = nullptr;
   Plan plan_;
@@ -54,6 +54,9 @@ class GemmReduceOp {
   int64_t m_ = 0, n_ = 0, k_loc_ = 0, m_loc_ = 0;
   uint64_t arena_ = 0, arena_bytes_ = 0;
   std::vector<HeapRegion> regions_;
+  // Those regions in every rank's heap ([rank]; a peer's as mapped here), resolved once at creation.
+  std::vector<__nv_bfloat16*> partial_, full_;  // full_: GEMM+AR's reduced C (empty for GEMM+RS)
+  std::vector<uint64_t*> flags_, arrive_;
   uint64_t epoch_ = 0;
   const __nv_bfloat16 *a_ = nullptr, *b_ = nullptr;  // what gemm_'s tensor maps were made for
   kernels::GemmParams gemm_{};

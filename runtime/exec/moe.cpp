@@ -208,9 +208,12 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   if (st == Status::kOk)
     st = cudaMemsetAsync(logits_, 0, size_t(tokens_) * experts_ * 4, s) == cudaSuccess ? Status::kOk
                                                                                        : Status::kCudaError;
-  if (st == Status::kOk)  // one add per logit into zeros: the same bits every call
+  if (st == Status::kOk) {  // one add per logit into zeros (no K split): the same bits every call
+    kernels::GemmOptions one_add;
+    one_add.split_tail = one_add.chunked_tail = false;
     st = kernels::launch_gemm(router_gemm_, frame_params_, kernels::EpiAddF32{logits_, experts_}, kernels::FlagGate{},
-                              kernels::TileSignal{}, s);
+                              kernels::TileSignal{}, s, one_add);
+  }
   if (st == Status::kOk) st = kernels::launch_moe_topk(ra, ro, s);
   mark(1);
   if (st == Status::kOk) st = kernels::launch_moe_dispatch(ex, s);

@@ -110,7 +110,8 @@ struct AgNodes {
 
   Status enqueue_gemm_only() {
     kernels::EpiStoreBf16 epi{c, n, n % 2 == 0};
-    return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main);
+    return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main,
+                                bench_gemm_options());
   }
 
   // After a synchronized run: the kernel's timeouts, failed pushes, the proxies' first error.

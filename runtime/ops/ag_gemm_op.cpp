@@ -140,7 +140,7 @@ struct AgGemm {
       kernels::FlagGate gate =
           gated ? kernels::FlagGate{v.ce_flags, kernels::kFlagPerShard, v.epoch} : kernels::FlagGate{};
       gate.recheck = recheck;
-      WEFT_CHECK(kernels::launch_gemm(v.gemm, fp, epi(), gate, kernels::TileSignal{}, main));
+      WEFT_CHECK(kernels::launch_gemm(v.gemm, fp, epi(), gate, kernels::TileSignal{}, main, bench_gemm_options()));
       if (v.tail) WEFT_CHECK(enqueue_tail());
     }
     if (copies) {
@@ -171,7 +171,7 @@ struct AgGemm {
     kernels::FrameParams fp = frame_base;
     fp.roles = roles;
     kernels::FlagGate gate{v.sm_flags.local<uint64_t>(), kernels::kFlagPerTile, v.epoch * uint64_t(v.roles.intra_comm)};
-    WEFT_CHECK(kernels::launch_ag_gemm_fused(v.gemm, fp, epi(), gate, mv, main));
+    WEFT_CHECK(kernels::launch_ag_gemm_fused(v.gemm, fp, epi(), gate, mv, main, bench_gemm_options()));
     if (gemm && v.tail) WEFT_CHECK(enqueue_tail());
     return Status::kOk;
   }
@@ -300,9 +300,7 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
   if (v->sm) {
     WEFT_CHECK(op.make_gemm(cols, op.a_full.local<bf16>(), op.k, op.b, op.world, op.rank, &v->gemm));
     // The same C epilogue as launch_gemm's (it encodes C's tensor map itself for the copy engines' GEMM).
-    bool tma_store = true;
-    WEFT_CHECK(get_param("WEFT_GEMM_TMA_STORE", &tma_store));
-    if (tma_store) WEFT_CHECK(kernels::enable_tma_store(op.epi(), &v->gemm));
+    if (bench_gemm_options().tma_store) WEFT_CHECK(kernels::enable_tma_store(op.epi(), &v->gemm));
     const int64_t words = (op.m / kRows) * v->gemm.n_blocks + op.world;
     const std::string name = "ag_gemm.flags." + std::to_string(op.variants.size());
     WEFT_CHECK(PeerBuffer::create(boot, size_t(words) * 8, name.c_str(), &v->sm_flags));
@@ -570,7 +568,8 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     kernels::FrameParams fp = op.frame_base;
     fp.roles = RoleCounts{};
     fp.roles.compute = compute;
-    return kernels::launch_gemm(g, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+    return kernels::launch_gemm(g, fp, op.epi(), kernels::FlagGate{}, kernels::TileSignal{}, op.main,
+                                bench_gemm_options());
   };
   const size_t i_wgemm = timer.add([&] { return gemm_alone(plain, op.sms); });
   // The same GEMM in one raster over all of A (as if every shard were there from the start): what the
@@ -695,9 +694,9 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
   }
   for (const Plan* p : {&plan_sm, &plan_ce}) {
     if (p->makespan_s <= 0) continue;
-    snprintf(note, sizeof note, "%s: %s, limited by %s", to_string(p->intra_mover), roles_text(p->roles).c_str(),
+    snprintf(note, sizeof note, "%s: %s, limited by %s", to_string(p->intra_mover()), roles_text(p->roles).c_str(),
              p->limited_by.c_str());
-    rows.push_back({std::string("tuner prediction, ") + to_string(p->intra_mover), p->makespan_s * 1e3,
+    rows.push_back({std::string("tuner prediction, ") + to_string(p->intra_mover()), p->makespan_s * 1e3,
                     tf(p->makespan_s * 1e3), note});
   }
   char title[256];

@@ -90,12 +90,13 @@ struct GemmReduce {
   cudaEvent_t gates_done = nullptr;
   // The fused GEMM's tile signals with copy-engine sends (kernels::kSignal*): from inside the next
   // tile's main loop (WEFT_GEMM_REDUCE_LOOP_SIGNAL, default), or immediate; not deferred to the next
-  // tile's stores, since a piece's last tiles then count late (4x H200, same run: RS 8192 0.467 ms
-  // immediate against 0.544 deferred, AR 8192 0.904 against 0.959). probe() times the other one.
+  // tile's stores, since a piece's last tiles then count late and its copy starts late (measured
+  // slower for RS and AR: docs/results/2026-11-gemm-reduce.md). probe() times the other one.
   int signal_variant = kernels::kSignalInLoop;
   // With SM sends the counts of a tile stored into peers' memory move before the block's next
-  // tile's stores instead (kSignalDeferred): 4x H200, same process, AR 8192 sends and gather by
-  // SM 0.776 ms against 0.875 immediate, RS 8192 SM sends 0.586 against 0.647.
+  // tile's stores instead (kSignalDeferred): counted right after its own stores, a tile waits for
+  // them to complete and holds the consumers; by the next tile's stores they have completed
+  // (measured faster for RS and AR: docs/results/2026-11-gemm-reduce.md).
   int sm_send_signal = kernels::kSignalDeferred;
   int run_signal() const { return sm_send ? sm_send_signal : signal_variant; }
   std::vector<std::pair<std::string, cudaEvent_t>> marks;  // probe(): one run's timeline, if recording

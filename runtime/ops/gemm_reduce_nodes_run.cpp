@@ -362,7 +362,8 @@ Status RsNodes::enqueue(bool compute) {
 
 Status RsNodes::enqueue_gemm_alone() {
   kernels::EpiStoreBf16 epi{scratch, n, n % 2 == 0};
-  return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main);
+  return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main,
+                              bench_gemm_options());
 }
 
 Status RsNodes::poison() {

@@ -168,9 +168,9 @@ Status validate(GemmReduce& op, ncclComm_t comm, cublasHandle_t blas, const char
 
 // Overlap path where the owners' row blocks are whole tiles (and `want_pieces` of them, if set),
 // else the peer path. Pieces: as many as asked, or the most (<= 4) of at least 2 MiB each. With
-// copy-engine sends each piece costs host calls (a copy and flag batches, ~7 us each); on 4x H200
-// 8 pieces of 4 MiB made the 8192-row ops host-bound (RS 0.556 ms, 343 us of enqueue per run)
-// where 4 pieces took 0.476. SM sends enqueue nothing per piece.
+// copy-engine sends each piece costs host calls (a copy and flag batches), so past a few pieces the
+// host's enqueue, not the GPU, sets the op's time (measured: docs/results/2026-11-gemm-reduce.md,
+// "8 pieces of 4 MiB"). SM sends enqueue nothing per piece.
 Status choose_path(GemmReduce& op, const char* name) {
   std::string path;
   int64_t want_pieces = 0;
@@ -189,9 +189,9 @@ Status choose_path(GemmReduce& op, const char* name) {
     return Status::kInvalidArgument;
   }
   // auto: the overlap path where an owner's row block is whole tiles, and, when only the copy
-  // engines may send, at least 16 MiB: below that their latency is not hidden. On 4x H200,
-  // GEMM+RS 2048 x 8192 x 7168 (8 MiB blocks, one call): peer path 0.183 ms; overlap path with
-  // copy-engine sends 0.185-0.249, with SM sends 0.170 (1 piece), 0.164 (2), 0.162 (4).
+  // engines may send, at least 16 MiB: below that a copy's fixed latency is not hidden behind the
+  // GEMM, and the peer path (one reduction after it) is as fast or faster; SM sends have no such
+  // latency (the 8 MiB blocks of GEMM+RS 2048 x 8192 x 7168: docs/results/2026-11-gemm-reduce.md).
   std::string send;
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_SEND", &send));
   const int64_t block_bytes = op.m_loc * op.n * int64_t(sizeof(bf16));
@@ -453,7 +453,8 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
       comm, op.main, warm, iters,
       [&] {
         kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
-        return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main);
+        return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main,
+                                    bench_gemm_options());
       },
       &t[4]));
   if (op.overlap) {

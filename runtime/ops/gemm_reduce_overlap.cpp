@@ -194,15 +194,17 @@ Status GemmReduce::enqueue_overlap() {
     gate_args.expected = send_runs * uint64_t(world - 1) * tiles_per_piece;
   }
   mark(main, "start");
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi_fused, gate_args, signal, main));
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi_fused, gate_args, signal, main, bench_gemm_options()));
   const bool push_gather = all_reduce && gather == ArGather::kPush;
   if (all_reduce && gather == ArGather::kSm) ++bcast_runs;
   mark(main, "gemm");
   if (use_movers()) WEFT_CHECK(launch_movers(e * tiles_per_piece));
 
   // One stream per other owner: its pieces, copied into its slot as their tiles complete, each
-  // followed by its arrival flag in the owner's memory. The streams run side by side (a copy engine
-  // pushing to one peer moved ~240 GB/s on 4x H200); the host enqueues in the GEMM's order.
+  // followed by its arrival flag in the owner's memory. The streams run side by side, since one copy
+  // engine pushing to one peer moves well below the GPU's NVLink bandwidth (measured:
+  // docs/results/2026-11-gemm-reduce.md, "one copy stream per destination"); the host enqueues in
+  // the GEMM's order.
   std::vector<StreamMemOp> ops;
   auto wait = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWaitGeq, addr, v}); };
   auto write = [&](uint64_t* addr, uint64_t v) { ops.push_back({StreamMemOp::kWrite, addr, v}); };
@@ -387,8 +389,9 @@ Status GemmReduce::enqueue_diag(bool own_rows, bool signalled, int variant) {
   kernels::TileSignal signal{signalled ? diag_tiles : nullptr, kernels::kFlagPerShard, 1,
                              variant < 0 ? signal_variant : variant};
   if (!own_rows)
-    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main);
-  return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main);
+    return kernels::launch_gemm(gemm, frame_params, reduce_epilogue(false), kernels::FlagGate{}, signal, main,
+                                bench_gemm_options());
+  return kernels::launch_gemm(gemm, frame_params, epi_diag, kernels::FlagGate{}, signal, main, bench_gemm_options());
 }
 
 void GemmReduce::mark(cudaStream_t s, std::string what) {

@@ -79,7 +79,8 @@ Status enqueue_previous(GemmReduce& op) {
   // Its block counts expect `epoch` launches of this kernel; the other variants advance the epoch too.
   for (int i = 0; i < 2; ++i) WEFT_CHECK(stream_write_u64(op.main, op.arrive + i, (op.epoch - 1) * op.peer_blocks));
   kernels::EpiStoreBf16 epi{op.partial.local<bf16>(), op.n, op.n % 2 == 0};
-  WEFT_CHECK(kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main));
+  WEFT_CHECK(kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main,
+                                  bench_gemm_options()));
   kernels::PeerReduceArgs pr;
   pr.ranks = op.world;
   pr.rank = op.rank;
@@ -160,7 +161,7 @@ Status GemmReduce::enqueue_peer() {
     signal.add = 1;
     peer_tiles += uint64_t(gemm.sched.num_tiles());
   }
-  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, signal, main));
+  WEFT_CHECK(kernels::launch_gemm(gemm, frame_params, epi, kernels::FlagGate{}, signal, main, bench_gemm_options()));
   return launch_small(*this, mode_of(*this, peer_variant), 0, peer_variant != kPullNoPdl, 0, from_tiles);
 }
 

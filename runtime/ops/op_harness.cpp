@@ -228,6 +228,18 @@ Status gemm_group(int32_t* group_m) {
   return Status::kOk;
 }
 
+const kernels::GemmOptions& bench_gemm_options() {
+  static const kernels::GemmOptions opt = [] {
+    kernels::GemmOptions o;
+    o.split_tail = param_bool_or_default("WEFT_GEMM_SPLIT_TAIL");
+    o.chunked_tail = param_bool_or_default("WEFT_GEMM_CHUNKED_TAIL");
+    o.dynamic_tiles = param_bool_or_default("WEFT_GEMM_DYNAMIC");
+    o.tma_store = param_bool_or_default("WEFT_GEMM_TMA_STORE");
+    return o;
+  }();
+  return opt;
+}
+
 // The mover the op's runner uses by default (GEMM+RS/AR: copy engines), so the printed prediction is for it.
 Plan plan_for(const Workload& wl, int rank) { return plan_for(wl, rank, default_mover(wl.op)); }
 

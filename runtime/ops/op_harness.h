@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "bootstrap/bootstrap.h"
+#include "kernels/gemm_types.h"
 #include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 #include "runtime/workload.h"
@@ -70,8 +71,8 @@ Status time_op(ncclComm_t comm, cudaStream_t s, int warmup, int iters, const std
 
 // Several candidates timed together, interleaved: iteration i runs every candidate once, starting
 // at candidate i mod count, each run preceded by the one-word all-reduce of time_op. Under its power
-// cap the GPU changes clock in discrete steps (on an H200, 8192 x 7168 x 8192 runs at 1.24, 1.31 or
-// 1.40 ms by the step, moving every few dozen launches): timed one after the other, candidates
+// cap the GPU changes clock in discrete steps, a few percent apart and moving every few dozen
+// launches (docs/results/2026-11-one-node-combined-runs.md): timed one after the other, candidates
 // land on different steps and their ratio carries that luck; interleaved, every candidate sees the
 // same mix. `add` returns the candidate's index; `run` times them all (collective: every rank adds
 // the same candidates in the same order) and keeps, per candidate, the max over ranks of each
@@ -104,6 +105,11 @@ Plan plan_for(const Workload& wl, int rank, IntraMover mover);
 // The raster group height of the fused ops' GEMMs: WEFT_GEMM_GROUP 128-row tiles when set (> 0),
 // else *group_m is left as it is (GemmArgs' default); kInvalidArgument, logged, outside [0, 1024].
 Status gemm_group(int32_t* group_m);
+
+// The GEMM core's launch choices for weftrun bench's rows: the defaults, with the experiment switches
+// WEFT_GEMM_SPLIT_TAIL, WEFT_GEMM_CHUNKED_TAIL, WEFT_GEMM_DYNAMIC and WEFT_GEMM_TMA_STORE (0 turns one
+// off, for comparisons) read once; a bad value keeps the default and is logged.
+const kernels::GemmOptions& bench_gemm_options();
 
 // One row of an op's result table.
 struct ResultRow {

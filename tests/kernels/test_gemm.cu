@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/params.h"
 #include "kernels/gemm.h"
 #include "tests/kernels/gemm_testing.cuh"
 
@@ -48,6 +49,14 @@ RoleCounts compute_only(int blocks) {
   return r;
 }
 
+// launch_gemm's choices for these cases: the defaults, with WEFT_GEMM_DYNAMIC=0 turning the tile
+// claims off (scripts/gpu/20-gemm.sh runs racecheck on the static walk that way).
+GemmOptions store_options() {
+  GemmOptions o;
+  o.dynamic_tiles = weft::param_bool_or_default("WEFT_GEMM_DYNAMIC");
+  return o;
+}
+
 // Runs C = A * B^T into a poisoned bf16 C and checks it against the fp32 reference.
 void check_store_cluster(int m, int n, int k, int compute_blocks, int idle_blocks, int group_m, int cluster_m) {
   CAPTURE(cluster_m);
@@ -66,7 +75,8 @@ void check_store_cluster(int m, int n, int k, int compute_blocks, int idle_block
   REQUIRE(frame.params(roles, &fp) == Status::kOk);
   EpiStoreBf16 epi;
   epi.c = c.p, epi.ldc = n, epi.paired = (n % 2 == 0);
-  REQUIRE(launch_gemm(pb.params(group_m, 1, 0, cluster_m), fp, epi, FlagGate{}, TileSignal{}, nullptr) == Status::kOk);
+  REQUIRE(launch_gemm(pb.params(group_m, 1, 0, cluster_m), fp, epi, FlagGate{}, TileSignal{}, nullptr,
+                      store_options()) == Status::kOk);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
   REQUIRE(frame.check("gemm test") == Status::kOk);
   reference(pb.a.p, pb.b.p, nullptr, pb.ref.p, m, n, k);

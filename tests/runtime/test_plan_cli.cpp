@@ -128,6 +128,37 @@ TEST_CASE("--nodes plans for N such nodes and re-checks divisibility") {
   CHECK(r.err.find(ex + ":6:12: shape.m: 8192 is not divisible by the 12 ranks") != std::string::npos);
 }
 
+TEST_CASE("a workload's plan: map is the plan's execution, chosen by the workload") {
+  const std::string file = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/plan_map.yaml";
+  Result r = weftrun("plan --json '" + file + "'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["chosen_by"] == "workload");
+  const nlohmann::json& e = j["execution"];
+  CHECK(e["executable"] == true);
+  CHECK(e["variant"] == "sm_movers");
+  CHECK(e["sm_mover"] == "push_vec");
+  CHECK(e["group_m"] == 8);
+  CHECK(e["gemm"]["split_tail"] == false);
+  CHECK(e["gemm"]["chunked_tail"] == false);
+  CHECK(e["gemm"]["dynamic_tiles"] == true);
+  CHECK(e["gemm"]["tma_store"] == false);
+  CHECK(j["roles"]["intra_comm"] == 16);
+  // The table says it too; and the tuning cache is not consulted for it.
+  r = weftrun("plan '" + file + "'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  CHECK(r.out.find("runs     sm_movers (push_vec)") != std::string::npos);
+  CHECK(r.out.find("chosen by the workload") != std::string::npos);
+  CHECK(r.out.find("gemm     split tail off, chunked tail off, dynamic tiles on, TMA store off") != std::string::npos);
+  // weftrun tune refuses it before looking for a GPU: its result would serve every workload of the problem.
+  r = weftrun("tune '" + file + "'");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find("weftrun tune: " + file +
+                           ":8:3: plan: this map fixes the execution, so there is nothing "
+                           "to tune") != std::string::npos,
+                r.err);
+}
+
 TEST_CASE("bad workloads: non-zero exit, one located message naming the key") {
   const std::string dir = std::string(WEFT_SOURCE_DIR) + "/tests/runtime/data/";
   struct Case {
@@ -143,6 +174,8 @@ TEST_CASE("bad workloads: non-zero exit, one located message naming the key") {
       {"bad_roles_one_node.yaml", "roles.inter_send"},
       {"bad_syntax.yaml", "shape"},
       {"bad_empty.yaml", "(file)"},
+      {"bad_plan_key.yaml", "plan.copies"},
+      {"bad_plan_variant.yaml", "plan.variant"},
   };
   for (const auto& c : cases) {
     INFO(c.file);

@@ -78,7 +78,7 @@ TEST_CASE("AllGather+GEMM on one node: copy engines, the whole gathered A and it
   CHECK(p.exec.copy_chunks == 1);
   CHECK(p.exec.cluster == 1);
   CHECK(p.exec.capturable);  // every stream operation's value is a constant token
-  CHECK(p.intra_mover == IntraMover::kCopyEngine);
+  CHECK(p.intra_mover() == IntraMover::kCopyEngine);
   CHECK(p.roles.compute == p.sm_count);
   REQUIRE(p.region("ag_gemm.a") != nullptr);
   CHECK(p.region("ag_gemm.a")->bytes == uint64_t(8192) * 8192 * 2);
@@ -107,6 +107,119 @@ TEST_CASE("explicit roles with intra_comm SMs run the SM movers, as written") {
   CHECK(fewer.exec.variant == "copy_engine");
   CHECK(fewer.roles.compute == 128);
   CHECK(plan_hash(fewer) != plan_hash(plan_for(parse(ag()))));
+}
+
+std::string plan_error(const Workload& w) {
+  Plan p;
+  std::string err;
+  CHECK(tune(w, w.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
+  return err;
+}
+
+TEST_CASE("the workload's plan: map is what runs, and chosen_by says so") {
+  // Every ag_gemm choice of the copy-engine variant, with the GEMM's.
+  const Plan ce =
+      plan_for(parse(ag("plan:\n  variant: copy_engine\n  group_m: 4\n"
+                        "  gemm: {split_tail: false, chunked_tail: false, dynamic_tiles: false, "
+                        "tma_store: false}\n")));
+  CHECK(ce.exec.executable);
+  CHECK(ce.chosen_by == "workload");
+  CHECK(ce.exec.variant == "copy_engine");
+  CHECK(ce.exec.group_m == 4);
+  CHECK(!ce.exec.gemm.split_tail);
+  CHECK(!ce.exec.gemm.chunked_tail);
+  CHECK(!ce.exec.gemm.dynamic_tiles);
+  CHECK(!ce.exec.gemm.tma_store);
+  const Plan model = plan_for(parse(ag()));
+  CHECK(model.chosen_by == "model");
+  CHECK(model.exec.gemm.split_tail);
+  CHECK(model.exec.gemm.dynamic_tiles);
+  CHECK(plan_hash(ce) != plan_hash(model));
+  // Without the split tail the model predicts a whole last wave: never faster.
+  CHECK(ce.role_time(weft::Role::kCompute) >= model.role_time(weft::Role::kCompute));
+  // The SM movers with roles left to the tuner: it gives them intra_comm SMs; the mover as written.
+  const Plan sm = plan_for(parse(ag("plan: {variant: sm_movers, sm_mover: push_bulk}\n")));
+  CHECK(sm.exec.executable);
+  CHECK(sm.exec.variant == "sm_movers");
+  CHECK(sm.exec.sm_mover == "push_bulk");
+  CHECK(sm.roles.intra_comm > 0);
+  CHECK(sm.intra_mover() == IntraMover::kSm);
+  REQUIRE(sm.region("ag_gemm.flags") != nullptr);
+  // GEMM+RS: the reduction's blocks and a 2-CTA GEMM (even grid), dynamic tiles off with it.
+  const Plan rs =
+      plan_for(parse("name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
+                     "plan: {variant: peer, reduce_blocks: 64, cluster: 2}\n"));
+  CHECK(rs.exec.executable);
+  CHECK(rs.exec.reduce_blocks == 64);
+  CHECK(rs.exec.cluster == 2);
+  CHECK(!rs.exec.gemm.dynamic_tiles);
+  CHECK(rs.chosen_by == "workload");
+  // The executed form carries the choices: it reads back to the same plan.
+  Plan back;
+  std::string err;
+  REQUIRE(parse_executed_json(executed_json(ce), &back, &err) == Status::kOk);
+  CHECK(plan_hash(back) == plan_hash(ce));
+  CHECK(!back.exec.gemm.tma_store);
+  // tune measures nothing against a plan: map.
+  const std::vector<Plan> c =
+      candidate_plans(parse(ag("plan: {group_m: 8}\n")), plan_for(parse(ag("plan: {group_m: 8}\n"))), false);
+  REQUIRE(c.size() == 1);
+  CHECK(c[0].exec.group_m == 8);
+}
+
+TEST_CASE("plan: choices that do not apply are refused with file:line:col and the reason") {
+  CHECK(plan_error(parse(ag("plan: {variant: peer}\n"))) ==
+        "t.yaml:5:17: plan.variant: peer is a variant of gemm_rs and gemm_ar; expected copy_engine or sm_movers");
+  CHECK(plan_error(parse(ag("roles: {compute: 120, intra_comm: 12}\nplan: {variant: copy_engine}\n")))
+            .rfind("t.yaml:6:17: plan.variant: copy_engine moves the shards without SMs, but roles.intra_comm is 12",
+                   0) == 0);
+  CHECK(plan_error(parse(ag("roles: {compute: 120, intra_comm: 0}\nplan: {variant: sm_movers}\n")))
+            .find("plan.variant: sm_movers moves the shards on intra_comm SMs, but roles.intra_comm is 0") !=
+        std::string::npos);
+  CHECK(plan_error(parse(ag("plan: {sm_mover: pull_vec}\n")))
+            .rfind("t.yaml:5:18: plan.sm_mover: only the sm_movers variant has SM movers", 0) == 0);
+  CHECK(plan_error(parse(ag("plan: {variant: sm_movers, copy_chunks: 2}\n")))
+            .find("plan.copy_chunks: only the copy_engine variant copies shards") != std::string::npos);
+  CHECK(plan_error(parse(ag("plan: {reduce_blocks: 8}\n"))).find("plan.reduce_blocks: ag_gemm has no reduction") !=
+        std::string::npos);
+  CHECK(plan_error(parse(ag("plan: {cluster: 2, gemm: {dynamic_tiles: true}}\n")))
+            .find("plan.gemm.dynamic_tiles: true, but 2-CTA clusters walk their tiles statically") !=
+        std::string::npos);
+  const std::string rs =
+      "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  CHECK(plan_error(parse(rs + "plan: {variant: copy_engine}\n")) ==
+        "t.yaml:5:17: plan.variant: copy_engine is a variant of ag_gemm; expected peer for gemm_rs");
+  CHECK(plan_error(parse(rs + "plan: {sm_mover: pull_vec}\n")).find("plan.sm_mover: gemm_rs has no SM movers") !=
+        std::string::npos);
+  // Ops and layouts without runtime variants take no plan: map.
+  CHECK(plan_error(parse(ag("plan: {group_m: 8}\n", 2, 2)))
+            .rfind("t.yaml:5:7: plan: ag_gemm across nodes has no execution choices", 0) == 0);
+  CHECK(plan_error(parse("name: t\nop: moe\nshape: {tokens: 4096, hidden: 4096, ffn: 1024, experts: 8, topk: 2}\n"
+                         "plan: {group_m: 8}\n"))
+            .find("plan: moe has no execution choices") != std::string::npos);
+}
+
+TEST_CASE("plan: choices this build's op does not run make the plan not runnable, naming the line") {
+  const Plan cl = plan_for(parse(ag("plan: {cluster: 2}\n")));
+  CHECK(!cl.exec.executable);
+  CHECK(cl.exec.not_executable.rfind("t.yaml:5:17: plan.cluster: 2: this build's ag_gemm op runs 1-CTA clusters", 0) ==
+        0);
+  const Plan ch = plan_for(parse(ag("plan: {copy_chunks: 4}\n")));
+  CHECK(!ch.exec.executable);
+  CHECK(ch.exec.not_executable.find("plan.copy_chunks: 4: this build's ag_gemm op makes one copy per shard") !=
+        std::string::npos);
+  const Plan rb =
+      plan_for(parse("name: t\nop: gemm_ar\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
+                     "plan: {reduce_blocks: 4000}\n"));
+  CHECK(!rb.exec.executable);
+  CHECK(rb.exec.not_executable.find("plan.reduce_blocks: 4000: the reduction's blocks wait for each other") !=
+        std::string::npos);
+  const Plan odd =
+      plan_for(parse("name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
+                     "roles: {compute: 131}\nplan: {cluster: 2}\n"));
+  CHECK(!odd.exec.executable);
+  CHECK(odd.exec.not_executable.find("plan.cluster: 2: the GEMM's grid and its compute blocks must be even") !=
+        std::string::npos);
 }
 
 TEST_CASE("what this build cannot run is refused in the plan, with where and why") {
@@ -219,7 +332,10 @@ TEST_CASE("a malformed plan is refused with the key named") {
   for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"\"m\":8192", "\"m\":-512", "plan: shape:"},
            {"\"cluster\":1", "\"cluster\":7", "plan: execution:"},
-           {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"}}) {
+           {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"},
+           // The mover is the variant's: a plan saying otherwise is refused, not half believed.
+           {"\"intra_mover\":\"copy_engine\"", "\"intra_mover\":\"sm\"",
+            "plan: intra_mover: sm disagrees with execution.variant 'copy_engine'"}}) {
     bad = good;
     const size_t at2 = bad.find(from);
     REQUIRE_MESSAGE(at2 != std::string::npos, from);

@@ -135,6 +135,20 @@ TEST_CASE("a planted entry that differs from the model's plan is the plan; witho
   bool noted = false;
   for (const auto& n : used.notes) noted |= n.find("from the tuning cache") != std::string::npos;
   CHECK(noted);
+  // Explicit roles or a plan: map are used as written: the entry replaces neither, and a note says so.
+  Workload roles = load(write_workload(d, std::string(kYaml) + "roles: {compute: 128, intra_comm: 0}\n"));
+  const Plan as_written = decide(roles, &m, cache);
+  CHECK(as_written.chosen_by == "model");
+  CHECK(as_written.exec.variant == "copy_engine");
+  CHECK(as_written.roles.compute == 128);
+  bool said = false;
+  for (const auto& n : as_written.notes) said |= n.find("roles are used as written") != std::string::npos;
+  CHECK(said);
+  Workload mapped = load(write_workload(d, std::string(kYaml) + "plan: {group_m: 8}\n"));
+  const Plan fixed = decide(mapped, &m, cache);
+  CHECK(fixed.chosen_by == "workload");
+  CHECK(fixed.exec.variant == "copy_engine");
+  CHECK(fixed.exec.group_m == 8);
   // Another machine: no match, the model's plan, said so.
   TuneMachine other = m;
   other.gpu = "NVIDIA H200";

@@ -104,7 +104,7 @@ TEST_CASE("tuned counts use every SM, give every role with work at least one SM,
       // MoE op moves its rows with kernels between its phases, on every SM.
       if (p.exec.variant == "staged")
         CHECK(p.roles.compute == arch.sm_count);
-      else if (p.intra_mover == IntraMover::kSm)
+      else if (p.intra_mover() == IntraMover::kSm)
         CHECK((nv->bytes_out > 0) == (p.roles.intra_comm > 0));
       else
         CHECK(p.roles.intra_comm == 0);
@@ -250,7 +250,7 @@ TEST_CASE("explicit counts are used as given, and checked against the machine an
   CHECK(err.find("roles.intra_comm: 0, but ag_gemm moves data between the node's GPUs") != std::string::npos);
   // ... while the plan's own mover for it is the copy engines, which need no SM.
   REQUIRE(tune(none, none.layout, {}, {}, machine_model_h200(), &p, &err) == Status::kOk);
-  CHECK(p.intra_mover == IntraMover::kCopyEngine);
+  CHECK(p.intra_mover() == IntraMover::kCopyEngine);
   CHECK(p.exec.variant == "copy_engine");
   CHECK(p.roles.compute == 132);
   // inter_reduce for an op with nothing to reduce.
@@ -423,9 +423,9 @@ TEST_CASE("copy-engine mover: the NVLink bytes take no intra_comm SM, and the pl
   Plan sm, ce;
   REQUIRE(tune(w, w.layout, {}, {}, machine_model_h200(), IntraMover::kSm, &sm, &err) == Status::kOk);
   REQUIRE(tune(w, w.layout, {}, {}, machine_model_h200(), IntraMover::kCopyEngine, &ce, &err) == Status::kOk);
-  CHECK(sm.intra_mover == IntraMover::kSm);
+  CHECK(sm.intra_mover() == IntraMover::kSm);
   CHECK(sm.roles.intra_comm >= 1);
-  CHECK(ce.intra_mover == IntraMover::kCopyEngine);
+  CHECK(ce.intra_mover() == IntraMover::kCopyEngine);
   CHECK(ce.roles.intra_comm == 0);
   CHECK(ce.roles.compute == ce.sm_count);
   // The link alone at full bandwidth, next to every SM computing.
@@ -442,7 +442,7 @@ TEST_CASE("copy-engine mover: the NVLink bytes take no intra_comm SM, and the pl
   CHECK(ce.bound_s == doctest::Approx(sm.bound_s));
   // On one node the plan's mover is the copy engines (the fastest in every measured run).
   Plan dflt = plan_for(w);
-  CHECK(dflt.intra_mover == IntraMover::kCopyEngine);
+  CHECK(dflt.intra_mover() == IntraMover::kCopyEngine);
   CHECK(dflt.roles.intra_comm == 0);
   CHECK(dflt.makespan_s == doctest::Approx(ce.makespan_s));
   CHECK(dflt.exec.variant == "copy_engine");
@@ -618,7 +618,7 @@ TEST_CASE("the fit's changes steer the plans the way the measurements did") {
                             "transport: {inter_node: socket}\nroles: {compute: 131, inter_send: 1}\n");
   Plan p;
   REQUIRE(tune(rs, rs.layout, {}, {}, m, &p, &err) == Status::kOk);
-  CHECK(p.intra_mover == IntraMover::kCopyEngine);
+  CHECK(p.intra_mover() == IntraMover::kCopyEngine);
   CHECK(p.roles.inter_reduce == 0);
   CHECK(std::isfinite(p.makespan_s));
   CHECK(p.limited_by == "inter_send");

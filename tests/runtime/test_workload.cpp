@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -392,6 +393,52 @@ TEST_CASE("transport and run values are checked") {
   CHECK(contains(error_of(std::string(kGood) + "transport: {inter_node: rdma}\n"),
                  "transport.inter_node: unknown value 'rdma'; expected one of auto, ibverbs, socket"));
   CHECK(contains(error_of(std::string(kGood) + "transport: {signal_mode: batch}\n"), "did you mean 'batched'"));
+}
+
+TEST_CASE("plan: map: every key parses into the workload; unset keys stay the tuner's") {
+  Workload w;
+  std::string err;
+  REQUIRE_MESSAGE(
+      parse_workload(std::string(kGood) + "plan:\n  variant: sm_movers\n  sm_mover: push_bulk\n  cluster: 1\n"
+                                          "  group_m: 8\n  gemm: {split_tail: false, tma_store: false}\n",
+                     "w.yaml", &w, &err) == Status::kOk,
+      err);
+  CHECK(w.plan.variant == std::optional<std::string>("sm_movers"));
+  CHECK(w.plan.sm_mover == std::optional<std::string>("push_bulk"));
+  CHECK(w.plan.cluster == std::optional<int>(1));
+  CHECK(w.plan.group_m == std::optional<int>(8));
+  CHECK(w.plan.split_tail == std::optional<bool>(false));
+  CHECK(w.plan.tma_store == std::optional<bool>(false));
+  CHECK_FALSE(w.plan.copy_chunks);
+  CHECK_FALSE(w.plan.reduce_blocks);
+  CHECK_FALSE(w.plan.chunked_tail);
+  CHECK_FALSE(w.plan.dynamic_tiles);
+  CHECK_FALSE(w.plan.empty());
+  CHECK(w.loc_of("plan.group_m").line == 10);
+  Workload none;
+  REQUIRE(parse_workload(kGood, "w.yaml", &none, &err) == Status::kOk);
+  CHECK(none.plan.empty());
+}
+
+TEST_CASE("plan: map: unknown keys, wrong types and values out of range are refused where they are") {
+  const std::string g(kGood);
+  CHECK(starts_with(error_of(g + "plan: {variant: copy_engine, clustre: 2}\n"),
+                    "w.yaml:6:30: plan.clustre: unknown key; did you mean 'cluster'? expected one of: variant, "
+                    "sm_mover, copy_chunks, cluster, group_m, reduce_blocks, gemm"));
+  CHECK(contains(error_of(g + "plan: {variant: sm_mover}\n"),
+                 "w.yaml:6:17: plan.variant: unknown value 'sm_mover'; did you mean 'sm_movers'? expected one of "
+                 "copy_engine, sm_movers, peer"));
+  CHECK(contains(error_of(g + "plan: {sm_mover: pull}\n"), "plan.sm_mover: unknown value 'pull'"));
+  CHECK(
+      contains(error_of(g + "plan: {cluster: 4}\n"), "w.yaml:6:17: plan.cluster: expected an integer between 1 and 2"));
+  CHECK(contains(error_of(g + "plan: {copy_chunks: 0}\n"), "plan.copy_chunks: expected an integer between 1 and 1024"));
+  CHECK(contains(error_of(g + "plan: {group_m: '8'}\n"), "plan.group_m: expected an integer between 1 and 1024"));
+  CHECK(contains(error_of(g + "plan: {reduce_blocks: 5000}\n"), "plan.reduce_blocks: expected an integer"));
+  CHECK(contains(error_of(g + "plan: copy_engine\n"), "w.yaml:6:7: plan: expected a map {variant, sm_mover"));
+  CHECK(contains(error_of(g + "plan: {gemm: {split: false}}\n"),
+                 "plan.gemm.split: unknown key; expected one of: split_tail, chunked_tail, dynamic_tiles, tma_store"));
+  CHECK(contains(error_of(g + "plan: {gemm: {tma_store: 0}}\n"), "plan.gemm.tma_store: expected true or false"));
+  CHECK(contains(error_of(g + "plan: {gemm: true}\n"), "plan.gemm: expected a map {split_tail"));
 }
 
 TEST_CASE("mutated examples never crash or throw: each gives a workload or one located error") {
