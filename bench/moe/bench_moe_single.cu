@@ -48,7 +48,8 @@ struct Shape {
   const char* name;
   int hidden, ffn, experts, topk;
 };
-constexpr int kWorld = 4;
+int g_world = 4;     // --world: the ranks the counts are taken from (rank 0 keeps experts / world)
+int g_group_m = 16;  // --group: row tiles per raster group of weft's grouped GEMM
 
 __global__ void silu_mul(const __nv_bfloat16* gu, int64_t rows, int ffn, __nv_bfloat16* h) {
   const int64_t n = rows * ffn;
@@ -69,8 +70,8 @@ struct Row {
 };
 
 Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHandle_t blas) {
-  const int L = s.experts / kWorld, H = s.hidden, F = s.ffn;
-  const int64_t R = int64_t(kWorld) * tokens;  // the tokens of all four ranks
+  const int L = s.experts / g_world, H = s.hidden, F = s.ffn;
+  const int64_t R = int64_t(g_world) * tokens;  // the tokens of all four ranks
   const uint64_t seed = fresh_seed();
   Row row{};
   row.shape = s.name;
@@ -134,6 +135,7 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   up.experts = L, up.capacity_rows = cap, up.n = 2 * F, up.k = H;
   up.x = x.p, up.w = w13i.p, up.counts = counts.p, up.offsets = offsets.p, up.y = h.p, up.dropped = dropped.p;
   up.epilogue = GroupedEpilogue::kSwiGlu;
+  up.group_m = g_group_m;
   GroupedGemmArgs down = up;
   down.n = H, down.k = F, down.x = h.p, down.w = w2.p, down.y = y.p, down.epilogue = GroupedEpilogue::kStore;
   GroupedGemmParams pu, pd;
@@ -199,9 +201,15 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
 int main(int argc, char** argv) {
   int rounds = 20;
   const char* markdown = nullptr;
+  const char* only = nullptr;
+  int only_tokens = 0;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--markdown") && i + 1 < argc) markdown = argv[++i];
+    if (!std::strcmp(argv[i], "--world") && i + 1 < argc) g_world = std::max(1, std::min(64, std::atoi(argv[++i])));
+    if (!std::strcmp(argv[i], "--group") && i + 1 < argc) g_group_m = std::max(1, std::min(4096, std::atoi(argv[++i])));
+    if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
+    if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) only_tokens = std::atoi(argv[++i]);
   }
   const int sms = hopper_sm_count_or_explain();
   if (sms == 0) return 77;
@@ -221,6 +229,7 @@ int main(int argc, char** argv) {
   bool ok = true;
   for (int tokens : {4096, 256})
     for (const Shape& s : shapes) {
+      if ((only && std::strcmp(only, s.name) != 0) || (only_tokens && only_tokens != tokens)) continue;
       Row r = run_shape(s, tokens, rounds, fp, blas);
       if (frame.check("bench moe") != Status::kOk) return 1;
       ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2;
@@ -228,20 +237,21 @@ int main(int argc, char** argv) {
       const double wf = r.up_w + r.down_w, cf = r.up_c + r.silu_c + r.down_c;
       const double flop = 2.0 * r.rows * (3.0 * s.hidden * s.ffn);
       printf(
-          "%-14s T=%4d rank 0 of 4: %lld rows (%lld padded) over %d experts (%d..%d)  router %.3f ms\n"
+          "%-14s T=%4d rank 0 of %d, raster group %d: %lld rows (%lld padded) over %d experts (%d..%d)  router %.3f "
+          "ms\n"
           "   weft  gate/up+SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
           "   cuBLAS gate/up %.3f ms  SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
           "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n",
-          s.name, tokens, (long long)r.rows, (long long)r.padded, s.experts / kWorld, r.min_count, r.max_count,
-          r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.up_c, r.silu_c, r.down_c, cf, flop / cf * 1e-9,
-          r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y);
+          s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
+          r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.up_c, r.silu_c, r.down_c, cf,
+          flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y);
       fflush(stdout);
     }
   if (markdown) {
     FILE* f = fopen(markdown, "w");
     if (f) {
-      fprintf(f, "| shape (%s, 1 of 4 ranks) | T/rank | rows (padded) | router ms | weft up+SiLU | cuBLAS up+SiLU | ",
-              prop.name);
+      fprintf(f, "| shape (%s, 1 of %d ranks) | T/rank | rows (padded) | router ms | weft up+SiLU | cuBLAS up+SiLU | ",
+              prop.name, g_world);
       fprintf(f,
               "weft down | cuBLAS down | weft FFN | cuBLAS FFN | cuBLAS/weft "
               "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");

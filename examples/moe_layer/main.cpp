@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
       std::vector<double> logit(static_cast<size_t>(E)), prob(static_cast<size_t>(E));
       double mx = -1e300, sum = 0;
       for (int64_t e = 0; e < E; ++e) {
-        for (int64_t h = 0; h < H; ++h) logit[size_t(e)] += double(from_bf16(xt[h])) * from_bf16(router[size_t(h * E + e)]);
+        for (int64_t h = 0; h < H; ++h)
+          logit[size_t(e)] += double(from_bf16(xt[h])) * from_bf16(router[size_t(h * E + e)]);
         mx = std::max(mx, logit[size_t(e)]);
       }
       for (int64_t e = 0; e < E; ++e) sum += prob[size_t(e)] = std::exp(logit[size_t(e)] - mx);
