@@ -381,7 +381,9 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
   if (layout.nodes == 1 && c.inter_reduce > 0)
     return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
   const bool copy_engines = d.intra_mover == IntraMover::kCopyEngine || d.sequential;
-  if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines)
+  // The MoE op on one node runs its phases in sequence: kernels on the compute SMs move its rows.
+  const bool staged = w.op == Op::kMoe && layout.nodes == 1;
+  if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines && !staged)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
   if (copy_engines && c.intra_comm > 0)
     plan->notes.push_back("roles.intra_comm: the copy engines move the NVLink bytes, the intra_comm SMs will idle");

@@ -395,6 +395,10 @@ TEST_CASE("moe on one node: the staged op with every SM computing and its heap; 
                                          "roles: {compute: 100, intra_comm: 16}\n")));
   CHECK(!movers.exec.executable);
   CHECK(movers.exec.not_executable.find("roles for movers are for the fused launch") != std::string::npos);
+  const Plan explicit_compute = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 1,
+                                                   4, "roles: {compute: 120, intra_comm: 0}\n")));
+  CHECK(explicit_compute.exec.executable);
+  CHECK(explicit_compute.roles.compute == 120);
   const Plan odd = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1400, experts: 64, topk: 6}", 1, 4)));
   CHECK(!odd.exec.executable);
   CHECK(odd.exec.not_executable.find("ffn of 128") != std::string::npos);
