@@ -96,11 +96,10 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->fork_, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->join_, cudaEventDisableTiming));
-  WEFT_CUDA_CHECK(cudaMalloc(&op->record_, sizeof(kernels::LaunchRecord)));
-  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
+  WEFT_CHECK(op->record_.create());
   WEFT_CHECK(op->frame_.create(rank));
   WEFT_CHECK(op->frame_.params(plan.roles, &op->frame_params_));
-  op->frame_params_.launch = op->record_;
+  op->frame_params_.launch = op->record_.device();
 
   // Fresh words (the arena may have held another op's), the own shard's gates always open; then
   // nobody may write into a peer before every rank has cleared its words.
@@ -142,7 +141,6 @@ AgGemmOp::~AgGemmOp() {
   if (side_) cudaStreamDestroy(side_);
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
-  if (record_) cudaFree(record_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
@@ -281,29 +279,17 @@ void AgGemmOp::unstick() {
       if (r.name == name) cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
-Status AgGemmOp::clear_launch_record() {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  return Status::kOk;
-}
+Status AgGemmOp::clear_launch_record() { return record_.clear(); }
 
 Status AgGemmOp::executed_plan(Plan* out) const {
-  kernels::LaunchRecord rec{};
-  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
-  Plan p = plan_;
-  std::string why;
-  if (!apply_launch_record(rec, &p, &why)) {
-    WEFT_WARN(kKernel, "rank %d: ag_gemm: %s", rank_, why.c_str());
-    return Status::kNotFound;
-  }
-  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kAgGemmFused) ? "sm_movers"
-                   : rec.kernel == int32_t(kernels::KernelKind::kGemm)      ? "copy_engine"
-                                                                            : "unknown";
-  p.heap = regions_;
-  p.heap_bytes = arena_bytes_;
-  *out = std::move(p);
-  return Status::kOk;
+  return record_.executed(
+      plan_, regions_, arena_bytes_, rank_, "ag_gemm",
+      [](int32_t kernel) -> std::string {
+        return kernel == int32_t(kernels::KernelKind::kAgGemmFused) ? "sm_movers"
+               : kernel == int32_t(kernels::KernelKind::kGemm)      ? "copy_engine"
+                                                                    : "unknown";
+      },
+      out);
 }
 
 }  // namespace weft::runtime

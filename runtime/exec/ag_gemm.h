@@ -12,6 +12,7 @@
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/launch_record.h"
 #include "runtime/plan.h"
 
 namespace weft::runtime {
@@ -78,7 +79,7 @@ class AgGemmOp {
   kernels::GemmParams gemm_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
-  kernels::LaunchRecord* record_ = nullptr;
+  OpLaunchRecord record_;
   cudaStream_t copy_ = nullptr, side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   int watch_ = -1;  // the context's watchdog id

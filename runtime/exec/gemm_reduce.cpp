@@ -67,11 +67,10 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
-  WEFT_CUDA_CHECK(cudaMalloc(&op->record_, sizeof(kernels::LaunchRecord)));
-  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
+  WEFT_CHECK(op->record_.create());
   WEFT_CHECK(op->frame_.create(rank));
   WEFT_CHECK(op->frame_.params(plan.roles, &op->frame_params_));
-  op->frame_params_.launch = op->record_;
+  op->frame_params_.launch = op->record_.device();
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.gemm_reduce.create." + std::to_string(op->arena_)));
   GemmReduceOp* raw = op.get();
@@ -95,7 +94,6 @@ GemmReduceOp::~GemmReduceOp() {
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
   if (side_) cudaStreamDestroy(side_);
-  if (record_) cudaFree(record_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
@@ -168,26 +166,13 @@ void GemmReduceOp::unstick() {
     if (r.name == "gemm_reduce.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
-Status GemmReduceOp::clear_launch_record() {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
-  return Status::kOk;
-}
+Status GemmReduceOp::clear_launch_record() { return record_.clear(); }
 
 Status GemmReduceOp::executed_plan(Plan* out) const {
-  kernels::LaunchRecord rec{};
-  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
-  Plan p = plan_;
-  std::string why;
-  if (!apply_launch_record(rec, &p, &why)) {
-    WEFT_WARN(kKernel, "rank %d: gemm_reduce: %s", rank_, why.c_str());
-    return Status::kNotFound;
-  }
-  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kGemm) ? "peer" : "unknown";
-  p.heap = regions_;
-  p.heap_bytes = arena_bytes_;
-  *out = std::move(p);
-  return Status::kOk;
+  return record_.executed(
+      plan_, regions_, arena_bytes_, rank_, "gemm_reduce",
+      [](int32_t kernel) -> std::string { return kernel == int32_t(kernels::KernelKind::kGemm) ? "peer" : "unknown"; },
+      out);
 }
 
 }  // namespace weft::runtime

@@ -13,6 +13,7 @@
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/launch_record.h"
 #include "runtime/plan.h"
 
 namespace weft::runtime {
@@ -62,7 +63,7 @@ class GemmReduceOp {
   kernels::GemmParams gemm_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
-  kernels::LaunchRecord* record_ = nullptr;
+  OpLaunchRecord record_;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;

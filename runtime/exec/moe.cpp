@@ -144,10 +144,8 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   const int sms = ctx.shares_gpu() ? std::max(1, ctx.sm_count() - 8) : ctx.sm_count();
   if (roles.compute < 1 || roles.total() > ctx.sm_count()) roles = RoleCounts{}, roles.compute = sms;
   WEFT_CHECK(op->frame_.params(roles, &op->frame_params_));
-  WEFT_CHECK(op->alloc(&p, sizeof(kernels::LaunchRecord)));
-  op->record_ = static_cast<kernels::LaunchRecord*>(p);
-  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
-  op->frame_params_.launch = op->record_;
+  WEFT_CHECK(op->record_.create());
+  op->frame_params_.launch = op->record_.device();
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.moe.create." + std::to_string(op->arena_)));
   MoeOp* raw = op.get();
@@ -235,26 +233,15 @@ void MoeOp::unstick() {
   cudaMemsetAsync(ctx_->local(arena_ + flags_off_), 0x7F, size_t(2 * world_) * 8, side_);
 }
 
-Status MoeOp::clear_launch_record() {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
-  return Status::kOk;
-}
+Status MoeOp::clear_launch_record() { return record_.clear(); }
 
 Status MoeOp::executed_plan(Plan* out) const {
-  kernels::LaunchRecord rec{};
-  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
-  Plan p = plan_;
-  std::string why;
-  if (!apply_launch_record(rec, &p, &why)) {
-    WEFT_WARN(kKernel, "rank %d: moe: %s", rank_, why.c_str());
-    return Status::kNotFound;
-  }
-  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kGemm) ? "staged" : "unknown";
-  p.heap = regions_;
-  p.heap_bytes = arena_bytes_;
-  *out = std::move(p);
-  return Status::kOk;
+  return record_.executed(
+      plan_, regions_, arena_bytes_, rank_, "moe",
+      [](int32_t kernel) -> std::string {
+        return kernel == int32_t(kernels::KernelKind::kGemm) ? "staged" : "unknown";
+      },
+      out);
 }
 
 Status MoeOp::dropped(int64_t* out) const {

@@ -16,6 +16,7 @@
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_plan.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/launch_record.h"
 #include "runtime/plan.h"
 
 namespace weft::runtime {
@@ -94,7 +95,7 @@ class MoeOp {
   kernels::MoeExchangeArgs ex_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
-  kernels::LaunchRecord* record_ = nullptr;
+  OpLaunchRecord record_;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;
