@@ -221,7 +221,7 @@ TEST_CASE("every measured row is predicted by constants fitted without its shape
   std::ostringstream values;
   values << "fold (held out)       ";
   for (const auto& k : kFitted) values << " " << k.key;
-  values << "\n" << "defaults              ";
+  values << "\ndefaults              ";
   for (const auto& k : kFitted) values << " " << fmt("%.4g", def.*k.field);
   values << "\n";
   for (const auto& [name, out_rows] : groups) {
@@ -271,8 +271,8 @@ TEST_CASE("every measured row is predicted by constants fitted without its shape
   constexpr double kTestableBound = 0.20;
   constexpr int kOutsideAllowed = 3;
   constexpr double kMedianBound = 0.06;
-  const std::set<std::string> kUntestable = {"a10", "r01", "r02", "r03", "r04", "r05", "r06",
-                                              "n02", "n05", "n09", "n12"};
+  const std::set<std::string> kUntestable = {"a10", "r01", "r02", "r03", "r04", "r05",
+                                             "r06", "n02", "n05", "n09", "n12"};
   std::ostringstream table;
   table << "row  fold                   measured         held-out in-sample\n";
   std::vector<double> errors;
@@ -289,8 +289,8 @@ TEST_CASE("every measured row is predicted by constants fitted without its shape
     char line[256];
     snprintf(line, sizeof line, "%-4s %-22s %8.3f %-6s %+7.1f%% %+7.1f%%%s%s%s\n", all[i].row.row.c_str(),
              group_of(all[i].row).c_str(), all[i].row.measured, all[i].row.unit.c_str(), e * 100, e_in * 100,
-             std::fabs(e) > kTolerance ? "  <-- outside" : "", testable ? "" : "  (its fold leaves free: ",
-             testable ? "" : (leans[i] + ")").c_str());
+             std::fabs(e) > kTolerance ? "  <-- outside" : "",
+             testable ? "" : "  (its fold leaves free: ", testable ? "" : (leans[i] + ")").c_str());
     table << line;
   }
   std::vector<double> sorted = errors;
@@ -298,8 +298,8 @@ TEST_CASE("every measured row is predicted by constants fitted without its shape
   const double median = sorted[sorted.size() / 2], worst = sorted.back();
   table << "held-out max error " << fmt("%.1f", worst * 100) << "%, median " << fmt("%.1f", median * 100) << "%, "
         << outside << " of " << all.size() << " rows outside " << kTolerance * 100 << "%; without the rows that "
-        << "lean on a constant their fold leaves free: max " << fmt("%.1f", worst_testable * 100) << "%, " << outside_testable
-        << " outside\n";
+        << "lean on a constant their fold leaves free: max " << fmt("%.1f", worst_testable * 100) << "%, "
+        << outside_testable << " outside\n";
   table << "\nfitted constants per fold (each fold fitted without the rows of its group)\n" << values.str();
   INFO(table.str());
   if (getenv("WEFT_TUNER_FIT_TABLE")) printf("%s", table.str().c_str());
