@@ -121,11 +121,19 @@ Status ReorderBackend::poll(std::vector<Completion>* done) {
     for (size_t i : due) applied.push_back(q[i]);
     std::shuffle(applied.begin(), applied.end(), rng_);
     for (size_t i : due) q.erase(q.begin() + static_cast<std::ptrdiff_t>(i));  // descending: indices stay valid
-    for (const Write& w : applied) {
-      bool overtook = false;
-      for (const Write& o : q) overtook |= o.seq < w.seq;
-      for (const Write& o : applied) overtook |= o.seq<w.seq&& & o> & w;
+    for (size_t k = 0; k < applied.size(); ++k) {
+      const Write& w = applied[k];
+      // Older writes still pending: those left in the queue and those applied after this one.
+      bool overtook = false, over_put = false;
+      auto older = [&](const Write& o) {
+        if (o.seq >= w.seq) return;
+        overtook = true;
+        over_put |= o.is_put;
+      };
+      for (const Write& o : q) older(o);
+      for (size_t j = k + 1; j < applied.size(); ++j) older(applied[j]);
       stats_.overtakes += overtook;
+      stats_.signals_before_data += !w.is_put && over_put;
       apply(p, w);
       done->push_back({w.wr_id, p});
     }

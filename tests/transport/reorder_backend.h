@@ -30,6 +30,10 @@ struct ReorderStats {
   uint64_t puts = 0, signals = 0, bytes = 0;
   uint64_t fences = 0;     // posts that carried a fence
   uint64_t overtakes = 0;  // writes applied while a write posted earlier to the same peer was still pending
+  // Signals applied while a put posted earlier to the same peer was still pending: each breaks the
+  // backend contract (a signal is visible only after the rank's earlier puts to that peer), whether
+  // or not a reader happened to look in that window.
+  uint64_t signals_before_data = 0;
 };
 
 // The modelled network: a fence drains the pipe to that peer (one round trip); a proxy stall (serial

@@ -203,6 +203,7 @@ Outcome run(SignalMode mode, bool fences_on, uint64_t per_peer) {
     out.shim.bytes += s.bytes;
     out.shim.fences += s.fences;
     out.shim.overtakes += s.overtakes;
+    out.shim.signals_before_data += s.signals_before_data;
   }
   set_fence_decision_for_test(true);
   return out;
@@ -222,6 +223,7 @@ void expect_holds(SignalMode mode) {
   CHECK(o.violation == "");
   CHECK(o.verified == uint64_t(kRanks) * (kRanks - 1) * kPerPeer);
   CHECK(o.shim.overtakes > 0);  // the shim did reorder: ordering came from the fences (or serial waits)
+  CHECK(o.shim.signals_before_data == 0);
   CHECK(o.shim.fences == o.proxy.fences);
 }
 
@@ -246,11 +248,15 @@ TEST_CASE("the reorder shim: with the proxy's fence decision forced off, fenced 
                                          << " after " << o.verified << " verified sequences");
     CHECK(o.error == "");
     CHECK(o.proxy.fences == 0);
-    CHECK(o.violation != "");  // the test catches a missing fence
+    // The missing fence is caught at the shim, where a signal overtakes a pending put, every time;
+    // whether a reader also sees the flag before the data depends on thread timing (reported).
+    MESSAGE("signals applied before their data: " << o.shim.signals_before_data);
+    CHECK(o.shim.signals_before_data > 0);
   }
   Outcome o = run(SignalMode::kSerial, false, 2000);  // serial orders by waiting, not by fences
   CHECK(o.error == "");
   CHECK(o.violation == "");
+  CHECK(o.shim.signals_before_data == 0);
 }
 
 TEST_CASE("the reorder shim's cost model: batched charges fewer fences than fenced for the same traffic") {
