@@ -21,6 +21,7 @@
 #include "launcher/launch.h"
 #include "launcher/rank.h"
 #include "runtime/workload.h"
+#include "transport/nic_placement.h"
 
 namespace weft::launcher {
 namespace {
@@ -30,7 +31,7 @@ using bootstrap::BlobReader;
 using bootstrap::BlobWriter;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 1;
+constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 2;
 constexpr size_t kMaxProblems = 20;
 constexpr int kMaxIters = 1000000000;  // tests run "forever" as 1e8 iterations; 0 and negatives are the errors
 
@@ -47,6 +48,7 @@ struct Report {
   uint32_t rank = 0, node = 0, local_rank = 0, local_size = 0, pid = 0, gpu_count = 0;
   int32_t gpu = -1;
   std::string hostname, bus_id, launched_by, transport_summary, transport_json;
+  std::string placement;  // GPU, NIC, port, proxy CPUs (the transport's when --transport ran one)
   std::vector<std::string> problems;
   std::vector<double> modex_us, barrier_us;
 };
@@ -55,7 +57,8 @@ Blob encode(const Report& r) {
   BlobWriter w;
   for (uint32_t v : {r.rank, r.node, r.local_rank, r.local_size, r.pid, r.gpu_count, static_cast<uint32_t>(r.gpu)})
     w.u32(v);
-  for (const auto* s : {&r.hostname, &r.bus_id, &r.launched_by, &r.transport_summary, &r.transport_json}) w.str(*s);
+  for (const auto* s : {&r.hostname, &r.bus_id, &r.launched_by, &r.transport_summary, &r.transport_json, &r.placement})
+    w.str(*s);
   w.u32(static_cast<uint32_t>(r.problems.size()));
   for (const auto& p : r.problems) w.str(p);
   for (const auto* v : {&r.modex_us, &r.barrier_us}) {
@@ -73,7 +76,7 @@ Status decode(const Blob& sealed, int peer, Report* r) {
   bool ok = rd.u32(&r->rank) && rd.u32(&r->node) && rd.u32(&r->local_rank) && rd.u32(&r->local_size) &&
             rd.u32(&r->pid) && rd.u32(&r->gpu_count) && rd.u32(&gpu);
   r->gpu = static_cast<int32_t>(gpu);
-  for (auto* s : {&r->hostname, &r->bus_id, &r->launched_by, &r->transport_summary, &r->transport_json})
+  for (auto* s : {&r->hostname, &r->bus_id, &r->launched_by, &r->transport_summary, &r->transport_json, &r->placement})
     ok = ok && rd.str(s);
   ok = ok && rd.u32(&n) && n <= payload.size();
   for (uint32_t i = 0; ok && i < n; ++i) {
@@ -192,6 +195,7 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
                           {"hostname", r.hostname}, {"pid", r.pid},   {"gpu_count", r.gpu_count}};
       e["gpu"] = r.gpu >= 0 ? nlohmann::json(r.gpu) : nlohmann::json(nullptr);
       e["pci_bus_id"] = r.gpu >= 0 ? nlohmann::json(r.bus_id) : nlohmann::json(nullptr);
+      e["placement"] = r.placement;
       per.push_back(e);
       if (!o.transport.empty()) {
         auto t = nlohmann::json::parse(r.transport_json, nullptr, false);
@@ -222,6 +226,7 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
              r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, r.pid, gpu, o.iters,
              r.problems.empty() ? "ok" : "FAILED", med, r.transport_summary.empty() ? "" : ", ",
              r.transport_summary.c_str());
+      if (r.transport_summary.empty()) printf("rank %u/%d: placement: %s\n", r.rank, n, r.placement.c_str());
     }
     printf("fence+modex (slowest rank): median %.0f us, min %.0f, max %.0f; barrier: median %.0f us (%s, %d iters)\n",
            modex.median, modex.min, modex.max, barrier.median, ctx.launched_by.c_str(), o.iters);
@@ -263,6 +268,15 @@ int check_rank(const CheckOptions& o) {
   mine.bus_id = ctx.gpu_pci_bus_id;
   mine.hostname = ctx.info.hostname;
   mine.launched_by = ctx.launched_by;
+  {
+    // What the transport would use (the transport check reports what it did use).
+    topology::RankPlacement p = transport::rank_placement(ctx.info, ctx.gpu_pci_bus_id, 1);
+    std::vector<transport::ChannelUse> use(p.channels.size());
+    for (size_t c = 0; c < p.channels.size(); ++c)
+      use[c] = {p.channels[c].nic_name, p.channels[c].port, p.channels[c].cpuset,
+                transport::usable_cpus(p.channels[c].cpuset), false};
+    mine.placement = transport::describe_placement(p, use, "");
+  }
   std::random_device rd;
   uint64_t nonce = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ (static_cast<uint64_t>(getpid()) << 17) ^
                    static_cast<uint64_t>(Clock::now().time_since_epoch().count());

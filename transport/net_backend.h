@@ -76,6 +76,7 @@ struct BackendConfig {
   double timeout_s = 30;      // WEFT_PROXY_TIMEOUT
   std::string socket_ifname;  // WEFT_SOCKET_IFNAME
   std::string nic_name;       // ibverbs device for this channel ("mlx5_0"); "" = the first
+  int nic_port = 0;           // its port (topology mapping); 0 = the first ACTIVE port
   DeviceCopyHooks copy_hooks;
 };
 

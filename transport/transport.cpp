@@ -104,6 +104,29 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   }
   memcpy(&secret, all[0].data(), sizeof secret);
 
+  // Placement: the caller's, else the topology mapping's for this rank's GPU.
+  const bool place = options.use_topology && options.channel_nics.empty() && options.channel_cpusets.empty();
+  if (place) t->placement_ = rank_placement(me, options.gpu_pci_bus_id, options.channels);
+  t->placement_.channels.resize(options.channels);
+  for (int ch = 0; ch < options.channels; ++ch) {
+    topology::ChannelPlacement& cp = t->placement_.channels[ch];
+    if (ch < static_cast<int>(options.channel_nics.size())) cp.nic_name = options.channel_nics[ch];
+    if (ch < static_cast<int>(options.channel_ports.size())) cp.port = options.channel_ports[ch];
+    if (ch < static_cast<int>(options.channel_cpusets.size())) cp.cpuset = options.channel_cpusets[ch];
+    ChannelUse use;
+    use.nic = cp.nic_name;
+    use.port = cp.port;
+    use.cpus_wanted = cp.cpuset;
+    use.cpus_used = usable_cpus(cp.cpuset);  // a topology from another machine may name CPUs we lack
+    use.nic_used = t->backend_name_ == "ibverbs" && !cp.nic_name.empty();
+    if (!use.cpus_wanted.empty() && use.cpus_used != use.cpus_wanted)
+      WEFT_INFO(kTransport, "rank %d channel %d: proxy CPUs %s from the mapping; usable here: %s", me.rank, ch,
+                use.cpus_wanted.c_str(), use.cpus_used.empty() ? "none (unpinned)" : use.cpus_used.c_str());
+    t->channel_use_.push_back(use);
+  }
+  if (place || !options.channel_nics.empty())
+    WEFT_INFO(kTransport, "rank %d: %s", me.rank, t->placement_summary().c_str());
+
   for (int ch = 0; ch < options.channels; ++ch) {
     BackendConfig bc;
     bc.rank = me.rank;
@@ -113,7 +136,8 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     bc.timeout_s = t->timeout_s_;
     bc.socket_ifname = ifname;
     bc.copy_hooks = options.copy_hooks;
-    if (ch < static_cast<int>(options.channel_nics.size())) bc.nic_name = options.channel_nics[ch];
+    bc.nic_name = t->placement_.channels[ch].nic_name;
+    bc.nic_port = t->placement_.channels[ch].port;
     std::unique_ptr<NetBackend> backend;
     WEFT_CHECK(make_backend(t->backend_name_, bc, &backend));
     WEFT_CHECK(backend->register_region(heap));
@@ -143,7 +167,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     pc.mode = t->mode_;
     pc.timeout_s = t->timeout_s_;
     pc.batch_max_bytes = batch_bytes > 0 ? static_cast<uint64_t>(batch_bytes) : ~uint64_t{0};
-    if (ch < static_cast<int>(options.channel_cpusets.size())) pc.cpuset = options.channel_cpusets[ch];
+    pc.cpuset = t->channel_use_[ch].cpus_used;
     auto proxy = std::make_unique<Proxy>(pc, fifo->ring(), backend.get());
     WEFT_CHECK(proxy->start());
     t->fifos_.push_back(std::move(fifo));
@@ -157,6 +181,8 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
 }
 
 Transport::~Transport() { stop(); }
+
+std::string Transport::placement_summary() const { return describe_placement(placement_, channel_use_, backend_name_); }
 
 Status Transport::push(int channel, const FifoCommand& cmd) {
   if (channel < 0 || channel >= channels()) {
