@@ -35,7 +35,8 @@ struct Region {
   void* base = nullptr;
   uint64_t bytes = 0;
   MemKind kind = MemKind::kHost;
-  int dmabuf_fd = -1;  // device heap exported as dma-buf, when available (ibverbs)
+  int dmabuf_fd = -1;          // device heap exported as dma-buf, when available (ibverbs)
+  uint64_t dmabuf_offset = 0;  // where base lies in that dma-buf (it covers whole pages around the heap)
 };
 
 // Per-backend endpoint information, published through the bootstrap (the modex blob).

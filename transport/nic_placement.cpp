@@ -56,8 +56,8 @@ topology::RankPlacement rank_placement(const bootstrap::RankInfo& me, const std:
   if (l.status != Status::kOk) {
     topology::RankPlacement p;
     p.channels.resize(channels < 1 ? 1 : channels);
-    p.note = "topology did not load (" + std::string(file.empty() ? "live machine" : file) + "): " +
-             to_string(l.status);
+    p.note =
+        "topology did not load (" + std::string(file.empty() ? "live machine" : file) + "): " + to_string(l.status);
     return p;
   }
   return topology::place_rank(l.topo, l.mapping, gpu, me.local_rank, channels);
@@ -103,7 +103,9 @@ std::string describe_placement(const topology::RankPlacement& p, const std::vect
       s += "NIC none";
     else
       s += "NIC " + u.nic + " port " + std::to_string(u.port) +
-           (backend.empty() ? "" : u.nic_used ? " (" + backend + ")" : " (unused: " + backend + ")");
+           (backend.empty() ? ""
+            : u.nic_used    ? " (" + backend + ")"
+                            : " (unused: " + backend + ")");
     s += ", proxy CPUs ";
     if (!u.cpus_used.empty())
       s += u.cpus_used;

@@ -25,11 +25,11 @@ std::string usable_cpus(const std::string& wanted);
 
 // What one channel ended up using, for `weftrun check` and logs.
 struct ChannelUse {
-  std::string nic;           // "mlx5_0", "" = none
-  int port = 0;              // 0 = none
-  std::string cpus_wanted;   // from the mapping
-  std::string cpus_used;     // what the proxy was pinned to ("" = not pinned)
-  bool nic_used = false;     // the backend opened this NIC (ibverbs); false for socket / loopback
+  std::string nic;          // "mlx5_0", "" = none
+  int port = 0;             // 0 = none
+  std::string cpus_wanted;  // from the mapping
+  std::string cpus_used;    // what the proxy was pinned to ("" = not pinned)
+  bool nic_used = false;    // the backend opened this NIC (ibverbs); false for socket / loopback
 };
 // "GPU 0000:03:00.0, NIC mlx5_0 port 1 (ibverbs), proxy CPUs 18-23,66-71": one line per rank.
 std::string describe_placement(const topology::RankPlacement& p, const std::vector<ChannelUse>& channels,

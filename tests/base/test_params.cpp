@@ -130,12 +130,24 @@ TEST_CASE("every default passes its own rule; every number has a range, every sc
     if (p.type == weft::ParamType::kInt || p.type == weft::ParamType::kDouble) CHECK(p.min < p.max);
   }
   // The product surface: what a cluster user sets. Everything else is bench, test or script.
-  const std::set<std::string> user = {"WEFT_DEBUG",          "WEFT_DEBUG_SUBSYS",      "WEFT_TOPO_FILE",
-                                      "WEFT_GPU_ARCH",       "WEFT_BOOTSTRAP_TIMEOUT", "WEFT_LAUNCH_KILL_GRACE",
-                                      "WEFT_DEVICE_TIMEOUT", "WEFT_PROXY_TIMEOUT",     "WEFT_HEAP_BYTES",
-                                      "WEFT_FIFO_DEPTH",     "WEFT_NET_BACKEND",       "WEFT_SIGNAL_MODE",
-                                      "WEFT_NET_CHANNELS",   "WEFT_SOCKET_IFNAME",     "WEFT_DETERMINISTIC",
-                                      "WEFT_TUNE_CACHE"};
+  const std::set<std::string> user = {"WEFT_DEBUG",
+                                      "WEFT_DEBUG_SUBSYS",
+                                      "WEFT_TOPO_FILE",
+                                      "WEFT_GPU_ARCH",
+                                      "WEFT_BOOTSTRAP_TIMEOUT",
+                                      "WEFT_LAUNCH_KILL_GRACE",
+                                      "WEFT_DEVICE_TIMEOUT",
+                                      "WEFT_PROXY_TIMEOUT",
+                                      "WEFT_HEAP_BYTES",
+                                      "WEFT_FIFO_DEPTH",
+                                      "WEFT_NET_BACKEND",
+                                      "WEFT_SIGNAL_MODE",
+                                      "WEFT_NET_CHANNELS",
+                                      "WEFT_SOCKET_IFNAME",
+                                      "WEFT_DETERMINISTIC",
+                                      "WEFT_TUNE_CACHE",
+                                      "WEFT_IB_TC",
+                                      "WEFT_IB_GID_INDEX"};
   for (const auto& p : weft::all_params()) {
     INFO(p.name);
     CHECK((p.scope == weft::ParamScope::kUser) == (user.count(p.name) == 1));

@@ -51,8 +51,8 @@ TEST_CASE("every server export: channel 0 of each GPU's rank is the mapping's pr
       CAPTURE(g.pci_bus_id);
       const GpuNicLink& link = l.map.gpus[g.index];
       // By bus id (a bound CUDA device) and by local rank (no bus id): the same GPU, the same NIC.
-      for (const RankPlacement& p : {place_rank(l.topo, l.map, g.pci_bus_id, 99, 1),
-                                     place_rank(l.topo, l.map, "", g.index, 1)}) {
+      for (const RankPlacement& p :
+           {place_rank(l.topo, l.map, g.pci_bus_id, 99, 1), place_rank(l.topo, l.map, "", g.index, 1)}) {
         CHECK(p.gpu == g.index);
         REQUIRE(p.channels.size() == 1);
         CHECK(p.channels[0].nic == link.primary_nic);
@@ -78,8 +78,8 @@ TEST_CASE("JUWELS Booster jwb0004: rank r of a node -> its GPU's switch-local NI
     const char* nic;
     const char* cpus;
   };
-  const Want want[] = {{"mlx5_0", "18-23,66-71"}, {"mlx5_1", "6-11,54-59"}, {"mlx5_2", "42-47,90-95"},
-                       {"mlx5_3", "30-35,78-83"}};
+  const Want want[] = {
+      {"mlx5_0", "18-23,66-71"}, {"mlx5_1", "6-11,54-59"}, {"mlx5_2", "42-47,90-95"}, {"mlx5_3", "30-35,78-83"}};
   for (int r = 0; r < 4; ++r) {
     RankPlacement p = place_rank(l.topo, l.map, "", r, 1);
     CHECK(p.gpu_from == "local rank");
