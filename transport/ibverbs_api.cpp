@@ -21,7 +21,9 @@ const Api& libibverbs_api() {
       [](ibv_context* c) { return ibv_close_device(c); },
       [](ibv_context* c, ibv_device_attr* a) { return ibv_query_device(c, a); },
       [](ibv_context* c, uint8_t p, ibv_port_attr* a) { return ibv_query_port(c, p, a); },
-      [](ibv_context* c, uint32_t p, uint32_t i, ibv_gid_entry* e, uint32_t f) { return ibv_query_gid_ex(c, p, i, e, f); },
+      [](ibv_context* c, uint32_t p, uint32_t i, ibv_gid_entry* e, uint32_t f) {
+        return ibv_query_gid_ex(c, p, i, e, f);
+      },
       [](ibv_context* c, ibv_gid_entry* e, size_t n, uint32_t f) { return ibv_query_gid_table(c, e, n, f); },
       [](ibv_context* c) { return ibv_alloc_pd(c); },
       [](ibv_pd* p) { return ibv_dealloc_pd(p); },
