@@ -164,8 +164,10 @@ struct Fabric::Impl {
   }
   // A failed WR: error CQE, QP to ERR. `misuse` (not a peer that went away) is also a violation.
   void to_error(FQp* q, const Wr& w, ibv_wc_status st, const std::string& why, bool misuse = true) {
-    if (misuse) violations.push_back("QP " + std::to_string(q->qp.qp_num) + ": " + why);
-    else errors.push_back("QP " + std::to_string(q->qp.qp_num) + ": " + why);
+    if (misuse)
+      violations.push_back("QP " + std::to_string(q->qp.qp_num) + ": " + why);
+    else
+      errors.push_back("QP " + std::to_string(q->qp.qp_num) + ": " + why);
     complete(q, w, st);
     q->state = IBV_QPS_ERR;
   }
@@ -182,8 +184,7 @@ struct Fabric::Impl {
   bool execute(FQp* q, const Wr& w) {
     auto rit = by_qpn.find(q->attr.dest_qp_num);
     if (rit == by_qpn.end()) {
-      to_error(q, w, IBV_WC_RETRY_EXC_ERR, "peer QP " + std::to_string(q->attr.dest_qp_num) + " does not exist",
-               false);
+      to_error(q, w, IBV_WC_RETRY_EXC_ERR, "peer QP " + std::to_string(q->attr.dest_qp_num) + " does not exist", false);
       return true;
     }
     FQp* r = rit->second;
@@ -304,8 +305,7 @@ int modify_qp(ibv_qp* h, ibv_qp_attr* a, int mask) {
   const std::string what = std::string("QP ") + state_name(q->state) + " -> " + state_name(to);
   if (!t) return g->refuse(EINVAL, what + ": not a transition an RC QP makes");
   if ((mask & t->required) != t->required)
-    return g->refuse(EINVAL, what + ": attribute mask lacks required bits 0x" +
-                                 std::to_string((t->required & ~mask)));
+    return g->refuse(EINVAL, what + ": attribute mask lacks required bits 0x" + std::to_string((t->required & ~mask)));
   if (mask & ~(t->required | t->optional))
     return g->refuse(EINVAL, what + ": attribute mask has bits not allowed here: " +
                                  std::to_string(mask & ~(t->required | t->optional)));
@@ -472,8 +472,7 @@ ibv_mr* add_mr(ibv_pd* pd, uint64_t start, uint64_t len, uint8_t* host, int acce
   if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE))
     return g->refuse(EINVAL, "IBV_ACCESS_REMOTE_WRITE without IBV_ACCESS_LOCAL_WRITE"), nullptr;
   if (access & IBV_ACCESS_RELAXED_ORDERING)
-    return g->refuse(EINVAL, "relaxed ordering would let a flag overtake its data (weft never asks for it)"),
-           nullptr;
+    return g->refuse(EINVAL, "relaxed ordering would let a flag overtake its data (weft never asks for it)"), nullptr;
   auto mr = std::make_unique<FMr>();
   mr->pd = it->second.get();
   mr->access = access;
@@ -568,7 +567,8 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
   };
   a.create_cq = [](ibv_context* h, int cqe, void*, ibv_comp_channel*, int) -> ibv_cq* {
     Lock l(g->m);
-    if (!ctx_of(h) || cqe < 1 || cqe > (1 << 20)) return g->refuse(EINVAL, "ibv_create_cq: bad context or depth"), nullptr;
+    if (!ctx_of(h) || cqe < 1 || cqe > (1 << 20))
+      return g->refuse(EINVAL, "ibv_create_cq: bad context or depth"), nullptr;
     auto cq = std::make_unique<FCq>();
     cq->depth = cqe;
     cq->cq.context = h;

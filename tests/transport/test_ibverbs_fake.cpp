@@ -96,12 +96,11 @@ struct Pair {
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
-    return api.modify_qp(q[k], &a,
-                         IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                             IBV_QP_MAX_QP_RD_ATOMIC);
+    return api.modify_qp(
+        q[k], &a,
+        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
   }
-  int write(int k, ibv_mr* src, uint64_t off, ibv_mr* dst, uint64_t raddr, uint32_t len, bool signaled,
-            uint64_t id) {
+  int write(int k, ibv_mr* src, uint64_t off, ibv_mr* dst, uint64_t raddr, uint32_t len, bool signaled, uint64_t id) {
     ibv_sge sge{reinterpret_cast<uint64_t>(src->addr) + off, len, src->lkey};
     ibv_send_wr wr{};
     wr.wr_id = id;
@@ -134,7 +133,7 @@ TEST_CASE("the fake refuses what real verbs refuse: transitions, attribute masks
     ibv_mr* ma = api.reg_mr(p.pd, a.data(), a.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     ibv_mr* mb = api.reg_mr(p.pd, b.data(), b.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     CHECK(api.reg_mr(p.pd, b.data(), 64, IBV_ACCESS_REMOTE_WRITE) == nullptr);  // remote write needs local write
-    CHECK(p.rtr(0, 5) == EINVAL);                                              // RESET -> RTR skips INIT
+    CHECK(p.rtr(0, 5) == EINVAL);                                               // RESET -> RTR skips INIT
     CHECK(p.init(0, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS) == EINVAL);  // no IBV_QP_PORT
     REQUIRE(p.init(0) == 0);
     REQUIRE(p.init(1) == 0);
@@ -216,9 +215,9 @@ TEST_CASE("the whole ibverbs backend over the fake: 4 ranks on 2 nodes, every si
   }
   const fake::Counters c = fab.counters();
   CHECK(c.writes > 0);
-  CHECK(c.inline_writes > 0);                            // signals are inline
-  CHECK(c.max_outstanding <= 1024);                      // never past the send queue
-  CHECK(fab.violations().empty());                       // no refused call, no access error
+  CHECK(c.inline_writes > 0);        // signals are inline
+  CHECK(c.max_outstanding <= 1024);  // never past the send queue
+  CHECK(fab.violations().empty());   // no refused call, no access error
   CHECK_MESSAGE(fab.live_objects() == 0, "close releases every QP, MR, CQ, PD and context");
   for (const auto& r : fab.routes()) {
     CHECK_FALSE(r.global);  // InfiniBand: LID routing
@@ -305,8 +304,11 @@ TEST_CASE("choose_gid ranks RoCE v2 GIDs: IPv4-mapped, then global IPv6, then li
     return c;
   };
   std::string why;
-  std::vector<tr::ibv::GidCandidate> t = {g(0, 1, 5, {0xfe, 0x80}, 1), g(1, 2, 5, {0xfe, 0x80}, 1),
-                                          g(2, 2, 5, {0x20, 0x01}, 1), mapped(3, 1, 5), mapped(4, 2, 0),
+  std::vector<tr::ibv::GidCandidate> t = {g(0, 1, 5, {0xfe, 0x80}, 1),
+                                          g(1, 2, 5, {0xfe, 0x80}, 1),
+                                          g(2, 2, 5, {0x20, 0x01}, 1),
+                                          mapped(3, 1, 5),
+                                          mapped(4, 2, 0),
                                           mapped(5, 2, 5)};
   CHECK(tr::ibv::choose_gid(t, 1, -1, &why) == 5);
   CHECK(why.find("::ffff:10.0.0.9") != std::string::npos);
