@@ -222,11 +222,13 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       std::vector<double> sorted = r.modex_us;
       std::sort(sorted.begin(), sorted.end());
       double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s%s\n", r.rank, n,
+      // The transport's summary ends with what it used ("; used GPU ..., NIC ..., proxy CPUs ..."); without
+      // a transport, the placement the mapping gives this rank.
+      const std::string tail =
+          !r.transport_summary.empty() ? ", " + r.transport_summary : "; placement: " + r.placement;
+      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s\n", r.rank, n,
              r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, r.pid, gpu, o.iters,
-             r.problems.empty() ? "ok" : "FAILED", med, r.transport_summary.empty() ? "" : ", ",
-             r.transport_summary.c_str());
-      if (r.transport_summary.empty()) printf("rank %u/%d: placement: %s\n", r.rank, n, r.placement.c_str());
+             r.problems.empty() ? "ok" : "FAILED", med, tail.c_str());
     }
     printf("fence+modex (slowest rank): median %.0f us, min %.0f, max %.0f; barrier: median %.0f us (%s, %d iters)\n",
            modex.median, modex.min, modex.max, barrier.median, ctx.launched_by.c_str(), o.iters);

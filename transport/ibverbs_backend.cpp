@@ -16,6 +16,8 @@
 //   before using the data the flag announces.
 // - The heap is registered without IBV_ACCESS_RELAXED_ORDERING: relaxed ordering lets the NIC's
 //   PCIe writes pass each other, which would break data-before-flag.
+#include "transport/ibverbs_backend.h"
+
 #include <errno.h>
 #include <unistd.h>
 
@@ -208,6 +210,16 @@ class IbvBackend final : public NetBackend {
     if (status_ != Status::kOk) return status_;
     if (local_offset > region_.bytes || bytes > region_.bytes - local_offset)
       return fail(Status::kInvalidArgument, "put outside the local heap");
+    if (bytes == 0) {
+      // A zero-length WRITE: the peer's QP receives and acknowledges it, no memory is touched (the
+      // transport's preflight of each connection).
+      ibv::WrPlan w = ibv::plan_probe(peer, &seq_[peer]);
+      w.remote_addr = peers_[peer].heap_addr;
+      w.rkey = peers_[peer].rkey;
+      w.report = true;
+      w.user_wr_id = wr_id;
+      return post(peer, w);
+    }
     auto plan = ibv::plan_put(peer, reinterpret_cast<uint64_t>(region_.base), mr_->lkey, local_offset,
                               peers_[peer].heap_addr, peers_[peer].rkey, remote_offset, bytes, flags.need_completion,
                               wr_id, &seq_[peer], ledgers_[peer].in_flight(), &policies_[peer]);
@@ -413,11 +425,19 @@ bool ibverbs_device_present(std::string* why) {
   return n > 0;
 }
 
-Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out, std::string* why) {
   auto b = std::make_unique<IbvBackend>(ibv::api(), config);
-  WEFT_CHECK(b->open());
+  Status s = b->open();
+  if (s != Status::kOk) {
+    if (why) *why = b->error_message();
+    return s;
+  }
   *out = std::move(b);
   return Status::kOk;
+}
+
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
+  return make_ibverbs_backend(config, out, nullptr);
 }
 
 }  // namespace weft::transport

@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "transport/ibverbs_backend.h"
 
 namespace weft::transport {
 namespace {
@@ -37,6 +38,82 @@ uint64_t fresh_secret() {
   uint64_t s = (uint64_t{rd()} << 32) ^ rd();
   s ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
   return s ? s : 1;
+}
+
+// Every rank's `failure` ("" = none) gathered; *first = the lowest rank's, as "rank R: why" ("" if none).
+Status agree(bootstrap::Bootstrap& boot, const std::string& key, const std::string& failure, std::string* first) {
+  std::vector<bootstrap::Blob> all;
+  bootstrap::Blob mine(failure.begin(), failure.end());
+  WEFT_CHECK(boot.allgather(key, mine, &all));
+  first->clear();
+  for (size_t r = 0; r < all.size() && first->empty(); ++r)
+    if (!all[r].empty()) *first = "rank " + std::to_string(r) + ": " + std::string(all[r].begin(), all[r].end());
+  return Status::kOk;
+}
+
+// auto: each rank's candidate (resolve_backend_name) gathered; one backend only if every rank named it.
+// *why_socket says why sockets were chosen ("" when another backend was).
+Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, std::string* name,
+                         std::string* why_socket) {
+  std::string local_why;
+  if (*name == "socket" && !ibverbs_device_present(&local_why) && local_why.empty()) local_why = "no RDMA device";
+  const std::string text = *name + "|" + local_why;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(prefix + "auto", bootstrap::Blob(text.begin(), text.end()), &all));
+  std::string lacking;
+  bool all_same = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string theirs(all[r].begin(), all[r].end());
+    const std::string their_name = theirs.substr(0, theirs.find('|'));
+    all_same = all_same && their_name == *name;
+    if (their_name == "socket" && lacking.empty())
+      lacking =
+          "rank " + std::to_string(r) + " has no usable RDMA device (" + theirs.substr(theirs.find('|') + 1) + ")";
+  }
+  if (all_same && *name != "socket") return Status::kOk;
+  *why_socket = lacking.empty() ? "not every rank named the same backend" : lacking;
+  if (!all_same && (boot.info().rank == 0 || *name != "socket"))
+    WEFT_WARN(kTransport, "rank %d: WEFT_NET_BACKEND=auto: socket on every rank, not %s: %s", boot.info().rank,
+              name->c_str(), why_socket->c_str());
+  else if (all_same && boot.info().rank == 0)
+    WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
+  *name = "socket";
+  return Status::kOk;
+}
+
+// One zero-length WRITE to every connected peer on every channel, each completed within the bound:
+// a QP connection that cannot carry a packet (wrong GID, route, MTU or a dead peer) fails here,
+// before the first op. Returns this rank's failure ("" if none).
+std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const std::vector<bool>& connected,
+                      double timeout_s) {
+  size_t expected = 0;
+  for (size_t ch = 0; ch < backends.size(); ++ch)
+    for (int p = 0; p < static_cast<int>(connected.size()); ++p) {
+      if (!connected[p]) continue;
+      PostFlags f;
+      f.need_completion = true;
+      if (backends[ch]->post_put(p, 0, 0, 0, f, static_cast<uint64_t>(p)) != Status::kOk)
+        return "preflight to rank " + std::to_string(p) + ": " + backends[ch]->error_message();
+      ++expected;
+    }
+  const double deadline = now_s() + timeout_s;
+  std::vector<size_t> done(backends.size(), 0);
+  std::vector<Completion> c;
+  for (size_t total = 0; total < expected;) {
+    total = 0;
+    for (size_t ch = 0; ch < backends.size(); ++ch) {
+      c.clear();
+      if (backends[ch]->poll(&c) != Status::kOk) return "preflight: " + backends[ch]->error_message();
+      done[ch] += c.size();
+      total += done[ch];
+    }
+    if (total >= expected) break;
+    if (now_s() > deadline)
+      return "preflight: " + std::to_string(expected - total) + " of " + std::to_string(expected) +
+             " zero-length WRITEs not completed after " + std::to_string(int(timeout_s)) + "s (WEFT_PROXY_TIMEOUT)";
+    for (auto& b : backends) b->wait_activity(1e-3);
+  }
+  return "";
 }
 
 }  // namespace
@@ -74,7 +151,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   const char* env_backend = getenv("WEFT_NET_BACKEND");
   if (requested.empty() && !(env_backend && *env_backend)) requested = options.workload_backend;
   if (requested.empty()) WEFT_CHECK(get_param("WEFT_NET_BACKEND", &requested));
-  WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));
+  WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));  // auto: this rank's candidate, agreed below
   WEFT_CHECK(resolve_signal_mode(options.signal_mode, options.workload_signal_mode, &t->mode_));
   t->timeout_s_ = options.timeout_s > 0 ? options.timeout_s : 0;
   if (t->timeout_s_ == 0) WEFT_CHECK(get_param("WEFT_PROXY_TIMEOUT", &t->timeout_s_));
@@ -118,7 +195,6 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     use.port = cp.port;
     use.cpus_wanted = cp.cpuset;
     use.cpus_used = usable_cpus(cp.cpuset);  // a topology from another machine may name CPUs we lack
-    use.nic_used = t->backend_name_ == "ibverbs" && !cp.nic_name.empty();
     if (!use.cpus_wanted.empty() && use.cpus_used != use.cpus_wanted)
       WEFT_INFO(kTransport, "rank %d channel %d: proxy CPUs %s from the mapping; usable here: %s", me.rank, ch,
                 use.cpus_wanted.c_str(), use.cpus_used.empty() ? "none (unpinned)" : use.cpus_used.c_str());
@@ -127,37 +203,99 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   if (place || !options.channel_nics.empty())
     WEFT_INFO(kTransport, "rank %d: %s", me.rank, t->placement_summary().c_str());
 
+  // Backends: open every channel, connect, and (RDMA) preflight each connection -- every step agreed
+  // by all ranks, so the job either runs on one backend everywhere or fails here, before any op.
+  // With auto, a backend that fails on any rank gives way to sockets on every rank.
+  const bool is_auto = requested.empty() || requested == "auto";
+  std::string why_socket;
+  if (is_auto) WEFT_CHECK(agree_auto_choice(boot, prefix, &t->backend_name_, &why_socket));
+  std::vector<std::unique_ptr<NetBackend>> backends;
+  for (int attempt = 0;; ++attempt) {
+    const std::string key = prefix + std::to_string(attempt) + ".";
+    std::string failure;  // this rank's, "" if none
+    Status mine_status = Status::kOk;
+    backends.clear();
+    t->connected_.assign(me.size, false);
+    for (int ch = 0; ch < options.channels && failure.empty(); ++ch) {
+      BackendConfig bc;
+      bc.rank = me.rank;
+      bc.size = me.size;
+      bc.channel = ch;
+      bc.secret = secret;
+      bc.timeout_s = t->timeout_s_;
+      bc.socket_ifname = ifname;
+      bc.copy_hooks = options.copy_hooks;
+      bc.nic_name = t->placement_.channels[ch].nic_name;
+      bc.nic_port = t->placement_.channels[ch].port;
+      std::unique_ptr<NetBackend> backend;
+      std::string why;  // ibverbs says why a device did not open
+      Status s = t->backend_name_ == "ibverbs" ? make_ibverbs_backend(bc, &backend, &why)
+                                               : make_backend(t->backend_name_, bc, &backend);
+      if (s == Status::kOk) s = backend->register_region(heap);
+      mine_status = s;
+      if (s != Status::kOk)
+        failure = backend && !backend->error_message().empty() ? backend->error_message()
+                  : !why.empty()                               ? why
+                                                               : t->backend_name_ + ": " + to_string(s);
+      backends.push_back(std::move(backend));
+    }
+    std::string first;
+    WEFT_CHECK(agree(boot, key + "open", failure, &first));
+    for (int ch = 0; ch < options.channels && first.empty(); ++ch) {
+      // Endpoints: every rank takes part in every exchange; a rank that failed sends an empty blob.
+      PeerInfo info;
+      bootstrap::Blob blob;
+      if (failure.empty()) {
+        Status s = backends[ch]->local_info(&info);
+        if (s == Status::kOk)
+          blob = encode_peer_info(me.rank, me.node, info);
+        else
+          failure = backends[ch]->error_message();
+      }
+      WEFT_CHECK(boot.allgather(key + "ep." + std::to_string(ch), blob, &all));
+      if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
+        WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
+                  all.size(), me.size);
+        return Status::kProtocolError;
+      }
+      for (int peer = 0; peer < me.size && failure.empty(); ++peer) {
+        if (peer == me.rank || all[peer].empty()) continue;
+        int node = -1;
+        PeerInfo pinfo;
+        Status s = decode_peer_info(all[peer], peer, &node, &pinfo);
+        if (s == Status::kOk && !options.connect_all_peers && node == me.node) continue;
+        if (s == Status::kOk) s = backends[ch]->connect(peer, pinfo);
+        if (s != Status::kOk)
+          failure = backends[ch]->error_message().empty()
+                        ? "connecting to rank " + std::to_string(peer) + ": " + to_string(s)
+                        : backends[ch]->error_message();
+        t->connected_[peer] = true;
+      }
+    }
+    if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));
+    if (first.empty() && t->backend_name_ == "ibverbs") {
+      failure = preflight(backends, t->connected_, t->timeout_s_);
+      WEFT_CHECK(agree(boot, key + "preflight", failure, &first));
+    }
+    if (first.empty()) break;
+    backends.clear();
+    if (is_auto && t->backend_name_ != "socket") {
+      why_socket = first;
+      WEFT_WARN(kTransport, "rank %d: WEFT_NET_BACKEND=auto: socket on every rank, because %s failed: %s", me.rank,
+                t->backend_name_.c_str(), first.c_str());
+      t->backend_name_ = "socket";
+      continue;
+    }
+    WEFT_WARN(kTransport, "rank %d: the %s backend is not usable on every rank, so no rank uses it: %s", me.rank,
+              t->backend_name_.c_str(), first.c_str());
+    return mine_status != Status::kOk ? mine_status : Status::kUnsupported;
+  }
+  t->backend_reason_ = is_auto ? (why_socket.empty() ? "auto: every rank can use " + t->backend_name_
+                                                     : "auto chose socket: " + why_socket)
+                               : "requested";
   for (int ch = 0; ch < options.channels; ++ch) {
-    BackendConfig bc;
-    bc.rank = me.rank;
-    bc.size = me.size;
-    bc.channel = ch;
-    bc.secret = secret;
-    bc.timeout_s = t->timeout_s_;
-    bc.socket_ifname = ifname;
-    bc.copy_hooks = options.copy_hooks;
-    bc.nic_name = t->placement_.channels[ch].nic_name;
-    bc.nic_port = t->placement_.channels[ch].port;
-    std::unique_ptr<NetBackend> backend;
-    WEFT_CHECK(make_backend(t->backend_name_, bc, &backend));
-    WEFT_CHECK(backend->register_region(heap));
-    PeerInfo info;
-    WEFT_CHECK(backend->local_info(&info));
-    WEFT_CHECK(boot.allgather(prefix + "ep." + std::to_string(ch), encode_peer_info(me.rank, me.node, info), &all));
-    if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
-      WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
-                all.size(), me.size);
-      return Status::kProtocolError;
-    }
-    for (int peer = 0; peer < me.size; ++peer) {
-      if (peer == me.rank) continue;
-      int node = -1;
-      PeerInfo pinfo;
-      WEFT_CHECK(decode_peer_info(all[peer], peer, &node, &pinfo));
-      if (!options.connect_all_peers && node == me.node) continue;
-      WEFT_CHECK(backend->connect(peer, pinfo));
-      t->connected_[peer] = true;
-    }
+    t->channel_use_[ch].nic_used = t->backend_name_ == "ibverbs" && !t->channel_use_[ch].nic.empty();
+    std::unique_ptr<NetBackend>& backend = backends[ch];
     std::unique_ptr<Fifo> fifo;
     WEFT_CHECK(Fifo::create(static_cast<uint32_t>(depth), me.rank, ch, options.fifo_memory, &fifo));
     ProxyConfig pc;

@@ -58,6 +58,8 @@ class Transport {
   int world_size() const { return size_; }
   int channels() const { return static_cast<int>(fifos_.size()); }
   const std::string& backend_name() const { return backend_name_; }
+  // Why this backend: "requested", "auto: every rank can use ibverbs", or "auto chose socket: <why>".
+  const std::string& backend_reason() const { return backend_reason_; }
   SignalMode signal_mode() const { return mode_; }
   // Per channel: the NIC, port and proxy CPUs this rank used, and the GPU they were chosen for.
   const std::vector<ChannelUse>& channel_use() const { return channel_use_; }
@@ -98,6 +100,7 @@ class Transport {
   Transport() = default;
   int rank_ = 0, size_ = 1;
   std::string backend_name_;
+  std::string backend_reason_;
   SignalMode mode_ = SignalMode::kBatched;
   double timeout_s_ = 30;
   Region heap_;

@@ -58,6 +58,7 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   result->backend = t->backend_name();
   result->signal_mode = to_string(t->signal_mode());
   result->placement = t->placement_summary();
+  result->backend_reason = t->backend_reason();
 
   auto flag = [&](int phase, int src) { return flags_off + 8 * (uint64_t(phase) * n + src); };
   const auto t0 = std::chrono::steady_clock::now();
@@ -130,7 +131,7 @@ Status run_transport_check_report(const std::string& backend, bootstrap::Bootstr
   char line[256];
   snprintf(line, sizeof line, "%s/%s: %d x (all-gather + all-to-all) verified, %.1f MB in %.1f ms", r.backend.c_str(),
            r.signal_mode.c_str(), o.iterations, r.bytes_verified / 1e6, r.seconds * 1e3);
-  *summary = std::string(line) + "; used " + r.placement;
+  *summary = std::string(line) + " (" + r.backend_reason + "); used " + r.placement;
   *json = r.to_json();
   return Status::kOk;
 }

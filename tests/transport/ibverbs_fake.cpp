@@ -132,6 +132,7 @@ struct Fabric::Impl {
   int budget = 0;
   bool no_subsystem = false, no_gid_table = false;
   uint64_t refuse_lo = 0, refuse_hi = 0;
+  std::string unreachable;
   transport::ibv::Api api{};
 
   int refuse(int err, const std::string& why) {
@@ -188,6 +189,10 @@ struct Fabric::Impl {
       return true;
     }
     FQp* r = rit->second;
+    if (!unreachable.empty() && (r->pd->c->dev->spec.name == unreachable || q->pd->c->dev->spec.name == unreachable)) {
+      to_error(q, w, IBV_WC_RETRY_EXC_ERR, "unreachable", false);
+      return true;
+    }
     if (r->state == IBV_QPS_RESET || r->state == IBV_QPS_INIT) return false;  // the NIC would retry
     if (r->state == IBV_QPS_ERR) {
       to_error(q, w, IBV_WC_RETRY_EXC_ERR, "peer QP is in the error state", false);
@@ -692,6 +697,10 @@ void Fabric::refuse_reg_mr_of(const void* base, uint64_t bytes) {
   Lock l(impl_->m);
   impl_->refuse_lo = reinterpret_cast<uint64_t>(base);
   impl_->refuse_hi = impl_->refuse_lo + bytes;
+}
+void Fabric::set_unreachable(const std::string& device) {
+  Lock l(impl_->m);
+  impl_->unreachable = device;
 }
 int Fabric::add_dmabuf(void* base, uint64_t bytes) {
   Lock l(impl_->m);

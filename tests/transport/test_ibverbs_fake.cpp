@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -408,4 +409,82 @@ TEST_CASE("without an RDMA subsystem (as in CI) the table says so and the backen
   tr::BackendConfig c;
   std::unique_ptr<tr::NetBackend> b;
   CHECK(tr::make_ibverbs_backend(c, &b) == Status::kUnsupported);
+}
+
+namespace {
+
+struct AutoRun {
+  std::vector<Status> status;
+  std::vector<tr::TransportCheckResult> result;
+  double seconds = 0;
+};
+
+// 4 ranks, 2 per node (local ranks 0 and 1 map to mlx5_0 and mlx5_1 on jwb0004), backend `name`.
+AutoRun run_check(const std::string& name, double timeout_s = 20) {
+  AutoRun out;
+  out.result.resize(4);
+  auto t0 = std::chrono::steady_clock::now();
+  out.status = weft::testing::run_threads(4, 2, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+    tr::TransportCheckOptions o;
+    o.backend = name;
+    o.block_bytes = 8192;
+    o.timeout_s = timeout_s;
+    return tr::run_transport_check(boot, o, &out.result[boot.info().rank]);
+  });
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("auto is collective: ibverbs only where every rank's mapped NIC opens and its preflight completes") {
+  Env topo("WEFT_TOPO_FILE", data("psmgmt-topo.jwb0004.xml"));
+  SUBCASE("every rank's NIC works: ibverbs everywhere") {
+    fake::Fabric fab(jwb_hcas());
+    AutoRun r = run_check("auto");
+    for (int i = 0; i < 4; ++i) {
+      CHECK(r.status[i] == Status::kOk);
+      CHECK(r.result[i].backend == "ibverbs");
+      CHECK(r.result[i].backend_reason == "auto: every rank can use ibverbs");
+    }
+  }
+  SUBCASE("local rank 1's NIC (mlx5_1) is missing: sockets on every rank, saying why; explicit ibverbs fails all") {
+    fake::Fabric fab({fake::ib_device("mlx5_0", 11)});
+    AutoRun r = run_check("auto");
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(r.status[i] == Status::kOk);
+      CHECK(r.result[i].backend == "socket");  // the same backend on every rank, and the bytes verified
+      CHECK(r.result[i].bytes_verified > 0);
+      CHECK(r.result[i].backend_reason.find("auto chose socket: rank 1: ") != std::string::npos);
+      CHECK(r.result[i].backend_reason.find("mlx5_1") != std::string::npos);
+    }
+    CHECK(fab.live_objects() == 0);  // rank 0's and 2's ibverbs backends were closed again
+    AutoRun e = run_check("ibverbs");
+    for (int i = 0; i < 4; ++i) CHECK(e.status[i] != Status::kOk);  // every rank, not just ranks 1 and 3
+    CHECK(e.seconds < 10);                                          // at once, not after a timeout
+  }
+  SUBCASE("mlx5_1 opens but carries nothing: the preflight fails, sockets on every rank") {
+    fake::Fabric fab(jwb_hcas());
+    fab.set_unreachable("mlx5_1");
+    AutoRun r = run_check("auto", 5);
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(r.status[i] == Status::kOk);
+      CHECK(r.result[i].backend == "socket");
+      CHECK(r.result[i].backend_reason.find("auto chose socket") != std::string::npos);
+    }
+    CHECK(r.seconds < 10);
+  }
+  SUBCASE("no RDMA subsystem anywhere: sockets, and the line says why") {
+    fake::Fabric fab({});
+    fab.set_no_rdma_subsystem(true);
+    AutoRun r = run_check("auto");
+    for (int i = 0; i < 4; ++i) {
+      CHECK(r.status[i] == Status::kOk);
+      CHECK(r.result[i].backend == "socket");
+      CHECK(r.result[i].backend_reason.find("has no usable RDMA device (ibv_get_device_list: Function not "
+                                            "implemented)") != std::string::npos);
+    }
+  }
 }
