@@ -47,7 +47,10 @@ Status agree(bootstrap::Bootstrap& boot, const std::string& key, const std::stri
   WEFT_CHECK(boot.allgather(key, mine, &all));
   first->clear();
   for (size_t r = 0; r < all.size() && first->empty(); ++r)
-    if (!all[r].empty()) *first = "rank " + std::to_string(r) + ": " + std::string(all[r].begin(), all[r].end());
+    if (!all[r].empty()) {
+      const std::string why(all[r].begin(), all[r].end());  // backend messages already name the rank
+      *first = why.rfind("rank " + std::to_string(r) + " ", 0) == 0 ? why : "rank " + std::to_string(r) + ": " + why;
+    }
   return Status::kOk;
 }
 
@@ -72,9 +75,8 @@ Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, 
   }
   if (all_same && *name != "socket") return Status::kOk;
   *why_socket = lacking.empty() ? "not every rank named the same backend" : lacking;
-  if (!all_same && (boot.info().rank == 0 || *name != "socket"))
-    WEFT_WARN(kTransport, "rank %d: WEFT_NET_BACKEND=auto: socket on every rank, not %s: %s", boot.info().rank,
-              name->c_str(), why_socket->c_str());
+  if (!all_same && boot.info().rank == 0)
+    WEFT_WARN(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
   else if (all_same && boot.info().rank == 0)
     WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
   *name = "socket";
@@ -281,13 +283,15 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     backends.clear();
     if (is_auto && t->backend_name_ != "socket") {
       why_socket = first;
-      WEFT_WARN(kTransport, "rank %d: WEFT_NET_BACKEND=auto: socket on every rank, because %s failed: %s", me.rank,
-                t->backend_name_.c_str(), first.c_str());
+      if (me.rank == 0)  // the same decision on every rank: said once
+        WEFT_WARN(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank, because %s failed: %s",
+                  t->backend_name_.c_str(), first.c_str());
       t->backend_name_ = "socket";
       continue;
     }
-    WEFT_WARN(kTransport, "rank %d: the %s backend is not usable on every rank, so no rank uses it: %s", me.rank,
-              t->backend_name_.c_str(), first.c_str());
+    if (me.rank == 0)
+      WEFT_WARN(kTransport, "the %s backend is not usable on every rank, so no rank uses it: %s",
+                t->backend_name_.c_str(), first.c_str());
     return mine_status != Status::kOk ? mine_status : Status::kUnsupported;
   }
   t->backend_reason_ = is_auto ? (why_socket.empty() ? "auto: every rank can use " + t->backend_name_
