@@ -202,8 +202,6 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
                 use.cpus_wanted.c_str(), use.cpus_used.empty() ? "none (unpinned)" : use.cpus_used.c_str());
     t->channel_use_.push_back(use);
   }
-  if (place || !options.channel_nics.empty())
-    WEFT_INFO(kTransport, "rank %d: %s", me.rank, t->placement_summary().c_str());
 
   // Backends: open every channel, connect, and (RDMA) preflight each connection -- every step agreed
   // by all ranks, so the job either runs on one backend everywhere or fails here, before any op.
@@ -297,8 +295,10 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   t->backend_reason_ = is_auto ? (why_socket.empty() ? "auto: every rank can use " + t->backend_name_
                                                      : "auto chose socket: " + why_socket)
                                : "requested";
+  for (auto& use : t->channel_use_) use.nic_used = t->backend_name_ == "ibverbs" && !use.nic.empty();
+  if (place || !options.channel_nics.empty())
+    WEFT_INFO(kTransport, "rank %d: %s", me.rank, t->placement_summary().c_str());
   for (int ch = 0; ch < options.channels; ++ch) {
-    t->channel_use_[ch].nic_used = t->backend_name_ == "ibverbs" && !t->channel_use_[ch].nic.empty();
     std::unique_ptr<NetBackend>& backend = backends[ch];
     std::unique_ptr<Fifo> fifo;
     WEFT_CHECK(Fifo::create(static_cast<uint32_t>(depth), me.rank, ch, options.fifo_memory, &fifo));

@@ -488,3 +488,45 @@ TEST_CASE("auto is collective: ibverbs only where every rank's mapped NIC opens 
     }
   }
 }
+
+TEST_CASE("channels rotate over the GPU's equally near NICs (mel2001): each channel's QPs are on its own HCA") {
+  fake::Fabric fab({fake::ib_device("mlx5_0", 21), fake::ib_device("mlx5_1", 22)});
+  Env topo("WEFT_TOPO_FILE", data("psmgmt-topo.mel2001.xml"));
+  std::vector<std::vector<tr::ChannelUse>> use(2);
+  auto st = weft::testing::run_threads(2, 1, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+    const int me = boot.info().rank, peer = 1 - me;
+    std::vector<uint64_t> heap_mem(1024, 0);
+    tr::Region heap{heap_mem.data(), heap_mem.size() * 8, tr::MemKind::kHost};
+    for (size_t i = 0; i < 256; ++i) heap_mem[i] = 1000u * me + i;
+    tr::TransportOptions o;
+    o.backend = "ibverbs";
+    o.channels = 2;
+    o.timeout_s = 10;
+    std::unique_ptr<tr::Transport> t;
+    WEFT_CHECK(tr::Transport::create(boot, heap, o, &t));
+    use[me] = t->channel_use();
+    // Channel c carries words [128c, 128c + 128) to the peer's [256 + 128c, ...), flag at word 512 + c.
+    for (int c = 0; c < 2; ++c)
+      WEFT_CHECK(t->put_signal(c, peer, 8 * 128 * c, 8 * (256 + 128 * c), 8 * 128, 8 * (512 + c), 1));
+    for (int c = 0; c < 2; ++c) WEFT_CHECK(t->wait_flag(8 * (512 + c), 1, "channel flag"));
+    for (size_t i = 0; i < 256; ++i)
+      if (heap_mem[256 + i] != 1000u * peer + i) return Status::kProtocolError;
+    WEFT_CHECK(t->flush());
+    WEFT_CHECK(boot.barrier("done"));
+    return t->stop();
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] == Status::kOk);
+    REQUIRE(use[r].size() == 2);
+    // Local rank 0 -> GPU 0000:03:00.0, equally near mlx5_0 and mlx5_1; the primary is mlx5_0.
+    CHECK(use[r][0].nic == "mlx5_0");
+    CHECK(use[r][1].nic == "mlx5_1");
+    CHECK(use[r][0].nic_used);
+  }
+  int on0 = 0, on1 = 0;
+  for (const auto& r : fab.routes()) (r.device == "mlx5_0" ? on0 : on1)++;
+  CHECK(on0 == 2);  // one QP per rank per channel
+  CHECK(on1 == 2);
+  CHECK(fab.violations().empty());
+}

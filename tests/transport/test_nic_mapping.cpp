@@ -1,10 +1,15 @@
 // Rank -> NIC, port and proxy CPUs: the transport's placement against the topology mapping, on the real
 // server exports in tests/data (WEFT_TOPO_FILE), through place_rank and through Transport::create.
+#include <dirent.h>
 #include <doctest/doctest.h>
+#include <sched.h>
 #include <stdlib.h>
 
+#include <chrono>
+#include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "local_bootstrap.h"
@@ -33,6 +38,26 @@ Loaded load_data(const char* file) {
   REQUIRE(load_xml(data(file), &l.topo) == Status::kOk);
   l.map = map_gpus_to_nics(l.topo);
   return l;
+}
+
+// Threads of this process whose CPU mask is exactly `list` (Cpus_allowed_list in /proc).
+int threads_pinned_to(const std::string& list) {
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream f(std::string("/proc/self/task/") + e->d_name + "/status");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) {
+        std::string v = line.substr(line.find(':') + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        if (v == list) ++n;
+      }
+  }
+  closedir(d);
+  return n;
 }
 
 // Sets WEFT_TOPO_FILE for one scope.
@@ -169,6 +194,11 @@ TEST_CASE("Transport::create places each rank's channels by the mapping (WEFT_TO
 TEST_CASE("explicit channel NICs and CPUs override the mapping; use_topology=false places nothing") {
   TopoFile topo(data("psmgmt-topo.jwb0004.xml"));
   std::vector<tr::ChannelUse> a, b;
+  int pinned = -1;
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  REQUIRE(sched_getaffinity(0, sizeof mask, &mask) == 0);
+  const bool several_cpus = CPU_COUNT(&mask) > 1 && CPU_ISSET(0, &mask);
   auto st = weft::testing::run_threads(2, 2, [&](weft::bootstrap::Bootstrap& boot) -> Status {
     std::unique_ptr<tr::HostHeap> heap;
     WEFT_CHECK(tr::HostHeap::create(4096, &heap));
@@ -185,6 +215,13 @@ TEST_CASE("explicit channel NICs and CPUs override the mapping; use_topology=fal
     std::unique_ptr<tr::Transport> t;
     WEFT_CHECK(tr::Transport::create(boot, heap->region(), o, &t));
     (boot.info().rank == 0 ? a : b) = t->channel_use();
+    if (boot.info().rank == 0) {
+      // The proxy pins itself when its thread starts: wait (bounded) until one thread runs on CPU 0 only.
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (threads_pinned_to("0") < 1 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      pinned = threads_pinned_to("0");
+    }
     WEFT_CHECK(boot.barrier("placed"));
     return t->stop();
   });
@@ -193,6 +230,10 @@ TEST_CASE("explicit channel NICs and CPUs override the mapping; use_topology=fal
   CHECK(a[0].nic == "mlx5_3");
   CHECK(a[0].port == 2);
   CHECK(a[0].cpus_used == "0");
+  if (several_cpus)
+    CHECK(pinned == 1);  // rank 0's proxy thread, and no other thread, runs on CPU 0 only
+  else
+    MESSAGE("one usable CPU: every thread's mask is CPU 0, so the proxy's pinning is not observable");
   CHECK(b[0].nic.empty());
   CHECK(b[0].cpus_used.empty());
 }
