@@ -206,6 +206,7 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       // Each rank's object already holds the job's counters summed over ranks: rank 0's is the
       // job's ({"backend", "signal_mode", "puts", "signals", "fences", "batches", "stalls"}).
       nlohmann::json t = (!transport.empty() && transport[0].is_object()) ? transport[0] : nlohmann::json::object();
+      t.erase("placement");  // per rank, under per_rank
       t["name"] = o.transport;
       t["per_rank"] = transport;
       doc["transport"] = t;

@@ -265,11 +265,12 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
         Status s = decode_peer_info(all[peer], peer, &node, &pinfo);
         if (s == Status::kOk && !options.connect_all_peers && node == me.node) continue;
         if (s == Status::kOk) s = backends[ch]->connect(peer, pinfo);
-        if (s != Status::kOk)
+        if (s == Status::kOk)
+          t->connected_[peer] = true;
+        else
           failure = backends[ch]->error_message().empty()
                         ? "connecting to rank " + std::to_string(peer) + ": " + to_string(s)
                         : backends[ch]->error_message();
-        t->connected_[peer] = true;
       }
     }
     if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));

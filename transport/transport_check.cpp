@@ -20,17 +20,31 @@ inline uint8_t pattern(int src, int dst, int it, int ph, uint64_t i) {
   return static_cast<uint8_t>(x ^ (x >> 8) ^ i);
 }
 
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += ' ';
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string TransportCheckResult::to_json() const {
   char buf[512];
   snprintf(buf, sizeof buf,
            "{\"backend\": \"%s\", \"signal_mode\": \"%s\", \"puts\": %llu, \"signals\": %llu, \"fences\": %llu, "
-           "\"batches\": %llu, \"stalls\": %llu}",
+           "\"batches\": %llu, \"stalls\": %llu",
            backend.c_str(), signal_mode.c_str(), (unsigned long long)counters.puts,
            (unsigned long long)counters.signals, (unsigned long long)counters.fences,
            (unsigned long long)counters.batches, (unsigned long long)counters.stalls);
-  return buf;
+  return std::string(buf) + ", \"backend_reason\": " + json_string(backend_reason) +
+         ", \"placement\": " + json_string(placement) + "}";
 }
 
 Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
