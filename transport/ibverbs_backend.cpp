@@ -63,9 +63,7 @@ class IbvBackend final : public NetBackend {
         ledgers_(c.size),
         seq_(c.size, 0),
         values_(c.size, 0),
-        posted_since_poll_(c.size, 0) {
-    for (int i = 0; i < c.size; ++i) policies_.emplace_back(kSignalInterval, kSendQueueDepth);
-  }
+        posted_since_poll_(c.size, 0) {}
   ~IbvBackend() override { release(); }
   const char* name() const override { return "ibverbs"; }
 
@@ -91,13 +89,16 @@ class IbvBackend final : public NetBackend {
     if (!ctx_) return fail_errno("ibv_open_device(" + dev_name_ + ")");
     ibv_device_attr dattr{};
     if (api_.query_device(ctx_, &dattr)) return fail_errno("ibv_query_device");
+    // The send queue: weft's depth, within what the device allows.
+    sq_depth_ = std::max(16, std::min(kSendQueueDepth, dattr.max_qp_wr));
+    for (int i = 0; i < cfg_.size; ++i) policies_.emplace_back(kSignalInterval, sq_depth_);
     WEFT_CHECK(pick_port(dattr.phys_port_cnt));
     WEFT_CHECK(pick_route());
     pd_ = api_.alloc_pd(ctx_);
     if (!pd_) return fail_errno("ibv_alloc_pd");
     // One CQ for every QP: deep enough for each send queue full of signalled WRs (serial mode),
     // within what the device allows.
-    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * kSendQueueDepth + 64));
+    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * sq_depth_ + 64));
     cq_ = api_.create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
@@ -162,7 +163,7 @@ class IbvBackend final : public NetBackend {
       a.recv_cq = cq_;
       a.qp_type = IBV_QPT_RC;
       a.sq_sig_all = 0;  // selective signalling
-      a.cap.max_send_wr = kSendQueueDepth;
+      a.cap.max_send_wr = sq_depth_;
       a.cap.max_recv_wr = 1;
       a.cap.max_send_sge = 1;
       a.cap.max_recv_sge = 1;
@@ -202,7 +203,7 @@ class IbvBackend final : public NetBackend {
 
   bool can_post(int peer) const override {
     // A put may split into several WRITEs; keep headroom for one of the largest.
-    return ledgers_[peer].in_flight() + 8 < static_cast<uint64_t>(kSendQueueDepth);
+    return ledgers_[peer].in_flight() + 8 < static_cast<uint64_t>(sq_depth_);
   }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags flags,
@@ -389,6 +390,7 @@ class IbvBackend final : public NetBackend {
   std::string registration_;  // "dma-buf", "peer memory" or "host"
   std::string route_why_;
   ibv_context* ctx_ = nullptr;
+  int sq_depth_ = kSendQueueDepth;
   uint8_t port_num_ = 1;
   ibv_port_attr port_{};
   uint8_t gid_[16] = {};

@@ -524,7 +524,7 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
     FContext* c = ctx_of(h);
     if (!c) return g->refuse(EINVAL, "ibv_query_device on an unknown context");
     *attr = ibv_device_attr{};
-    attr->max_qp_wr = 16384;
+    attr->max_qp_wr = c->dev->spec.max_qp_wr;
     attr->max_cqe = 1 << 20;
     attr->max_sge = 30;
     attr->phys_port_cnt = static_cast<uint8_t>(c->dev->spec.ports.size());
@@ -625,7 +625,9 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
     if (it == g->pds.end()) return g->refuse(EINVAL, "ibv_create_qp on an unknown PD"), nullptr;
     if (init->qp_type != IBV_QPT_RC) return g->refuse(EINVAL, "the fake makes RC QPs only"), nullptr;
     if (!g->cqs.count(init->send_cq)) return g->refuse(EINVAL, "ibv_create_qp: unknown send CQ"), nullptr;
-    if (init->cap.max_send_wr < 1 || init->cap.max_send_wr > 16384 || init->cap.max_inline_data > 256)
+    const auto* dev = g->pds[pd]->c->dev;
+    if (init->cap.max_send_wr < 1 || init->cap.max_send_wr > static_cast<uint32_t>(dev->spec.max_qp_wr) ||
+        init->cap.max_inline_data > 256)
       return g->refuse(EINVAL, "ibv_create_qp: send queue depth or inline size beyond the device"), nullptr;
     auto q = std::make_unique<FQp>();
     q->pd = it->second.get();

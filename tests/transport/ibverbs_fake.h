@@ -31,6 +31,7 @@ struct PortSpec {
 struct DeviceSpec {
   std::string name;
   std::vector<PortSpec> ports;
+  int max_qp_wr = 16384;  // ibv_device_attr::max_qp_wr: the deepest send queue the device makes
 };
 
 // An InfiniBand HCA with one ACTIVE port: LID `lid`, GID 0 the port GID.

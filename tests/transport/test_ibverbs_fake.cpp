@@ -530,3 +530,42 @@ TEST_CASE("channels rotate over the GPU's equally near NICs (mel2001): each chan
   CHECK(on1 == 2);
   CHECK(fab.violations().empty());
 }
+
+TEST_CASE("a device with a 64-deep send queue: the backend sizes its QPs to it and 2000 posts never overflow") {
+  auto small = [](const char* name, uint16_t lid) {
+    fake::DeviceSpec d = fake::ib_device(name, lid);
+    d.max_qp_wr = 64;
+    return d;
+  };
+  fake::Fabric fab({small("mlx5_0", 31), small("mlx5_1", 32)});
+  fab.set_exec_budget(1);  // one WRITE per poll: the send queue fills up
+  for (const char* mode : {"serial", "fenced", "batched"}) {
+    CAPTURE(mode);
+    auto st = weft::testing::run_threads(2, 1, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+      const int me = boot.info().rank, peer = 1 - me;
+      std::vector<uint64_t> mem(4096, 0);
+      for (int i = 0; i < 1000; ++i) mem[i] = 7 * i + me;
+      tr::TransportOptions o;
+      o.backend = "ibverbs";
+      o.signal_mode = mode;
+      o.timeout_s = 20;
+      o.use_topology = false;
+      std::unique_ptr<tr::Transport> t;
+      WEFT_CHECK(tr::Transport::create(boot, tr::Region{mem.data(), mem.size() * 8, tr::MemKind::kHost}, o, &t));
+      // 1000 one-word puts, each followed by a signal counting them: 2000 posts to one peer.
+      for (uint64_t i = 0; i < 1000; ++i) WEFT_CHECK(t->put_signal(0, peer, 8 * i, 8 * (1024 + i), 8, 8 * 4000, i + 1));
+      WEFT_CHECK(t->wait_flag(8 * 4000, 1000, "the last signal"));
+      for (int i = 0; i < 1000; ++i)
+        if (mem[1024 + i] != uint64_t(7 * i + peer)) return Status::kProtocolError;  // data before its flag
+      WEFT_CHECK(t->flush());
+      WEFT_CHECK(boot.barrier("done"));
+      return t->stop();
+    });
+    CHECK(st[0] == Status::kOk);
+    CHECK(st[1] == Status::kOk);
+  }
+  CHECK(fab.counters().max_outstanding <= 64);
+  CHECK(fab.counters().max_outstanding > 32);  // the queue really filled: the depth rule was exercised
+  CHECK(fab.violations().empty());
+  INFO(joined(fab.violations()));
+}
