@@ -276,8 +276,12 @@ int check_rank(const CheckOptions& o) {
     topology::RankPlacement p = transport::rank_placement(ctx.info, ctx.gpu_pci_bus_id, 1);
     std::vector<transport::ChannelUse> use(p.channels.size());
     for (size_t c = 0; c < p.channels.size(); ++c)
-      use[c] = {p.channels[c].nic_name, p.channels[c].port, p.channels[c].cpuset,
-                transport::usable_cpus(p.channels[c].cpuset), false};
+      use[c] = {p.channels[c].nic_name,
+                p.channels[c].port,
+                p.channels[c].port_state,
+                p.channels[c].cpuset,
+                transport::usable_cpus(p.channels[c].cpuset),
+                false};
     mine.placement = transport::describe_placement(p, use, "");
   }
   std::random_device rd;

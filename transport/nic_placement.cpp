@@ -102,10 +102,12 @@ std::string describe_placement(const topology::RankPlacement& p, const std::vect
     if (u.nic.empty())
       s += "NIC none";
     else
-      s += "NIC " + u.nic + " port " + std::to_string(u.port) +
-           (backend.empty() ? ""
-            : u.nic_used    ? " (" + backend + ")"
-                            : " (unused: " + backend + ")");
+      s +=
+          "NIC " + u.nic + " port " + std::to_string(u.port) +
+          (u.port_state && u.port_state != 4 ? std::string(" (") + topology::port_state_name(u.port_state) + ")" : "") +
+          (backend.empty() ? ""
+           : u.nic_used    ? " (" + backend + ")"
+                           : " (unused: " + backend + ")");
     s += ", proxy CPUs ";
     if (!u.cpus_used.empty())
       s += u.cpus_used;

@@ -27,6 +27,7 @@ std::string usable_cpus(const std::string& wanted);
 struct ChannelUse {
   std::string nic;          // "mlx5_0", "" = none
   int port = 0;             // 0 = none
+  int port_state = 0;       // as the topology saw it (topology::NicPort::state; 0 unknown)
   std::string cpus_wanted;  // from the mapping
   std::string cpus_used;    // what the proxy was pinned to ("" = not pinned)
   bool nic_used = false;    // the backend opened this NIC (ibverbs); false for socket / loopback

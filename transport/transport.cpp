@@ -195,6 +195,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     ChannelUse use;
     use.nic = cp.nic_name;
     use.port = cp.port;
+    use.port_state = cp.port_state;
     use.cpus_wanted = cp.cpuset;
     use.cpus_used = usable_cpus(cp.cpuset);  // a topology from another machine may name CPUs we lack
     if (!use.cpus_wanted.empty() && use.cpus_used != use.cpus_wanted)

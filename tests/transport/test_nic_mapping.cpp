@@ -125,6 +125,9 @@ TEST_CASE("mel2001: channels rotate over the equally near NICs starting at the p
   CHECK(pick_port(l.topo.nics[0], &state) == 1);
   CHECK(state == 1);
   CHECK(std::string(port_state_name(state)) == "DOWN");
+  tr::ChannelUse down{"mlx5_0", 1, 1, "", "", false};
+  CHECK(tr::describe_placement(place_rank(l.topo, l.map, "", 0, 1), {down}, "").find("NIC mlx5_0 port 1 (DOWN)") !=
+        std::string::npos);
   for (const Gpu& g : l.topo.gpus) {
     const GpuNicLink& link = l.map.gpus[g.index];
     RankPlacement p = place_rank(l.topo, l.map, g.pci_bus_id, 0, 4);
