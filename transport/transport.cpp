@@ -88,7 +88,9 @@ Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, 
 // before the first op. Returns this rank's failure ("" if none).
 std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const std::vector<bool>& connected,
                       double timeout_s) {
-  size_t expected = 0;
+  // pending[ch][p]: the zero-length WRITE to rank p on channel ch has not completed yet.
+  std::vector<std::vector<bool>> pending(backends.size(), std::vector<bool>(connected.size(), false));
+  size_t left = 0;
   for (size_t ch = 0; ch < backends.size(); ++ch)
     for (int p = 0; p < static_cast<int>(connected.size()); ++p) {
       if (!connected[p]) continue;
@@ -96,23 +98,31 @@ std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const 
       f.need_completion = true;
       if (backends[ch]->post_put(p, 0, 0, 0, f, static_cast<uint64_t>(p)) != Status::kOk)
         return "preflight to rank " + std::to_string(p) + ": " + backends[ch]->error_message();
-      ++expected;
+      pending[ch][p] = true;
+      ++left;
     }
+  const size_t expected = left;
   const double deadline = now_s() + timeout_s;
-  std::vector<size_t> done(backends.size(), 0);
   std::vector<Completion> c;
-  for (size_t total = 0; total < expected;) {
-    total = 0;
+  while (left > 0) {
     for (size_t ch = 0; ch < backends.size(); ++ch) {
       c.clear();
       if (backends[ch]->poll(&c) != Status::kOk) return "preflight: " + backends[ch]->error_message();
-      done[ch] += c.size();
-      total += done[ch];
+      for (const Completion& x : c)
+        if (x.peer >= 0 && x.peer < static_cast<int>(connected.size()) && pending[ch][x.peer])
+          pending[ch][x.peer] = false, --left;
     }
-    if (total >= expected) break;
-    if (now_s() > deadline)
-      return "preflight: " + std::to_string(expected - total) + " of " + std::to_string(expected) +
-             " zero-length WRITEs not completed after " + std::to_string(int(timeout_s)) + "s (WEFT_PROXY_TIMEOUT)";
+    if (left == 0) break;
+    if (now_s() > deadline) {
+      std::string who;
+      for (size_t ch = 0; ch < backends.size(); ++ch)
+        for (size_t p = 0; p < connected.size(); ++p)
+          if (pending[ch][p] && who.size() < 200)
+            who += (who.empty() ? "" : ", ") + ("rank " + std::to_string(p) + " (channel " + std::to_string(ch) + ")");
+      return "preflight: " + std::to_string(left) + " of " + std::to_string(expected) +
+             " zero-length RDMA WRITEs not completed after " + std::to_string(int(timeout_s)) +
+             "s (WEFT_PROXY_TIMEOUT); no answer from " + who;
+    }
     for (auto& b : backends) b->wait_activity(1e-3);
   }
   return "";

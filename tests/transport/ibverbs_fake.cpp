@@ -133,6 +133,7 @@ struct Fabric::Impl {
   bool no_subsystem = false, no_gid_table = false;
   uint64_t refuse_lo = 0, refuse_hi = 0;
   std::string unreachable;
+  bool silent = false;
   transport::ibv::Api api{};
 
   int refuse(int err, const std::string& why) {
@@ -190,6 +191,7 @@ struct Fabric::Impl {
     }
     FQp* r = rit->second;
     if (!unreachable.empty() && (r->pd->c->dev->spec.name == unreachable || q->pd->c->dev->spec.name == unreachable)) {
+      if (silent) return false;
       to_error(q, w, IBV_WC_RETRY_EXC_ERR, "unreachable", false);
       return true;
     }
@@ -700,9 +702,10 @@ void Fabric::refuse_reg_mr_of(const void* base, uint64_t bytes) {
   impl_->refuse_lo = reinterpret_cast<uint64_t>(base);
   impl_->refuse_hi = impl_->refuse_lo + bytes;
 }
-void Fabric::set_unreachable(const std::string& device) {
+void Fabric::set_unreachable(const std::string& device, bool silent) {
   Lock l(impl_->m);
   impl_->unreachable = device;
+  impl_->silent = silent;
 }
 int Fabric::add_dmabuf(void* base, uint64_t bytes) {
   Lock l(impl_->m);

@@ -80,8 +80,9 @@ class Fabric {
   void set_exec_budget(int wrs_per_qp_per_poll);  // 0 (default): a poll executes everything pending
   void set_no_rdma_subsystem(bool on);            // ibv_get_device_list fails with ENOSYS (as in CI)
   void set_gid_table_unsupported(bool on);        // ibv_query_gid_table fails: the backend walks query_gid_ex
-  // WRITEs to or from QPs of this device never arrive (a wrong route, a dead link): retry exceeded.
-  void set_unreachable(const std::string& device);
+  // WRITEs to or from QPs of this device never arrive (a wrong route, a dead link): they fail with
+  // retry exceeded, or with `silent` stay in the send queue, never completing.
+  void set_unreachable(const std::string& device, bool silent = false);
   // ibv_reg_mr of memory overlapping [base, base + bytes) fails with EFAULT, as ibv_reg_mr of GPU
   // memory does without a peer-memory client.
   void refuse_reg_mr_of(const void* base, uint64_t bytes);

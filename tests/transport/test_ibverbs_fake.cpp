@@ -473,6 +473,20 @@ TEST_CASE("auto is collective: ibverbs only where every rank's mapped NIC opens 
       CHECK(r.status[i] == Status::kOk);
       CHECK(r.result[i].backend == "socket");
       CHECK(r.result[i].backend_reason.find("auto chose socket") != std::string::npos);
+      CHECK(r.result[i].backend_reason.find("retry counter exceeded") != std::string::npos);
+    }
+    CHECK(r.seconds < 10);
+  }
+  SUBCASE("mlx5_1's WRITEs vanish without an error: the preflight's bound ends it, naming who did not answer") {
+    fake::Fabric fab(jwb_hcas());
+    fab.set_unreachable("mlx5_1", true);
+    AutoRun r = run_check("auto", 1);
+    for (int i = 0; i < 4; ++i) {
+      CAPTURE(i);
+      CHECK(r.status[i] == Status::kOk);
+      CHECK(r.result[i].backend == "socket");
+      CHECK(r.result[i].backend_reason.find("not completed after 1s (WEFT_PROXY_TIMEOUT); no answer from rank") !=
+            std::string::npos);
     }
     CHECK(r.seconds < 10);
   }
