@@ -22,6 +22,7 @@
 #include "launcher/rank.h"
 #include "runtime/workload.h"
 #include "transport/nic_placement.h"
+#include "transport/transport_bandwidth.h"
 
 namespace weft::launcher {
 namespace {
@@ -41,6 +42,7 @@ struct CheckOptions {
   std::string transport;
   int iters = 1;
   bool json = false;
+  bool bandwidth = false;  // with --transport: the bandwidth table per signal mode
 };
 
 // What each rank tells rank 0 at the end.
@@ -174,7 +176,7 @@ void check_structure(const std::vector<Report>& reports, int num_nodes, std::vec
 }
 
 void print_results(const CheckOptions& o, const RankContext& ctx, const std::vector<Report>& reports,
-                   const std::vector<std::string>& problems) {
+                   const std::vector<std::string>& problems, const std::vector<transport::BandwidthRow>& bw) {
   bool passed = problems.empty();
   Stats modex = slowest_per_iter(reports, &Report::modex_us);
   Stats barrier = slowest_per_iter(reports, &Report::barrier_us);
@@ -211,6 +213,19 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       t["per_rank"] = transport;
       doc["transport"] = t;
     }
+    if (o.bandwidth) {
+      auto& rows = doc["bandwidth"] = nlohmann::json::array();
+      for (const auto& r : bw)
+        rows.push_back({{"backend", r.backend},
+                        {"signal_mode", r.signal_mode},
+                        {"bytes", r.bytes},
+                        {"count", r.count},
+                        {"gbps", r.gbps},
+                        {"signal_us", r.signal_us},
+                        {"fences", r.counters.fences},
+                        {"batches", r.counters.batches},
+                        {"stalls", r.counters.stalls}});
+    }
     doc["problems"] = problems;
     printf("%s\n", doc.dump(2).c_str());
   } else {
@@ -230,6 +245,11 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s\n", r.rank, n,
              r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, r.pid, gpu, o.iters,
              r.problems.empty() ? "ok" : "FAILED", med, tail.c_str());
+    }
+    if (!bw.empty()) {
+      std::vector<int> node_of;
+      for (const auto& r : reports) node_of.push_back(static_cast<int>(r.node));
+      printf("%s", transport::format_bandwidth_table(bw, 0, transport::bandwidth_partner(ctx.info, node_of)).c_str());
     }
     printf("fence+modex (slowest rank): median %.0f us, min %.0f, max %.0f; barrier: median %.0f us (%s, %d iters)\n",
            modex.median, modex.min, modex.max, barrier.median, ctx.launched_by.c_str(), o.iters);
@@ -360,6 +380,23 @@ int check_rank(const CheckOptions& o) {
     }
   }
 
+  // --bandwidth: only where every rank's transport check passed (agreed, so no rank waits alone).
+  std::vector<transport::BandwidthRow> bw;
+  if (o.bandwidth && !o.transport.empty()) {
+    std::vector<Blob> oks;
+    s = boot->allgather("check.bandwidth.ready", Blob(1, mine.problems.empty() ? 1 : 0), &oks);
+    bool all_ok = s == Status::kOk && oks.size() == static_cast<size_t>(n);
+    for (const auto& b : oks) all_ok = all_ok && b.size() == 1 && b[0] == 1;
+    if (!all_ok) {
+      problem("--bandwidth not run: the transport check failed on some rank");
+    } else {
+      transport::BandwidthOptions bo;
+      bo.backend = o.transport;
+      Status bs = transport::run_transport_bandwidth(*boot, bo, &bw);
+      if (bs != Status::kOk) problem("transport " + o.transport + " bandwidth: " + to_string(bs));
+    }
+  }
+
   std::vector<Blob> all;
   s = boot->allgather("check.report", encode(mine), &all);
   if (s != Status::kOk) {
@@ -374,7 +411,7 @@ int check_rank(const CheckOptions& o) {
     for (const auto& p : reports[r].problems) problems.push_back(p);
   }
   check_structure(reports, ctx.info.num_nodes, &problems);
-  if (me == 0) print_results(o, ctx, reports, problems);
+  if (me == 0) print_results(o, ctx, reports, problems, bw);
   return problems.empty() ? 0 : 1;
 }
 
@@ -412,7 +449,15 @@ void add_check_command(CLI::App& app, int* exit_code) {
       ->check(known_transport());
   sub->add_option("--iters", opts->iters, "exchanges to run and verify")->check(CLI::Range(1, kMaxIters));
   sub->add_flag("--json", opts->json, "print one JSON document instead of lines");
+  sub->add_flag("--bandwidth", opts->bandwidth,
+                "with --transport: put bandwidth, signal latency, fences and stalls per message size and signal mode "
+                "(rank 0 to a rank on another node)");
   sub->callback([opts, exit_code] {
+    if (opts->bandwidth && opts->transport.empty()) {
+      fprintf(stderr, "weftrun check: --bandwidth needs --transport NAME (the backend to measure)\n");
+      *exit_code = 2;
+      return;
+    }
     std::string why;
     switch (detect_role(&why)) {
       case Role::kMisLaunched:

@@ -14,6 +14,7 @@
 #include "transport/ibverbs_api.h"
 #include "transport/ibverbs_plan.h"
 #include "transport/transport.h"
+#include "transport/transport_bandwidth.h"
 #include "transport/transport_check.h"
 
 using weft::Status;
@@ -582,4 +583,31 @@ TEST_CASE("a device with a 64-deep send queue: the backend sizes its QPs to it a
   CHECK(fab.counters().max_outstanding > 32);  // the queue really filled: the depth rule was exercised
   CHECK(fab.violations().empty());
   INFO(joined(fab.violations()));
+}
+
+TEST_CASE("--bandwidth over the fake ibverbs backend: every mode, fences as the mode says") {
+  fake::Fabric fab({fake::ib_device("mlx5_0", 41), fake::ib_device("mlx5_1", 42)});
+  std::vector<tr::BandwidthRow> rows;
+  auto st = weft::testing::run_threads(2, 1, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+    tr::BandwidthOptions o;
+    o.backend = "ibverbs";
+    o.sizes = {4096, 1 << 20};
+    o.bytes_per_size = 4 << 20;
+    o.repetitions = 1;
+    o.latency_iters = 20;
+    o.timeout_s = 20;
+    std::vector<tr::BandwidthRow> mine;
+    Status s = tr::run_transport_bandwidth(boot, o, &mine);
+    if (boot.info().rank == 0) rows = mine;
+    return s;
+  });
+  CHECK(st[0] == Status::kOk);
+  CHECK(st[1] == Status::kOk);
+  REQUIRE(rows.size() == 6);
+  for (const auto& r : rows) {
+    CHECK(r.backend == "ibverbs");
+    if (r.signal_mode == "serial") CHECK(r.counters.fences == 0);
+    if (r.signal_mode == "fenced") CHECK(r.counters.fences == r.counters.signals);
+  }
+  CHECK(fab.violations().empty());
 }
