@@ -132,8 +132,8 @@ std::string format_bandwidth_table(const std::vector<BandwidthRow>& rows, int fr
   snprintf(line, sizeof line,
            "# transport bandwidth: rank %d -> rank %d, each put followed by a signal on its own flag\n", from, to);
   out += line;
-  snprintf(line, sizeof line, "# %-8s %-8s %10s %7s %9s %10s %8s %8s %7s\n", "backend", "mode", "size", "count",
-           "GB/s", "signal us", "fences", "batches", "stalls");
+  snprintf(line, sizeof line, "# %-8s %-8s %10s %7s %9s %10s %8s %8s %7s\n", "backend", "mode", "size", "count", "GB/s",
+           "signal us", "fences", "batches", "stalls");
   out += line;
   for (const auto& r : rows) {
     snprintf(line, sizeof line, "  %-8s %-8s %10llu %7llu %9.3f %10.1f %8llu %8llu %7llu\n", r.backend.c_str(),

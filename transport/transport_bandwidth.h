@@ -15,8 +15,8 @@ struct BandwidthOptions {
   std::string backend = "socket";  // any WEFT_NET_BACKEND value
   std::vector<std::string> modes = {"serial", "fenced", "batched"};
   std::vector<uint64_t> sizes = {4096, 65536, 1 << 20, 16 << 20};  // bytes per put, at most 16 MiB
-  uint64_t bytes_per_size = 64ull << 20;                         // streamed per size and repetition
-  int repetitions = 3;                                           // the fastest counts
+  uint64_t bytes_per_size = 64ull << 20;                           // streamed per size and repetition
+  int repetitions = 3;                                             // the fastest counts
   int latency_iters = 200;
   double timeout_s = 0;  // 0 = WEFT_PROXY_TIMEOUT
 };
@@ -24,10 +24,10 @@ struct BandwidthOptions {
 // One line of the table: what rank 0 measured streaming to its partner.
 struct BandwidthRow {
   std::string backend, signal_mode, backend_reason;
-  uint64_t bytes = 0;  // per put
-  uint64_t count = 0;  // puts (each followed by a signal on its own flag) per repetition
-  double gbps = 0;     // bytes * count / (first push .. the partner's answer), fastest repetition
-  double signal_us = 0;  // half the round trip of a signal ping-pong without data (per mode)
+  uint64_t bytes = 0;      // per put
+  uint64_t count = 0;      // puts (each followed by a signal on its own flag) per repetition
+  double gbps = 0;         // bytes * count / (first push .. the partner's answer), fastest repetition
+  double signal_us = 0;    // half the round trip of a signal ping-pong without data (per mode)
   ProxyCounters counters;  // rank 0's, over this size's repetitions
 };
 
