@@ -224,4 +224,26 @@ inline bool moe_counts_fit(const MoeSlotPlan& p, const int32_t* counts, int32_t 
   return true;
 }
 
+// The op's symmetric-heap layout on every rank (offsets from its arena, 256-byte aligned): the
+// dispatch receive slots (W slabs of T slots), the combine rows (one per (source rank, token)) and
+// the flag words (dispatch [0, W), combine [W, 2W)). `weftrun plan` prints it; MoeOp allocates it.
+struct MoeHeapLayout {
+  int64_t recv_offset = 0, recv_bytes = 0;
+  int64_t combine_offset = 0, combine_bytes = 0;
+  int64_t flags_offset = 0, flags_bytes = 0;
+  int64_t total_bytes = 0;  // rounded up to 4 KiB (the heap's arena granularity)
+};
+inline MoeHeapLayout moe_heap_layout(const MoeShape& s) {
+  auto up = [](int64_t v, int64_t a) { return (v + a - 1) / a * a; };
+  MoeHeapLayout h;
+  const int64_t slots = int64_t(s.world) * s.tokens;
+  h.recv_bytes = slots * moe_slot_bytes(s.hidden);
+  h.combine_offset = up(h.recv_bytes, 256);
+  h.combine_bytes = slots * s.hidden * 2;
+  h.flags_offset = up(h.combine_offset + h.combine_bytes, 256);
+  h.flags_bytes = 2 * int64_t(s.world) * 8;
+  h.total_bytes = up(h.flags_offset + h.flags_bytes, 4096);
+  return h;
+}
+
 }  // namespace weft::kernels

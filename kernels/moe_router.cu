@@ -10,7 +10,9 @@
 //
 // Every expert's dot product runs over hidden in the same order, so experts with equal weight
 // columns get bitwise-equal logits and the tie rule decides (the tests force such ties). The
-// router is ~1% of an expert layer's FLOPs; it is SIMT on purpose until it measures slow.
+// logits kernel is the simple, host-checked path; the MoE op computes the logits on tensor cores with
+// the GEMM core (on the weight transposed once, launch_moe_router_weight_t) and calls launch_moe_topk:
+// with few tokens or many experts the SIMT kernel has too few blocks to fill the GPU (docs/moe.md).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -174,19 +176,24 @@ Status launch_moe_offsets(const int32_t* counts, int32_t experts, int32_t* offse
   return Status::kOk;
 }
 
-Status launch_moe_router(const MoeRouterArgs& a, const MoeRouterOut& o, cudaStream_t stream) {
-  const char* why = nullptr;
-  if (a.tokens_n <= 0 || a.hidden <= 0 || a.experts <= 0)
-    why = "tokens, hidden and experts must be positive";
-  else if (a.experts > kMoeMaxExperts)
-    why = "more than 1024 experts";
-  else if (a.topk < 1 || a.topk > kMoeMaxTopk || a.topk > a.experts)
-    why = "topk must be in [1, min(8, experts)]";
-  else if (a.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(a.tokens) % 16 != 0)
-    why = "hidden must be a multiple of 8 and the tokens 16-byte aligned";
-  else if (!a.tokens || !a.weight || !o.logits || !o.topk_ids || !o.topk_weights || !o.counts || !o.dropped)
-    why = "null input or output";
-  if (why) {
+namespace {
+
+// Why the router cannot run these arguments (nullptr: it can). `logits_given`: launch_moe_topk, no weight.
+const char* router_refusal(const MoeRouterArgs& a, const MoeRouterOut& o, bool logits_given) {
+  if (a.tokens_n <= 0 || a.hidden <= 0 || a.experts <= 0) return "tokens, hidden and experts must be positive";
+  if (a.experts > kMoeMaxExperts) return "more than 1024 experts";
+  if (a.topk < 1 || a.topk > kMoeMaxTopk || a.topk > a.experts) return "topk must be in [1, min(8, experts)]";
+  if (!logits_given && (a.hidden % 8 != 0 || reinterpret_cast<uintptr_t>(a.tokens) % 16 != 0))
+    return "hidden must be a multiple of 8 and the tokens 16-byte aligned";
+  if ((!logits_given && (!a.tokens || !a.weight)) || !o.logits || !o.topk_ids || !o.topk_weights || !o.counts ||
+      !o.dropped)
+    return "null input or output";
+  return nullptr;
+}
+
+// Zeroes the counters, runs the logits kernel unless the logits are given, then top-k and offsets.
+Status route(const MoeRouterArgs& a, const MoeRouterOut& o, bool logits_given, cudaStream_t stream) {
+  if (const char* why = router_refusal(a, o, logits_given)) {
     WEFT_WARN(kKernel, "moe router (%d tokens, hidden %d, %d experts, top-%d) rejected: %s", a.tokens_n, a.hidden,
               a.experts, a.topk, why);
     return Status::kInvalidArgument;
@@ -194,7 +201,8 @@ Status launch_moe_router(const MoeRouterArgs& a, const MoeRouterOut& o, cudaStre
   cudaError_t err = cudaMemsetAsync(o.counts, 0, size_t(a.experts) * sizeof(int32_t), stream);
   if (err == cudaSuccess) err = cudaMemsetAsync(o.dropped, 0, sizeof(int32_t), stream);
   if (err == cudaSuccess) {
-    router_logits_kernel<<<(a.tokens_n + kTokensPerBlock - 1) / kTokensPerBlock, kThreads, 0, stream>>>(a, o.logits);
+    if (!logits_given)
+      router_logits_kernel<<<(a.tokens_n + kTokensPerBlock - 1) / kTokensPerBlock, kThreads, 0, stream>>>(a, o.logits);
     router_topk_kernel<<<(a.tokens_n + kThreads / 32 - 1) / (kThreads / 32), kThreads, 0, stream>>>(
         o.logits, a.tokens_n, a.experts, a.topk, o.topk_ids, o.topk_weights, o.counts, o.dropped);
     err = cudaGetLastError();
@@ -205,6 +213,37 @@ Status launch_moe_router(const MoeRouterArgs& a, const MoeRouterOut& o, cudaStre
   }
   if (o.offsets) WEFT_CHECK(launch_moe_offsets(o.counts, a.experts, o.offsets, stream));
   return Status::kOk;
+}
+
+}  // namespace
+
+__global__ void transpose_kernel(const __nv_bfloat16* w, int32_t hidden, int32_t experts, __nv_bfloat16* wt) {
+  const int64_t n = int64_t(hidden) * experts;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i / hidden, h = i % hidden;
+    wt[i] = w[h * experts + e];
+  }
+}
+
+Status launch_moe_router_weight_t(const __nv_bfloat16* weight, int32_t hidden, int32_t experts, __nv_bfloat16* weight_t,
+                                  cudaStream_t stream) {
+  if (!weight || !weight_t || hidden <= 0 || experts <= 0) {
+    WEFT_WARN(kKernel, "moe router weight transpose: invalid arguments (hidden %d, %d experts)", hidden, experts);
+    return Status::kInvalidArgument;
+  }
+  transpose_kernel<<<1024, 256, 0, stream>>>(weight, hidden, experts, weight_t);
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::kOk;
+  WEFT_WARN(kKernel, "moe router weight transpose: launch failed: %s", cudaGetErrorString(err));
+  return Status::kCudaError;
+}
+
+Status launch_moe_router(const MoeRouterArgs& a, const MoeRouterOut& o, cudaStream_t stream) {
+  return route(a, o, false, stream);
+}
+
+Status launch_moe_topk(const MoeRouterArgs& a, const MoeRouterOut& o, cudaStream_t stream) {
+  return route(a, o, true, stream);
 }
 
 }  // namespace weft::kernels

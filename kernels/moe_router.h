@@ -34,6 +34,15 @@ struct MoeRouterOut {
 // experts, hidden not a multiple of 8 or null pointers.
 Status launch_moe_router(const MoeRouterArgs& args, const MoeRouterOut& out, cudaStream_t stream);
 
+// The same from logits already in out.logits (e.g. the router GEMM on tensor cores): softmax, top-k,
+// counts, dropped, offsets; args.tokens and args.weight are not read.
+Status launch_moe_topk(const MoeRouterArgs& args, const MoeRouterOut& out, cudaStream_t stream);
+
+// weight_t (experts x hidden) = the router weight (hidden x experts) transposed: the K-major B operand
+// the GEMM core takes (done once, when the weights are loaded).
+Status launch_moe_router_weight_t(const __nv_bfloat16* weight, int32_t hidden, int32_t experts, __nv_bfloat16* weight_t,
+                                  cudaStream_t stream);
+
 // offsets[0..experts] from counts (moe_expert_offsets, one thread) on `stream`.
 Status launch_moe_offsets(const int32_t* counts, int32_t experts, int32_t* offsets, cudaStream_t stream);
 

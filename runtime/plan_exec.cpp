@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kernels/frame.cuh"
+#include "kernels/moe_plan.h"
 #include "kernels/tile_scheduler.h"
 #include "runtime/plan.h"
 
@@ -98,6 +99,52 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 
+// The MoE layer on one node (runtime/exec/moe.h), "staged": routing, dispatch, arrange, the grouped
+// GEMMs and the combine as kernels in sequence, each on every SM the plan gives (the fused launch
+// with SM roles is not built yet). The heap holds the receive slots, combine rows and flags.
+void plan_moe(const Workload& w, Plan* p) {
+  Execution& e = p->exec;
+  e.variant = "staged";
+  e.cluster = 1;         // the router GEMM's launch (its record is what `run` reads back)
+  e.capturable = false;  // the flags carry a per-call epoch in kernel arguments
+  e.executable = true;
+  const int64_t W = p->world_size;
+  if (p->nodes > 1)
+    return refuse(p, w.error_at("layout.nodes", "moe across nodes is not built yet (the op runs on one node)"));
+  if (W > 8)
+    return refuse(p, w.error_at("layout.gpus_per_node", std::to_string(W) + " ranks: the op handles at most 8"));
+  if (p->moe.tokens % W != 0)
+    return refuse(p, w.error_at("shape.tokens", std::to_string(p->moe.tokens) + ": expected a multiple of the " +
+                                                    std::to_string(W) + " ranks"));
+  kernels::MoeShape s;
+  s.tokens = int32_t(std::min<int64_t>(p->moe.tokens / W, int64_t(1) << 30));
+  s.hidden = int32_t(std::min<int64_t>(p->moe.hidden, 1 << 20));
+  s.ffn = int32_t(std::min<int64_t>(p->moe.ffn, 1 << 20));
+  s.experts = int32_t(std::min<int64_t>(p->moe.experts, 1 << 20));
+  s.topk = int32_t(std::min<int64_t>(p->moe.topk, 1 << 20));
+  s.world = int32_t(W);
+  if (const char* why = s.invalid()) return refuse(p, w.error_at("shape", why));
+  if (p->moe.hidden > 65536 || p->moe.ffn > 65536)
+    return refuse(p, w.error_at("shape", "hidden and ffn above 65536 are not supported"));
+  if (p->roles_explicit && (p->roles.intra_comm > 0 || p->roles.inter_send > 0 || p->roles.inter_reduce > 0))
+    return refuse(p, w.error_at("roles",
+                                "the MoE op runs its phases one after another on compute SMs; roles for "
+                                "movers are for the fused launch, which is not built yet (give compute only)"));
+  if (!p->roles_explicit) {  // every SM the model had, all computing
+    const int total = p->roles.total();
+    p->roles = RoleCounts{};
+    p->roles.compute = total;
+  }
+  p->notes.push_back(
+      "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
+      "predictions are the fused op's, which is not built yet");
+  const kernels::MoeHeapLayout h = kernels::moe_heap_layout(s);
+  p->heap.push_back({"moe.recv", uint64_t(h.recv_offset), uint64_t(h.recv_bytes)});
+  p->heap.push_back({"moe.combine", uint64_t(h.combine_offset), uint64_t(h.combine_bytes)});
+  p->heap.push_back({"moe.flags", uint64_t(h.flags_offset), uint64_t(h.flags_bytes)});
+  p->heap_bytes = uint64_t(h.total_bytes);
+}
+
 }  // namespace
 
 void plan_execution(const Workload& w, Plan* p) {
@@ -123,7 +170,7 @@ void plan_execution(const Workload& w, Plan* p) {
                                                         "(the runtime's op is one node)"));
       return plan_gemm_reduce(w, p);
     case Op::kMoe:
-      return refuse(p, w.error_at("op", "moe is not built yet (planned only: the fused MoE op is in progress)"));
+      return plan_moe(w, p);
     case Op::kRingAttention:
       return refuse(p, w.error_at("op", "ring_attention is not built yet (planned only)"));
   }

@@ -16,6 +16,18 @@
 namespace weft::runtime {
 namespace {
 
+// MoE dispatch header bytes per (token, destination rank) (kernels/moe_plan.h, MoeDispatchMeta).
+constexpr double kMoeHeaderBytes = 80;
+
+// Probability that a group of g of the E experts holds at least one of a token's k distinct experts
+// under uniform routing: 1 - C(E - g, k) / C(E, k), as a product (no large binomials).
+double moe_group_hit(int64_t experts, int64_t k, int64_t g) {
+  if (g >= experts) return 1;
+  double miss = 1;
+  for (int64_t i = 0; i < k; ++i) miss *= double(experts - g - i) / double(experts - i);
+  return 1 - std::max(0.0, miss);
+}
+
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr double kGB = 1e9;
 constexpr int64_t kMinInterChunk = 1 << 20;  // NIC messages below ~1 MiB lose bandwidth to per-message cost
@@ -112,11 +124,16 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
       d.groups.push_back({experts_local * ceil_div(rows_per_expert, tm) * ceil_div(h, tn), 2.0 * tm * tn * f});
       d.flops = 2.0 * copies * 3 * h * f;
       d.hbm_bytes = (experts_local * 3 * h * f + 2 * copies * h + copies * 2 * f) * e;
-      // Dispatch and combine: every copy goes to a uniformly chosen expert; (G-1)/W of them to a
-      // GPU in this node, (W-G)/W to another node.
-      const double row = h * e;
-      d.nvlink_out = d.nvlink_in = 2 * copies * row * (G - 1) / W;
-      d.nic_out = d.nic_in = 2 * copies * row * (W - G) / W;
+      // Dispatch and combine travel once per (token, destination rank), not per (token, expert):
+      // the owner scatters a token to its local experts and pre-sums their rows before sending one
+      // back. Across nodes a token crosses the NIC once per destination node and is forwarded over
+      // NVLink there. Uniform routing of k distinct experts of E: a group holding g experts is hit
+      // with probability 1 - C(E - g, k) / C(E, k).
+      const double row = h * e + kMoeHeaderBytes;
+      const double hit_rank = moe_group_hit(m.experts, m.topk, m.experts / W);
+      const double hit_node = moe_group_hit(m.experts, m.topk, m.experts / W * G);
+      d.nvlink_out = d.nvlink_in = 2 * tokens_local * row * (G - 1) * hit_rank;
+      d.nic_out = d.nic_in = 2 * tokens_local * row * (N - 1) * hit_node;
       d.intra_chunk = static_cast<int64_t>(tm * row);
       break;
     }

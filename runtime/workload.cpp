@@ -54,6 +54,8 @@ const char* to_string(InterNode t) {
       return "ibverbs";
     case InterNode::kSocket:
       return "socket";
+    case InterNode::kOfi:
+      return "ofi";
   }
   return "?";
 }

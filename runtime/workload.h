@@ -16,7 +16,7 @@ namespace weft::runtime {
 
 enum class Op : int { kAgGemm = 0, kGemmRs, kGemmAr, kMoe, kRingAttention };
 enum class DType : int { kBf16 = 0, kFp16, kFp8 };  // kFp8 is e4m3
-enum class InterNode : int { kAuto = 0, kIbverbs, kSocket };
+enum class InterNode : int { kAuto = 0, kIbverbs, kSocket, kOfi };
 
 const char* to_string(Op op);  // "ag_gemm", the spelling used in YAML
 const char* to_string(DType t);

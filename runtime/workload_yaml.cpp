@@ -536,7 +536,7 @@ bool Reader::read_transport(const YAML::Node& top) {
   if (!check_keys(t, "transport", {"inter_node", "signal_mode"}, "")) return false;
   int v = 0;
   if (t["inter_node"]) {
-    if (!get_enum(t["inter_node"], "transport.inter_node", {"auto", "ibverbs", "socket"}, &v)) return false;
+    if (!get_enum(t["inter_node"], "transport.inter_node", {"auto", "ibverbs", "socket", "ofi"}, &v)) return false;
     w_->transport.inter_node = static_cast<InterNode>(v);
   }
   if (t["signal_mode"]) {

@@ -278,6 +278,8 @@ class IbvBackend final : public NetBackend {
   }
 
   std::string error_message() const override { return error_; }
+  // RC places one QP's WRITEs in order: the flag after the data posted before it (see the top of this file).
+  std::string ordering() const override { return "RC in-order WRITEs"; }
 
  private:
   // The mapped port (BackendConfig::nic_port), else the first ACTIVE one; it must be ACTIVE.

@@ -1,4 +1,4 @@
-// The inter-node net backend interface (socket, ibverbs, in-process loopback) and the registry that picks one.
+// The inter-node net backend interface (socket, ibverbs, ofi, in-process loopback) and the registry that picks one.
 #pragma once
 
 #include <array>
@@ -58,7 +58,18 @@ struct LoopbackPeerInfo {
   uint64_t fabric = 0;  // in-process fabric id
   int32_t pid = 0;      // loopback connects ranks of one process only
 };
-using PeerInfo = std::variant<SocketPeerInfo, IbvPeerInfo, LoopbackPeerInfo>;
+struct OfiPeerInfo {
+  std::vector<uint8_t> addr;  // fi_getname of the rank's RDM endpoint (at most kMaxAddrBytes)
+  std::string provider;       // the provider it was opened with (at most kMaxProviderChars): peers must agree
+  uint64_t heap_base = 0;     // target address of heap offset 0 (0 where the provider takes offsets)
+  uint64_t heap_key = 0;      // the heap's remote key
+  // Device heaps staged through host memory (ofi_stage.h): the shape of the ring each pair of ranks
+  // sets up at connect; stage_slots 0 = the heap is written directly.
+  uint32_t stage_slots = 0, stage_slot_bytes = 0;
+  static constexpr uint32_t kMaxAddrBytes = 1024, kMaxProviderChars = 128;
+  static constexpr uint32_t kMaxStageSlots = 1024, kMaxStageSlotBytes = 64u << 20;
+};
+using PeerInfo = std::variant<SocketPeerInfo, IbvPeerInfo, LoopbackPeerInfo, OfiPeerInfo>;
 
 // Versioned serialisation of PeerInfo (kind, version and every length are checked on decode).
 bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info);
@@ -113,10 +124,13 @@ class NetBackend {
   virtual Status close(const std::string& failure = "") = 0;
   // The first error, with the rank/peer it names ("" if none).
   virtual std::string error_message() const = 0;
+  // How a fenced signal is kept behind earlier puts, for `weftrun check` ("stream order", "FI_FENCE",
+  // "provider write-after-write order", "delivery complete"); "" where the backend has nothing to say.
+  virtual std::string ordering() const { return ""; }
 };
 
 // WEFT_NET_BACKEND names: "auto" (ibverbs if an RDMA device is present, else socket), "ibverbs",
-// "socket", and "loopback" (ranks of one process; tests).
+// "ofi" (libfabric, provider from WEFT_OFI_PROVIDER), "socket", and "loopback" (ranks of one process; tests).
 Status resolve_backend_name(const std::string& requested, std::string* resolved);
 Status make_backend(const std::string& resolved_name, const BackendConfig& config, std::unique_ptr<NetBackend>* out);
 
@@ -127,5 +141,11 @@ std::unique_ptr<NetBackend> make_loopback_backend(const BackendConfig& config);
 Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out);
 // True when libibverbs lists at least one RDMA device; *why says why not.
 bool ibverbs_device_present(std::string* why);
+// kUnsupported where weft was built without libfabric; kNotFound (logged, naming the provider) where
+// WEFT_OFI_PROVIDER names a provider libfabric does not offer here.
+Status make_ofi_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out);
+// True when weft was built with libfabric and it offers an RDM endpoint with RMA through `provider`
+// ("" = any); *why says which provider it found or why none.
+bool ofi_provider_present(const std::string& provider, std::string* why);
 
 }  // namespace weft::transport

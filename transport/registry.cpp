@@ -22,6 +22,10 @@ class Writer {
     put<uint32_t>(static_cast<uint32_t>(v.size()));
     for (uint32_t x : v) put(x);
   }
+  void bytes(const std::vector<uint8_t>& v) {
+    put<uint32_t>(static_cast<uint32_t>(v.size()));
+    out.insert(out.end(), v.begin(), v.end());
+  }
   bootstrap::Blob out;
 };
 
@@ -40,6 +44,13 @@ class Reader {
     if (!get(&n) || n > max || (in_.size() - pos_) / 4 < n) return false;
     v->resize(n);
     for (auto& x : *v) get(&x);
+    return true;
+  }
+  bool bytes(std::vector<uint8_t>* v, uint32_t max) {
+    uint32_t n = 0;
+    if (!get(&n) || n > max || in_.size() - pos_ < n) return false;
+    v->assign(in_.begin() + pos_, in_.begin() + pos_ + n);
+    pos_ += n;
     return true;
   }
   bool done() const { return pos_ == in_.size(); }
@@ -73,6 +84,13 @@ bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
   } else if (const auto* l = std::get_if<LoopbackPeerInfo>(&info)) {
     w.put(l->fabric);
     w.put(l->pid);
+  } else if (const auto* o = std::get_if<OfiPeerInfo>(&info)) {
+    w.bytes(o->addr);
+    w.bytes(std::vector<uint8_t>(o->provider.begin(), o->provider.end()));
+    w.put(o->heap_base);
+    w.put(o->heap_key);
+    w.put(o->stage_slots);
+    w.put(o->stage_slot_bytes);
   }
   return w.out;
 }
@@ -106,6 +124,16 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
       LoopbackPeerInfo l;
       ok = r.get(&l.fabric) && r.get(&l.pid);
       *info = l;
+    } else if (kind == 3) {
+      OfiPeerInfo o;
+      std::vector<uint8_t> prov;
+      ok = r.bytes(&o.addr, OfiPeerInfo::kMaxAddrBytes) && !o.addr.empty() &&
+           r.bytes(&prov, OfiPeerInfo::kMaxProviderChars) && r.get(&o.heap_base) && r.get(&o.heap_key) &&
+           r.get(&o.stage_slots) && r.get(&o.stage_slot_bytes) && o.stage_slots <= OfiPeerInfo::kMaxStageSlots &&
+           o.stage_slot_bytes <= OfiPeerInfo::kMaxStageSlotBytes &&
+           (o.stage_slots == 0 ? o.stage_slot_bytes == 0 : o.stage_slot_bytes > 32);
+      o.provider.assign(prov.begin(), prov.end());
+      *info = o;
     } else {
       ok = false;
     }
@@ -120,7 +148,7 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
 }
 
 Status resolve_backend_name(const std::string& requested, std::string* resolved) {
-  if (requested == "socket" || requested == "ibverbs" || requested == "loopback") {
+  if (requested == "socket" || requested == "ibverbs" || requested == "ofi" || requested == "loopback") {
     *resolved = requested;
     return Status::kOk;
   }
@@ -131,7 +159,7 @@ Status resolve_backend_name(const std::string& requested, std::string* resolved)
               why.empty() ? "" : (why + ")").c_str());
     return Status::kOk;
   }
-  WEFT_WARN(kTransport, "net backend '%s' is not one of auto, ibverbs, socket, loopback (WEFT_NET_BACKEND)",
+  WEFT_WARN(kTransport, "net backend '%s' is not one of auto, ibverbs, ofi, socket, loopback (WEFT_NET_BACKEND)",
             requested.c_str());
   return Status::kInvalidArgument;
 }
@@ -146,6 +174,7 @@ Status make_backend(const std::string& name, const BackendConfig& config, std::u
     return Status::kOk;
   }
   if (name == "ibverbs") return make_ibverbs_backend(config, out);
+  if (name == "ofi") return make_ofi_backend(config, out);
   WEFT_WARN(kTransport, "rank %d: unknown net backend '%s'", config.rank, name.c_str());
   return Status::kInvalidArgument;
 }

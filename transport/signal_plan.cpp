@@ -1,11 +1,21 @@
 // Perseus signal ordering: fence choice and per-destination batching.
 #include "transport/signal_plan.h"
 
+#include <atomic>
+
 #include "transport/proxy.h"
 
 namespace weft::transport {
+namespace {
+
+std::atomic<bool> g_fence_decision{true};
+
+}  // namespace
+
+void set_fence_decision_for_test(bool on) { g_fence_decision.store(on, std::memory_order_relaxed); }
 
 bool signal_fence(SignalMode mode, bool first_in_batch) {
+  if (!g_fence_decision.load(std::memory_order_relaxed)) return false;
   switch (mode) {
     case SignalMode::kSerial:
       return false;

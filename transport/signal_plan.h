@@ -15,6 +15,10 @@ using runtime::to_string;
 // serial: no fence (the proxy waited for the data); fenced: every signal; batched: the first
 // signal of each per-destination batch (the NIC then orders the whole batch after earlier puts).
 bool signal_fence(SignalMode mode, bool first_in_batch);
+// Test-only (never a WEFT_* parameter): with `on` false, signal_fence() answers false in every mode,
+// the proxy's fence decision forced off, so the ordering tests can show that they catch a missing
+// fence. Process-wide; tests set it back to true when done.
+void set_fence_decision_for_test(bool on);
 // Only serial mode makes the proxy wait for put completions before a signal.
 bool proxy_waits_before_signal(SignalMode mode);
 

@@ -60,6 +60,8 @@ class Transport {
   const std::string& backend_name() const { return backend_name_; }
   // Why this backend: "requested", "auto: every rank can use ibverbs", or "auto chose socket: <why>".
   const std::string& backend_reason() const { return backend_reason_; }
+  // How the backend keeps a fenced signal behind earlier puts (NetBackend::ordering(); "" if it does not say).
+  std::string ordering() const { return backends_.empty() ? std::string() : backends_[0]->ordering(); }
   SignalMode signal_mode() const { return mode_; }
   // Per channel: the NIC, port and proxy CPUs this rank used, and the GPU they were chosen for.
   const std::vector<ChannelUse>& channel_use() const { return channel_use_; }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -14,7 +15,9 @@
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/exec/gemm_reduce.h"
+#include "runtime/exec/moe.h"
 #include "runtime/exec/reference_gemm.h"
+#include "runtime/exec/reference_moe.h"
 #include "runtime/exec/stream_ops.h"
 
 namespace weft::runtime {
@@ -181,6 +184,101 @@ Status run_gemm_reduce(Context& ctx, const Plan& plan, const RunSpec& run, RunRe
   return Status::kOk;
 }
 
+// The MoE op as call_and_time calls an op: run(a, b, c) with a = the tokens and c = the output.
+struct MoeCalls {
+  MoeOp& op;
+  Status run(const bf16* x, const bf16*, bf16* y, cudaStream_t s) { return op.run(x, y, s); }
+  void unstick() { op.unstick(); }
+  Status clear_launch_record() { return op.clear_launch_record(); }
+  Status executed_plan(Plan* p) const { return op.executed_plan(p); }
+};
+
+// Expert e's weights from (seed, e) alone, so any rank can make any expert's again for the reference.
+Status fill_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, bf16* gate, bf16* up, bf16* down,
+                   cudaStream_t s) {
+  const float sh = 1.f / std::sqrt(float(hidden)), sf = 1.f / std::sqrt(float(ffn));
+  WEFT_CHECK(fill_random_bf16(gate, ffn * hidden, seed + 16 + 3 * uint64_t(e), 0, sh, s));
+  WEFT_CHECK(fill_random_bf16(up, ffn * hidden, seed + 17 + 3 * uint64_t(e), 0, sh, s));
+  return fill_random_bf16(down, hidden * ffn, seed + 18 + 3 * uint64_t(e), 0, sf, s);
+}
+
+// MoE: every rank's tokens its own random data, the router weight shared, each expert's weights
+// from (seed, expert). Validated on up to 64 sampled tokens per rank against reference_moe_expert,
+// expert by expert, with the op's own routing of the last call; dropped rows must be 0.
+Status run_moe(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* out) {
+  const int rank = ctx.rank(), W = ctx.size();
+  const int64_t T = plan.moe.tokens / W, H = plan.moe.hidden, F = plan.moe.ffn, E = plan.moe.experts, L = E / W;
+  const int64_t K = plan.moe.topk;
+  DeviceBuffers buf;
+  bf16 *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr, *y = nullptr;
+  WEFT_CHECK(buf.alloc(H * E, &router));
+  WEFT_CHECK(buf.alloc(L * F * H, &gate));
+  WEFT_CHECK(buf.alloc(L * F * H, &up));
+  WEFT_CHECK(buf.alloc(L * H * F, &down));
+  WEFT_CHECK(buf.alloc(T * H, &x));
+  WEFT_CHECK(buf.alloc(T * H, &y));
+  cudaStream_t s = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t v) { cudaStreamDestroy(v); });
+  uint64_t seed = 0;
+  WEFT_CHECK(shared_seed(ctx.boot(), &seed));
+  WEFT_CHECK(fill_random_bf16(router, H * E, seed + 2, 0, 1.f / std::sqrt(float(H)), s));
+  for (int64_t i = 0; i < L; ++i)
+    WEFT_CHECK(fill_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
+  WEFT_CHECK(fill_random_bf16(x, T * H, seed + 1, rank, 1.0f, s));
+  WEFT_CHECK(poison_bf16(y, T * H, s));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::unique_ptr<MoeOp> op;
+  WEFT_CHECK(MoeOp::create(ctx, plan, MoeWeights{router, gate, up, down}, &op));
+  MoeCalls calls{*op};
+  WEFT_CHECK(call_and_time(ctx, calls, "moe", run, x, nullptr, y, T * H, s, out));
+  int64_t dropped = 0;
+  WEFT_CHECK(op->dropped(&dropped));
+  if (dropped != 0) {
+    WEFT_WARN(kKernel, "rank %d: moe: %lld rows dropped (never expected)", rank, (long long)dropped);
+    return Status::kInternal;
+  }
+  if (run.validate) {
+    const int32_t S = int32_t(std::min<int64_t>(T, 64));
+    std::vector<int32_t> rows(static_cast<size_t>(S)), ids(static_cast<size_t>(T * K));
+    for (int32_t i = 0; i < S; ++i) rows[size_t(i)] = int32_t(int64_t(i) * T / S);
+    int32_t* d_rows = nullptr;
+    float* acc = nullptr;
+    bf16 *g = nullptr, *u = nullptr, *d = nullptr, *ref = nullptr, *got = nullptr;
+    WEFT_CHECK(buf.alloc(S, &d_rows));
+    WEFT_CHECK(buf.alloc(int64_t(S) * H, &acc));
+    WEFT_CHECK(buf.alloc(F * H, &g));
+    WEFT_CHECK(buf.alloc(F * H, &u));
+    WEFT_CHECK(buf.alloc(H * F, &d));
+    WEFT_CHECK(buf.alloc(int64_t(S) * H, &ref));
+    WEFT_CHECK(buf.alloc(int64_t(S) * H, &got));
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
+    WEFT_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(S) * H * 4, s));
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), op->topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<bool> used(size_t(E), false);
+    for (int32_t r : rows)
+      for (int64_t j = 0; j < K; ++j) {
+        const int32_t e = ids[size_t(r * K + j)];
+        if (e >= 0 && e < E) used[size_t(e)] = true;
+      }
+    for (int64_t e = 0; e < E; ++e) {
+      if (!used[size_t(e)]) continue;
+      WEFT_CHECK(fill_expert(seed, e, H, F, g, u, d, s));
+      WEFT_CHECK(reference_moe_expert(x, d_rows, S, op->topk_ids(), op->topk_weights(), int32_t(K), int32_t(e), g, u, d,
+                                      int32_t(H), int32_t(F), acc, s));
+    }
+    WEFT_CHECK(reference_moe_gather(acc, y, d_rows, S, int32_t(H), ref, got, s));
+    Comparison cc;
+    WEFT_CHECK(compare_bf16(got, ref, int64_t(S) * H, s, &cc));
+    out->validated = true;
+    out->rel_err = cc.rel_err;
+    out->unwritten = cc.non_finite;
+  }
+  op.reset();
+  return Status::kOk;
+}
+
 }  // namespace
 
 Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run, uint64_t heap_bytes, RunReport* out) {
@@ -199,6 +297,7 @@ Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run
   Status st = Status::kUnsupported;
   if (plan.op == Op::kAgGemm) st = run_ag_gemm(*ctx, plan, run, out);
   if (plan.op == Op::kGemmRs || plan.op == Op::kGemmAr) st = run_gemm_reduce(*ctx, plan, run, out);
+  if (plan.op == Op::kMoe) st = run_moe(*ctx, plan, run, out);
   if (st == Status::kOk) WEFT_CHECK(boot.barrier("weft.run.done"));  // nobody frees a heap a peer still reads
   return st;
 }

@@ -55,7 +55,8 @@ PY
   fi
 }
 
-for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384 gemm_rs_m2048 gemm_rs_m8192 gemm_ar_m256 gemm_ar_m8192; do
+for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384 gemm_rs_m2048 gemm_rs_m8192 gemm_ar_m256 gemm_ar_m8192 \
+  moe_mixtral_4gpu moe_qwen3_4gpu; do
   run_one "$cfg" "$root/configs/examples/$cfg.yaml" ""
 done
 

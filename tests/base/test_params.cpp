@@ -130,23 +130,12 @@ TEST_CASE("every default passes its own rule; every number has a range, every sc
     if (p.type == weft::ParamType::kInt || p.type == weft::ParamType::kDouble) CHECK(p.min < p.max);
   }
   // The product surface: what a cluster user sets. Everything else is bench, test or script.
-  const std::set<std::string> user = {"WEFT_DEBUG",
-                                      "WEFT_DEBUG_SUBSYS",
-                                      "WEFT_TOPO_FILE",
-                                      "WEFT_GPU_ARCH",
-                                      "WEFT_BOOTSTRAP_TIMEOUT",
-                                      "WEFT_LAUNCH_KILL_GRACE",
-                                      "WEFT_DEVICE_TIMEOUT",
-                                      "WEFT_PROXY_TIMEOUT",
-                                      "WEFT_HEAP_BYTES",
-                                      "WEFT_FIFO_DEPTH",
-                                      "WEFT_NET_BACKEND",
-                                      "WEFT_SIGNAL_MODE",
-                                      "WEFT_NET_CHANNELS",
-                                      "WEFT_SOCKET_IFNAME",
-                                      "WEFT_DETERMINISTIC",
-                                      "WEFT_TUNE_CACHE",
-                                      "WEFT_IB_TC",
+  const std::set<std::string> user = {"WEFT_DEBUG",          "WEFT_DEBUG_SUBSYS",      "WEFT_TOPO_FILE",
+                                      "WEFT_GPU_ARCH",       "WEFT_BOOTSTRAP_TIMEOUT", "WEFT_LAUNCH_KILL_GRACE",
+                                      "WEFT_DEVICE_TIMEOUT", "WEFT_PROXY_TIMEOUT",     "WEFT_HEAP_BYTES",
+                                      "WEFT_FIFO_DEPTH",     "WEFT_NET_BACKEND",       "WEFT_SIGNAL_MODE",
+                                      "WEFT_NET_CHANNELS",   "WEFT_SOCKET_IFNAME",     "WEFT_DETERMINISTIC",
+                                      "WEFT_OFI_PROVIDER",   "WEFT_TUNE_CACHE",        "WEFT_IB_TC",
                                       "WEFT_IB_GID_INDEX"};
   for (const auto& p : weft::all_params()) {
     INFO(p.name);
@@ -174,7 +163,8 @@ TEST_CASE("declared ranges and choices are enforced, by the check and by get_par
   CHECK_FALSE(ok("WEFT_SIGNAL_MODE", "Batched"));  // its reader compares exactly
   CHECK(ok("WEFT_SIGNAL_MODE", ""));               // empty is unset
   CHECK(ok("WEFT_NET_BACKEND", "socket"));
-  CHECK_FALSE(ok("WEFT_NET_BACKEND", "ofi"));
+  CHECK(ok("WEFT_NET_BACKEND", "ofi"));
+  CHECK_FALSE(ok("WEFT_NET_BACKEND", "verbs"));
   CHECK(ok("WEFT_DEBUG", "info"));
   CHECK_FALSE(ok("WEFT_DEBUG", "verbose"));
   CHECK(ok("WEFT_DEBUG_SUBSYS", "BOOT,^topo"));

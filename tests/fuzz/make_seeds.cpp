@@ -82,6 +82,12 @@ void peer_info_seeds() {
   ib.psn = {1, 2, 3, 4};
   put("peer_info", "ibverbs", encode_peer_info(1, 1, ib));
   put("peer_info", "loopback", encode_peer_info(1, 0, LoopbackPeerInfo{99, 4242}));
+  OfiPeerInfo ofi;  // a tcp endpoint (a sockaddr_in), offsets, and a device heap's staging ring
+  ofi.addr = {2, 0, 0x9c, 0x40, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};
+  ofi.provider = "tcp;ofi_rxm";
+  ofi.stage_slots = 8;
+  ofi.stage_slot_bytes = 256 << 10;
+  put("peer_info", "ofi", encode_peer_info(1, 1, ofi));
   bootstrap::BlobWriter w;  // a bootstrap put entry: rank, then the bytes
   w.u32(1);
   w.bytes({1, 2, 3});

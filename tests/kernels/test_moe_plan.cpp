@@ -279,3 +279,27 @@ TEST_CASE("moe grouped tile order: every (row tile, n block) exactly once") {
         for (int v : seen) REQUIRE(v == 1);
       }
 }
+
+TEST_CASE("moe heap layout: regions in order, aligned, disjoint, sized for every (source, token)") {
+  for (int world : {1, 2, 4, 8})
+    for (int tokens : {1, 200, 4096})
+      for (int hidden : {8, 2048, 7168}) {
+        MoeShape s;
+        s.tokens = tokens, s.hidden = hidden, s.ffn = 128, s.experts = 8 * world, s.topk = 2, s.world = world;
+        const MoeHeapLayout h = moe_heap_layout(s);
+        CAPTURE(world);
+        CAPTURE(tokens);
+        CAPTURE(hidden);
+        CHECK(h.recv_offset == 0);
+        CHECK(h.recv_bytes == int64_t(world) * tokens * moe_slot_bytes(hidden));
+        CHECK(h.combine_bytes == int64_t(world) * tokens * hidden * 2);
+        CHECK(h.combine_offset % 256 == 0);
+        CHECK(h.flags_offset % 256 == 0);
+        CHECK(h.combine_offset >= h.recv_offset + h.recv_bytes);
+        CHECK(h.flags_offset >= h.combine_offset + h.combine_bytes);
+        CHECK(h.flags_bytes == 16 * world);
+        CHECK(h.total_bytes % 4096 == 0);
+        CHECK(h.total_bytes >= h.flags_offset + h.flags_bytes);
+        CHECK(h.total_bytes < h.flags_offset + h.flags_bytes + 4096);
+      }
+}

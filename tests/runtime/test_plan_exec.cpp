@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/frame.cuh"
+#include "kernels/moe_plan.h"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
 #include "runtime/workload.h"
@@ -246,4 +247,39 @@ TEST_CASE("the launch record gives the roles and cluster a launch ran with, or s
   rec.grid = 132;  // 4 blocks never started
   CHECK(!apply_launch_record(rec, &p, &why));
   CHECK(why.find("the grid had 132 blocks, 128 started") != std::string::npos);
+}
+
+TEST_CASE("moe on one node: the staged op with every SM computing and its heap; across nodes refused") {
+  auto moe = [](const std::string& shape, int nodes, int gpus, const std::string& extra = "") {
+    return "name: t\nop: moe\nshape: " + shape + "\nlayout: {nodes: " + std::to_string(nodes) +
+           ", gpus_per_node: " + std::to_string(gpus) + "}\n" + extra;
+  };
+  const Plan p = plan_for(parse(moe("{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4)));
+  REQUIRE(p.exec.executable);
+  CHECK(p.exec.variant == "staged");
+  CHECK(!p.exec.capturable);
+  CHECK(p.roles.intra_comm == 0);
+  CHECK(p.roles.inter_send == 0);
+  CHECK(p.roles.compute == p.sm_count);
+  weft::kernels::MoeShape s;
+  s.tokens = 4096, s.hidden = 4096, s.ffn = 14336, s.experts = 8, s.topk = 2, s.world = 4;
+  const weft::kernels::MoeHeapLayout h = weft::kernels::moe_heap_layout(s);
+  CHECK(p.heap_bytes == uint64_t(h.total_bytes));
+  REQUIRE(p.region("moe.recv") != nullptr);
+  CHECK(p.region("moe.recv")->bytes == uint64_t(4 * 4096 * weft::kernels::moe_slot_bytes(4096)));
+  REQUIRE(p.region("moe.combine") != nullptr);
+  CHECK(p.region("moe.combine")->offset == uint64_t(h.combine_offset));
+  REQUIRE(p.region("moe.flags") != nullptr);
+  CHECK(p.region("moe.flags")->bytes == 4 * 2 * 8);
+
+  const Plan two = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2)));
+  CHECK(!two.exec.executable);
+  CHECK(two.exec.not_executable.find("moe across nodes is not built yet") != std::string::npos);
+  const Plan movers = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 1, 4,
+                                         "roles: {compute: 100, intra_comm: 16}\n")));
+  CHECK(!movers.exec.executable);
+  CHECK(movers.exec.not_executable.find("roles for movers are for the fused launch") != std::string::npos);
+  const Plan odd = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1400, experts: 64, topk: 6}", 1, 4)));
+  CHECK(!odd.exec.executable);
+  CHECK(odd.exec.not_executable.find("ffn of 128") != std::string::npos);
 }

@@ -100,12 +100,15 @@ TEST_CASE("tuned counts use every SM, give every role with work at least one SM,
       const auto* nic = p.link("nic");
       REQUIRE(nv != nullptr);
       REQUIRE(nic != nullptr);
-      // GEMM+RS/AR plan with their copy engines (the only NVLink mover their runners have).
-      if (p.intra_mover == IntraMover::kSm)
+      // GEMM+RS/AR plan with their copy engines (the only NVLink mover their runners have); the staged
+      // MoE op moves its rows with kernels between its phases, on every SM.
+      if (p.exec.variant == "staged")
+        CHECK(p.roles.compute == arch.sm_count);
+      else if (p.intra_mover == IntraMover::kSm)
         CHECK((nv->bytes_out > 0) == (p.roles.intra_comm > 0));
       else
         CHECK(p.roles.intra_comm == 0);
-      CHECK((nic->bytes_out > 0) == (p.roles.inter_send > 0));
+      if (p.exec.variant != "staged") CHECK((nic->bytes_out > 0) == (p.roles.inter_send > 0));
       CHECK(std::isfinite(p.makespan_s));
       CHECK(p.makespan_s >= p.bound_s);
       for (double t : p.role_time_s) CHECK(p.makespan_s >= t);
@@ -621,4 +624,27 @@ TEST_CASE("the fit's changes steer the plans the way the measurements did") {
   CHECK(p.limited_by == "inter_send");
   // The socket channels set the pace there: 4 channels at the fitted rate, about 5.3 ms measured.
   CHECK(p.makespan_s * 1e3 == doctest::Approx(5.3).epsilon(0.15));
+}
+
+TEST_CASE("moe traffic is counted once per (token, destination rank) each way, NIC once per node") {
+  // Mixtral-like, 1 node x 4: a rank holds 2 of 8 experts; a token's 2 experts miss it with
+  // probability C(6,2)/C(8,2) = 15/28.
+  const Plan one =
+      plan_for(parse(text_for("moe", "{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4)));
+  const double row = 4096 * 2 + 80, hit = 1 - 15.0 / 28.0;
+  CHECK(one.link("nvlink")->bytes_out == doctest::Approx(2 * 4096 * row * 3 * hit));
+  CHECK(one.link("nic")->bytes_out == 0);
+  // Top-8 of 128 over 2 nodes x 4: a node holds 64 experts (hit 1 - C(64,8)/C(128,8)), a rank 16.
+  const Plan two =
+      plan_for(parse(text_for("moe", "{tokens: 16384, hidden: 2048, ffn: 768, experts: 128, topk: 8}", 2, 4)));
+  double miss_node = 1, miss_rank = 1;
+  for (int i = 0; i < 8; ++i) {
+    miss_node *= double(64 - i) / double(128 - i);
+    miss_rank *= double(112 - i) / double(128 - i);
+  }
+  const double row2 = 2048 * 2 + 80, t = 16384 / 8;
+  CHECK(two.link("nic")->bytes_out == doctest::Approx(2 * t * row2 * 1 * (1 - miss_node)));
+  CHECK(two.link("nvlink")->bytes_out == doctest::Approx(2 * t * row2 * 3 * (1 - miss_rank)));
+  // Never more than once per destination: below the per-(token, expert) count.
+  CHECK(two.link("nvlink")->bytes_out < 2 * t * 8 * row2 * 3 / 8);
 }

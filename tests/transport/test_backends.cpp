@@ -1,4 +1,5 @@
-// One test body over every backend that runs here (socket, loopback) and every signal mode: ranks as threads.
+// One test body over every backend that runs here (socket, loopback, ofi over tcp) and every signal mode: ranks as
+// threads.
 #include <dirent.h>
 #include <doctest/doctest.h>
 
@@ -89,14 +90,21 @@ Status exchange_body(bootstrap::Bootstrap& boot, const std::string& backend, con
 
 }  // namespace
 
-TEST_CASE("socket, loopback and (with an RDMA device) ibverbs move data and order signals in every mode") {
-  // 4 ranks on 2 emulated nodes. ibverbs needs a device; without one it is not run, and says so.
+TEST_CASE("socket, loopback, ofi and (with an RDMA device) ibverbs move data and order signals in every mode") {
+  // 4 ranks on 2 emulated nodes. ibverbs needs a device, ofi libfabric's tcp provider (unless
+  // WEFT_OFI_PROVIDER names another); without them they are not run, and say so.
   std::vector<const char*> backends = {"socket", "loopback"};
   std::string why;
   if (ibverbs_device_present(&why))
     backends.push_back("ibverbs");
   else
     printf("SKIPPED: the ibverbs backend's data path (%s)\n", why.c_str());
+  setenv("WEFT_OFI_PROVIDER", "tcp;ofi_rxm", 0);
+  setenv("FI_TCP_IFACE", "lo", 0);  // whatever other interfaces come and go (read when libfabric loads)
+  if (ofi_provider_present(getenv("WEFT_OFI_PROVIDER"), &why))
+    backends.push_back("ofi");
+  else
+    printf("SKIPPED: the ofi backend's data path (%s)\n", why.c_str());
   for (const char* backend : backends) {
     for (const char* mode : {"serial", "fenced", "batched"}) {
       CAPTURE(backend);

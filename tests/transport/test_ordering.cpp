@@ -1,5 +1,6 @@
 // Ordering across processes: a reader never sees a signal before the data it covers, over >= 10^5 randomised
-// put/signal sequences per signal mode (3 ranks on 3 emulated nodes, socket backend, slots reused under acks).
+// put/signal sequences per signal mode (3 ranks on 3 emulated nodes, socket and ofi backends, slots reused under
+// acks).
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -48,13 +49,13 @@ uint64_t seq_len(int src, int dst, uint64_t seq) {
   return 8 + (x >> 17) % (kSlotBytes - 7);
 }
 
-int rank_body(testing::ForkBootstrap& boot, const std::string& mode) {
+int rank_body(testing::ForkBootstrap& boot, const std::string& backend, const std::string& mode) {
   const int me = boot.info().rank;
   Layout L;
   std::unique_ptr<HostHeap> heap;
   if (HostHeap::create(L.bytes, &heap) != Status::kOk) return 2;
   TransportOptions opt;
-  opt.backend = "socket";
+  opt.backend = backend;
   opt.signal_mode = mode;
   opt.fifo_depth = 256;
   opt.timeout_s = 60;
@@ -156,12 +157,12 @@ int rank_body(testing::ForkBootstrap& boot, const std::string& mode) {
   return verified == 2ull * kSeqPerPeer ? 0 : 13;
 }
 
-void run_mode(const std::string& mode) {
+void run_mode(const std::string& mode, const std::string& backend = "socket") {
   auto t0 = std::chrono::steady_clock::now();
   auto res = testing::run_forked(
-      kRanks, 1, [&](testing::ForkBootstrap& b) { return rank_body(b, mode); }, 500);
+      kRanks, 1, [&](testing::ForkBootstrap& b) { return rank_body(b, backend, mode); }, 500);
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE(mode << ": " << kRanks * (kRanks - 1) * kSeqPerPeer << " sequences in " << s << " s");
+  MESSAGE(backend << " " << mode << ": " << kRanks * (kRanks - 1) * kSeqPerPeer << " sequences in " << s << " s");
   for (const auto& r : res) {
     CAPTURE(r.rank);
     CAPTURE(r.report);
@@ -177,3 +178,23 @@ void run_mode(const std::string& mode) {
 TEST_CASE("ordering holds over 10^5 randomised sequences: serial") { run_mode("serial"); }
 TEST_CASE("ordering holds over 10^5 randomised sequences: fenced") { run_mode("fenced"); }
 TEST_CASE("ordering holds over 10^5 randomised sequences: batched") { run_mode("batched"); }
+
+// ofi over libfabric's tcp provider (WEFT_OFI_PROVIDER names another), on the loopback interface.
+bool ofi_here() {
+  setenv("WEFT_OFI_PROVIDER", "tcp;ofi_rxm", 0);
+  setenv("FI_TCP_IFACE", "lo", 0);
+  std::string why;
+  if (ofi_provider_present(getenv("WEFT_OFI_PROVIDER"), &why)) return true;
+  MESSAGE("SKIPPED: ofi (" << why << ")");
+  return false;
+}
+
+TEST_CASE("ordering holds over 10^5 randomised sequences: ofi serial") {
+  if (ofi_here()) run_mode("serial", "ofi");
+}
+TEST_CASE("ordering holds over 10^5 randomised sequences: ofi fenced") {
+  if (ofi_here()) run_mode("fenced", "ofi");
+}
+TEST_CASE("ordering holds over 10^5 randomised sequences: ofi batched") {
+  if (ofi_here()) run_mode("batched", "ofi");
+}

@@ -1,0 +1,283 @@
+// The MoE layer's dispatch, scatter and combine kernels on one node (diagram in moe_exchange.h).
+// Warp-per-row kernels: a row of hidden bf16 moves as 16-byte vectors, lane i taking vectors
+// i, i + 32, ...; peers' buffers are CUDA-IPC mapped, so a store to them goes over NVLink.
+#include <cstdio>
+
+#include "base/log.h"
+#include "kernels/frame.cuh"
+#include "kernels/moe_exchange.h"
+#include "kernels/moe_router.h"
+
+namespace weft::kernels {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+struct Peers {
+  uint64_t* flags[MoeExchangeArgs::kMaxRanks];
+};
+
+__device__ __forceinline__ const MoeDispatchMeta* slot_meta(const uint8_t* slot, int32_t hidden) {
+  return reinterpret_cast<const MoeDispatchMeta*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16);
+}
+
+__device__ __forceinline__ int64_t warp_id() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
+__device__ __forceinline__ int64_t warp_count() { return int64_t(gridDim.x) * blockDim.x / 32; }
+
+// Destination ranks of token t, from its top-k ids (an id out of range, which the router never
+// writes, sends nowhere).
+__device__ __forceinline__ uint32_t dest_mask(const MoeExchangeArgs& a, int32_t t) {
+  uint32_t mask = 0;
+  const int32_t experts = a.local_experts * a.world;
+  for (int32_t j = 0; j < a.topk; ++j) {
+    const int32_t id = a.topk_ids[int64_t(t) * a.topk + j];
+    if (id >= 0 && id < experts) mask |= 1u << (id / a.local_experts);
+  }
+  return mask;
+}
+
+__global__ void __launch_bounds__(kThreads) dispatch_kernel(MoeExchangeArgs a) {
+  const int32_t lane = threadIdx.x % 32, W = a.world;
+  const int64_t slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
+  for (int64_t i = warp_id(); i < int64_t(a.tokens) * W; i += warp_count()) {
+    const int32_t t = int32_t(i / W), d = int32_t(i % W);
+    int32_t ids[kMoeMaxTopk];
+    float w[kMoeMaxTopk];
+    for (int32_t j = 0; j < a.topk; ++j) {
+      ids[j] = a.topk_ids[int64_t(t) * a.topk + j];
+      w[j] = a.topk_weights[int64_t(t) * a.topk + j];
+      if (ids[j] < 0 || ids[j] >= a.local_experts * W) ids[j] = -a.local_experts * (W + 1);  // nobody's
+    }
+    const MoeDispatchMeta meta = moe_dispatch_meta(a.rank, t, ids, w, a.topk, a.local_experts, d);
+    uint8_t* slot = a.recv[d] + (int64_t(a.rank) * a.tokens + t) * slot_bytes;
+    if (lane < int32_t(sizeof(MoeDispatchMeta) / 16))
+      reinterpret_cast<int4*>(const_cast<MoeDispatchMeta*>(slot_meta(slot, a.hidden)))[lane] =
+          reinterpret_cast<const int4*>(&meta)[lane];
+    if (meta.pairs == 0) continue;
+    const int4* src = reinterpret_cast<const int4*>(a.x + int64_t(t) * a.hidden);
+    int4* dst = reinterpret_cast<int4*>(slot);
+    for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
+  }
+}
+
+// Thread q < world: flag `index` of rank q = epoch, after this rank's earlier writes (the kernel
+// before this one on the stream has completed; the fence orders them before the flag).
+__global__ void signal_kernel(Peers p, int32_t world, int32_t index, uint64_t epoch) {
+  const int32_t q = threadIdx.x;
+  if (q >= world) return;
+  __threadfence_system();
+  flag_store_release(p.flags[q] + index, epoch);
+}
+
+// Thread q < world: waits (bounded) until this rank's flag first + q reached epoch.
+__global__ void wait_kernel(FrameParams f, const uint64_t* flags, int32_t first, int32_t world, uint64_t epoch) {
+  const int32_t q = threadIdx.x;
+  if (q >= world) return;
+  frame_wait_flag(f, flags + first + q, epoch, Role::kIntraComm, -1, q, first + q);
+}
+
+// Thread per received slot: (slot, pair) counts per local expert.
+__global__ void __launch_bounds__(kThreads) count_kernel(MoeExchangeArgs a) {
+  const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden);
+  for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < slots; s += int64_t(gridDim.x) * blockDim.x) {
+    const MoeDispatchMeta* m = slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
+    if (m->pairs == 0) continue;
+    for (int32_t j = 0; j < a.topk; ++j) {
+      const int32_t e = m->local_expert[j];
+      if (e >= 0 && e < a.local_experts) atomicAdd(a.counts + e, 1);
+    }
+  }
+}
+
+// Warp per received slot: each local pair gets a row of grouped_x (its expert's next row) and the
+// token's row is copied there. The order of rows inside an expert does not change any value: each
+// row's GEMM is its own.
+__global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
+  const int32_t lane = threadIdx.x % 32;
+  const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
+  for (int64_t s = warp_id(); s < slots; s += warp_count()) {
+    const uint8_t* slot = a.recv[a.rank] + s * slot_bytes;
+    const MoeDispatchMeta* m = slot_meta(slot, a.hidden);
+    const int32_t pairs = m->pairs;
+    for (int32_t j = 0; j < a.topk; ++j) {
+      const int32_t e = pairs == 0 ? -1 : m->local_expert[j];
+      int32_t pos = -1;
+      if (e >= 0 && e < a.local_experts && lane == 0) {
+        pos = a.offsets[e] + atomicAdd(a.cursor + e, 1);
+        if (pos >= a.capacity_rows) {
+          atomicAdd(a.dropped, 1);
+          pos = -1;
+        }
+      }
+      pos = __shfl_sync(0xffffffffu, pos, 0);
+      if (lane == 0) a.slot_pos[s * a.topk + j] = pos;
+      if (pos < 0) continue;
+      const int4* src = reinterpret_cast<const int4*>(slot);
+      int4* dst = reinterpret_cast<int4*>(a.grouped_x + int64_t(pos) * a.hidden);
+      for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
+    }
+  }
+}
+
+__device__ __forceinline__ void add_scaled(float* acc, const int4& v, float w) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    acc[2 * i] += w * f.x;
+    acc[2 * i + 1] += w * f.y;
+  }
+}
+
+__device__ __forceinline__ int4 to_bf16x8(const float* acc) {
+  int4 out;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
+  return out;
+}
+
+// Warp per received slot with pairs: Σ weight_j * Y[slot_pos[j]] over the slot's local experts in
+// increasing expert order (fp32, rounded once), stored in the home's combine row for this rank.
+__global__ void __launch_bounds__(kThreads) combine_kernel(MoeExchangeArgs a) {
+  const int32_t lane = threadIdx.x % 32;
+  const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
+  for (int64_t s = warp_id(); s < slots; s += warp_count()) {
+    const MoeDispatchMeta* m = slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
+    if (m->pairs == 0) continue;
+    int32_t order[kMoeMaxTopk], pos[kMoeMaxTopk];
+    float w[kMoeMaxTopk];
+    int32_t n = 0;
+    for (int32_t j = 0; j < a.topk; ++j) {  // insertion by local expert: at most 8 pairs
+      const int32_t e = m->local_expert[j];
+      if (e < 0) continue;
+      int32_t at = n++;
+      while (at > 0 && order[at - 1] > e) {
+        order[at] = order[at - 1], pos[at] = pos[at - 1], w[at] = w[at - 1];
+        --at;
+      }
+      order[at] = e, pos[at] = a.slot_pos[s * a.topk + j], w[at] = m->weight[j];
+    }
+    const int32_t src = int32_t(s / a.tokens), t = int32_t(s % a.tokens);
+    int4* dst = reinterpret_cast<int4*>(a.comb[src] + (int64_t(a.rank) * a.tokens + t) * a.hidden);
+    for (int64_t v = lane; v < vecs; v += 32) {
+      float acc[8] = {};
+      for (int32_t i = 0; i < n; ++i)
+        if (pos[i] >= 0)
+          add_scaled(acc, reinterpret_cast<const int4*>(a.grouped_y + int64_t(pos[i]) * a.hidden)[v], w[i]);
+      dst[v] = to_bf16x8(acc);
+    }
+  }
+}
+
+// Warp per token: out[t] = Σ over t's destination ranks in rank order of their combine rows.
+__global__ void __launch_bounds__(kThreads) home_reduce_kernel(MoeExchangeArgs a) {
+  const int32_t lane = threadIdx.x % 32;
+  const int64_t vecs = a.hidden / 8;
+  const bf16* comb = a.comb[a.rank];
+  for (int64_t t = warp_id(); t < a.tokens; t += warp_count()) {
+    const uint32_t mask = dest_mask(a, int32_t(t));
+    int4* dst = reinterpret_cast<int4*>(a.out + t * a.hidden);
+    for (int64_t v = lane; v < vecs; v += 32) {
+      float acc[8] = {};
+      for (int32_t q = 0; q < a.world; ++q)
+        if (mask >> q & 1u)
+          add_scaled(acc, reinterpret_cast<const int4*>(comb + (int64_t(q) * a.tokens + t) * a.hidden)[v], 1.f);
+      dst[v] = to_bf16x8(acc);
+    }
+  }
+}
+
+Status check_args(const MoeExchangeArgs& a) {
+  bool ok = a.world >= 1 && a.world <= MoeExchangeArgs::kMaxRanks && a.rank >= 0 && a.rank < a.world && a.tokens >= 1 &&
+            a.hidden >= 8 && a.hidden % 8 == 0 && a.topk >= 1 && a.topk <= kMoeMaxTopk && a.local_experts >= 1 &&
+            a.local_experts * a.world <= kMoeMaxExperts && a.x && a.topk_ids && a.topk_weights && a.counts &&
+            a.offsets && a.cursor && a.slot_pos && a.dropped && a.grouped_x && a.grouped_y && a.out &&
+            a.capacity_rows > 0 && a.epoch > 0;
+  for (int q = 0; ok && q < a.world; ++q) ok = a.recv[q] && a.comb[q] && a.flags[q];
+  if (!ok) {
+    WEFT_WARN(kKernel,
+              "rank %d: moe exchange: invalid arguments (world %d, tokens %d, hidden %d, topk %d, experts/rank %d)",
+              a.rank, a.world, a.tokens, a.hidden, a.topk, a.local_experts);
+    return Status::kInvalidArgument;
+  }
+  return Status::kOk;
+}
+
+int grid_for(int64_t warps_needed) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  const int64_t blocks = (warps_needed + kWarps - 1) / kWarps;
+  return int(blocks < 2 * sms ? (blocks > 0 ? blocks : 1) : 2 * sms);
+}
+
+Peers peers_of(const MoeExchangeArgs& a) {
+  Peers p{};
+  for (int q = 0; q < a.world; ++q) p.flags[q] = a.flags[q];
+  return p;
+}
+
+Status launched(const char* what, int rank) {
+  const cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::kOk;
+  WEFT_WARN(kKernel, "rank %d: moe %s: launch failed: %s", rank, what, cudaGetErrorString(e));
+  return Status::kCudaError;
+}
+
+}  // namespace
+
+std::string describe_moe_wait(const DeviceError& e, int32_t world) {
+  if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0 ||
+      e.flag_index >= 2 * world)
+    return "";
+  const bool dispatch = e.flag_index < world;
+  const int32_t peer = dispatch ? e.flag_index : e.flag_index - world;
+  char line[256];
+  snprintf(line, sizeof line, "rank %d waited %.1f s for rank %d's %s (flag %d: saw %llu, expected %llu)", e.rank,
+           double(e.waited_ns) * 1e-9, peer, dispatch ? "dispatched tokens" : "combine rows", e.flag_index,
+           (unsigned long long)e.seen, (unsigned long long)e.expected);
+  return line;
+}
+
+Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t s) {
+  WEFT_CHECK(check_args(a));
+  dispatch_kernel<<<grid_for(int64_t(a.tokens) * a.world), kThreads, 0, s>>>(a);
+  WEFT_CHECK(launched("dispatch", a.rank));
+  signal_kernel<<<1, 32, 0, s>>>(peers_of(a), a.world, moe_dispatch_flag(a.rank), a.epoch);
+  return launched("dispatch signal", a.rank);
+}
+
+Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
+  WEFT_CHECK(check_args(a));
+  wait_kernel<<<1, 32, 0, s>>>(frame, a.flags[a.rank], moe_dispatch_flag(0), a.world, a.epoch);
+  WEFT_CHECK(launched("dispatch wait", a.rank));
+  if (cudaMemsetAsync(a.counts, 0, sizeof(int32_t) * a.local_experts, s) != cudaSuccess ||
+      cudaMemsetAsync(a.cursor, 0, sizeof(int32_t) * a.local_experts, s) != cudaSuccess)
+    return launched("arrange memset", a.rank);
+  const int64_t slots = int64_t(a.world) * a.tokens;
+  count_kernel<<<grid_for((slots + 31) / 32), kThreads, 0, s>>>(a);
+  WEFT_CHECK(launched("count", a.rank));
+  WEFT_CHECK(launch_moe_offsets(a.counts, a.local_experts, a.offsets, s));
+  scatter_kernel<<<grid_for(slots), kThreads, 0, s>>>(a);
+  return launched("scatter", a.rank);
+}
+
+Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
+  WEFT_CHECK(check_args(a));
+  combine_kernel<<<grid_for(int64_t(a.world) * a.tokens), kThreads, 0, s>>>(a);
+  WEFT_CHECK(launched("combine", a.rank));
+  signal_kernel<<<1, 32, 0, s>>>(peers_of(a), a.world, moe_combine_flag(a.world, a.rank), a.epoch);
+  WEFT_CHECK(launched("combine signal", a.rank));
+  wait_kernel<<<1, 32, 0, s>>>(frame, a.flags[a.rank], moe_combine_flag(a.world, 0), a.world, a.epoch);
+  WEFT_CHECK(launched("combine wait", a.rank));
+  home_reduce_kernel<<<grid_for(a.tokens), kThreads, 0, s>>>(a);
+  return launched("home reduce", a.rank);
+}
+
+}  // namespace weft::kernels

@@ -1,0 +1,265 @@
+// MoeOp: the heap layout from the allocator, the worst-case grouped rows, the per-call launches.
+#include "runtime/exec/moe.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "base/params.h"
+#include "kernels/gemm.h"
+#include "kernels/moe_router.h"
+#include "runtime/exec/cuda_check.h"
+#include "runtime/exec/stream_ops.h"
+
+namespace weft::runtime {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+Status refuse(int rank, const std::string& what) {
+  WEFT_WARN(kKernel, "rank %d: moe: %s", rank, what.c_str());
+  return Status::kInvalidArgument;
+}
+
+}  // namespace
+
+Status MoeOp::alloc(void** p, size_t bytes) {
+  WEFT_CUDA_CHECK(cudaMalloc(p, bytes));
+  owned_.push_back(*p);
+  return Status::kOk;
+}
+
+Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std::unique_ptr<MoeOp>* out) {
+  const int rank = ctx.rank(), W = ctx.size();
+  WEFT_CHECK(ctx.check_usable("moe create"));
+  if (plan.op != Op::kMoe) return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
+  if (plan.world_size != W || plan.nodes != 1 || W > kernels::MoeExchangeArgs::kMaxRanks)
+    return refuse(rank, "the plan is for " + std::to_string(plan.world_size) + " ranks on " +
+                            std::to_string(plan.nodes) + " node(s), the job has " + std::to_string(W) +
+                            " (this op runs on one node, up to 8 ranks)");
+  if (!wts.router || !wts.gate || !wts.up || !wts.down) return refuse(rank, "every weight pointer is needed");
+  kernels::MoeShape s;
+  s.tokens = int32_t(plan.moe.tokens / W);
+  s.hidden = int32_t(plan.moe.hidden);
+  s.ffn = int32_t(plan.moe.ffn);
+  s.experts = int32_t(plan.moe.experts);
+  s.topk = int32_t(plan.moe.topk);
+  s.world = W;
+  if (plan.moe.tokens % W != 0 || plan.moe.tokens > (int64_t(1) << 30) || plan.moe.hidden > 65536 ||
+      plan.moe.ffn > 65536)
+    return refuse(rank, "tokens must split evenly over the ranks; hidden and ffn at most 65536");
+  if (const char* why = s.invalid()) return refuse(rank, why);
+
+  std::unique_ptr<MoeOp> op(new MoeOp());
+  op->ctx_ = &ctx;
+  op->plan_ = plan;
+  op->rank_ = rank, op->world_ = W;
+  op->tokens_ = s.tokens, op->hidden_ = s.hidden, op->ffn_ = s.ffn, op->experts_ = s.experts, op->topk_ = s.topk;
+  op->local_ = s.local_experts();
+  op->capacity_ = kernels::moe_worst_grouped_rows(s);
+  const int64_t T = s.tokens, H = s.hidden, F = s.ffn, L = op->local_, E = s.experts, K = s.topk;
+
+  // Symmetric heap: receive slots, combine rows, flags (the same layout on every rank).
+  const kernels::MoeHeapLayout layout = kernels::moe_heap_layout(s);
+  const uint64_t recv_off = uint64_t(layout.recv_offset), comb_off = uint64_t(layout.combine_offset);
+  op->flags_off_ = uint64_t(layout.flags_offset);
+  op->regions_ = {{"moe.recv", recv_off, uint64_t(layout.recv_bytes)},
+                  {"moe.combine", comb_off, uint64_t(layout.combine_bytes)},
+                  {"moe.flags", op->flags_off_, uint64_t(layout.flags_bytes)}};
+  op->arena_bytes_ = uint64_t(layout.total_bytes);
+  if (op->arena_bytes_ > ctx.heap_bytes() - ctx.reserved_bytes())
+    return refuse(rank, "the symmetric heap is too small: this op needs " + std::to_string(op->arena_bytes_) +
+                            " bytes per rank and " + std::to_string(ctx.heap_bytes() - ctx.reserved_bytes()) +
+                            " are free (raise WEFT_HEAP_BYTES)");
+  WEFT_CHECK(ctx.reserve(op->arena_bytes_, "moe", &op->arena_));
+  WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
+
+  // Local memory, sized once: routing, grouped rows (worst case), counters.
+  const int64_t cap = op->capacity_;
+  void* p = nullptr;
+  WEFT_CHECK(op->alloc(&p, size_t(L * 2 * F * H) * 2));
+  op->w13_ = static_cast<bf16*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(cap * H) * 2));
+  op->x_ = static_cast<bf16*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(cap * F) * 2));
+  op->h_ = static_cast<bf16*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(cap * H) * 2));
+  op->y_ = static_cast<bf16*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(T * E) * 4));
+  op->logits_ = static_cast<float*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(T * K) * 4));
+  op->weights_ = static_cast<float*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(T * K) * 4));
+  op->ids_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(E) * 4));
+  op->router_counts_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, 3 * 4));
+  op->drops_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(L) * 4));
+  op->counts_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(L + 1) * 4));
+  op->offsets_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(L) * 4));
+  op->cursor_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, size_t(W * T * K) * 4));
+  op->slot_pos_ = static_cast<int32_t*>(p);
+  WEFT_CUDA_CHECK(cudaMemset(op->drops_, 0, 3 * 4));
+  WEFT_CUDA_CHECK(cudaMemset(op->offsets_, 0, size_t(L + 1) * 4));
+  WEFT_CHECK(
+      kernels::launch_interleave_gate_up(wts.gate, wts.up, int32_t(L), int32_t(F), int32_t(H), op->w13_, nullptr));
+  WEFT_CHECK(op->alloc(&p, size_t(E * H) * 2));
+  op->router_wt_ = static_cast<bf16*>(p);
+  WEFT_CHECK(kernels::launch_moe_router_weight_t(wts.router, int32_t(H), int32_t(E), op->router_wt_, nullptr));
+
+  kernels::GroupedGemmArgs up;
+  up.experts = int32_t(L), up.capacity_rows = cap, up.n = int32_t(2 * F), up.k = int32_t(H);
+  up.x = op->x_, up.w = op->w13_, up.counts = op->counts_, up.offsets = op->offsets_, up.y = op->h_;
+  up.epilogue = kernels::GroupedEpilogue::kSwiGlu;
+  up.dropped = op->drops_ + 2;
+  kernels::GroupedGemmArgs down = up;
+  down.n = int32_t(H), down.k = int32_t(F), down.x = op->h_, down.w = wts.down, down.y = op->y_;
+  down.epilogue = kernels::GroupedEpilogue::kStore;
+  down.dropped = nullptr;  // the same rows as up's: counted once
+  WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
+  WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
+
+  kernels::MoeExchangeArgs& ex = op->ex_;
+  ex.world = W, ex.rank = rank, ex.tokens = int32_t(T), ex.hidden = int32_t(H), ex.topk = int32_t(K);
+  ex.local_experts = int32_t(L);
+  ex.topk_ids = op->ids_, ex.topk_weights = op->weights_;
+  for (int q = 0; q < W; ++q) {
+    ex.recv[q] = static_cast<uint8_t*>(ctx.peer(q, op->arena_ + recv_off));
+    ex.comb[q] = static_cast<bf16*>(ctx.peer(q, op->arena_ + comb_off));
+    ex.flags[q] = static_cast<uint64_t*>(ctx.peer(q, op->arena_ + op->flags_off_));
+    if (!ex.recv[q] || !ex.comb[q] || !ex.flags[q])
+      return refuse(rank, "rank " + std::to_string(q) + "'s heap is not mapped here (not on this node)");
+  }
+  ex.counts = op->counts_, ex.offsets = op->offsets_, ex.cursor = op->cursor_, ex.slot_pos = op->slot_pos_;
+  ex.dropped = op->drops_ + 1;
+  ex.grouped_x = op->x_, ex.grouped_y = op->y_, ex.capacity_rows = cap;
+
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
+  WEFT_CHECK(op->frame_.create(rank));
+  RoleCounts roles = plan.roles;
+  const int sms = ctx.shares_gpu() ? std::max(1, ctx.sm_count() - 8) : ctx.sm_count();
+  if (roles.compute < 1 || roles.total() > ctx.sm_count()) roles = RoleCounts{}, roles.compute = sms;
+  WEFT_CHECK(op->frame_.params(roles, &op->frame_params_));
+  WEFT_CHECK(op->alloc(&p, sizeof(kernels::LaunchRecord)));
+  op->record_ = static_cast<kernels::LaunchRecord*>(p);
+  WEFT_CUDA_CHECK(cudaMemset(op->record_, 0, sizeof(kernels::LaunchRecord)));
+  op->frame_params_.launch = op->record_;
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CHECK(ctx.boot().barrier("weft.moe.create." + std::to_string(op->arena_)));
+  MoeOp* raw = op.get();
+  op->watch_ = ctx.watch(
+      [raw](std::string* why) {
+        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
+        raw->frame_.check("moe");
+        const std::string what = kernels::describe_moe_wait(raw->frame_.record(), raw->world_);
+        *why = "moe: " + (what.empty() ? "a device wait timed out on rank " + std::to_string(raw->rank_) : what);
+        return true;
+      },
+      [raw] { raw->unstick(); });
+  *out = std::move(op);
+  return Status::kOk;
+}
+
+MoeOp::~MoeOp() {
+  if (done_) {
+    event_wait_bounded(done_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "moe's last call",
+                       [this] { unstick(); });
+    cudaEventDestroy(done_);
+  }
+  if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
+  if (side_) cudaStreamDestroy(side_);
+  for (void* p : owned_) cudaFree(p);
+  if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
+  WEFT_CHECK(ctx_->check_usable("moe run"));
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) {
+    WEFT_WARN(kKernel, "rank %d: moe: this op is not capturable in a CUDA graph (per-call epochs)", rank_);
+    return Status::kUnsupported;
+  }
+  if (!x || !out) return refuse(rank_, "run() needs x and out");
+  if (x != router_x_) {  // a new token buffer: the router GEMM's tensor map is made again (host only)
+    kernels::GemmArgs g;
+    g.m = tokens_, g.n = experts_, g.k = hidden_;
+    g.a = x, g.b = router_wt_;
+    WEFT_CHECK(kernels::make_gemm_params(g, &router_gemm_));
+    router_x_ = x;
+  }
+  kernels::MoeRouterArgs ra;
+  ra.tokens = x, ra.weight = nullptr, ra.tokens_n = tokens_, ra.hidden = hidden_, ra.experts = experts_;
+  ra.topk = topk_;
+  kernels::MoeRouterOut ro;
+  ro.logits = logits_, ro.topk_ids = ids_, ro.topk_weights = weights_, ro.counts = router_counts_;
+  ro.dropped = drops_;
+  kernels::MoeExchangeArgs ex = ex_;
+  ex.x = x, ex.out = out, ex.epoch = ++epoch_;
+  auto mark = [&](int i) {
+    if (phases_) cudaEventRecord(phases_[i], s);
+  };
+  mark(0);
+  Status st = cudaMemsetAsync(drops_ + 1, 0, 2 * 4, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st == Status::kOk)
+    st = cudaMemsetAsync(logits_, 0, size_t(tokens_) * experts_ * 4, s) == cudaSuccess ? Status::kOk
+                                                                                       : Status::kCudaError;
+  if (st == Status::kOk)  // one add per logit into zeros: the same bits every call
+    st = kernels::launch_gemm(router_gemm_, frame_params_, kernels::EpiAddF32{logits_, experts_}, kernels::FlagGate{},
+                              kernels::TileSignal{}, s);
+  if (st == Status::kOk) st = kernels::launch_moe_topk(ra, ro, s);
+  mark(1);
+  if (st == Status::kOk) st = kernels::launch_moe_dispatch(ex, s);
+  mark(2);
+  if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
+  mark(3);
+  if (st == Status::kOk) st = kernels::launch_grouped_gemm(up_, frame_params_, s);
+  if (st == Status::kOk) st = kernels::launch_grouped_gemm(down_, frame_params_, s);
+  mark(4);
+  if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
+  mark(5);
+  if (st == Status::kOk) st = cudaEventRecord(done_, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st != Status::kOk) ctx_->poison("moe run failed on rank " + std::to_string(rank_));
+  return st;
+}
+
+void MoeOp::unstick() {
+  // The waits are bounded on the device; raising this rank's flags lets its own later waits pass.
+  cudaMemsetAsync(ctx_->local(arena_ + flags_off_), 0x7F, size_t(2 * world_) * 8, side_);
+}
+
+Status MoeOp::clear_launch_record() {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  WEFT_CUDA_CHECK(cudaMemset(record_, 0, sizeof(kernels::LaunchRecord)));
+  return Status::kOk;
+}
+
+Status MoeOp::executed_plan(Plan* out) const {
+  kernels::LaunchRecord rec{};
+  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
+  Plan p = plan_;
+  std::string why;
+  if (!apply_launch_record(rec, &p, &why)) {
+    WEFT_WARN(kKernel, "rank %d: moe: %s", rank_, why.c_str());
+    return Status::kNotFound;
+  }
+  p.exec.variant = rec.kernel == int32_t(kernels::KernelKind::kGemm) ? "staged" : "unknown";
+  p.heap = regions_;
+  p.heap_bytes = arena_bytes_;
+  *out = std::move(p);
+  return Status::kOk;
+}
+
+Status MoeOp::dropped(int64_t* out) const {
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+  int32_t d[3] = {};
+  WEFT_CUDA_CHECK(cudaMemcpy(d, drops_, sizeof d, cudaMemcpyDeviceToHost));
+  *out = int64_t(d[0]) + d[1] + d[2];
+  return Status::kOk;
+}
+
+}  // namespace weft::runtime

@@ -1,0 +1,27 @@
+// weft's own reference of the MoE layer's expert path (plain CUDA cores, fp32): what `weftrun run`
+// validates the MoE op against, expert by expert, on sampled tokens, with the op's own routing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+
+namespace weft::runtime {
+
+// For each sampled token i (row rows[i] of x): acc[i] += Σ over its pairs j with ids[j] == expert of
+// weights[j] · bf16(down · bf16(SiLU(gate · x) · (up · x))), the roundings where the op rounds (H and
+// Y are bf16). gate, up: ffn x hidden; down: hidden x ffn (this expert's). acc: samples x hidden.
+Status reference_moe_expert(const __nv_bfloat16* x, const int32_t* rows, int32_t samples, const int32_t* ids,
+                            const float* weights, int32_t topk, int32_t expert, const __nv_bfloat16* gate,
+                            const __nv_bfloat16* up, const __nv_bfloat16* down, int32_t hidden, int32_t ffn, float* acc,
+                            cudaStream_t s);
+
+// ref_out[i] = bf16(acc[i]) and got_out[i] = y[rows[i]] (bf16, samples x hidden): the sampled rows side by side
+// for compare_bf16.
+Status reference_moe_gather(const float* acc, const __nv_bfloat16* y, const int32_t* rows, int32_t samples,
+                            int32_t hidden, __nv_bfloat16* ref_out, __nv_bfloat16* got_out, cudaStream_t s);
+
+}  // namespace weft::runtime

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# GPU step of `scripts/weft gpu-check`: the MoE op (routing, dispatch, grouped expert FFN, combine)
+# on 1 rank, on every GPU of the machine, and as 4 ranks sharing the GPUs where there are fewer than 4
+# (tests/runtime/moe_gpu.sh); then the layer timed on every GPU (bench_moe_layer) and, in the same
+# call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun).
+# Usage: 28-moe-op.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
+set -uo pipefail
+OUTDIR=${1:?usage: 28-moe-op.sh OUTDIR}
+BUILD=${WEFT_BUILD_DIR:?WEFT_BUILD_DIR not set}
+SUMMARY=${WEFT_SUMMARY:-/dev/null}
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+rc=0
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU || echo 0)
+if [ ! -x "$BUILD/bin/test_moe_gpu" ]; then
+  echo "SKIP    test_moe_gpu: not built (WEFT_BUILD_TARGETS)" >>"$SUMMARY"
+elif bash "$ROOT/tests/runtime/moe_gpu.sh" "$BUILD" >"$OUTDIR/test_moe_gpu.log" 2>&1; then
+  echo "PASS    test_moe_gpu: $(grep -c 'matched' "$OUTDIR/test_moe_gpu.log") (rank, case) runs matched over $(grep -c '^== ' "$OUTDIR/test_moe_gpu.log") layouts" >>"$SUMMARY"
+else
+  echo "FAIL    test_moe_gpu (test_moe_gpu.log)" >>"$SUMMARY"
+  grep -E "FAILED|error|timed out" "$OUTDIR/test_moe_gpu.log" | head -20
+  rc=1
+fi
+n=$gpus
+[ "$n" -gt 8 ] && n=8
+if [ -x "$BUILD/bin/bench_moe_layer" ] && [ "$n" -ge 1 ]; then
+  if timeout 500 "$BUILD/bin/weftrun" exec -n "$n" -- "$BUILD/bin/bench_moe_layer" --iters "${WEFT_MOE_ITERS:-20}" \
+    >"$OUTDIR/moe-layer.md" 2>"$OUTDIR/moe-layer.log"; then
+    echo "moe layer, weft op on $n GPU(s):" >>"$SUMMARY"
+    cat "$OUTDIR/moe-layer.md" >>"$SUMMARY"
+  else
+    echo "FAIL    bench_moe_layer (moe-layer.log)" >>"$SUMMARY"
+    tail -20 "$OUTDIR/moe-layer.log"
+    rc=1
+  fi
+  if python3 -c "import torch" 2>/dev/null && command -v torchrun >/dev/null; then
+    if timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/peers/moe_sequential.py" --iters 10 \
+      >"$OUTDIR/moe-sequential.md" 2>"$OUTDIR/moe-sequential.log"; then
+      echo "moe layer, PyTorch sequential (NCCL all-to-all-v) on $n GPU(s):" >>"$SUMMARY"
+      cat "$OUTDIR/moe-sequential.md" >>"$SUMMARY"
+    else
+      echo "FAIL    moe_sequential.py under torchrun (moe-sequential.log)" >>"$SUMMARY"
+      tail -20 "$OUTDIR/moe-sequential.log"
+      rc=1
+    fi
+  else
+    echo "SKIP    moe_sequential.py: no PyTorch/torchrun on this machine" >>"$SUMMARY"
+  fi
+fi
+exit $rc

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# test_moe_gpu under `weftrun exec`: 1 rank, then as many ranks as GPUs (2, 4 or 8 on NVLink), then 4
+# ranks sharing the GPUs where there are fewer than 4 (the protocol, not NVLink).
+# Usage: moe_gpu.sh BUILD_DIR. Exit 77 (skipped) without a GPU.
+set -uo pipefail
+build=${1:?usage: moe_gpu.sh BUILD_DIR}
+if ! gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU) || [ "$gpus" -eq 0 ]; then
+  echo "SKIPPED: no GPU on this machine (test_moe_gpu needs one)"
+  exit 77
+fi
+export WEFT_DEVICE_TIMEOUT=${WEFT_DEVICE_TIMEOUT:-20}
+rc=0
+run() {
+  echo "== test_moe_gpu: $*"
+  timeout 300 "$build/bin/weftrun" exec "$@" -- "$build/bin/test_moe_gpu" || rc=1
+}
+run -n 1
+[ "$gpus" -ge 2 ] && run -n "$([ "$gpus" -ge 8 ] && echo 8 || { [ "$gpus" -ge 4 ] && echo 4 || echo 2; })"
+[ "$gpus" -lt 4 ] && run -n 4 --oversubscribe
+# A rank that never calls: the peer's call ends within the device timeout, naming it.
+echo "== test_moe_gpu --stall: -n 2"
+share=""
+[ "$gpus" -lt 2 ] && share=--oversubscribe
+WEFT_DEVICE_TIMEOUT=3 timeout 120 "$build/bin/weftrun" exec -n 2 $share -- "$build/bin/test_moe_gpu" --stall || rc=1
+exit $rc

@@ -1,0 +1,446 @@
+// The ofi backend: ordering choice and addressing (pure), its endpoint blob, and over libfabric's tcp provider:
+// FI_MR_VIRT_ADDR set and clear, the delivery-complete fallback, a peer that never connects, a missing provider.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "base/log.h"
+#include "local_bootstrap.h"
+#include "transport/heap.h"
+#include "transport/ofi_plan.h"
+#include "transport/ofi_stage.h"
+#include "transport/transport.h"
+
+using namespace weft;
+using namespace weft::transport;
+
+namespace {
+
+// Tests stay on the loopback interface, whatever other interfaces come and go (libfabric reads these
+// when it first loads its providers).
+const bool kLoopbackOnly = [] {
+  setenv("FI_TCP_IFACE", "lo", 0);
+  setenv("FI_SOCKETS_IFACE", "lo", 0);
+  return true;
+}();
+
+// The provider the tests use: WEFT_OFI_PROVIDER if set, else libfabric's tcp provider under rxm.
+std::string test_provider() {
+  setenv("WEFT_OFI_PROVIDER", "tcp;ofi_rxm", 0);
+  return getenv("WEFT_OFI_PROVIDER");
+}
+
+bool have_provider() {
+  std::string why;
+  if (ofi_provider_present(test_provider(), &why)) return true;
+  MESSAGE("SKIPPED: no libfabric provider '" << test_provider() << "' here (" << why << ")");
+  return false;
+}
+
+uint8_t byte_of(int src, int round, uint64_t i) {
+  return static_cast<uint8_t>(src * 37 + round * 11 + i * 7 + (i >> 9));
+}
+
+// 3 ranks, every one sends every peer blocks of several sizes (two puts and a signal each) and
+// checks what arrives; `ordering` receives rank 0's ordering line.
+Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string* ordering) {
+  const int me = boot.info().rank, n = boot.info().size;
+  const uint64_t kBlock = 1 << 20;
+  std::unique_ptr<HostHeap> heap;
+  WEFT_CHECK(HostHeap::create(2 * n * kBlock + 4096, &heap));
+  const uint64_t recv0 = n * kBlock, flags0 = 2 * n * kBlock;
+  TransportOptions opt;
+  opt.backend = "ofi";
+  opt.signal_mode = mode;
+  opt.connect_all_peers = true;
+  opt.fifo_depth = 32;
+  opt.timeout_s = 20;
+  std::unique_ptr<Transport> t;
+  WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+  int round = 0;
+  for (uint64_t size : {uint64_t{8}, uint64_t{4097}, kBlock}) {
+    ++round;
+    for (int d = 0; d < n; ++d)
+      for (uint64_t i = 0; i < size; ++i) heap->at(d * kBlock)[i] = byte_of(me, round, i);
+    for (int d = 0; d < n; ++d) {
+      if (d == me) continue;
+      const uint64_t half = size / 2;
+      WEFT_CHECK(t->put(0, d, d * kBlock, recv0 + me * kBlock, half));
+      WEFT_CHECK(
+          t->put_signal(0, d, d * kBlock + half, recv0 + me * kBlock + half, size - half, flags0 + 8 * me, round));
+    }
+    for (int s = 0; s < n; ++s) {
+      if (s == me) continue;
+      WEFT_CHECK(t->wait_flag(flags0 + 8 * s, round, "an ofi block"));
+      for (uint64_t i = 0; i < size; ++i)
+        if (heap->at(recv0 + s * kBlock)[i] != byte_of(s, round, i)) {
+          WEFT_WARN(kTransport, "rank %d: byte %llu of %llu from rank %d is wrong", me, (unsigned long long)i,
+                    (unsigned long long)size, s);
+          return Status::kProtocolError;
+        }
+    }
+    WEFT_CHECK(t->flush());
+    WEFT_CHECK(boot.barrier("ofi round " + std::to_string(round)));
+  }
+  if (me == 0) *ordering = t->ordering();
+  return t->stop();
+}
+
+void run_exchange(const OfiTestSwitches& sw, const char* expect_ordering) {
+  set_ofi_test_switches(sw);
+  for (std::string mode : {"serial", "fenced", "batched"}) {
+    CAPTURE(mode);
+    std::string ordering;
+    auto st = testing::run_threads(3, 1, [&](bootstrap::Bootstrap& b) { return exchange(b, mode, &ordering); });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(st[r] == Status::kOk);
+    }
+    if (expect_ordering) CHECK(ordering == expect_ordering);
+  }
+  set_ofi_test_switches(OfiTestSwitches{});
+}
+
+}  // namespace
+
+TEST_CASE("ofi ordering: FI_FENCE where offered, else write-after-write order covering the size, else delivery") {
+  OfiOrderTraits fence{true, false, 0}, waw{false, true, 4096}, none{false, false, 0}, waw0{false, true, 0};
+  CHECK(choose_ofi_ordering(fence) == OfiOrdering::kFence);
+  CHECK(choose_ofi_ordering(OfiOrderTraits{true, true, ~0ull}) == OfiOrdering::kFence);
+  CHECK(choose_ofi_ordering(waw) == OfiOrdering::kWriteOrder);
+  CHECK(choose_ofi_ordering(none) == OfiOrdering::kDelivery);
+  CHECK(choose_ofi_ordering(waw0) == OfiOrdering::kDelivery);
+  // Write order covers puts up to its size; past it a put must be delivered before a fenced signal.
+  CHECK_FALSE(ofi_put_needs_delivery(OfiOrdering::kWriteOrder, waw, 4096, false));
+  CHECK(ofi_put_needs_delivery(OfiOrdering::kWriteOrder, waw, 4097, false));
+  CHECK_FALSE(ofi_put_needs_delivery(OfiOrdering::kWriteOrder, waw, 4096, true));  // serial: order covers it
+  // A fence orders any size; serial mode does not fence, so there completion must mean delivery.
+  CHECK_FALSE(ofi_put_needs_delivery(OfiOrdering::kFence, fence, 1 << 30, false));
+  CHECK(ofi_put_needs_delivery(OfiOrdering::kFence, fence, 8, true));
+  CHECK(ofi_put_needs_delivery(OfiOrdering::kDelivery, none, 8, false));
+  CHECK(ofi_put_needs_delivery(OfiOrdering::kDelivery, waw, 8, false));  // forced: the order is not relied on
+  CHECK(ofi_target_addr(true, 0x7f0000001000, 64) == 0x7f0000001040);
+  CHECK(ofi_target_addr(false, 0, 64) == 64);
+}
+
+TEST_CASE("ofi endpoint blob: round trip, bounds, and the kind is checked") {
+  OfiPeerInfo o;
+  o.addr = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+  o.provider = "tcp;ofi_rxm";
+  o.heap_base = 0x7f0012340000;
+  o.heap_key = 0xabcdef;
+  bootstrap::Blob b = encode_peer_info(2, 1, o);
+  int node = -1;
+  PeerInfo back;
+  REQUIRE(decode_peer_info(b, 2, &node, &back) == Status::kOk);
+  CHECK(node == 1);
+  const auto* d = std::get_if<OfiPeerInfo>(&back);
+  REQUIRE(d);
+  CHECK(d->addr == o.addr);
+  CHECK(d->provider == o.provider);
+  CHECK(d->heap_base == o.heap_base);
+  CHECK(d->heap_key == o.heap_key);
+  for (size_t cut = 0; cut < b.size(); ++cut) {
+    bootstrap::Blob shorter(b.begin(), b.begin() + cut);
+    CHECK(decode_peer_info(shorter, 2, &node, &back) != Status::kOk);
+  }
+  o.addr.assign(OfiPeerInfo::kMaxAddrBytes + 1, 0);  // longer than any endpoint address weft accepts
+  CHECK(decode_peer_info(encode_peer_info(2, 1, o), 2, &node, &back) == Status::kProtocolError);
+  o.addr.clear();
+  CHECK(decode_peer_info(encode_peer_info(2, 1, o), 2, &node, &back) == Status::kProtocolError);
+}
+
+TEST_CASE("ofi over tcp: data and signals in every mode, with the provider's own ordering and addressing") {
+  if (!have_provider()) return;
+  run_exchange(OfiTestSwitches{}, "provider write-after-write order");
+}
+
+// The published heap base says how the provider addresses the heap: 0 for offsets, the heap's
+// address for virtual addresses.
+uint64_t published_base(const std::vector<uint64_t>& mem) {
+  BackendConfig cfg;
+  cfg.size = 2;
+  std::unique_ptr<NetBackend> b;
+  if (make_ofi_backend(cfg, &b) != Status::kOk) return 1;
+  PeerInfo info;
+  if (b->register_region(Region{const_cast<uint64_t*>(mem.data()), mem.size() * 8, MemKind::kHost, -1}) !=
+          Status::kOk ||
+      b->local_info(&info) != Status::kOk)
+    return 1;
+  b->close("");
+  return std::get<OfiPeerInfo>(info).heap_base;
+}
+
+TEST_CASE("ofi: heap addressed by offsets (FI_MR_VIRT_ADDR clear) and by virtual addresses (set)") {
+  if (!have_provider()) return;
+  std::vector<uint64_t> mem(512);
+  OfiTestSwitches sw;
+  sw.virt_addr = 0;  // hints without FI_MR_VIRT_ADDR: the provider must take offsets
+  set_ofi_test_switches(sw);
+  CHECK(published_base(mem) == 0);
+  run_exchange(sw, nullptr);
+  // Virtual addresses: the sockets provider honours FI_MR_VIRT_ADDR on its domain (tcp;ofi_rxm
+  // keeps its own core domain's mode, so it cannot be asked to).
+  const std::string saved = test_provider();
+  setenv("WEFT_OFI_PROVIDER", "sockets", 1);
+  std::string why;
+  if (ofi_provider_present("sockets", &why)) {
+    sw.virt_addr = 1;
+    set_ofi_test_switches(sw);
+    CHECK(published_base(mem) == reinterpret_cast<uint64_t>(mem.data()));
+    run_exchange(sw, nullptr);
+  } else {
+    MESSAGE("SKIPPED: FI_MR_VIRT_ADDR set: no 'sockets' provider here (" << why << ")");
+  }
+  setenv("WEFT_OFI_PROVIDER", saved.c_str(), 1);
+  set_ofi_test_switches(OfiTestSwitches{});
+}
+
+TEST_CASE("ofi: FI_FENCE orders the signals where the provider offers it (sockets)") {
+  std::string why;
+  if (!ofi_provider_present("sockets", &why)) {
+    MESSAGE("SKIPPED: no 'sockets' provider here (" << why << ")");
+    return;
+  }
+  const std::string saved = test_provider();
+  setenv("WEFT_OFI_PROVIDER", "sockets", 1);
+  run_exchange(OfiTestSwitches{}, "FI_FENCE");
+  setenv("WEFT_OFI_PROVIDER", saved.c_str(), 1);
+}
+
+TEST_CASE("ofi over tcp: the delivery-complete fallback orders fenced and batched signals") {
+  if (!have_provider()) return;
+  OfiTestSwitches sw;
+  sw.force_ordering = static_cast<int>(OfiOrdering::kDelivery);
+  run_exchange(sw, "delivery complete (serial)");
+}
+
+TEST_CASE("ofi: a peer that never connects times out, naming it") {
+  if (!have_provider()) return;
+  BackendConfig cfg;
+  cfg.size = 2;
+  cfg.secret = 42;
+  cfg.timeout_s = 1;
+  std::unique_ptr<NetBackend> a, silent;
+  REQUIRE(make_ofi_backend(cfg, &a) == Status::kOk);
+  cfg.rank = 1;
+  REQUIRE(make_ofi_backend(cfg, &silent) == Status::kOk);
+  std::vector<uint64_t> ma(64), mb(64);
+  REQUIRE(a->register_region(Region{ma.data(), 512, MemKind::kHost, -1}) == Status::kOk);
+  REQUIRE(silent->register_region(Region{mb.data(), 512, MemKind::kHost, -1}) == Status::kOk);
+  PeerInfo ia, ib;
+  REQUIRE(a->local_info(&ia) == Status::kOk);
+  REQUIRE(silent->local_info(&ib) == Status::kOk);
+  // Rank 1 published its endpoint but never connects, polls or answers.
+  CHECK(a->connect(1, ib) == Status::kTimeout);
+  const std::string err = a->error_message();
+  CAPTURE(err);
+  CHECK(err.find("rank 0") != std::string::npos);
+  CHECK(err.find("rank 1 did not connect") != std::string::npos);
+  a->close("timeout");
+  silent->close("");
+}
+
+TEST_CASE("ofi: a provider libfabric does not have fails with a clear error; so does a peer on another provider") {
+  std::string why;
+  setenv("WEFT_OFI_PROVIDER", "weft-no-such-provider", 1);
+  BackendConfig cfg;
+  cfg.size = 2;
+  std::unique_ptr<NetBackend> b;
+  Status made = make_ofi_backend(cfg, &b);
+  unsetenv("WEFT_OFI_PROVIDER");
+  if (made == Status::kUnsupported) {
+    MESSAGE("SKIPPED: weft was built without libfabric");
+    return;
+  }
+  REQUIRE(made == Status::kOk);
+  std::vector<uint64_t> mem(64);
+  CHECK(b->register_region(Region{mem.data(), 512, MemKind::kHost, -1}) == Status::kNotFound);
+  CHECK(b->error_message().find("weft-no-such-provider") != std::string::npos);
+  CHECK(b->error_message().find("WEFT_OFI_PROVIDER") != std::string::npos);
+  CHECK_FALSE(ofi_provider_present("weft-no-such-provider", &why));
+
+  if (!have_provider()) return;
+  std::unique_ptr<NetBackend> a;
+  REQUIRE(make_ofi_backend(cfg, &a) == Status::kOk);
+  REQUIRE(a->register_region(Region{mem.data(), 512, MemKind::kHost, -1}) == Status::kOk);
+  PeerInfo info;
+  REQUIRE(a->local_info(&info) == Status::kOk);
+  std::get<OfiPeerInfo>(info).provider = "efa";
+  CHECK(a->connect(1, info) == Status::kInvalidArgument);
+  CHECK(a->error_message().find("efa") != std::string::npos);
+  a->close("");
+}
+
+TEST_CASE("ofi staging rings: slots apply in sequence whatever order they arrive in; credit bounds the sender") {
+  StageSender tx(4);
+  StageReceiver rx(4);
+  uint64_t seq = 0;
+  std::vector<uint32_t> slots;
+  for (int i = 0; i < 4; ++i) {
+    REQUIRE(tx.can_take());
+    slots.push_back(tx.take(&seq));
+    CHECK(seq == uint64_t(i));
+  }
+  CHECK_FALSE(tx.can_take());  // four in flight, no credit yet
+  uint32_t slot = 0;
+  CHECK(rx.arrived(slots[2]));
+  CHECK(rx.arrived(slots[1]));
+  CHECK_FALSE(rx.next(&slot, &seq));  // slot of sequence 0 missing: nothing applies
+  CHECK_FALSE(rx.arrived(slots[1]));  // twice: a sender overran its credit
+  CHECK_FALSE(rx.arrived(9));         // out of range
+  CHECK(rx.arrived(slots[0]));
+  for (uint64_t want = 0; want < 3; ++want) {
+    REQUIRE(rx.next(&slot, &seq));
+    CHECK(seq == want);
+    rx.consume();
+  }
+  CHECK_FALSE(rx.next(&slot, &seq));
+  CHECK(rx.credit_due());
+  CHECK_FALSE(tx.credit(5));  // more than was sent
+  CHECK(tx.credit(rx.consumed()));
+  rx.credit_sent(rx.consumed());
+  CHECK_FALSE(tx.can_take());  // credit returned, but slot 0's own write has not completed
+  tx.local_complete(slots[0]);
+  REQUIRE(tx.can_take());
+  const uint32_t again = tx.take(&seq);
+  CHECK(again == slots[0]);
+  CHECK(seq == 4);
+  tx.untake(again);
+  CHECK(tx.in_flight() == 1);
+  int sender = -1;
+  stage_cq_split(stage_cq_data(77, 5), &sender, &slot);
+  CHECK(sender == 77);
+  CHECK(slot == 5);
+}
+
+namespace {
+
+// A device heap on the CPU: reached only through these hooks (CUDA copies on a GPU).
+std::atomic<uint64_t> g_to_bytes{0}, g_from_bytes{0};
+Status to_dev(void*, void* dst, const void* src, uint64_t bytes) {
+  if (bytes == 8 && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    uint64_t v;
+    memcpy(&v, src, 8);
+    __atomic_store_n(static_cast<uint64_t*>(dst), v, __ATOMIC_RELEASE);
+  } else {
+    memcpy(dst, src, bytes);
+  }
+  g_to_bytes += bytes;
+  return Status::kOk;
+}
+Status from_dev(void*, void* dst, const void* src, uint64_t bytes) {
+  memcpy(dst, src, bytes);
+  g_from_bytes += bytes;
+  return Status::kOk;
+}
+
+Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode) {
+  const int me = boot.info().rank, n = boot.info().size;
+  const uint64_t kBlock = 3 << 20;  // past one ring of staging slots: credits must come back
+  std::vector<uint64_t> mem((2 * n * kBlock + 4096) / 8, 0);
+  Region heap{mem.data(), mem.size() * 8, MemKind::kDevice, -1};
+  char* base = reinterpret_cast<char*>(mem.data());
+  const uint64_t recv0 = n * kBlock, flags0 = 2 * n * kBlock;
+  TransportOptions opt;
+  opt.backend = "ofi";
+  opt.signal_mode = mode;
+  opt.connect_all_peers = true;
+  opt.fifo_depth = 32;
+  opt.timeout_s = 20;
+  opt.copy_hooks.to_region = to_dev;
+  opt.copy_hooks.from_region = from_dev;
+  std::unique_ptr<Transport> t;
+  WEFT_CHECK(Transport::create(boot, heap, opt, &t));
+  int round = 0;
+  for (uint64_t size : {uint64_t{8}, uint64_t{300000}, kBlock}) {
+    ++round;
+    for (int d = 0; d < n; ++d)
+      for (uint64_t i = 0; i < size; ++i) base[d * kBlock + i] = static_cast<char>(byte_of(me, round, i));
+    for (int d = 0; d < n; ++d) {
+      if (d == me) continue;
+      WEFT_CHECK(t->put(0, d, d * kBlock, recv0 + me * kBlock, size / 2));
+      WEFT_CHECK(t->put_signal(0, d, d * kBlock + size / 2, recv0 + me * kBlock + size / 2, size - size / 2,
+                               flags0 + 8 * me, round));
+    }
+    for (int s = 0; s < n; ++s) {
+      if (s == me) continue;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (__atomic_load_n(reinterpret_cast<uint64_t*>(base + flags0 + 8 * s), __ATOMIC_ACQUIRE) <
+             static_cast<uint64_t>(round)) {
+        if (t->status() != Status::kOk) return t->status();
+        if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+        std::this_thread::yield();
+      }
+      for (uint64_t i = 0; i < size; ++i)
+        if (static_cast<uint8_t>(base[recv0 + s * kBlock + i]) != byte_of(s, round, i)) return Status::kProtocolError;
+    }
+    WEFT_CHECK(t->flush());
+    WEFT_CHECK(boot.barrier("staged round " + std::to_string(round)));
+  }
+  return t->stop();
+}
+
+}  // namespace
+
+TEST_CASE("ofi over tcp: a device heap goes through host staging, applied in order by the receiving proxy") {
+  if (!have_provider()) return;
+  for (std::string mode : {"serial", "fenced", "batched"}) {
+    CAPTURE(mode);
+    g_to_bytes = g_from_bytes = 0;
+    auto st = testing::run_threads(3, 1, [&](bootstrap::Bootstrap& b) { return staged_exchange(b, mode); });
+    for (int r = 0; r < 3; ++r) {
+      CAPTURE(r);
+      CHECK(st[r] == Status::kOk);
+    }
+    const uint64_t payload = 3ull * 2 * (8 + 300000 + (3 << 20));  // every rank to both peers
+    CHECK(g_from_bytes == payload);
+    CHECK(g_to_bytes == payload + 3ull * 2 * 3 * 8);  // and the flags, copied in by the receiver
+  }
+}
+
+TEST_CASE("ofi over tcp: a peer killed mid-transfer: the rank writing to it fails within the bound, naming it") {
+  if (!have_provider()) return;
+  constexpr uint64_t kBig = 16 << 20;
+  auto res = testing::run_forked(
+      2, 1,
+      [&](testing::ForkBootstrap& boot) -> int {
+        const int me = boot.info().rank;
+        std::unique_ptr<HostHeap> heap;
+        if (HostHeap::create(kBig + 4096, &heap) != Status::kOk) return 2;
+        TransportOptions opt;
+        opt.backend = "ofi";
+        opt.signal_mode = "fenced";
+        opt.connect_all_peers = true;
+        opt.timeout_s = 10;
+        std::unique_ptr<Transport> t;
+        if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;
+        if (boot.barrier("up") != Status::kOk) return 4;
+        if (me == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          raise(SIGKILL);
+        }
+        // Rank 0 keeps writing to rank 1 until its transport fails (bounded by the harness).
+        for (int i = 0; t->status() == Status::kOk && i < 100000; ++i) {
+          if (t->put_signal(0, 1, 0, 0, kBig, kBig, i + 1) != Status::kOk) break;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
+        boot.report(t->error_message());
+        return t->status() == Status::kOk ? 0 : 1;
+      },
+      40);
+  REQUIRE(res.size() == 2);
+  CHECK(res[1].term_signal == SIGKILL);
+  CAPTURE(res[0].report);
+  CHECK(res[0].exited);
+  CHECK(res[0].exit_code == 1);
+  CHECK(res[0].seconds < 15);
+  CHECK(res[0].report.find("rank 1") != std::string::npos);
+  MESSAGE("rank 0 after " << res[0].seconds << " s: " << res[0].report);
+}

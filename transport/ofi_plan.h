@@ -1,0 +1,49 @@
+// The ofi backend's decisions as pure functions: signal ordering from the provider's attributes, target addresses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace weft::transport {
+
+// How a fenced signal is kept behind the puts posted before it to the same peer.
+enum class OfiOrdering : int {
+  kFence = 0,   // the provider offers FI_FENCE: the signal carries it
+  kWriteOrder,  // the provider orders write after write (FI_ORDER_WAW) up to max_order_waw_size
+  kDelivery,    // neither: the puts complete with FI_DELIVERY_COMPLETE and the signal waits for them
+};
+const char* to_string(OfiOrdering o);
+
+// What the provider said about ordering (fi_info caps, tx_attr->msg_order, ep_attr->max_order_waw_size).
+struct OfiOrderTraits {
+  bool fence = false;
+  bool write_after_write = false;
+  uint64_t max_order_waw_size = 0;
+};
+
+// FI_FENCE where offered, else the write-after-write order, else waiting for delivery.
+OfiOrdering choose_ofi_ordering(const OfiOrderTraits& t);
+
+// A put of `bytes` must complete with FI_DELIVERY_COMPLETE (and fenced signals behind it wait for
+// that completion) unless the provider's write order covers its size, or a fence will order it and
+// the proxy does not rely on its completion (`proxy_waits`: serial mode posts unfenced signals
+// after the put's completion, so that completion must mean the data is in place).
+bool ofi_put_needs_delivery(OfiOrdering o, const OfiOrderTraits& t, uint64_t bytes, bool proxy_waits);
+
+// The target address of heap offset `offset`: the peer's heap base plus the offset where the
+// provider uses virtual addresses (FI_MR_VIRT_ADDR), else the offset into the registration.
+inline uint64_t ofi_target_addr(bool virt_addr, uint64_t heap_base, uint64_t offset) {
+  return virt_addr ? heap_base + offset : offset;
+}
+
+// Test-only switches (never an environment parameter): they let the tests drive the paths a
+// provider here does not choose by itself. Set them before creating a backend.
+struct OfiTestSwitches {
+  int virt_addr = -1;       // -1: as the provider says; 0: hints without FI_MR_VIRT_ADDR (offsets);
+                            // 1: the domain opened with FI_MR_VIRT_ADDR (virtual addresses)
+  int force_ordering = -1;  // -1: choose_ofi_ordering; else an OfiOrdering the provider supports
+};
+void set_ofi_test_switches(const OfiTestSwitches& s);
+OfiTestSwitches ofi_test_switches();
+
+}  // namespace weft::transport
