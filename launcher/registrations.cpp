@@ -28,6 +28,10 @@ void register_builtin_check_transports() {
       "ibverbs", [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
         return transport::run_transport_check_report("ibverbs", boot, iters, &r->summary, &r->json);
       });
+  register_check_transport("ofi",
+                           [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
+                             return transport::run_transport_check_report("ofi", boot, iters, &r->summary, &r->json);
+                           });
   register_check_transport("auto",
                            [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
                              return transport::run_transport_check_report("auto", boot, iters, &r->summary, &r->json);

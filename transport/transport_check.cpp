@@ -44,7 +44,7 @@ std::string TransportCheckResult::to_json() const {
            (unsigned long long)counters.signals, (unsigned long long)counters.fences,
            (unsigned long long)counters.batches, (unsigned long long)counters.stalls);
   return std::string(buf) + ", \"backend_reason\": " + json_string(backend_reason) +
-         ", \"placement\": " + json_string(placement) + "}";
+         ", \"ordering\": " + json_string(ordering) + ", \"placement\": " + json_string(placement) + "}";
 }
 
 Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
@@ -73,6 +73,7 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   result->signal_mode = to_string(t->signal_mode());
   result->placement = t->placement_summary();
   result->backend_reason = t->backend_reason();
+  result->ordering = t->ordering();
 
   auto flag = [&](int phase, int src) { return flags_off + 8 * (uint64_t(phase) * n + src); };
   const auto t0 = std::chrono::steady_clock::now();
@@ -145,7 +146,8 @@ Status run_transport_check_report(const std::string& backend, bootstrap::Bootstr
   char line[256];
   snprintf(line, sizeof line, "%s/%s: %d x (all-gather + all-to-all) verified, %.1f MB in %.1f ms", r.backend.c_str(),
            r.signal_mode.c_str(), o.iterations, r.bytes_verified / 1e6, r.seconds * 1e3);
-  *summary = std::string(line) + " (" + r.backend_reason + "); used " + r.placement;
+  *summary = std::string(line) + " (" + r.backend_reason + (r.ordering.empty() ? "" : "; ordering: " + r.ordering) +
+             "); used " + r.placement;
   *json = r.to_json();
   return Status::kOk;
 }

@@ -22,6 +22,7 @@ struct TransportCheckResult {
   std::string backend;
   std::string signal_mode;
   std::string backend_reason;    // Transport::backend_reason
+  std::string ordering;          // Transport::ordering: how a fenced signal stays behind its puts
   std::string placement;         // this rank: GPU, NIC, port, proxy CPUs used (Transport::placement_summary)
   ProxyCounters counters;        // summed over ranks
   uint64_t bytes_verified = 0;   // by this rank
