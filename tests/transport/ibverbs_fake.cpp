@@ -8,6 +8,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <random>
 
 namespace weft::testing::fake_ibv {
 
@@ -130,6 +131,7 @@ struct Fabric::Impl {
   uint32_t next_key = 0x1000, next_qpn = 0x40;
   int next_fd = 1000;
   int budget = 0;
+  std::mt19937 rng{12345};  // fixed seed: a failing interleaving repeats
   bool no_subsystem = false, no_gid_table = false;
   uint64_t refuse_lo = 0, refuse_hi = 0;
   std::string unreachable;
@@ -256,14 +258,20 @@ struct Fabric::Impl {
     return true;
   }
 
+  // Runs pending WRITEs of the QPs on `cq`: each QP's strictly in order (RC), the QPs in a random order
+  // with a random share of the budget, so nothing may rely on order across QPs.
   void progress(FCq* cq) {
-    for (auto& [h, q] : qps) {
-      if (q->scq != cq) continue;
+    std::vector<FQp*> on_cq;
+    for (auto& [h, q] : qps)
+      if (q->scq == cq) on_cq.push_back(q.get());
+    std::shuffle(on_cq.begin(), on_cq.end(), rng);
+    for (FQp* q : on_cq) {
+      const int limit = budget == 0 ? 0 : 1 + static_cast<int>(rng() % static_cast<unsigned>(budget));
       int done = 0;
-      while (!q->pending.empty() && (budget == 0 || done < budget)) {
+      while (!q->pending.empty() && (limit == 0 || done < limit)) {
         if (q->state == IBV_QPS_ERR) {
-          complete(q.get(), q->pending.front(), IBV_WC_WR_FLUSH_ERR);
-        } else if (!execute(q.get(), q->pending.front())) {
+          complete(q, q->pending.front(), IBV_WC_WR_FLUSH_ERR);
+        } else if (!execute(q, q->pending.front())) {
           break;
         }
         q->pending.pop_front();

@@ -77,9 +77,11 @@ class Fabric {
   size_t live_objects() const;  // contexts, PDs, CQs, MRs and QPs not yet released
 
   // Knobs.
-  void set_exec_budget(int wrs_per_qp_per_poll);  // 0 (default): a poll executes everything pending
-  void set_no_rdma_subsystem(bool on);            // ibv_get_device_list fails with ENOSYS (as in CI)
-  void set_gid_table_unsupported(bool on);        // ibv_query_gid_table fails: the backend walks query_gid_ex
+  // 0 (default): a poll executes everything pending; n > 0: 1..n WRs per QP per poll (random), QPs in a
+  // random order.
+  void set_exec_budget(int wrs_per_qp_per_poll);
+  void set_no_rdma_subsystem(bool on);      // ibv_get_device_list fails with ENOSYS (as in CI)
+  void set_gid_table_unsupported(bool on);  // ibv_query_gid_table fails: the backend walks query_gid_ex
   // WRITEs to or from QPs of this device never arrive (a wrong route, a dead link): they fail with
   // retry exceeded, or with `silent` stay in the send queue, never completing.
   void set_unreachable(const std::string& device, bool silent = false);

@@ -48,8 +48,10 @@ TEST_CASE("check: 4 ranks on 2 nodes of jwb0004 each name their GPU's NIC, port 
   auto lines = rank_lines(r.out);
   REQUIRE(lines.size() == 4);
   // Local rank 0 -> GPU 0000:03:00.0 -> mlx5_0 (CPUs 18-23,66-71); local rank 1 -> 0000:44:00.0 -> mlx5_1.
-  for (int i : {0, 2}) CHECK(lines[i].find("placement: GPU 0000:03:00.0, NIC mlx5_0 port 1, proxy CPUs") != std::string::npos);
-  for (int i : {1, 3}) CHECK(lines[i].find("placement: GPU 0000:44:00.0, NIC mlx5_1 port 1, proxy CPUs") != std::string::npos);
+  for (int i : {0, 2})
+    CHECK(lines[i].find("placement: GPU 0000:03:00.0, NIC mlx5_0 port 1, proxy CPUs") != std::string::npos);
+  for (int i : {1, 3})
+    CHECK(lines[i].find("placement: GPU 0000:44:00.0, NIC mlx5_1 port 1, proxy CPUs") != std::string::npos);
   CHECK(lines[0].find("18-23,66-71") != std::string::npos);  // as CPUs, or as the mapping's where not usable here
 }
 
