@@ -63,6 +63,13 @@ const std::vector<ParamInfo> kParams = {
      "libfabric provider for the ofi backend (e.g. \"tcp;ofi_rxm\", efa, verbs;ofi_rxm); empty = libfabric's choice",
      kU},
     {"WEFT_SOCKET_IFNAME", kStr, "", "", "network interface for the socket backend; empty = the route to the peer", kU},
+    {"WEFT_IB_TC", kInt, "-1", "",
+     "ibverbs: traffic class in each RoCE QP's global route header (0-255); -1 = the site's: the device's "
+     "sysfs tc/<port>/traffic_class where the driver has one, else 0",
+     kU, -1, 255},
+    {"WEFT_IB_GID_INDEX", kInt, "-1", "",
+     "ibverbs: GID table index for RoCE; -1 = the first RoCE v2 GID bound to a network device (IPv4-mapped first)", kU,
+     -1, 4095},
     {"WEFT_DETERMINISTIC", kBool, "0", "", "fixed reduction order, so results repeat bit for bit", kU},
 
     // --- bench: the GEMM core's variants

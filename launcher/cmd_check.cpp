@@ -21,6 +21,8 @@
 #include "launcher/launch.h"
 #include "launcher/rank.h"
 #include "runtime/workload.h"
+#include "transport/nic_placement.h"
+#include "transport/transport_bandwidth.h"
 
 namespace weft::launcher {
 namespace {
@@ -30,7 +32,7 @@ using bootstrap::BlobReader;
 using bootstrap::BlobWriter;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 1;
+constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 2;
 constexpr size_t kMaxProblems = 20;
 constexpr int kMaxIters = 1000000000;  // tests run "forever" as 1e8 iterations; 0 and negatives are the errors
 
@@ -40,6 +42,7 @@ struct CheckOptions {
   std::string transport;
   int iters = 1;
   bool json = false;
+  bool bandwidth = false;  // with --transport: the bandwidth table per signal mode
 };
 
 // What each rank tells rank 0 at the end.
@@ -47,6 +50,7 @@ struct Report {
   uint32_t rank = 0, node = 0, local_rank = 0, local_size = 0, pid = 0, gpu_count = 0;
   int32_t gpu = -1;
   std::string hostname, bus_id, launched_by, transport_summary, transport_json;
+  std::string placement;  // GPU, NIC, port, proxy CPUs (the transport's when --transport ran one)
   std::vector<std::string> problems;
   std::vector<double> modex_us, barrier_us;
 };
@@ -55,7 +59,8 @@ Blob encode(const Report& r) {
   BlobWriter w;
   for (uint32_t v : {r.rank, r.node, r.local_rank, r.local_size, r.pid, r.gpu_count, static_cast<uint32_t>(r.gpu)})
     w.u32(v);
-  for (const auto* s : {&r.hostname, &r.bus_id, &r.launched_by, &r.transport_summary, &r.transport_json}) w.str(*s);
+  for (const auto* s : {&r.hostname, &r.bus_id, &r.launched_by, &r.transport_summary, &r.transport_json, &r.placement})
+    w.str(*s);
   w.u32(static_cast<uint32_t>(r.problems.size()));
   for (const auto& p : r.problems) w.str(p);
   for (const auto* v : {&r.modex_us, &r.barrier_us}) {
@@ -73,7 +78,7 @@ Status decode(const Blob& sealed, int peer, Report* r) {
   bool ok = rd.u32(&r->rank) && rd.u32(&r->node) && rd.u32(&r->local_rank) && rd.u32(&r->local_size) &&
             rd.u32(&r->pid) && rd.u32(&r->gpu_count) && rd.u32(&gpu);
   r->gpu = static_cast<int32_t>(gpu);
-  for (auto* s : {&r->hostname, &r->bus_id, &r->launched_by, &r->transport_summary, &r->transport_json})
+  for (auto* s : {&r->hostname, &r->bus_id, &r->launched_by, &r->transport_summary, &r->transport_json, &r->placement})
     ok = ok && rd.str(s);
   ok = ok && rd.u32(&n) && n <= payload.size();
   for (uint32_t i = 0; ok && i < n; ++i) {
@@ -171,7 +176,7 @@ void check_structure(const std::vector<Report>& reports, int num_nodes, std::vec
 }
 
 void print_results(const CheckOptions& o, const RankContext& ctx, const std::vector<Report>& reports,
-                   const std::vector<std::string>& problems) {
+                   const std::vector<std::string>& problems, const std::vector<transport::BandwidthRow>& bw) {
   bool passed = problems.empty();
   Stats modex = slowest_per_iter(reports, &Report::modex_us);
   Stats barrier = slowest_per_iter(reports, &Report::barrier_us);
@@ -192,6 +197,7 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
                           {"hostname", r.hostname}, {"pid", r.pid},   {"gpu_count", r.gpu_count}};
       e["gpu"] = r.gpu >= 0 ? nlohmann::json(r.gpu) : nlohmann::json(nullptr);
       e["pci_bus_id"] = r.gpu >= 0 ? nlohmann::json(r.bus_id) : nlohmann::json(nullptr);
+      e["placement"] = r.placement;
       per.push_back(e);
       if (!o.transport.empty()) {
         auto t = nlohmann::json::parse(r.transport_json, nullptr, false);
@@ -202,9 +208,23 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       // Each rank's object already holds the job's counters summed over ranks: rank 0's is the
       // job's ({"backend", "signal_mode", "puts", "signals", "fences", "batches", "stalls"}).
       nlohmann::json t = (!transport.empty() && transport[0].is_object()) ? transport[0] : nlohmann::json::object();
+      t.erase("placement");  // per rank, under per_rank
       t["name"] = o.transport;
       t["per_rank"] = transport;
       doc["transport"] = t;
+    }
+    if (o.bandwidth) {
+      auto& rows = doc["bandwidth"] = nlohmann::json::array();
+      for (const auto& r : bw)
+        rows.push_back({{"backend", r.backend},
+                        {"signal_mode", r.signal_mode},
+                        {"bytes", r.bytes},
+                        {"count", r.count},
+                        {"gbps", r.gbps},
+                        {"signal_us", r.signal_us},
+                        {"fences", r.counters.fences},
+                        {"batches", r.counters.batches},
+                        {"stalls", r.counters.stalls}});
     }
     doc["problems"] = problems;
     printf("%s\n", doc.dump(2).c_str());
@@ -218,10 +238,18 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       std::vector<double> sorted = r.modex_us;
       std::sort(sorted.begin(), sorted.end());
       double med = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s%s\n", r.rank, n,
+      // The transport's summary ends with what it used ("; used GPU ..., NIC ..., proxy CPUs ..."); without
+      // a transport, the placement the mapping gives this rank.
+      const std::string tail =
+          !r.transport_summary.empty() ? ", " + r.transport_summary : "; placement: " + r.placement;
+      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s\n", r.rank, n,
              r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, r.pid, gpu, o.iters,
-             r.problems.empty() ? "ok" : "FAILED", med, r.transport_summary.empty() ? "" : ", ",
-             r.transport_summary.c_str());
+             r.problems.empty() ? "ok" : "FAILED", med, tail.c_str());
+    }
+    if (!bw.empty()) {
+      std::vector<int> node_of;
+      for (const auto& r : reports) node_of.push_back(static_cast<int>(r.node));
+      printf("%s", transport::format_bandwidth_table(bw, 0, transport::bandwidth_partner(ctx.info, node_of)).c_str());
     }
     printf("fence+modex (slowest rank): median %.0f us, min %.0f, max %.0f; barrier: median %.0f us (%s, %d iters)\n",
            modex.median, modex.min, modex.max, barrier.median, ctx.launched_by.c_str(), o.iters);
@@ -263,6 +291,19 @@ int check_rank(const CheckOptions& o) {
   mine.bus_id = ctx.gpu_pci_bus_id;
   mine.hostname = ctx.info.hostname;
   mine.launched_by = ctx.launched_by;
+  {
+    // What the transport would use (the transport check reports what it did use).
+    topology::RankPlacement p = transport::rank_placement(ctx.info, ctx.gpu_pci_bus_id, 1);
+    std::vector<transport::ChannelUse> use(p.channels.size());
+    for (size_t c = 0; c < p.channels.size(); ++c)
+      use[c] = {p.channels[c].nic_name,
+                p.channels[c].port,
+                p.channels[c].port_state,
+                p.channels[c].cpuset,
+                transport::usable_cpus(p.channels[c].cpuset),
+                false};
+    mine.placement = transport::describe_placement(p, use, "");
+  }
   std::random_device rd;
   uint64_t nonce = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ (static_cast<uint64_t>(getpid()) << 17) ^
                    static_cast<uint64_t>(Clock::now().time_since_epoch().count());
@@ -339,6 +380,23 @@ int check_rank(const CheckOptions& o) {
     }
   }
 
+  // --bandwidth: only where every rank's transport check passed (agreed, so no rank waits alone).
+  std::vector<transport::BandwidthRow> bw;
+  if (o.bandwidth && !o.transport.empty()) {
+    std::vector<Blob> oks;
+    s = boot->allgather("check.bandwidth.ready", Blob(1, mine.problems.empty() ? 1 : 0), &oks);
+    bool all_ok = s == Status::kOk && oks.size() == static_cast<size_t>(n);
+    for (const auto& b : oks) all_ok = all_ok && b.size() == 1 && b[0] == 1;
+    if (!all_ok) {
+      problem("--bandwidth not run: the transport check failed on some rank");
+    } else {
+      transport::BandwidthOptions bo;
+      bo.backend = o.transport;
+      Status bs = transport::run_transport_bandwidth(*boot, bo, &bw);
+      if (bs != Status::kOk) problem("transport " + o.transport + " bandwidth: " + to_string(bs));
+    }
+  }
+
   std::vector<Blob> all;
   s = boot->allgather("check.report", encode(mine), &all);
   if (s != Status::kOk) {
@@ -353,7 +411,7 @@ int check_rank(const CheckOptions& o) {
     for (const auto& p : reports[r].problems) problems.push_back(p);
   }
   check_structure(reports, ctx.info.num_nodes, &problems);
-  if (me == 0) print_results(o, ctx, reports, problems);
+  if (me == 0) print_results(o, ctx, reports, problems, bw);
   return problems.empty() ? 0 : 1;
 }
 
@@ -391,7 +449,15 @@ void add_check_command(CLI::App& app, int* exit_code) {
       ->check(known_transport());
   sub->add_option("--iters", opts->iters, "exchanges to run and verify")->check(CLI::Range(1, kMaxIters));
   sub->add_flag("--json", opts->json, "print one JSON document instead of lines");
+  sub->add_flag("--bandwidth", opts->bandwidth,
+                "with --transport: put bandwidth, signal latency, fences and stalls per message size and signal mode "
+                "(rank 0 to a rank on another node)");
   sub->callback([opts, exit_code] {
+    if (opts->bandwidth && opts->transport.empty()) {
+      fprintf(stderr, "weftrun check: --bandwidth needs --transport NAME (the backend to measure)\n");
+      *exit_code = 2;
+      return;
+    }
     std::string why;
     switch (detect_role(&why)) {
       case Role::kMisLaunched:

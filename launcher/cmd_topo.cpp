@@ -42,11 +42,14 @@ nlohmann::ordered_json to_json(const Topology& t, const Mapping& m) {
     nlohmann::ordered_json users = nlohmann::ordered_json::array();
     for (const auto& link : m.gpus)
       if (link.primary_nic == n.index) users.push_back(t.gpus[link.gpu].pci_bus_id);
+    nlohmann::ordered_json ports = nlohmann::ordered_json::array();
+    for (const auto& p : n.ports) ports.push_back({{"port", p.number}, {"state", topology::port_state_name(p.state)}});
     nics.push_back({{"index", n.index},
                     {"name", n.name},
                     {"pci_bus_id", n.pci_bus_id},
                     {"numa", numa_json(n.numa_node)},
                     {"cpuset", n.cpuset},
+                    {"ports", ports},
                     {"gpus", users}});
   }
   nlohmann::ordered_json numa = nlohmann::ordered_json::array();
@@ -84,13 +87,17 @@ void print_table(const Topology& t, const Mapping& m) {
   if (t.nics.empty())
     printf("  none found (no OpenFabrics device)\n");
   else
-    printf("  %-3s %-10s %-13s %-4s %s\n", "#", "name", "PCI bus id", "NUMA", "primary NIC of GPUs");
+    printf("  %-3s %-10s %-13s %-4s %-16s %s\n", "#", "name", "PCI bus id", "NUMA", "ports", "primary NIC of GPUs");
   for (const auto& n : t.nics) {
     std::string users;
     for (const auto& link : m.gpus)
       if (link.primary_nic == n.index) users += (users.empty() ? "" : ",") + std::to_string(link.gpu);
-    printf("  %-3d %-10s %-13s %-4s %s\n", n.index, n.name.c_str(), n.pci_bus_id.empty() ? "?" : n.pci_bus_id.c_str(),
-           numa_text(n.numa_node).c_str(), users.empty() ? "-" : users.c_str());
+    std::string ports;  // "1 ACTIVE", the port weft would open first
+    for (const auto& p : n.ports)
+      ports += (ports.empty() ? "" : ",") + std::to_string(p.number) + " " + topology::port_state_name(p.state);
+    printf("  %-3d %-10s %-13s %-4s %-16s %s\n", n.index, n.name.c_str(),
+           n.pci_bus_id.empty() ? "?" : n.pci_bus_id.c_str(), numa_text(n.numa_node).c_str(),
+           ports.empty() ? "?" : ports.c_str(), users.empty() ? "-" : users.c_str());
   }
 
   printf("\nNUMA nodes\n");

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "transport/nic_placement.h"
 
 namespace weft::launcher {
 namespace {
@@ -71,6 +72,8 @@ Status start_rank(RankContext* ctx, std::unique_ptr<bootstrap::PmixBootstrap>* b
     (*boot)->abort("could not bind a GPU");
     return s;
   }
+  // The transport places this rank's channels (NIC, port, proxy CPUs) by the GPU bound here.
+  transport::set_bound_gpu(ctx->gpu_pci_bus_id);
   return Status::kOk;
 }
 

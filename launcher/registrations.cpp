@@ -24,6 +24,18 @@ void register_builtin_check_transports() {
                            [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
                              return transport::run_transport_check_report("socket", boot, iters, &r->summary, &r->json);
                            });
+  register_check_transport(
+      "ibverbs", [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
+        return transport::run_transport_check_report("ibverbs", boot, iters, &r->summary, &r->json);
+      });
+  register_check_transport("ofi",
+                           [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
+                             return transport::run_transport_check_report("ofi", boot, iters, &r->summary, &r->json);
+                           });
+  register_check_transport("auto",
+                           [](const RankContext&, bootstrap::Bootstrap& boot, int iters, CheckTransportReport* r) {
+                             return transport::run_transport_check_report("auto", boot, iters, &r->summary, &r->json);
+                           });
 }
 
 }  // namespace weft::launcher

@@ -162,6 +162,16 @@ void collect_nics(hwloc_topology_t topo, Topology* out) {
     if (os->attr->osdev.type != HWLOC_OBJ_OSDEV_OPENFABRICS) continue;
     Nic nic;
     nic.name = os->name ? os->name : "";
+    // hwloc exports each port's state as "Port<N>State" (ibv_port_state); ports are numbered from 1.
+    for (int port = 1; port <= 16; ++port) {
+      char key[32];
+      snprintf(key, sizeof key, "Port%dState", port);
+      const char* v = hwloc_obj_get_info_by_name(os, key);
+      if (!v) continue;
+      char* end = nullptr;
+      long st = strtol(v, &end, 10);
+      nic.ports.push_back({port, end != v && st >= 0 && st <= 5 ? static_cast<int>(st) : 0});
+    }
     hwloc_obj_t pci = pci_parent(os);
     if (pci) nic.pci_bus_id = format_bus_id(pci->attr->pcidev);
     nic.numa_node = numa_of(topo, pci ? pci : os, &nic.cpuset);

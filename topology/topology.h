@@ -27,9 +27,18 @@ struct Gpu {
   std::vector<std::string> ancestors;
 };
 
+// One port of an RDMA device as hwloc exports it ("Port1State" = 4); state is enum ibv_port_state
+// (1 DOWN, 2 INIT, 3 ARMED, 4 ACTIVE), 0 when the export does not say.
+struct NicPort {
+  int number = 1;
+  int state = 0;
+};
+const char* port_state_name(int state);
+
 struct Nic {
   int index = 0;
-  std::string name;  // OpenFabrics device name ("mlx5_0")
+  std::string name;            // OpenFabrics device name ("mlx5_0")
+  std::vector<NicPort> ports;  // in port order; empty when the export lists none
   std::string pci_bus_id;
   int numa_node = -1;
   std::string cpuset;
@@ -65,6 +74,23 @@ struct Mapping {
   bool socket_fallback = false;  // no NIC at all: inter-node traffic uses the socket backend
 };
 
+// Where one rank's traffic goes: per channel, the NIC and port it opens and the CPUs its proxy
+// thread runs on. Derived from the mapping (map_gpus_to_nics) for the GPU the rank bound.
+struct ChannelPlacement {
+  int nic = -1;          // index into Topology::nics; -1: no NIC
+  std::string nic_name;  // "mlx5_0"; "" without a NIC
+  int port = 0;          // 1-based port number; 0 without a NIC
+  int port_state = 0;    // NicPort::state of that port (0: unknown)
+  std::string cpuset;    // proxy CPUs (hwloc list string); "" = not pinned
+};
+struct RankPlacement {
+  int gpu = -1;                            // index into Topology::gpus; -1: none
+  std::string gpu_bus_id;                  // that GPU's bus id
+  std::string gpu_from;                    // "bus id", "local rank" (no bus id given), "" (no GPU)
+  std::vector<ChannelPlacement> channels;  // one per channel
+  std::string note;                        // why a part is missing ("" when GPU and NICs were found)
+};
+
 }  // namespace weft::topology
 
 namespace weft::topology {
@@ -86,6 +112,17 @@ Status load(const std::string& path, Topology* out);
 // the fewest candidates first, each taking its least loaded candidate (ties: the NIC that meets the
 // GPU deeper in the tree, i.e. on its own socket; then the lowest NIC index). Deterministic.
 Mapping map_gpus_to_nics(const Topology& topo);
+
+// The placement of a rank with `channels` channels. Its GPU: the one at `gpu_bus_id` when given
+// (the bound CUDA device), else GPU `local_rank % GPUs` (CUDA's default order follows bus ids on the
+// machines weft targets). Channel 0 uses the GPU's primary NIC, channel c the c-th of its equally
+// near NICs after it (rails round-robin); a GPU-less node spreads local ranks over its NICs. The
+// port is the NIC's first ACTIVE port, else its first port, else 1. Proxy CPUs: the NIC's NUMA
+// node, else the GPU's (as Mapping::proxy_cpuset). Deterministic: a function of its arguments.
+RankPlacement place_rank(const Topology& topo, const Mapping& mapping, const std::string& gpu_bus_id, int local_rank,
+                         int channels);
+// Port choice for one NIC (see place_rank); fills *state.
+int pick_port(const Nic& nic, int* state);
 
 // How near `nic` is to `gpu`: the deepest common ancestor in the PCI tree decides, NUMA otherwise.
 Proximity nic_proximity(const Gpu& gpu, const Nic& nic);

@@ -1,10 +1,13 @@
 // Device symmetric heap: cudaMalloc, CUDA IPC handles published through the bootstrap, same-node peers opened.
+#include <cuda.h>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <cstring>
 
 #include "base/log.h"
 #include "transport/cuda_transport.h"
+#include "transport/ibverbs_plan.h"
 #include "transport/transport.h"
 
 namespace weft::transport {
@@ -26,7 +29,78 @@ Status cuda_fail(cudaError_t e, int rank, const char* what) {
   return Status::kCudaError;
 }
 
+using GetHandleFn = CUresult (*)(void* handle, CUdeviceptr dptr, size_t size, CUmemRangeHandleType type,
+                                 unsigned long long flags);
+
+// cuMemGetHandleForAddressRange from the driver the runtime loaded (no link against libcuda).
+GetHandleFn get_handle_fn() {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+#if CUDART_VERSION >= 12050
+  if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070, cudaEnableDefault, &q) !=
+      cudaSuccess)
+#else
+  if (cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &fn, cudaEnableDefault, &q) != cudaSuccess)
+#endif
+  {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return q == cudaDriverEntryPointSuccess ? reinterpret_cast<GetHandleFn>(fn) : nullptr;
+}
+
 }  // namespace
+
+// The heap as a dma-buf, for ibv_reg_dmabuf_mr: the driver exports whole host pages, so the export
+// covers the page-aligned range around the heap and the heap starts dmabuf_offset_ bytes into it.
+// Not available (old driver, GPU or kernel): dmabuf_fd_ stays -1 and ibverbs falls back to peer memory.
+void CudaHeap::export_dmabuf() {
+  int supported = 0;
+  if (cudaDeviceGetAttribute(&supported, static_cast<cudaDeviceAttr>(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), device_) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    supported = 0;
+  }
+  if (cudaDeviceGetAttribute(&rdma_writes_ordering_, cudaDevAttrGPUDirectRDMAWritesOrdering, device_) != cudaSuccess) {
+    cudaGetLastError();
+    rdma_writes_ordering_ = 0;
+  }
+  if (rdma_writes_ordering_ < cudaGPUDirectRDMAWritesOrderingOwner)
+    WEFT_INFO(kTransport,
+              "rank %d: GPU %d does not order GPUDirect RDMA writes for its own kernels "
+              "(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = %d): data an RDMA NIC writes must be flushed "
+              "(cuFlushGPUDirectRDMAWrites) before a kernel consumes the flag after it",
+              rank_, device_, rdma_writes_ordering_);
+  if (!supported) {
+    WEFT_INFO(kTransport, "rank %d: GPU %d: no dma-buf export (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)", rank_,
+              device_);
+    return;
+  }
+  GetHandleFn get = get_handle_fn();
+  if (!get) {
+    WEFT_INFO(kTransport, "rank %d: the CUDA driver has no cuMemGetHandleForAddressRange: no dma-buf export", rank_);
+    return;
+  }
+  const long page = sysconf(_SC_PAGESIZE);
+  const ibv::DmabufRange r =
+      ibv::dmabuf_range(reinterpret_cast<uint64_t>(base_), bytes_, page > 0 ? static_cast<uint64_t>(page) : 4096);
+  int fd = -1;
+  CUresult e =
+      get(&fd, static_cast<CUdeviceptr>(r.aligned_base), r.aligned_bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+  if (e != CUDA_SUCCESS || fd < 0) {
+    WEFT_INFO(kTransport, "rank %d: cuMemGetHandleForAddressRange(dma-buf, %llu bytes) failed (CUresult %d)", rank_,
+              (unsigned long long)r.aligned_bytes, static_cast<int>(e));
+    return;
+  }
+  dmabuf_fd_ = fd;
+  dmabuf_offset_ = r.offset;
+}
+
+Status CudaHeap::flush_rdma_writes() const {
+  cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                                     cudaFlushGPUDirectRDMAWritesToOwner);
+  return e == cudaSuccess ? Status::kOk : cuda_fail(e, rank_, "cudaDeviceFlushGPUDirectRDMAWrites");
+}
 
 Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_ptr<CudaHeap>* out) {
   const auto& me = boot.info();
@@ -39,6 +113,7 @@ Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_
   // Phase 1: create and export.
   if ((e = cudaMalloc(&h->base_, bytes)) != cudaSuccess) return cuda_fail(e, me.rank, "cudaMalloc(symmetric heap)");
   if ((e = cudaMemset(h->base_, 0, bytes)) != cudaSuccess) return cuda_fail(e, me.rank, "cudaMemset(heap)");
+  h->export_dmabuf();
   HeapRecord rec{};
   rec.magic = kHeapMagic;
   rec.node = me.node;
@@ -94,6 +169,7 @@ void CudaHeap::release() {
     if (peers_[r] && static_cast<int>(r) != rank_) cudaIpcCloseMemHandle(peers_[r]);
   peers_.assign(peers_.size(), nullptr);
   if (device_table_) cudaFree(device_table_), device_table_ = nullptr;
+  if (dmabuf_fd_ >= 0) ::close(dmabuf_fd_), dmabuf_fd_ = -1;
   if (base_) cudaFree(base_), base_ = nullptr;
 }
 

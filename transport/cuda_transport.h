@@ -24,7 +24,15 @@ class CudaHeap {
   CudaHeap(const CudaHeap&) = delete;
   CudaHeap& operator=(const CudaHeap&) = delete;
 
-  Region region() const { return Region{base_, bytes_, MemKind::kDevice, -1}; }
+  // The heap for a net backend: with its dma-buf export (ibv_reg_dmabuf_mr) where the GPU and driver
+  // offer one (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), else dmabuf_fd -1 (ibverbs then tries peer memory).
+  Region region() const { return Region{base_, bytes_, MemKind::kDevice, dmabuf_fd_, dmabuf_offset_}; }
+  // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING of this GPU: 0 none, 100 owner, 200 all devices.
+  // Below 100, a kernel of this GPU that sees a flag written by the NIC may still read stale data the
+  // NIC wrote before it: the data must be flushed (flush_rdma_writes) before the flag is consumed.
+  int rdma_writes_ordering() const { return rdma_writes_ordering_; }
+  // cudaDeviceFlushGPUDirectRDMAWrites to the owner scope (cuFlushGPUDirectRDMAWrites).
+  Status flush_rdma_writes() const;
   void* local() const { return base_; }
   // Peer heap base in this process's address space; nullptr for ranks on other nodes.
   void* peer(int rank) const { return peers_[rank]; }
@@ -37,7 +45,11 @@ class CudaHeap {
  private:
   CudaHeap() = default;
   void release();
+  void export_dmabuf();
   int rank_ = 0;
+  int dmabuf_fd_ = -1;
+  uint64_t dmabuf_offset_ = 0;
+  int rdma_writes_ordering_ = 0;
   int device_ = 0;
   void* base_ = nullptr;
   uint64_t bytes_ = 0;

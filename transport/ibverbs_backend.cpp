@@ -1,15 +1,34 @@
-// ibverbs net backend: RC QP per peer, heap registered once, RDMA WRITE data, inline fenced WRITE signals.
-// Not yet run on a NIC (none exists on the machines weft is developed on); the logic that needs no
-// device is in ibverbs_plan.cpp and unit-tested, the rest follows the verbs API and is reviewed.
+// ibverbs net backend: RC QP per peer, heap registered once, RDMA WRITE data, inline WRITE signals.
+// Every verbs call goes through the function table of ibverbs_api.h: libibverbs on a real NIC, the
+// tests' fake verbs in CI (which enforces the QP state machine, attribute masks, rkey bounds, send
+// queue depth and RC order, and moves the bytes). It has not yet run on a NIC: none exists on the
+// machines weft is developed on (docs/nic-bring-up.md is the checklist for the first one).
+//
+// Ordering, as the proxy relies on it:
+// - RC executes the WRITEs of one QP in order, and the responder places them in order: a flag
+//   WRITE posted after its data WRITEs on the same QP is not visible in host memory before them.
+// - IBV_SEND_FENCE orders a WR only after earlier RDMA READs and atomics on the QP; this backend
+//   posts neither, so a fence adds no WRITE-after-WRITE ordering (the flag is passed through when
+//   the proxy's signal mode asks for it, and costs a pipeline wait on some NICs).
+// - Whether a GPU kernel that sees the flag also sees the data is a property of the GPU, not of the
+//   QP: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (cuda_heap.cu reads it). Where it is
+//   insufficient the consumer must flush (cuFlushGPUDirectRDMAWrites, or a stream wait that flushes)
+//   before using the data the flag announces.
+// - The heap is registered without IBV_ACCESS_RELAXED_ORDERING: relaxed ordering lets the NIC's
+//   PCIe writes pass each other, which would break data-before-flag.
+#include "transport/ibverbs_backend.h"
+
 #include <errno.h>
-#include <infiniband/verbs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
+#include <fstream>
 #include <random>
 
 #include "base/log.h"
+#include "base/params.h"
+#include "transport/ibverbs_api.h"
 #include "transport/ibverbs_plan.h"
 #include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"
@@ -20,81 +39,117 @@ namespace {
 constexpr int kSendQueueDepth = 1024;
 constexpr int kCqDepth = 4096;
 constexpr int kSignalInterval = 32;
-constexpr uint8_t kPort = 1;
+constexpr int kMaxGidEntries = 1024;
+
+// The site's traffic class for RoCE: mlx5 exposes the device default in sysfs
+// ("Global tclass=106"); absent or unreadable: 0.
+int site_traffic_class(const std::string& dev, int port) {
+  std::ifstream f("/sys/class/infiniband/" + dev + "/tc/" + std::to_string(port) + "/traffic_class");
+  std::string line;
+  if (!f || !std::getline(f, line)) return 0;
+  size_t eq = line.find("tclass=");
+  if (eq == std::string::npos) return 0;
+  int tc = atoi(line.c_str() + eq + 7);
+  return tc >= 0 && tc <= 255 ? tc : 0;
+}
 
 class IbvBackend final : public NetBackend {
  public:
-  explicit IbvBackend(const BackendConfig& c)
-      : cfg_(c),
+  IbvBackend(const ibv::Api& api, const BackendConfig& c)
+      : api_(api),
+        cfg_(c),
         qps_(c.size, nullptr),
         peers_(c.size),
         ledgers_(c.size),
         seq_(c.size, 0),
         values_(c.size, 0),
-        posted_since_poll_(c.size, 0) {
-    for (int i = 0; i < c.size; ++i) policies_.emplace_back(kSignalInterval, kSendQueueDepth);
-  }
+        posted_since_poll_(c.size, 0) {}
   ~IbvBackend() override { release(); }
   const char* name() const override { return "ibverbs"; }
 
   Status open() {
     int n = 0;
     errno = 0;
-    ibv_device** list = ibv_get_device_list(&n);
+    ibv_device** list = api_.get_device_list(&n);
     if (!list)
       return fail(Status::kUnsupported,
                   std::string("no RDMA device: ibv_get_device_list failed: ") + strerror(errno ? errno : ENODEV));
     // The topology mapping names this channel's NIC; without one, the first device.
     ibv_device* dev = nullptr;
     for (int i = 0; i < n && !dev; ++i)
-      if (cfg_.nic_name.empty() || cfg_.nic_name == ibv_get_device_name(list[i])) dev = list[i];
+      if (cfg_.nic_name.empty() || cfg_.nic_name == api_.get_device_name(list[i])) dev = list[i];
     if (!dev) {
-      ibv_free_device_list(list);
-      return fail(Status::kUnsupported, n ? "RDMA device '" + cfg_.nic_name + "' not found"
+      api_.free_device_list(list);
+      return fail(Status::kUnsupported, n ? "RDMA device '" + cfg_.nic_name + "' (from the topology mapping) not found"
                                           : std::string("no RDMA device found (ibv_get_device_list returned 0)"));
     }
-    dev_name_ = ibv_get_device_name(dev);
-    ctx_ = ibv_open_device(dev);
-    ibv_free_device_list(list);
+    dev_name_ = api_.get_device_name(dev);
+    ctx_ = api_.open_device(dev);
+    api_.free_device_list(list);
     if (!ctx_) return fail_errno("ibv_open_device(" + dev_name_ + ")");
-    if (ibv_query_port(ctx_, kPort, &port_)) return fail_errno("ibv_query_port");
-    pd_ = ibv_alloc_pd(ctx_);
+    ibv_device_attr dattr{};
+    if (api_.query_device(ctx_, &dattr)) return fail_errno("ibv_query_device");
+    // The send queue: weft's depth, within what the device allows.
+    sq_depth_ = std::max(16, std::min(kSendQueueDepth, dattr.max_qp_wr));
+    for (int i = 0; i < cfg_.size; ++i) policies_.emplace_back(kSignalInterval, sq_depth_);
+    WEFT_CHECK(pick_port(dattr.phys_port_cnt));
+    WEFT_CHECK(pick_route());
+    pd_ = api_.alloc_pd(ctx_);
     if (!pd_) return fail_errno("ibv_alloc_pd");
     // One CQ for every QP: deep enough for each send queue full of signalled WRs (serial mode),
     // within what the device allows.
-    ibv_device_attr dattr{};
-    int cq_depth = kCqDepth;
-    if (ibv_query_device(ctx_, &dattr) == 0)
-      cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * kSendQueueDepth + 64));
-    cq_ = ibv_create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
+    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * sq_depth_ + 64));
+    cq_ = api_.create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
-    values_mr_ = ibv_reg_mr(pd_, values_.data(), values_.size() * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
+    values_mr_ = api_.reg_mr(pd_, values_.data(), values_.size() * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
     if (!values_mr_) return fail_errno("ibv_reg_mr(signal values)");
     return Status::kOk;
   }
 
   Status register_region(const Region& r) override {
+    // No IBV_ACCESS_RELAXED_ORDERING: the flag must not overtake its data on the PCIe bus.
     const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     region_ = r;
+    std::string dmabuf_err;
     if (r.dmabuf_fd >= 0) {
-      // GPU heap exported as dma-buf: the NIC reads and writes device memory directly.
-      mr_ = ibv_reg_dmabuf_mr(pd_, 0, r.bytes, reinterpret_cast<uint64_t>(r.base), r.dmabuf_fd, access);
-      if (!mr_)
-        WEFT_INFO(kNet, "rank %d: ibv_reg_dmabuf_mr failed (%s); trying ibv_reg_mr", cfg_.rank, strerror(errno));
+      // GPU heap exported as dma-buf (page-aligned range; the heap starts dmabuf_offset bytes into it).
+      // iova = the heap's virtual address, so peers address it exactly as a host heap.
+      errno = 0;
+      mr_ = api_.reg_dmabuf_mr(pd_, r.dmabuf_offset, r.bytes, reinterpret_cast<uint64_t>(r.base), r.dmabuf_fd, access);
+      if (mr_) registration_ = "dma-buf";
+      if (!mr_) dmabuf_err = strerror(errno ? errno : EINVAL);
     }
-    if (!mr_) mr_ = ibv_reg_mr(pd_, r.base, r.bytes, access);
-    if (!mr_) return fail_errno("registering the " + std::to_string(r.bytes) + "-byte heap");
+    if (!mr_) {
+      // Host memory, or GPU memory through the peer-memory client (nvidia-peermem).
+      errno = 0;
+      mr_ = api_.reg_mr(pd_, r.base, r.bytes, access);
+      if (mr_) registration_ = r.kind == MemKind::kDevice ? "peer memory" : "host";
+    }
+    if (!mr_) {
+      const std::string reg_err = strerror(errno ? errno : EINVAL);
+      if (r.kind == MemKind::kDevice)
+        return fail(Status::kUnsupported,
+                    "cannot register the " + std::to_string(r.bytes) + "-byte GPU heap for RDMA: " +
+                        (r.dmabuf_fd >= 0 ? "ibv_reg_dmabuf_mr: " + dmabuf_err
+                                          : std::string("no dma-buf export (the GPU or driver lacks "
+                                                        "CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED)")) +
+                        "; ibv_reg_mr through peer memory: " + reg_err +
+                        ". Needs a GPU driver with dma-buf (and a kernel >= 5.12) or the nvidia-peermem module");
+      return fail(Status::kSystemError, "ibv_reg_mr of the " + std::to_string(r.bytes) + "-byte host heap: " + reg_err);
+    }
+    WEFT_INFO(kNet, "rank %d channel %d: %s port %u: heap of %llu bytes registered (%s), %s", cfg_.rank, cfg_.channel,
+              dev_name_.c_str(), port_num_, (unsigned long long)r.bytes, registration_.c_str(), route_why_.c_str());
     return Status::kOk;
   }
 
   Status local_info(PeerInfo* out) override {
+    if (!mr_) return fail(Status::kInternal, "local_info before register_region");
     IbvPeerInfo info;
     info.lid = port_.lid;
-    info.port_num = kPort;
+    info.port_num = port_num_;
     info.mtu = static_cast<uint8_t>(port_.active_mtu);
-    ibv_gid gid{};
-    if (ibv_query_gid(ctx_, kPort, 0, &gid) == 0) memcpy(info.gid.data(), gid.raw, 16);
+    memcpy(info.gid.data(), gid_, 16);
     info.heap_addr = reinterpret_cast<uint64_t>(region_.base);
     info.rkey = mr_->rkey;
     info.qpn.assign(cfg_.size, 0);
@@ -108,19 +163,19 @@ class IbvBackend final : public NetBackend {
       a.recv_cq = cq_;
       a.qp_type = IBV_QPT_RC;
       a.sq_sig_all = 0;  // selective signalling
-      a.cap.max_send_wr = kSendQueueDepth;
+      a.cap.max_send_wr = sq_depth_;
       a.cap.max_recv_wr = 1;
       a.cap.max_send_sge = 1;
       a.cap.max_recv_sge = 1;
       a.cap.max_inline_data = ibv::kMaxInlineBytes;
-      qps_[p] = ibv_create_qp(pd_, &a);
+      qps_[p] = api_.create_qp(pd_, &a);
       if (!qps_[p]) return fail_errno("ibv_create_qp for rank " + std::to_string(p));
       ibv_qp_attr m{};
       m.qp_state = IBV_QPS_INIT;
-      m.port_num = kPort;
+      m.port_num = port_num_;
       m.pkey_index = 0;
       m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-      if (ibv_modify_qp(qps_[p], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      if (api_.modify_qp(qps_[p], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return fail_errno("QP to INIT for rank " + std::to_string(p));
       info.qpn[p] = qps_[p]->qp_num;
       info.psn[p] = psn_[p] = rng() & 0xffffff;
@@ -131,22 +186,24 @@ class IbvBackend final : public NetBackend {
 
   Status connect(int peer, const PeerInfo& pinfo) override {
     const auto* info = std::get_if<IbvPeerInfo>(&pinfo);
-    if (!info || info->qpn.size() != static_cast<size_t>(cfg_.size) || !qps_[peer])
+    if (peer < 0 || peer >= cfg_.size || !info || info->qpn.size() != static_cast<size_t>(cfg_.size) ||
+        info->psn.size() != static_cast<size_t>(cfg_.size) || !qps_[peer])
       return fail(Status::kInvalidArgument, "connect: endpoint of rank " + std::to_string(peer) + " is not ibverbs");
     ibv_qp_attr m;
-    int mask =
-        ibv::rtr_attr(*info, cfg_.rank, kPort, port_.active_mtu, port_.link_layer == IBV_LINK_LAYER_ETHERNET, &m);
-    if (ibv_modify_qp(qps_[peer], &m, mask)) return fail_errno("QP to RTR for rank " + std::to_string(peer));
+    int mask = ibv::rtr_attr(*info, cfg_.rank, port_num_, port_.active_mtu, route_, &m);
+    if (int rc = api_.modify_qp(qps_[peer], &m, mask))
+      return fail(Status::kSystemError, "QP to RTR for rank " + std::to_string(peer) + ": " + strerror(rc));
     ibv_qp_attr s;
     mask = ibv::rts_attr(psn_[peer], &s);
-    if (ibv_modify_qp(qps_[peer], &s, mask)) return fail_errno("QP to RTS for rank " + std::to_string(peer));
+    if (int rc = api_.modify_qp(qps_[peer], &s, mask))
+      return fail(Status::kSystemError, "QP to RTS for rank " + std::to_string(peer) + ": " + strerror(rc));
     peers_[peer] = *info;
     return Status::kOk;
   }
 
   bool can_post(int peer) const override {
     // A put may split into several WRITEs; keep headroom for one of the largest.
-    return ledgers_[peer].in_flight() + 8 < static_cast<uint64_t>(kSendQueueDepth);
+    return ledgers_[peer].in_flight() + 8 < static_cast<uint64_t>(sq_depth_);
   }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags flags,
@@ -154,6 +211,16 @@ class IbvBackend final : public NetBackend {
     if (status_ != Status::kOk) return status_;
     if (local_offset > region_.bytes || bytes > region_.bytes - local_offset)
       return fail(Status::kInvalidArgument, "put outside the local heap");
+    if (bytes == 0) {
+      // A zero-length WRITE: the peer's QP receives and acknowledges it, no memory is touched (the
+      // transport's preflight of each connection).
+      ibv::WrPlan w = ibv::plan_probe(peer, &seq_[peer]);
+      w.remote_addr = peers_[peer].heap_addr;
+      w.rkey = peers_[peer].rkey;
+      w.report = true;
+      w.user_wr_id = wr_id;
+      return post(peer, w);
+    }
     auto plan = ibv::plan_put(peer, reinterpret_cast<uint64_t>(region_.base), mr_->lkey, local_offset,
                               peers_[peer].heap_addr, peers_[peer].rkey, remote_offset, bytes, flags.need_completion,
                               wr_id, &seq_[peer], ledgers_[peer].in_flight(), &policies_[peer]);
@@ -161,6 +228,8 @@ class IbvBackend final : public NetBackend {
     return Status::kOk;
   }
 
+  // The flag WRITE follows this QP's earlier data WRITEs in RC order (see the top of this file);
+  // flags.fence becomes IBV_SEND_FENCE, which orders only after READs/atomics.
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags flags, uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
     values_[peer] = value;
@@ -184,14 +253,14 @@ class IbvBackend final : public NetBackend {
       posted_since_poll_[p] = 0;
     }
     ibv_wc wc[64];
-    int n = ibv_poll_cq(cq_, 64, wc);
+    int n = api_.poll_cq(cq_, 64, wc);
     if (n < 0) return fail(Status::kSystemError, "ibv_poll_cq failed");
     std::vector<uint64_t> ids;
     for (int i = 0; i < n; ++i) {
       const int peer = ibv::wr_peer(wc[i].wr_id);
       if (wc[i].status != IBV_WC_SUCCESS)
         return fail(Status::kPeerFailed,
-                    ibv::describe_wc_failure(ibv_wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err, peer));
+                    ibv::describe_wc_failure(api_.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err, peer));
       if (peer < 0 || peer >= cfg_.size) return fail(Status::kProtocolError, "completion for an unknown peer");
       ids.clear();
       std::string why;
@@ -209,14 +278,86 @@ class IbvBackend final : public NetBackend {
   }
 
   std::string error_message() const override { return error_; }
+  // RC places one QP's WRITEs in order: the flag after the data posted before it (see the top of this file).
+  std::string ordering() const override { return "RC in-order WRITEs"; }
 
  private:
+  // The mapped port (BackendConfig::nic_port), else the first ACTIVE one; it must be ACTIVE.
+  Status pick_port(int ports) {
+    int first_active = 0;
+    for (int p = 1; p <= ports && p <= 255; ++p) {
+      ibv_port_attr a{};
+      if (api_.query_port(ctx_, static_cast<uint8_t>(p), &a) == 0 && a.state == IBV_PORT_ACTIVE && !first_active)
+        first_active = p;
+    }
+    int port = cfg_.nic_port > 0 ? cfg_.nic_port : first_active;
+    if (port <= 0 || port > ports)
+      return fail(Status::kUnsupported, cfg_.nic_port > 0 ? "port " + std::to_string(cfg_.nic_port) +
+                                                                " (from the topology mapping) does not exist (" +
+                                                                std::to_string(ports) + " ports)"
+                                                          : "no ACTIVE port (" + std::to_string(ports) + " ports)");
+    port_num_ = static_cast<uint8_t>(port);
+    if (api_.query_port(ctx_, port_num_, &port_)) return fail_errno("ibv_query_port(" + std::to_string(port) + ")");
+    if (port_.state != IBV_PORT_ACTIVE)
+      return fail(Status::kUnsupported, "port " + std::to_string(port) + " is not ACTIVE (state " +
+                                            std::to_string(port_.state) + "): check the cable and the subnet manager");
+    return Status::kOk;
+  }
+
+  // RoCE: the RoCE v2 GID of a netdev and a global route with the traffic class. InfiniBand: LIDs
+  // within the subnet (GID index 0 is the port GID, published for reference).
+  Status pick_route() {
+    const bool roce = port_.link_layer == IBV_LINK_LAYER_ETHERNET;
+    int64_t forced = -1, tc = -1;
+    WEFT_CHECK(get_param("WEFT_IB_GID_INDEX", &forced));
+    WEFT_CHECK(get_param("WEFT_IB_TC", &tc));
+    std::vector<ibv_gid_entry> entries(kMaxGidEntries);
+    ssize_t n = api_.query_gid_table(ctx_, entries.data(), entries.size(), 0);
+    std::vector<ibv::GidCandidate> table;
+    if (n >= 0) {
+      for (ssize_t i = 0; i < n && i < kMaxGidEntries; ++i) table.push_back(candidate(entries[i]));
+    } else {
+      // Older providers: walk this port's table entry by entry.
+      for (int i = 0; i < port_.gid_tbl_len && i < kMaxGidEntries; ++i) {
+        ibv_gid_entry e{};
+        if (api_.query_gid_ex(ctx_, port_num_, i, &e, 0) == 0) table.push_back(candidate(e));
+      }
+    }
+    if (!roce && forced < 0) {
+      // InfiniBand inside a subnet: LID routing, GID 0 only identifies the port.
+      for (const auto& g : table)
+        if (g.port == port_num_ && g.index == 0) memcpy(gid_, g.raw, 16);
+      route_why_ = "InfiniBand, LID " + std::to_string(port_.lid);
+      return Status::kOk;
+    }
+    std::string why;
+    int pick = ibv::choose_gid(table, port_num_, static_cast<int>(forced), &why);
+    if (pick < 0) return fail(Status::kUnsupported, why);
+    memcpy(gid_, table[pick].raw, 16);
+    route_.global = true;
+    route_.sgid_index = static_cast<uint8_t>(table[pick].index);
+    route_.traffic_class = static_cast<uint8_t>(tc >= 0 ? tc : site_traffic_class(dev_name_, port_num_));
+    route_why_ = std::string(roce ? "RoCE" : "InfiniBand global route") + ", " + why + ", traffic class " +
+                 std::to_string(route_.traffic_class) + (tc >= 0 ? " (WEFT_IB_TC)" : "");
+    return Status::kOk;
+  }
+
+  static ibv::GidCandidate candidate(const ibv_gid_entry& e) {
+    ibv::GidCandidate c;
+    c.index = e.gid_index;
+    c.port = e.port_num;
+    c.type = e.gid_type;
+    c.ndev_ifindex = e.ndev_ifindex;
+    memcpy(c.raw, e.gid.raw, 16);
+    return c;
+  }
+
   Status post(int peer, const ibv::WrPlan& w) {
     ibv_sge sge;
     ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
     ibv::to_send_wr(w, &sge, &wr);
-    int rc = ibv_post_send(qps_[peer], &wr, &bad);
+    int rc = api_.post_send(qps_[peer], &wr, &bad);
     if (rc) return fail(Status::kSystemError, "ibv_post_send to rank " + std::to_string(peer) + ": " + strerror(rc));
     ledgers_[peer].posted(w);
     ++posted_since_poll_[peer];
@@ -236,19 +377,26 @@ class IbvBackend final : public NetBackend {
 
   void release() {
     for (auto& q : qps_)
-      if (q) ibv_destroy_qp(q), q = nullptr;
-    if (mr_) ibv_dereg_mr(mr_), mr_ = nullptr;
-    if (values_mr_) ibv_dereg_mr(values_mr_), values_mr_ = nullptr;
-    if (cq_) ibv_destroy_cq(cq_), cq_ = nullptr;
-    if (pd_) ibv_dealloc_pd(pd_), pd_ = nullptr;
-    if (ctx_) ibv_close_device(ctx_), ctx_ = nullptr;
+      if (q) api_.destroy_qp(q), q = nullptr;
+    if (mr_) api_.dereg_mr(mr_), mr_ = nullptr;
+    if (values_mr_) api_.dereg_mr(values_mr_), values_mr_ = nullptr;
+    if (cq_) api_.destroy_cq(cq_), cq_ = nullptr;
+    if (pd_) api_.dealloc_pd(pd_), pd_ = nullptr;
+    if (ctx_) api_.close_device(ctx_), ctx_ = nullptr;
   }
 
+  const ibv::Api& api_;
   BackendConfig cfg_;
   Region region_;
   std::string dev_name_;
+  std::string registration_;  // "dma-buf", "peer memory" or "host"
+  std::string route_why_;
   ibv_context* ctx_ = nullptr;
+  int sq_depth_ = kSendQueueDepth;
+  uint8_t port_num_ = 1;
   ibv_port_attr port_{};
+  uint8_t gid_[16] = {};
+  ibv::Route route_;
   ibv_pd* pd_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_mr* mr_ = nullptr;
@@ -268,23 +416,32 @@ class IbvBackend final : public NetBackend {
 }  // namespace
 
 bool ibverbs_device_present(std::string* why) {
+  const ibv::Api& api = ibv::api();
   int n = 0;
   errno = 0;
-  ibv_device** list = ibv_get_device_list(&n);
+  ibv_device** list = api.get_device_list(&n);
   if (!list) {
     *why = std::string("ibv_get_device_list: ") + strerror(errno ? errno : ENODEV);
     return false;
   }
-  ibv_free_device_list(list);
+  api.free_device_list(list);
   if (n == 0) *why = "no RDMA device";
   return n > 0;
 }
 
-Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
-  auto b = std::make_unique<IbvBackend>(config);
-  WEFT_CHECK(b->open());
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out, std::string* why) {
+  auto b = std::make_unique<IbvBackend>(ibv::api(), config);
+  Status s = b->open();
+  if (s != Status::kOk) {
+    if (why) *why = b->error_message();
+    return s;
+  }
   *out = std::move(b);
   return Status::kOk;
+}
+
+Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
+  return make_ibverbs_backend(config, out, nullptr);
 }
 
 }  // namespace weft::transport

@@ -79,6 +79,78 @@ Status CompletionLedger::retire(uint64_t wr_id, std::vector<uint64_t>* user_ids,
   return Status::kOk;
 }
 
+namespace {
+
+bool is_ipv4_mapped(const uint8_t* g) {
+  for (int i = 0; i < 10; ++i)
+    if (g[i]) return false;
+  return g[10] == 0xff && g[11] == 0xff;
+}
+bool is_link_local(const uint8_t* g) { return g[0] == 0xfe && (g[1] & 0xc0) == 0x80; }
+bool is_zero(const uint8_t* g) {
+  for (int i = 0; i < 16; ++i)
+    if (g[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+std::string gid_text(const uint8_t raw[16]) {
+  char buf[64];
+  if (is_ipv4_mapped(raw)) {
+    snprintf(buf, sizeof buf, "::ffff:%u.%u.%u.%u", raw[12], raw[13], raw[14], raw[15]);
+    return buf;
+  }
+  std::string s;
+  for (int i = 0; i < 16; i += 2) {
+    snprintf(buf, sizeof buf, "%s%x", i ? ":" : "", (raw[i] << 8) | raw[i + 1]);
+    s += buf;
+  }
+  return s;
+}
+
+int choose_gid(const std::vector<GidCandidate>& table, uint32_t port, int forced, std::string* why) {
+  if (forced >= 0) {
+    for (size_t i = 0; i < table.size(); ++i)
+      if (table[i].port == port && table[i].index == static_cast<uint32_t>(forced) && !is_zero(table[i].raw)) {
+        *why = "GID index " + std::to_string(forced) + " (WEFT_IB_GID_INDEX): " + gid_text(table[i].raw) +
+               (table[i].type == kGidTypeRoceV2 ? ", RoCE v2"
+                : table[i].type == 1            ? ", RoCE v1"
+                                                : ", IB");
+        return static_cast<int>(i);
+      }
+    *why = "WEFT_IB_GID_INDEX=" + std::to_string(forced) + " is not a valid GID of port " + std::to_string(port);
+    return -1;
+  }
+  // Rank: IPv4-mapped 0, global IPv6 1, link-local 2; RoCE v2 with a netdev only.
+  int best = -1, best_rank = 3;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const GidCandidate& g = table[i];
+    if (g.port != port || g.type != kGidTypeRoceV2 || g.ndev_ifindex == 0 || is_zero(g.raw)) continue;
+    int rank = is_ipv4_mapped(g.raw) ? 0 : is_link_local(g.raw) ? 2 : 1;
+    if (rank < best_rank || (rank == best_rank && g.index < table[best].index))
+      best = static_cast<int>(i), best_rank = rank;
+  }
+  if (best < 0) {
+    *why = "port " + std::to_string(port) + " has no RoCE v2 GID bound to a network device (" +
+           std::to_string(table.size()) + " GID entries; is an IP address configured on the NIC's netdev?)";
+    return -1;
+  }
+  static const char* const kinds[] = {"IPv4-mapped", "global IPv6", "link-local"};
+  *why = "GID index " + std::to_string(table[best].index) + ": " + gid_text(table[best].raw) + " (RoCE v2, " +
+         kinds[best_rank] + ", netdev ifindex " + std::to_string(table[best].ndev_ifindex) + ")";
+  return best;
+}
+
+DmabufRange dmabuf_range(uint64_t base, uint64_t bytes, uint64_t page) {
+  DmabufRange r;
+  r.aligned_base = base & ~(page - 1);
+  const uint64_t end = (base + bytes + page - 1) & ~(page - 1);
+  r.aligned_bytes = end - r.aligned_base;
+  r.offset = base - r.aligned_base;
+  return r;
+}
+
 std::string describe_wc_failure(const char* status_str, int status, uint32_t vendor_err, int peer) {
   std::string s = "work request to rank " + std::to_string(peer) + " failed: " + status_str + " (status " +
                   std::to_string(status) + ", vendor error 0x";

@@ -84,6 +84,37 @@ class CompletionLedger {
   std::deque<Entry> queue_;
 };
 
+// --- GID choice (RoCE) -----------------------------------------------------------------------------
+// One GID table entry as ibv_query_gid_ex / ibv_query_gid_table report it.
+struct GidCandidate {
+  uint32_t index = 0;
+  uint32_t port = 1;
+  uint32_t type = 0;          // enum ibv_gid_type: 0 IB, 1 RoCE v1, 2 RoCE v2
+  uint32_t ndev_ifindex = 0;  // the netdev the GID belongs to (0: none)
+  uint8_t raw[16] = {};
+};
+constexpr uint32_t kGidTypeRoceV2 = 2;
+// The GID a RoCE port's QPs use: on `port`, a RoCE v2 entry bound to a netdev (index 0 is the
+// link-local RoCE v1 GID on most NICs, and v1 is not routable), preferring an IPv4-mapped address
+// (::ffff:a.b.c.d), then a global IPv6 one, then link-local (fe80::). `forced` >= 0 (WEFT_IB_GID_INDEX)
+// takes that index if it exists on the port. Returns the index into `table`, -1 when none fits;
+// *why says what was chosen or why nothing was.
+int choose_gid(const std::vector<GidCandidate>& table, uint32_t port, int forced, std::string* why);
+// "::ffff:10.80.100.45" / "fe80::ba59:9fff:fee4:2cfa"-style text of a raw GID, for logs.
+std::string gid_text(const uint8_t raw[16]);
+
+// --- GPU memory as dma-buf ----------------------------------------------------------------------
+// cuMemGetHandleForAddressRange exports whole host pages: the heap [base, base + bytes) is exported
+// as the page-aligned range around it, and ibv_reg_dmabuf_mr registers `bytes` at `offset` into that
+// dma-buf (with iova = base, so remote addresses stay the heap's virtual addresses).
+struct DmabufRange {
+  uint64_t aligned_base = 0;   // base rounded down to a page
+  uint64_t aligned_bytes = 0;  // up to the page after base + bytes
+  uint64_t offset = 0;         // base - aligned_base: the offset argument of ibv_reg_dmabuf_mr
+};
+// page must be a power of two; bytes > 0.
+DmabufRange dmabuf_range(uint64_t base, uint64_t bytes, uint64_t page);
+
 // Text for a failed work completion: the status string plus what it usually means here.
 std::string describe_wc_failure(const char* status_str, int status, uint32_t vendor_err, int peer);
 

@@ -26,9 +26,17 @@ inline void to_send_wr(const WrPlan& w, ibv_sge* sge, ibv_send_wr* wr) {
   wr->wr.rdma.rkey = w.rkey;
 }
 
-// INIT -> RTR toward `peer`'s QP that faces `my_rank`; returns the attribute mask. RoCE (Ethernet
-// link layer with a GID) needs the global route header.
-inline int rtr_attr(const IbvPeerInfo& peer, int my_rank, uint8_t port, ibv_mtu active_mtu, bool ethernet,
+// How this side's QPs route: RoCE (an Ethernet link layer) always needs the global route header with
+// this port's chosen GID (sgid_index) and the traffic class; InfiniBand inside one subnet uses LIDs.
+struct Route {
+  bool global = false;
+  uint8_t sgid_index = 0;
+  uint8_t traffic_class = 0;  // WEFT_IB_TC, else the site's default
+  uint8_t hop_limit = 64;
+};
+
+// INIT -> RTR toward `peer`'s QP that faces `my_rank`; returns the attribute mask.
+inline int rtr_attr(const IbvPeerInfo& peer, int my_rank, uint8_t port, ibv_mtu active_mtu, const Route& route,
                     ibv_qp_attr* m) {
   *m = ibv_qp_attr{};
   m->qp_state = IBV_QPS_RTR;
@@ -39,12 +47,12 @@ inline int rtr_attr(const IbvPeerInfo& peer, int my_rank, uint8_t port, ibv_mtu 
   m->min_rnr_timer = 12;
   m->ah_attr.dlid = peer.lid;
   m->ah_attr.port_num = port;
-  bool has_gid = std::any_of(peer.gid.begin(), peer.gid.end(), [](uint8_t g) { return g != 0; });
-  if (ethernet && has_gid) {
+  if (route.global) {
     m->ah_attr.is_global = 1;
     memcpy(m->ah_attr.grh.dgid.raw, peer.gid.data(), 16);
-    m->ah_attr.grh.sgid_index = 0;
-    m->ah_attr.grh.hop_limit = 64;
+    m->ah_attr.grh.sgid_index = route.sgid_index;
+    m->ah_attr.grh.hop_limit = route.hop_limit;
+    m->ah_attr.grh.traffic_class = route.traffic_class;
   }
   return IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
          IBV_QP_MIN_RNR_TIMER;

@@ -35,7 +35,8 @@ struct Region {
   void* base = nullptr;
   uint64_t bytes = 0;
   MemKind kind = MemKind::kHost;
-  int dmabuf_fd = -1;  // device heap exported as dma-buf, when available (ibverbs)
+  int dmabuf_fd = -1;          // device heap exported as dma-buf, when available (ibverbs)
+  uint64_t dmabuf_offset = 0;  // where base lies in that dma-buf (it covers whole pages around the heap)
 };
 
 // Per-backend endpoint information, published through the bootstrap (the modex blob).
@@ -87,6 +88,7 @@ struct BackendConfig {
   double timeout_s = 30;      // WEFT_PROXY_TIMEOUT
   std::string socket_ifname;  // WEFT_SOCKET_IFNAME
   std::string nic_name;       // ibverbs device for this channel ("mlx5_0"); "" = the first
+  int nic_port = 0;           // its port (topology mapping); 0 = the first ACTIVE port
   DeviceCopyHooks copy_hooks;
 };
 

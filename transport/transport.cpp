@@ -13,6 +13,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "transport/ibverbs_backend.h"
 
 namespace weft::transport {
 namespace {
@@ -37,6 +38,94 @@ uint64_t fresh_secret() {
   uint64_t s = (uint64_t{rd()} << 32) ^ rd();
   s ^= static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()) * 0x9e3779b97f4a7c15ull;
   return s ? s : 1;
+}
+
+// Every rank's `failure` ("" = none) gathered; *first = the lowest rank's, as "rank R: why" ("" if none).
+Status agree(bootstrap::Bootstrap& boot, const std::string& key, const std::string& failure, std::string* first) {
+  std::vector<bootstrap::Blob> all;
+  bootstrap::Blob mine(failure.begin(), failure.end());
+  WEFT_CHECK(boot.allgather(key, mine, &all));
+  first->clear();
+  for (size_t r = 0; r < all.size() && first->empty(); ++r)
+    if (!all[r].empty()) {
+      const std::string why(all[r].begin(), all[r].end());  // backend messages already name the rank
+      *first = why.rfind("rank " + std::to_string(r) + " ", 0) == 0 ? why : "rank " + std::to_string(r) + ": " + why;
+    }
+  return Status::kOk;
+}
+
+// auto: each rank's candidate (resolve_backend_name) gathered; one backend only if every rank named it.
+// *why_socket says why sockets were chosen ("" when another backend was).
+Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, std::string* name,
+                         std::string* why_socket) {
+  std::string local_why;
+  if (*name == "socket" && !ibverbs_device_present(&local_why) && local_why.empty()) local_why = "no RDMA device";
+  const std::string text = *name + "|" + local_why;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(prefix + "auto", bootstrap::Blob(text.begin(), text.end()), &all));
+  std::string lacking;
+  bool all_same = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string theirs(all[r].begin(), all[r].end());
+    const std::string their_name = theirs.substr(0, theirs.find('|'));
+    all_same = all_same && their_name == *name;
+    if (their_name == "socket" && lacking.empty())
+      lacking =
+          "rank " + std::to_string(r) + " has no usable RDMA device (" + theirs.substr(theirs.find('|') + 1) + ")";
+  }
+  if (all_same && *name != "socket") return Status::kOk;
+  *why_socket = lacking.empty() ? "not every rank named the same backend" : lacking;
+  if (!all_same && boot.info().rank == 0)
+    WEFT_WARN(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
+  else if (all_same && boot.info().rank == 0)
+    WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
+  *name = "socket";
+  return Status::kOk;
+}
+
+// One zero-length WRITE to every connected peer on every channel, each completed within the bound:
+// a QP connection that cannot carry a packet (wrong GID, route, MTU or a dead peer) fails here,
+// before the first op. Returns this rank's failure ("" if none).
+std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const std::vector<bool>& connected,
+                      double timeout_s) {
+  // pending[ch][p]: the zero-length WRITE to rank p on channel ch has not completed yet.
+  std::vector<std::vector<bool>> pending(backends.size(), std::vector<bool>(connected.size(), false));
+  size_t left = 0;
+  for (size_t ch = 0; ch < backends.size(); ++ch)
+    for (int p = 0; p < static_cast<int>(connected.size()); ++p) {
+      if (!connected[p]) continue;
+      PostFlags f;
+      f.need_completion = true;
+      if (backends[ch]->post_put(p, 0, 0, 0, f, static_cast<uint64_t>(p)) != Status::kOk)
+        return "preflight to rank " + std::to_string(p) + ": " + backends[ch]->error_message();
+      pending[ch][p] = true;
+      ++left;
+    }
+  const size_t expected = left;
+  const double deadline = now_s() + timeout_s;
+  std::vector<Completion> c;
+  while (left > 0) {
+    for (size_t ch = 0; ch < backends.size(); ++ch) {
+      c.clear();
+      if (backends[ch]->poll(&c) != Status::kOk) return "preflight: " + backends[ch]->error_message();
+      for (const Completion& x : c)
+        if (x.peer >= 0 && x.peer < static_cast<int>(connected.size()) && pending[ch][x.peer])
+          pending[ch][x.peer] = false, --left;
+    }
+    if (left == 0) break;
+    if (now_s() > deadline) {
+      std::string who;
+      for (size_t ch = 0; ch < backends.size(); ++ch)
+        for (size_t p = 0; p < connected.size(); ++p)
+          if (pending[ch][p] && who.size() < 200)
+            who += (who.empty() ? "" : ", ") + ("rank " + std::to_string(p) + " (channel " + std::to_string(ch) + ")");
+      return "preflight: " + std::to_string(left) + " of " + std::to_string(expected) +
+             " zero-length RDMA WRITEs not completed after " + std::to_string(int(timeout_s)) +
+             "s (WEFT_PROXY_TIMEOUT); no answer from " + who;
+    }
+    for (auto& b : backends) b->wait_activity(1e-3);
+  }
+  return "";
 }
 
 }  // namespace
@@ -74,7 +163,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   const char* env_backend = getenv("WEFT_NET_BACKEND");
   if (requested.empty() && !(env_backend && *env_backend)) requested = options.workload_backend;
   if (requested.empty()) WEFT_CHECK(get_param("WEFT_NET_BACKEND", &requested));
-  WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));
+  WEFT_CHECK(resolve_backend_name(requested, &t->backend_name_));  // auto: this rank's candidate, agreed below
   WEFT_CHECK(resolve_signal_mode(options.signal_mode, options.workload_signal_mode, &t->mode_));
   t->timeout_s_ = options.timeout_s > 0 ? options.timeout_s : 0;
   if (t->timeout_s_ == 0) WEFT_CHECK(get_param("WEFT_PROXY_TIMEOUT", &t->timeout_s_));
@@ -104,36 +193,125 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   }
   memcpy(&secret, all[0].data(), sizeof secret);
 
+  // Placement: the caller's, else the topology mapping's for this rank's GPU.
+  const bool place = options.use_topology && options.channel_nics.empty() && options.channel_cpusets.empty();
+  if (place) t->placement_ = rank_placement(me, options.gpu_pci_bus_id, options.channels);
+  t->placement_.channels.resize(options.channels);
   for (int ch = 0; ch < options.channels; ++ch) {
-    BackendConfig bc;
-    bc.rank = me.rank;
-    bc.size = me.size;
-    bc.channel = ch;
-    bc.secret = secret;
-    bc.timeout_s = t->timeout_s_;
-    bc.socket_ifname = ifname;
-    bc.copy_hooks = options.copy_hooks;
-    if (ch < static_cast<int>(options.channel_nics.size())) bc.nic_name = options.channel_nics[ch];
-    std::unique_ptr<NetBackend> backend;
-    WEFT_CHECK(make_backend(t->backend_name_, bc, &backend));
-    WEFT_CHECK(backend->register_region(heap));
-    PeerInfo info;
-    WEFT_CHECK(backend->local_info(&info));
-    WEFT_CHECK(boot.allgather(prefix + "ep." + std::to_string(ch), encode_peer_info(me.rank, me.node, info), &all));
-    if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
-      WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
-                all.size(), me.size);
-      return Status::kProtocolError;
+    topology::ChannelPlacement& cp = t->placement_.channels[ch];
+    if (ch < static_cast<int>(options.channel_nics.size())) cp.nic_name = options.channel_nics[ch];
+    if (ch < static_cast<int>(options.channel_ports.size())) cp.port = options.channel_ports[ch];
+    if (ch < static_cast<int>(options.channel_cpusets.size())) cp.cpuset = options.channel_cpusets[ch];
+    ChannelUse use;
+    use.nic = cp.nic_name;
+    use.port = cp.port;
+    use.port_state = cp.port_state;
+    use.cpus_wanted = cp.cpuset;
+    use.cpus_used = usable_cpus(cp.cpuset);  // a topology from another machine may name CPUs we lack
+    if (!use.cpus_wanted.empty() && use.cpus_used != use.cpus_wanted)
+      WEFT_INFO(kTransport, "rank %d channel %d: proxy CPUs %s from the mapping; usable here: %s", me.rank, ch,
+                use.cpus_wanted.c_str(), use.cpus_used.empty() ? "none (unpinned)" : use.cpus_used.c_str());
+    t->channel_use_.push_back(use);
+  }
+
+  // Backends: open every channel, connect, and (RDMA) preflight each connection -- every step agreed
+  // by all ranks, so the job either runs on one backend everywhere or fails here, before any op.
+  // With auto, a backend that fails on any rank gives way to sockets on every rank.
+  const bool is_auto = requested.empty() || requested == "auto";
+  std::string why_socket;
+  if (is_auto) WEFT_CHECK(agree_auto_choice(boot, prefix, &t->backend_name_, &why_socket));
+  std::vector<std::unique_ptr<NetBackend>> backends;
+  for (int attempt = 0;; ++attempt) {
+    const std::string key = prefix + std::to_string(attempt) + ".";
+    std::string failure;  // this rank's, "" if none
+    Status mine_status = Status::kOk;
+    backends.clear();
+    t->connected_.assign(me.size, false);
+    for (int ch = 0; ch < options.channels && failure.empty(); ++ch) {
+      BackendConfig bc;
+      bc.rank = me.rank;
+      bc.size = me.size;
+      bc.channel = ch;
+      bc.secret = secret;
+      bc.timeout_s = t->timeout_s_;
+      bc.socket_ifname = ifname;
+      bc.copy_hooks = options.copy_hooks;
+      bc.nic_name = t->placement_.channels[ch].nic_name;
+      bc.nic_port = t->placement_.channels[ch].port;
+      std::unique_ptr<NetBackend> backend;
+      std::string why;  // ibverbs says why a device did not open
+      Status s = t->backend_name_ == "ibverbs" ? make_ibverbs_backend(bc, &backend, &why)
+                                               : make_backend(t->backend_name_, bc, &backend);
+      if (s == Status::kOk) s = backend->register_region(heap);
+      mine_status = s;
+      if (s != Status::kOk)
+        failure = backend && !backend->error_message().empty() ? backend->error_message()
+                  : !why.empty()                               ? why
+                                                               : t->backend_name_ + ": " + to_string(s);
+      backends.push_back(std::move(backend));
     }
-    for (int peer = 0; peer < me.size; ++peer) {
-      if (peer == me.rank) continue;
-      int node = -1;
-      PeerInfo pinfo;
-      WEFT_CHECK(decode_peer_info(all[peer], peer, &node, &pinfo));
-      if (!options.connect_all_peers && node == me.node) continue;
-      WEFT_CHECK(backend->connect(peer, pinfo));
-      t->connected_[peer] = true;
+    std::string first;
+    WEFT_CHECK(agree(boot, key + "open", failure, &first));
+    for (int ch = 0; ch < options.channels && first.empty(); ++ch) {
+      // Endpoints: every rank takes part in every exchange; a rank that failed sends an empty blob.
+      PeerInfo info;
+      bootstrap::Blob blob;
+      if (failure.empty()) {
+        Status s = backends[ch]->local_info(&info);
+        if (s == Status::kOk)
+          blob = encode_peer_info(me.rank, me.node, info);
+        else
+          failure = backends[ch]->error_message();
+      }
+      WEFT_CHECK(boot.allgather(key + "ep." + std::to_string(ch), blob, &all));
+      if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
+        WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
+                  all.size(), me.size);
+        return Status::kProtocolError;
+      }
+      for (int peer = 0; peer < me.size && failure.empty(); ++peer) {
+        if (peer == me.rank || all[peer].empty()) continue;
+        int node = -1;
+        PeerInfo pinfo;
+        Status s = decode_peer_info(all[peer], peer, &node, &pinfo);
+        if (s == Status::kOk && !options.connect_all_peers && node == me.node) continue;
+        if (s == Status::kOk) s = backends[ch]->connect(peer, pinfo);
+        if (s == Status::kOk)
+          t->connected_[peer] = true;
+        else
+          failure = backends[ch]->error_message().empty()
+                        ? "connecting to rank " + std::to_string(peer) + ": " + to_string(s)
+                        : backends[ch]->error_message();
+      }
     }
+    if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));
+    if (first.empty() && t->backend_name_ == "ibverbs") {
+      failure = preflight(backends, t->connected_, t->timeout_s_);
+      WEFT_CHECK(agree(boot, key + "preflight", failure, &first));
+    }
+    if (first.empty()) break;
+    backends.clear();
+    if (is_auto && t->backend_name_ != "socket") {
+      why_socket = first;
+      if (me.rank == 0)  // the same decision on every rank: said once
+        WEFT_WARN(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank, because %s failed: %s",
+                  t->backend_name_.c_str(), first.c_str());
+      t->backend_name_ = "socket";
+      continue;
+    }
+    if (me.rank == 0)
+      WEFT_WARN(kTransport, "the %s backend is not usable on every rank, so no rank uses it: %s",
+                t->backend_name_.c_str(), first.c_str());
+    return mine_status != Status::kOk ? mine_status : Status::kUnsupported;
+  }
+  t->backend_reason_ = is_auto ? (why_socket.empty() ? "auto: every rank can use " + t->backend_name_
+                                                     : "auto chose socket: " + why_socket)
+                               : "requested";
+  for (auto& use : t->channel_use_) use.nic_used = t->backend_name_ == "ibverbs" && !use.nic.empty();
+  if (place || !options.channel_nics.empty())
+    WEFT_INFO(kTransport, "rank %d: %s", me.rank, t->placement_summary().c_str());
+  for (int ch = 0; ch < options.channels; ++ch) {
+    std::unique_ptr<NetBackend>& backend = backends[ch];
     std::unique_ptr<Fifo> fifo;
     WEFT_CHECK(Fifo::create(static_cast<uint32_t>(depth), me.rank, ch, options.fifo_memory, &fifo));
     ProxyConfig pc;
@@ -143,7 +321,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     pc.mode = t->mode_;
     pc.timeout_s = t->timeout_s_;
     pc.batch_max_bytes = batch_bytes > 0 ? static_cast<uint64_t>(batch_bytes) : ~uint64_t{0};
-    if (ch < static_cast<int>(options.channel_cpusets.size())) pc.cpuset = options.channel_cpusets[ch];
+    pc.cpuset = t->channel_use_[ch].cpus_used;
     auto proxy = std::make_unique<Proxy>(pc, fifo->ring(), backend.get());
     WEFT_CHECK(proxy->start());
     t->fifos_.push_back(std::move(fifo));
@@ -157,6 +335,8 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
 }
 
 Transport::~Transport() { stop(); }
+
+std::string Transport::placement_summary() const { return describe_placement(placement_, channel_use_, backend_name_); }
 
 Status Transport::push(int channel, const FifoCommand& cmd) {
   if (channel < 0 || channel >= channels()) {

@@ -11,21 +11,28 @@
 #include "bootstrap/bootstrap.h"
 #include "transport/fifo.h"
 #include "transport/net_backend.h"
+#include "transport/nic_placement.h"
 #include "transport/proxy.h"
 
 namespace weft::transport {
 
 struct TransportOptions {
   // Backend: this explicit choice, else WEFT_NET_BACKEND if set, else workload_backend, else auto.
-  std::string backend;                       // auto | ibverbs | socket | loopback
-  std::string workload_backend;              // the workload's transport.inter_node, "" if unset
-  std::string signal_mode;                   // "" = WEFT_SIGNAL_MODE, else workload_signal_mode, else "batched"
-  std::string workload_signal_mode;          // the workload's transport.signal_mode ("" if unset)
-  int channels = 1;                          // NIC channels, one proxy each
-  uint32_t fifo_depth = 0;                   // 0 = WEFT_FIFO_DEPTH
-  double timeout_s = 0;                      // 0 = WEFT_PROXY_TIMEOUT
+  std::string backend;               // auto | ibverbs | socket | loopback
+  std::string workload_backend;      // the workload's transport.inter_node, "" if unset
+  std::string signal_mode;           // "" = WEFT_SIGNAL_MODE, else workload_signal_mode, else "batched"
+  std::string workload_signal_mode;  // the workload's transport.signal_mode ("" if unset)
+  int channels = 1;                  // NIC channels, one proxy each
+  uint32_t fifo_depth = 0;           // 0 = WEFT_FIFO_DEPTH
+  double timeout_s = 0;              // 0 = WEFT_PROXY_TIMEOUT
+  // Placement per channel. Left empty, each comes from the topology mapping (WEFT_TOPO_FILE, else
+  // the live machine) for this rank's GPU: gpu_pci_bus_id, else the GPU the launcher bound, else
+  // local rank % GPUs (transport/nic_placement.h). Set use_topology = false to place nothing.
   std::vector<std::string> channel_cpusets;  // proxy CPUs per channel (topology Mapping::proxy_cpuset)
   std::vector<std::string> channel_nics;     // RDMA device per channel (topology Nic::name)
+  std::vector<int> channel_ports;            // its port (1-based); 0 = the first ACTIVE port
+  std::string gpu_pci_bus_id;                // the rank's GPU; "" = bound_gpu()
+  bool use_topology = true;
   // Which peers get a connection: ranks on other nodes (the fused kernels' inter-node path), or
   // every other rank (CPU tests, `weftrun check`, benchmarks with host heaps).
   bool connect_all_peers = false;
@@ -51,9 +58,16 @@ class Transport {
   int world_size() const { return size_; }
   int channels() const { return static_cast<int>(fifos_.size()); }
   const std::string& backend_name() const { return backend_name_; }
+  // Why this backend: "requested", "auto: every rank can use ibverbs", or "auto chose socket: <why>".
+  const std::string& backend_reason() const { return backend_reason_; }
   // How the backend keeps a fenced signal behind earlier puts (NetBackend::ordering(); "" if it does not say).
   std::string ordering() const { return backends_.empty() ? std::string() : backends_[0]->ordering(); }
   SignalMode signal_mode() const { return mode_; }
+  // Per channel: the NIC, port and proxy CPUs this rank used, and the GPU they were chosen for.
+  const std::vector<ChannelUse>& channel_use() const { return channel_use_; }
+  const topology::RankPlacement& placement() const { return placement_; }
+  // describe_placement() of the above: "GPU ..., NIC mlx5_0 port 1 (ibverbs), proxy CPUs 18-23".
+  std::string placement_summary() const;
   double timeout_s() const { return timeout_s_; }
   const Region& heap() const { return heap_; }
   // Peers this rank is connected to through the net backend.
@@ -88,10 +102,13 @@ class Transport {
   Transport() = default;
   int rank_ = 0, size_ = 1;
   std::string backend_name_;
+  std::string backend_reason_;
   SignalMode mode_ = SignalMode::kBatched;
   double timeout_s_ = 30;
   Region heap_;
   std::vector<bool> connected_;
+  topology::RankPlacement placement_;
+  std::vector<ChannelUse> channel_use_;
   std::vector<std::unique_ptr<Fifo>> fifos_;
   std::vector<std::unique_ptr<NetBackend>> backends_;
   std::vector<std::unique_ptr<Proxy>> proxies_;

@@ -20,17 +20,31 @@ inline uint8_t pattern(int src, int dst, int it, int ph, uint64_t i) {
   return static_cast<uint8_t>(x ^ (x >> 8) ^ i);
 }
 
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += ' ';
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+
 }  // namespace
 
 std::string TransportCheckResult::to_json() const {
   char buf[512];
   snprintf(buf, sizeof buf,
            "{\"backend\": \"%s\", \"signal_mode\": \"%s\", \"puts\": %llu, \"signals\": %llu, \"fences\": %llu, "
-           "\"batches\": %llu, \"stalls\": %llu}",
+           "\"batches\": %llu, \"stalls\": %llu",
            backend.c_str(), signal_mode.c_str(), (unsigned long long)counters.puts,
            (unsigned long long)counters.signals, (unsigned long long)counters.fences,
            (unsigned long long)counters.batches, (unsigned long long)counters.stalls);
-  return buf;
+  return std::string(buf) + ", \"backend_reason\": " + json_string(backend_reason) +
+         ", \"ordering\": " + json_string(ordering) + ", \"placement\": " + json_string(placement) + "}";
 }
 
 Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
@@ -57,6 +71,9 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   WEFT_CHECK(Transport::create(boot, heap->region(), to, &t));
   result->backend = t->backend_name();
   result->signal_mode = to_string(t->signal_mode());
+  result->placement = t->placement_summary();
+  result->backend_reason = t->backend_reason();
+  result->ordering = t->ordering();
 
   auto flag = [&](int phase, int src) { return flags_off + 8 * (uint64_t(phase) * n + src); };
   const auto t0 = std::chrono::steady_clock::now();
@@ -129,7 +146,8 @@ Status run_transport_check_report(const std::string& backend, bootstrap::Bootstr
   char line[256];
   snprintf(line, sizeof line, "%s/%s: %d x (all-gather + all-to-all) verified, %.1f MB in %.1f ms", r.backend.c_str(),
            r.signal_mode.c_str(), o.iterations, r.bytes_verified / 1e6, r.seconds * 1e3);
-  *summary = line;
+  *summary = std::string(line) + " (" + r.backend_reason + (r.ordering.empty() ? "" : "; ordering: " + r.ordering) +
+             "); used " + r.placement;
   *json = r.to_json();
   return Status::kOk;
 }

@@ -21,6 +21,9 @@ struct TransportCheckOptions {
 struct TransportCheckResult {
   std::string backend;
   std::string signal_mode;
+  std::string backend_reason;    // Transport::backend_reason
+  std::string ordering;          // Transport::ordering: how a fenced signal stays behind its puts
+  std::string placement;         // this rank: GPU, NIC, port, proxy CPUs used (Transport::placement_summary)
   ProxyCounters counters;        // summed over ranks
   uint64_t bytes_verified = 0;   // by this rank
   uint64_t producer_stalls = 0;  // this rank: FIFO-full waits of the host producer

@@ -336,7 +336,7 @@ TEST_CASE("ibverbs: work requests and QP transitions built from plans") {
   peer.qpn = {100, 101, 102};
   peer.psn = {200, 201, 202};
   ibv_qp_attr a;
-  int mask = ibv::rtr_attr(peer, 1, 1, IBV_MTU_1024, false, &a);
+  int mask = ibv::rtr_attr(peer, 1, 1, IBV_MTU_1024, ibv::Route{}, &a);
   CHECK(a.qp_state == IBV_QPS_RTR);
   CHECK(a.dest_qp_num == 101);  // the peer's QP that faces rank 1
   CHECK(a.rq_psn == 201);
@@ -346,9 +346,15 @@ TEST_CASE("ibverbs: work requests and QP transitions built from plans") {
   CHECK((mask & IBV_QP_AV) != 0);
   CHECK((mask & IBV_QP_DEST_QPN) != 0);
   peer.gid[15] = 7;
-  ibv::rtr_attr(peer, 1, 1, IBV_MTU_4096, true, &a);
+  ibv::Route roce;
+  roce.global = true;
+  roce.sgid_index = 3;
+  roce.traffic_class = 106;
+  ibv::rtr_attr(peer, 1, 1, IBV_MTU_4096, roce, &a);
   CHECK(a.ah_attr.is_global == 1);  // RoCE: global route header with the peer's GID
   CHECK(a.ah_attr.grh.dgid.raw[15] == 7);
+  CHECK(a.ah_attr.grh.sgid_index == 3);
+  CHECK(a.ah_attr.grh.traffic_class == 106);
   mask = ibv::rts_attr(12345, &a);
   CHECK(a.qp_state == IBV_QPS_RTS);
   CHECK(a.sq_psn == 12345);
