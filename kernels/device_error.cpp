@@ -19,6 +19,10 @@ Status report_device_error(const DeviceError& e, const char* what) {
               what, e.rank, role, e.block, waited, e.tile_m, e.tile_n, e.flag_index,
               static_cast<unsigned long long>(e.flag_addr), static_cast<unsigned long long>(e.expected),
               static_cast<unsigned long long>(e.seen));
+  } else if (e.kind == int32_t(DeviceErrorKind::kCapacity)) {
+    WEFT_WARN(kKernel, "%s: rank %d: the routed tokens need %llu rows, %llu are reserved; the call is refused", what,
+              e.rank, static_cast<unsigned long long>(e.expected), static_cast<unsigned long long>(e.seen));
+    return Status::kInvalidArgument;
   } else {
     WEFT_WARN(kKernel,
               "%s: rank %d %s block %d timed out after %.3f s (WEFT_DEVICE_TIMEOUT) on an in-block pipeline "

@@ -11,6 +11,7 @@ enum class DeviceErrorKind : int32_t {
   kNone = 0,
   kFlagTimeout = 1,     // a readiness flag never reached the expected value
   kBarrierTimeout = 2,  // an in-block pipeline barrier (TMA / MMA ring) never completed
+  kCapacity = 3,        // routed rows beyond a reserved buffer (expected: rows needed, seen: rows reserved)
 };
 
 // Written once per launch by the first block that times out (the `status` word is claimed with

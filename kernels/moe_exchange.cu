@@ -91,6 +91,15 @@ __global__ void __launch_bounds__(kThreads) count_kernel(MoeExchangeArgs a) {
   }
 }
 
+// One thread: the routed rows against the reservation (counts first). Past it the scatter counts
+// rows as dropped and the grouped GEMM stops at the capacity; the record makes the call fail.
+__global__ void capacity_kernel(FrameParams f, const int32_t* offsets, int32_t experts, int64_t capacity) {
+  const int64_t need = offsets[experts];
+  if (need > capacity)
+    frame_record_error(f, DeviceErrorKind::kCapacity, Role::kCompute, -1, -1, -1, offsets + experts, uint64_t(need),
+                       uint64_t(capacity), 0);
+}
+
 // Warp per received slot: each local pair gets a row of grouped_x (its expert's next row) and the
 // token's row is copied there. The order of rows inside an expert does not change any value: each
 // row's GEMM is its own.
@@ -233,6 +242,14 @@ Status launched(const char* what, int rank) {
 }  // namespace
 
 std::string describe_moe_wait(const DeviceError& e, int32_t world) {
+  if (e.status != 0 && e.kind == int32_t(DeviceErrorKind::kCapacity)) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "rank %d: the routed tokens need %llu grouped rows and %llu are reserved (counts first: raise "
+             "WEFT_HEAP_BYTES); the call is refused",
+             e.rank, (unsigned long long)e.expected, (unsigned long long)e.seen);
+    return line;
+  }
   if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0 ||
       e.flag_index >= 2 * world)
     return "";
@@ -264,6 +281,8 @@ Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cu
   count_kernel<<<grid_for((slots + 31) / 32), kThreads, 0, s>>>(a);
   WEFT_CHECK(launched("count", a.rank));
   WEFT_CHECK(launch_moe_offsets(a.counts, a.local_experts, a.offsets, s));
+  capacity_kernel<<<1, 1, 0, s>>>(frame, a.offsets, a.local_experts, a.capacity_rows);
+  WEFT_CHECK(launched("capacity", a.rank));
   scatter_kernel<<<grid_for(slots), kThreads, 0, s>>>(a);
   return launched("scatter", a.rank);
 }

@@ -76,7 +76,8 @@ Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cu
 inline int32_t moe_dispatch_flag(int32_t src) { return src; }
 inline int32_t moe_combine_flag(int32_t world, int32_t src) { return world + src; }
 
-// One sentence naming what a timed-out exchange wait of this rank awaited, from the frame's record
+// One sentence naming what a timed-out exchange wait of this rank awaited (or, for a kCapacity
+// record, the grouped rows the routed tokens needed and the rows reserved), from the frame's record
 // (filled by the waits of launch_moe_arrange / launch_moe_combine: flag_index = the awaited word):
 // "rank 0 waited 3.0 s for rank 1's dispatched tokens (flag 1: saw 4, expected 5)". Empty when the
 // record is not one of those waits.

@@ -225,16 +225,29 @@ inline bool moe_counts_fit(const MoeSlotPlan& p, const int32_t* counts, int32_t 
 }
 
 // The op's symmetric-heap layout on every rank (offsets from its arena, 256-byte aligned): the
-// dispatch receive slots (W slabs of T slots), the combine rows (one per (source rank, token)) and
-// the flag words (dispatch [0, W), combine [W, 2W)). `weftrun plan` prints it; MoeOp allocates it.
+// dispatch receive slots (W slabs of T slots), the combine rows (one per (source rank, token)), the
+// flag words (dispatch [0, W), combine [W, 2W)), then the grouped rows X (hidden), H (ffn) and
+// Y (hidden) of this rank's experts. `weftrun plan` prints it; MoeOp allocates it.
+//
+// budget 0, or one the worst case fits: the grouped rows hold the worst case (moe_worst_grouped_rows)
+// and no routing can overflow them. A smaller budget: counts first, the grouped rows are what the
+// budget leaves (whole 128-row tiles, at least one per local expert); a call whose routed rows need
+// more is refused by the op (an error naming the rows needed and reserved), never truncated.
+// Feeding total_bytes back as the budget gives the same layout (the op recomputes it from the plan).
 struct MoeHeapLayout {
+  MoeSlotMode mode = MoeSlotMode::kWorstCase;
   int64_t recv_offset = 0, recv_bytes = 0;
   int64_t combine_offset = 0, combine_bytes = 0;
   int64_t flags_offset = 0, flags_bytes = 0;
+  int64_t grouped_rows = 0;  // capacity of X, H and Y
+  int64_t worst_rows = 0;    // what the worst case would need
+  int64_t x_offset = 0, h_offset = 0, y_offset = 0;
   int64_t total_bytes = 0;  // rounded up to 4 KiB (the heap's arena granularity)
 };
-inline MoeHeapLayout moe_heap_layout(const MoeShape& s) {
+// False with *why when even one tile per local expert does not fit the budget.
+inline bool moe_heap_layout(const MoeShape& s, int64_t budget, MoeHeapLayout* out, const char** why) {
   auto up = [](int64_t v, int64_t a) { return (v + a - 1) / a * a; };
+  if ((*why = s.invalid())) return false;
   MoeHeapLayout h;
   const int64_t slots = int64_t(s.world) * s.tokens;
   h.recv_bytes = slots * moe_slot_bytes(s.hidden);
@@ -242,8 +255,26 @@ inline MoeHeapLayout moe_heap_layout(const MoeShape& s) {
   h.combine_bytes = slots * s.hidden * 2;
   h.flags_offset = up(h.combine_offset + h.combine_bytes, 256);
   h.flags_bytes = 2 * int64_t(s.world) * 8;
-  h.total_bytes = up(h.flags_offset + h.flags_bytes, 4096);
-  return h;
+  h.x_offset = up(h.flags_offset + h.flags_bytes, 256);
+  const int64_t row_bytes = (2 * int64_t(s.hidden) + s.ffn) * 2;  // a 128-row tile of each is 256-aligned
+  h.worst_rows = moe_worst_grouped_rows(s);
+  h.grouped_rows = h.worst_rows;
+  if (budget > 0 && up(h.x_offset + h.worst_rows * row_bytes, 4096) > budget) {
+    h.mode = MoeSlotMode::kCountsFirst;
+    const int64_t rows = budget > h.x_offset ? (budget - h.x_offset) / row_bytes / kMoeTileRows * kMoeTileRows : 0;
+    if (rows < int64_t(s.local_experts()) * kMoeTileRows) {
+      *why =
+          "heap budget too small: the receive slots, the combine rows and one 128-row tile per local expert do "
+          "not fit (raise WEFT_HEAP_BYTES or use more ranks)";
+      return false;
+    }
+    h.grouped_rows = rows;
+  }
+  h.h_offset = h.x_offset + h.grouped_rows * s.hidden * 2;
+  h.y_offset = h.h_offset + h.grouped_rows * s.ffn * 2;
+  h.total_bytes = up(h.y_offset + h.grouped_rows * s.hidden * 2, 4096);
+  *out = h;
+  return true;
 }
 
 }  // namespace weft::kernels

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <string>
 
+#include "base/params.h"
 #include "kernels/frame.cuh"
 #include "kernels/moe_plan.h"
 #include "kernels/tile_scheduler.h"
@@ -172,10 +173,22 @@ void plan_moe(const Workload& w, Plan* p) {
   p->notes.push_back(
       "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
       "predictions are the fused op's, which is not built yet");
-  const kernels::MoeHeapLayout h = kernels::moe_heap_layout(s);
+  // The heap budget a user states (WEFT_HEAP_BYTES); unset, the workload sizes it: the worst case.
+  int64_t budget = 0;
+  if (get_param("WEFT_HEAP_BYTES", &budget) != Status::kOk || budget < 0) budget = 0;
+  kernels::MoeHeapLayout h;
+  const char* why = nullptr;
+  if (!kernels::moe_heap_layout(s, budget, &h, &why)) return refuse(p, w.error_at("shape", why));
+  if (h.mode == kernels::MoeSlotMode::kCountsFirst)
+    p->notes.push_back("counts first: WEFT_HEAP_BYTES leaves " + std::to_string(h.grouped_rows) +
+                       " grouped rows of the " + std::to_string(h.worst_rows) +
+                       " the worst case needs; a call whose routed rows need more fails with an error naming them");
   p->heap.push_back({"moe.recv", uint64_t(h.recv_offset), uint64_t(h.recv_bytes)});
   p->heap.push_back({"moe.combine", uint64_t(h.combine_offset), uint64_t(h.combine_bytes)});
   p->heap.push_back({"moe.flags", uint64_t(h.flags_offset), uint64_t(h.flags_bytes)});
+  p->heap.push_back({"moe.x", uint64_t(h.x_offset), uint64_t(h.h_offset - h.x_offset)});
+  p->heap.push_back({"moe.h", uint64_t(h.h_offset), uint64_t(h.y_offset - h.h_offset)});
+  p->heap.push_back({"moe.y", uint64_t(h.y_offset), uint64_t(h.grouped_rows * s.hidden * 2)});
   p->heap_bytes = uint64_t(h.total_bytes);
 }
 

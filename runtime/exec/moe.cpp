@@ -55,17 +55,24 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   op->rank_ = rank, op->world_ = W;
   op->tokens_ = s.tokens, op->hidden_ = s.hidden, op->ffn_ = s.ffn, op->experts_ = s.experts, op->topk_ = s.topk;
   op->local_ = s.local_experts();
-  op->capacity_ = kernels::moe_worst_grouped_rows(s);
   const int64_t T = s.tokens, H = s.hidden, F = s.ffn, L = op->local_, E = s.experts, K = s.topk;
 
-  // Symmetric heap: receive slots, combine rows, flags (the same layout on every rank).
-  const kernels::MoeHeapLayout layout = kernels::moe_heap_layout(s);
+  // Symmetric heap: receive slots, combine rows, flags and the grouped rows, laid out as the plan
+  // laid them out (its heap bytes are the budget: 0 or enough for the worst case keeps the worst case).
+  kernels::MoeHeapLayout layout;
+  const char* why = nullptr;
+  if (!kernels::moe_heap_layout(s, int64_t(std::min<uint64_t>(plan.heap_bytes, uint64_t(INT64_MAX))), &layout, &why))
+    return refuse(rank, why);
   const uint64_t recv_off = uint64_t(layout.recv_offset), comb_off = uint64_t(layout.combine_offset);
   op->flags_off_ = uint64_t(layout.flags_offset);
   op->regions_ = {{"moe.recv", recv_off, uint64_t(layout.recv_bytes)},
                   {"moe.combine", comb_off, uint64_t(layout.combine_bytes)},
-                  {"moe.flags", op->flags_off_, uint64_t(layout.flags_bytes)}};
+                  {"moe.flags", op->flags_off_, uint64_t(layout.flags_bytes)},
+                  {"moe.x", uint64_t(layout.x_offset), uint64_t(layout.h_offset - layout.x_offset)},
+                  {"moe.h", uint64_t(layout.h_offset), uint64_t(layout.y_offset - layout.h_offset)},
+                  {"moe.y", uint64_t(layout.y_offset), uint64_t(layout.grouped_rows * s.hidden * 2)}};
   op->arena_bytes_ = uint64_t(layout.total_bytes);
+  op->capacity_ = layout.grouped_rows;
   if (op->arena_bytes_ > ctx.heap_bytes() - ctx.reserved_bytes())
     return refuse(rank, "the symmetric heap is too small: this op needs " + std::to_string(op->arena_bytes_) +
                             " bytes per rank and " + std::to_string(ctx.heap_bytes() - ctx.reserved_bytes()) +
@@ -73,17 +80,15 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "moe", &op->arena_));
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
 
-  // Local memory, sized once: routing, grouped rows (worst case), counters.
+  // Local memory, sized once: routing, counters, the gate/up and router weights as the kernels want
+  // them; the grouped rows are in the arena.
   const int64_t cap = op->capacity_;
   void* p = nullptr;
   WEFT_CHECK(op->alloc(&p, size_t(L * 2 * F * H) * 2));
   op->w13_ = static_cast<bf16*>(p);
-  WEFT_CHECK(op->alloc(&p, size_t(cap * H) * 2));
-  op->x_ = static_cast<bf16*>(p);
-  WEFT_CHECK(op->alloc(&p, size_t(cap * F) * 2));
-  op->h_ = static_cast<bf16*>(p);
-  WEFT_CHECK(op->alloc(&p, size_t(cap * H) * 2));
-  op->y_ = static_cast<bf16*>(p);
+  op->x_ = static_cast<bf16*>(ctx.local(op->arena_ + uint64_t(layout.x_offset)));
+  op->h_ = static_cast<bf16*>(ctx.local(op->arena_ + uint64_t(layout.h_offset)));
+  op->y_ = static_cast<bf16*>(ctx.local(op->arena_ + uint64_t(layout.y_offset)));
   WEFT_CHECK(op->alloc(&p, size_t(T * E) * 4));
   op->logits_ = static_cast<float*>(p);
   WEFT_CHECK(op->alloc(&p, size_t(T * K) * 4));

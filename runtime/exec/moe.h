@@ -35,10 +35,12 @@ struct MoeWeights {
 //   renormalised over the k;
 //   dispatch, arrange, grouped gate/up with SiLU·up, grouped down, combine (kernels/moe_exchange.h);
 //   out[t] = Σ over t's top-k experts of weight × expert(x[t]).
-// Receive slots and combine rows live in the symmetric heap (worst case: every token of every rank
-// may come here, so no token is ever dropped and no count is exchanged first); the grouped rows are
-// this rank's own memory, sized for the worst case at creation. Not capturable (the flags carry a
-// per-call epoch in kernel arguments). No allocation and no host synchronisation per call; every
+// Receive slots, combine rows and the grouped rows live in the op's arena of the symmetric heap, laid
+// out by kernels::moe_heap_layout from the plan's heap bytes: the worst case (every token of every
+// rank may come here) when the budget allows, so no routing can overflow; otherwise counts first:
+// the grouped rows the budget leaves, and a call whose routed rows need more fails (the context is
+// poisoned with the rows needed and reserved) instead of dropping tokens. Not capturable (the flags
+// carry a per-call epoch in kernel arguments). No allocation and no host synchronisation per call; every
 // rank calls run() alike.
 class MoeOp {
  public:

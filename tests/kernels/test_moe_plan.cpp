@@ -280,26 +280,57 @@ TEST_CASE("moe grouped tile order: every (row tile, n block) exactly once") {
       }
 }
 
-TEST_CASE("moe heap layout: regions in order, aligned, disjoint, sized for every (source, token)") {
+TEST_CASE("moe heap layout: regions in order, aligned, disjoint; worst case or counts first; round trip") {
   for (int world : {1, 2, 4, 8})
     for (int tokens : {1, 200, 4096})
       for (int hidden : {8, 2048, 7168}) {
         MoeShape s;
         s.tokens = tokens, s.hidden = hidden, s.ffn = 128, s.experts = 8 * world, s.topk = 2, s.world = world;
-        const MoeHeapLayout h = moe_heap_layout(s);
         CAPTURE(world);
         CAPTURE(tokens);
         CAPTURE(hidden);
+        const char* why = nullptr;
+        MoeHeapLayout h;
+        REQUIRE(moe_heap_layout(s, 0, &h, &why));
+        CHECK(h.mode == MoeSlotMode::kWorstCase);
+        CHECK(h.grouped_rows == moe_worst_grouped_rows(s));
         CHECK(h.recv_offset == 0);
         CHECK(h.recv_bytes == int64_t(world) * tokens * moe_slot_bytes(hidden));
         CHECK(h.combine_bytes == int64_t(world) * tokens * hidden * 2);
-        CHECK(h.combine_offset % 256 == 0);
-        CHECK(h.flags_offset % 256 == 0);
+        for (int64_t off : {h.combine_offset, h.flags_offset, h.x_offset, h.h_offset, h.y_offset})
+          CHECK(off % 256 == 0);
         CHECK(h.combine_offset >= h.recv_offset + h.recv_bytes);
         CHECK(h.flags_offset >= h.combine_offset + h.combine_bytes);
+        CHECK(h.x_offset >= h.flags_offset + h.flags_bytes);
+        CHECK(h.h_offset == h.x_offset + h.grouped_rows * hidden * 2);
+        CHECK(h.y_offset == h.h_offset + h.grouped_rows * 128 * 2);
         CHECK(h.flags_bytes == 16 * world);
         CHECK(h.total_bytes % 4096 == 0);
-        CHECK(h.total_bytes >= h.flags_offset + h.flags_bytes);
-        CHECK(h.total_bytes < h.flags_offset + h.flags_bytes + 4096);
+        CHECK(h.total_bytes >= h.y_offset + h.grouped_rows * hidden * 2);
+        // A budget the worst case fits keeps it; the total fed back gives the same layout.
+        MoeHeapLayout same;
+        REQUIRE(moe_heap_layout(s, h.total_bytes, &same, &why));
+        CHECK(same.mode == MoeSlotMode::kWorstCase);
+        CHECK(same.grouped_rows == h.grouped_rows);
+        // Half the grouped bytes: counts first, whole tiles, at least one per local expert, and again
+        // the same layout from its own total.
+        const int64_t row_bytes = (2 * int64_t(hidden) + 128) * 2;
+        const int64_t budget = h.x_offset + h.grouped_rows * row_bytes / 2;
+        MoeHeapLayout half;
+        if (!moe_heap_layout(s, budget, &half, &why)) {
+          CHECK(std::string(why).find("heap budget too small") == 0);
+          CHECK(budget < h.x_offset + int64_t(8) * 128 * row_bytes);
+          continue;
+        }
+        CHECK(half.mode == MoeSlotMode::kCountsFirst);
+        CHECK(half.grouped_rows % 128 == 0);
+        CHECK(half.grouped_rows >= 8 * 128);
+        CHECK(half.grouped_rows < h.grouped_rows);
+        CHECK(half.total_bytes <= budget + 4095);
+        MoeHeapLayout back;
+        REQUIRE(moe_heap_layout(s, half.total_bytes, &back, &why));
+        CHECK(back.mode == MoeSlotMode::kCountsFirst);
+        CHECK(back.grouped_rows == half.grouped_rows);
+        CHECK(back.total_bytes == half.total_bytes);
       }
 }

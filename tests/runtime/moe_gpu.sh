@@ -17,6 +17,13 @@ run() {
 run -n 1
 [ "$gpus" -ge 2 ] && run -n "$([ "$gpus" -ge 8 ] && echo 8 || { [ "$gpus" -ge 4 ] && echo 4 || echo 2; })"
 [ "$gpus" -lt 4 ] && run -n 4 --oversubscribe
+# Counts first with one tile fewer than the routing needs: the owner's call fails naming the rows.
+for n in 1 2; do
+  echo "== test_moe_gpu --overflow: -n $n"
+  share=""
+  [ "$gpus" -lt "$n" ] && share=--oversubscribe
+  timeout 120 "$build/bin/weftrun" exec -n $n $share -- "$build/bin/test_moe_gpu" --overflow || rc=1
+done
 # A rank that never calls: the peer's call ends within the device timeout, naming it.
 echo "== test_moe_gpu --stall: -n 2"
 share=""

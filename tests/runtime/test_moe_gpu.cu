@@ -64,7 +64,21 @@ struct Case {
   int tokens;  // per rank
   int hidden, ffn, experts, topk;
   Routing routing;
+  bool counts_first = false;  // heap budget for exactly the rows expert 3's owner needs (one-expert top-1)
 };
+
+// The heap budget whose layout (kernels::moe_heap_layout) reserves `rows` grouped rows (a multiple
+// of 128, below the worst case): counts first.
+uint64_t budget_for_rows(int64_t tokens, int64_t hidden, int64_t ffn, int64_t experts, int64_t topk, int world,
+                         int64_t rows) {
+  kernels::MoeShape s;
+  s.tokens = int32_t(tokens), s.hidden = int32_t(hidden), s.ffn = int32_t(ffn), s.experts = int32_t(experts);
+  s.topk = int32_t(topk), s.world = world;
+  kernels::MoeHeapLayout worst;
+  const char* why = nullptr;
+  if (!kernels::moe_heap_layout(s, 0, &worst, &why)) return 0;
+  return uint64_t(worst.x_offset + rows * (2 * hidden + ffn) * 2);
+}
 
 // Router column bias through feature 0 (every token's x[:, 0] = 1): Zipf 1/(e+1), one expert far
 // ahead of the rest, or odd experts far behind (they never get a token while topk <= experts / 2).
@@ -163,8 +177,8 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   const int64_t T = c.tokens, H = c.hidden, F = c.ffn, E = c.experts, L = E / W, K = c.topk;
   const uint64_t seed = shared_seed(ctx.boot(), "moe.test.seed." + std::to_string(case_no));
   char name[160];
-  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s", (long long)T, (long long)H,
-           (long long)F, (long long)E, (long long)K, routing_name(c.routing));
+  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s%s", (long long)T, (long long)H,
+           (long long)F, (long long)E, (long long)K, routing_name(c.routing), c.counts_first ? " counts-first" : "");
   // Every expert's weights on every rank (the reference needs them all); the op gets this rank's.
   bf16 *router = dalloc<bf16>(H * E), *gate = dalloc<bf16>(E * F * H), *up = dalloc<bf16>(E * F * H),
        *down = dalloc<bf16>(E * H * F);
@@ -185,6 +199,10 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   plan.nodes = 1;
   plan.gpus_per_node = W;
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  // Counts first at the boundary: every token's one expert is expert 3, whose owner needs exactly
+  // pad(W T) rows; the budget reserves exactly that (below the worst case, which adds padding).
+  const int64_t exact_rows = (W * T + 127) / 128 * 128;
+  if (c.counts_first) plan.heap_bytes = budget_for_rows(T, H, F, E, K, W, exact_rows);
   runtime::MoeWeights wts;
   wts.router = router;
   wts.gate = gate + r * L * F * H;
@@ -194,6 +212,14 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   if (runtime::MoeOp::create(ctx, plan, wts, &op) != Status::kOk) {
     EXPECT(false, "%s: MoeOp::create failed", name);
     return;
+  }
+  if (c.counts_first) {
+    EXPECT(op->capacity_rows() == std::max<int64_t>(exact_rows, L * 128), "%s: counts first reserved %lld rows", name,
+           (long long)op->capacity_rows());
+    kernels::MoeShape ms;
+    ms.tokens = int32_t(T), ms.hidden = int32_t(H), ms.ffn = int32_t(F), ms.experts = int32_t(E), ms.topk = int32_t(K);
+    ms.world = W;
+    EXPECT(op->capacity_rows() < kernels::moe_worst_grouped_rows(ms), "%s: not below the worst case", name);
   }
   bf16 *x = dalloc<bf16>(T * H), *out = dalloc<bf16>(T * H), *out2 = dalloc<bf16>(T * H);
   float* ref = dalloc<float>(T * H);
@@ -329,6 +355,57 @@ int stall(runtime::Context& ctx) {
   return g_failed ? 1 : 0;
 }
 
+// --overflow: counts first with one 128-row tile fewer than expert 3's owner needs. That rank's call
+// must fail with the rows needed and reserved in the context's reason (no silent truncation); the
+// other ranks' calls complete; then every rank leaves through the bootstrap.
+int overflow(runtime::Context& ctx) {
+  const int W = ctx.size(), r = ctx.rank();
+  const int64_t T = 1000, H = 256, F = 128, E = 4, L = E / W, K = 1;
+  const int64_t need = (W * T + 127) / 128 * 128, owner = 3 / L;
+  bf16 *router = dalloc<bf16>(H * E), *w = dalloc<bf16>(L * F * H * 3), *x = dalloc<bf16>(T * H),
+       *out = dalloc<bf16>(T * H);
+  random_bf16(router, H * E, 11, 0.5f);
+  bias_router<<<1, 256>>>(router, int(E), 2);
+  random_bf16(w, L * F * H * 3, 12, 0.05f);
+  random_bf16(x, T * H, 13 + r);
+  set_feature0<<<64, 256>>>(x, int(T), int(H));
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  runtime::Plan plan;
+  plan.op = runtime::Op::kMoe;
+  plan.world_size = W, plan.nodes = 1, plan.gpus_per_node = W;
+  plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  plan.heap_bytes = budget_for_rows(T, H, F, E, K, W, need - 128);
+  std::unique_ptr<runtime::MoeOp> op;
+  EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
+             Status::kOk,
+         "overflow: create failed");
+  if (op) {
+    EXPECT(op->run(x, out, nullptr) == Status::kOk, "overflow: the call should be accepted");
+    cudaDeviceSynchronize();
+    for (int i = 0; i < 100 && r == owner && !ctx.poisoned(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const std::string why = ctx.poison_reason();
+    if (r == owner) {
+      char want[128];
+      snprintf(want, sizeof want, "need %lld grouped rows and %lld are reserved", (long long)need,
+               (long long)(need - 128));
+      EXPECT(ctx.poisoned() && why.find(want) != std::string::npos, "overflow: reason '%s', expected '%s'", why.c_str(),
+             want);
+      EXPECT(op->run(x, out, nullptr) == Status::kPeerFailed, "overflow: a later call must fail fast");
+    } else {
+      EXPECT(!ctx.poisoned(), "overflow: rank %d (not the owner) poisoned: %s", r, why.c_str());
+    }
+    printf("rank %d: moe overflow (owner of expert 3: rank %lld): %s\n", r, (long long)owner,
+           ctx.poisoned() ? why.c_str() : "call completed");
+  }
+  EXPECT(ctx.boot().barrier("moe.test.overflow.done") == Status::kOk, "overflow: the ranks could not meet");
+  op.reset();
+  for (void* p : {static_cast<void*>(router), static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(out)})
+    cudaFree(p);
+  printf("rank %d: test_moe_gpu --overflow %s (%d failures)\n", r, g_failed ? "FAILED" : "passed", g_failed);
+  return g_failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,6 +421,11 @@ int main(int argc, char** argv) {
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));
   std::unique_ptr<runtime::Context> ctx;
   if (runtime::Context::create(*boot, uint64_t(1) << 30, &ctx) != Status::kOk) return 1;
+  if (argc > 1 && std::string(argv[1]) == "--overflow") {
+    const int rc = overflow(*ctx);
+    ctx.reset();
+    return rc;
+  }
   if (argc > 1 && std::string(argv[1]) == "--stall") {
     if (ctx->size() < 2) {
       fprintf(stderr, "--stall needs 2 or more ranks\n");
@@ -354,9 +436,10 @@ int main(int argc, char** argv) {
     return rc;
   }
   const Case cases[] = {
-      {256, 512, 256, 8, 2, Routing::kUniform},     {200, 256, 128, 8, 1, Routing::kZipf},
-      {96, 512, 384, 16, 8, Routing::kUniform},     {333, 256, 256, 16, 2, Routing::kHalfIdle},
-      {4096, 256, 128, 16, 8, Routing::kOneExpert}, {1, 256, 128, 8, 2, Routing::kUniform},
+      {256, 512, 256, 8, 2, Routing::kUniform},          {200, 256, 128, 8, 1, Routing::kZipf},
+      {96, 512, 384, 16, 8, Routing::kUniform},          {333, 256, 256, 16, 2, Routing::kHalfIdle},
+      {4096, 256, 128, 16, 8, Routing::kOneExpert},      {1, 256, 128, 8, 2, Routing::kUniform},
+      {1000, 256, 128, 4, 1, Routing::kOneExpert, true},
   };
   int no = 0;
   for (const Case& c : cases) run_case(*ctx, c, no++, c.tokens >= 4096 ? 3 : 20);

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -379,14 +380,35 @@ TEST_CASE("moe on one node: the staged op with every SM computing and its heap; 
   CHECK(p.roles.compute == p.sm_count);
   weft::kernels::MoeShape s;
   s.tokens = 4096, s.hidden = 4096, s.ffn = 14336, s.experts = 8, s.topk = 2, s.world = 4;
-  const weft::kernels::MoeHeapLayout h = weft::kernels::moe_heap_layout(s);
+  weft::kernels::MoeHeapLayout h;
+  const char* why = nullptr;
+  REQUIRE(weft::kernels::moe_heap_layout(s, 0, &h, &why));  // WEFT_HEAP_BYTES unset: the worst case
   CHECK(p.heap_bytes == uint64_t(h.total_bytes));
+  REQUIRE(p.region("moe.y") != nullptr);
+  CHECK(p.region("moe.y")->bytes == uint64_t(h.grouped_rows * 4096 * 2));
+  CHECK(h.grouped_rows == weft::kernels::moe_worst_grouped_rows(s));
   REQUIRE(p.region("moe.recv") != nullptr);
   CHECK(p.region("moe.recv")->bytes == uint64_t(4 * 4096 * weft::kernels::moe_slot_bytes(4096)));
   REQUIRE(p.region("moe.combine") != nullptr);
   CHECK(p.region("moe.combine")->offset == uint64_t(h.combine_offset));
   REQUIRE(p.region("moe.flags") != nullptr);
   CHECK(p.region("moe.flags")->bytes == 4 * 2 * 8);
+
+  // A stated heap budget below the worst case: counts first, the grouped rows the budget leaves.
+  setenv("WEFT_HEAP_BYTES", std::to_string(h.x_offset + 20000LL * (2 * 4096 + 14336) * 2).c_str(), 1);
+  const Plan budget = plan_for(parse(moe("{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4)));
+  unsetenv("WEFT_HEAP_BYTES");
+  REQUIRE(budget.exec.executable);
+  REQUIRE(budget.region("moe.y") != nullptr);
+  CHECK(budget.region("moe.y")->bytes == uint64_t(19968) * 4096 * 2);  // 20000 rows, whole 128-row tiles
+  bool noted = false;
+  for (const auto& n : budget.notes) noted |= n.find("counts first") == 0;
+  CHECK(noted);
+  setenv("WEFT_HEAP_BYTES", "1000000", 1);
+  const Plan tiny = plan_for(parse(moe("{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4)));
+  unsetenv("WEFT_HEAP_BYTES");
+  CHECK(!tiny.exec.executable);
+  CHECK(tiny.exec.not_executable.find("heap budget too small") != std::string::npos);
 
   const Plan two = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2)));
   CHECK(!two.exec.executable);
