@@ -127,8 +127,8 @@ Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failur
 
   std::vector<uint32_t> ips = pick_addresses(options.ifname);
   if (ips.empty()) {
-    WEFT_WARN(kBoot, "rank %d: liveness: no IPv4 interface is up%s%s", me.rank,
-              options.ifname.empty() ? "" : " named ", options.ifname.c_str());
+    WEFT_WARN(kBoot, "rank %d: liveness: no IPv4 interface is up%s%s", me.rank, options.ifname.empty() ? "" : " named ",
+              options.ifname.c_str());
     return Status::kNotFound;
   }
   // One listening socket per published address (never INADDR_ANY), all on one port; the token in
@@ -357,8 +357,9 @@ void Liveness::run() {
         close(l->fd);
         l->fd = -1;
         if (!l->said_bye && l->ready)
-          fail(l->peer, "rank " + std::to_string(l->peer) +
-                            "'s liveness connection closed without a goodbye: the process died (killed or crashed)",
+          fail(l->peer,
+               "rank " + std::to_string(l->peer) +
+                   "'s liveness connection closed without a goodbye: the process died (killed or crashed)",
                i);
         l->ready = false;
         l->said_bye = true;  // nothing more is expected on this link

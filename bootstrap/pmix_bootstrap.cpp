@@ -287,7 +287,15 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
     WEFT_INFO(kBoot, "rank %d: could not register for peer-failure events (%s); failures surface as timeouts",
               self->info_.rank, PMIx_Error_string(ref));
   WEFT_CHECK(self->query_identity());
-  WEFT_CHECK(self->start_liveness());
+  Status s = self->start_liveness();
+  if (s != Status::kOk) {
+    // Under a launcher that does not stop jobs by itself, a rank that never joined would keep the job
+    // (and its allocation) forever: ask the launcher to end it.
+    std::string msg = "rank " + std::to_string(self->info_.rank) +
+                      ": the job did not assemble (the liveness exchange failed: " + to_string(s) + ")";
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
+    return s;
+  }
   *out = std::move(self);
   return Status::kOk;
 }
@@ -359,7 +367,7 @@ Status PmixBootstrap::start_liveness() {
     fflush(stderr);
     node_.leave();
     std::string msg = "rank " + std::to_string(me) + ": peer rank " + std::to_string(rank) + " failed: " + why;
-    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 3.0);
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
     _exit(1);
   };
   return Liveness::start(*this, o, on_failure, on_give_up, &liveness_);
@@ -373,7 +381,7 @@ PmixBootstrap::~PmixBootstrap() {
     // --kill-on-bad-exit): ask it to end the job, so that a stopped or hung rank does not outlive it.
     std::string msg =
         "rank " + std::to_string(info_.rank) + ": peer rank " + std::to_string(failed) + " failed: " + why;
-    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 3.0);
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
   }
   liveness_.reset();  // goodbye to the neighbours (after no failure) before this rank leaves the job
   if (!initialized_) return;
