@@ -293,6 +293,7 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
     // (and its allocation) forever: ask the launcher to end it.
     std::string msg = "rank " + std::to_string(self->info_.rank) +
                       ": the job did not assemble (the liveness exchange failed: " + to_string(s) + ")";
+    self->node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
     run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
     return s;
   }
@@ -381,13 +382,16 @@ PmixBootstrap::~PmixBootstrap() {
     // --kill-on-bad-exit): ask it to end the job, so that a stopped or hung rank does not outlive it.
     std::string msg =
         "rank " + std::to_string(info_.rank) + ": peer rank " + std::to_string(failed) + " failed: " + why;
+    node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
     run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
   }
   liveness_.reset();  // goodbye to the neighbours (after no failure) before this rank leaves the job
   if (!initialized_) return;
   initialized_ = false;
   // After a peer failure the server may never answer; do not let finalize hang the exit.
-  if (!run_bounded([] { PMIx_Finalize(nullptr, 0); }, std::min(timeout_s_, 5.0)))
+  // The job was aborted above: the server has nothing more to tell this rank.
+  const double bound = failed >= 0 && failed != info_.rank ? 1.0 : std::min(timeout_s_, 5.0);
+  if (!run_bounded([] { PMIx_Finalize(nullptr, 0); }, bound))
     WEFT_INFO(kBoot, "rank %d: PMIx_Finalize did not return in time; exiting anyway", info_.rank);
   if (g_self == this) g_self = nullptr;
 }
@@ -604,6 +608,7 @@ Status PmixBootstrap::barrier(const std::string& tag) { return fence("barrier " 
 void PmixBootstrap::abort(const std::string& why) {
   WEFT_WARN(kBoot, "rank %d: aborting the job: %s", info_.rank, why.c_str());
   if (liveness_) liveness_->announce_own_failure(why);
+  node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
   std::string msg = "rank " + std::to_string(info_.rank) + ": " + why;
   // The launcher replies once it has recorded the abort; do not wait forever if it cannot.
   run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, std::min(timeout_s_, 10.0));
