@@ -43,6 +43,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_LAUNCH_KILL_GRACE", kDbl, "5", "s",
      "after one rank fails, how long the launcher waits before SIGKILL of the rest", kU, 0, 3600},
     {"WEFT_DEVICE_TIMEOUT", kDbl, "10", "s", "bound on every device-side wait (flag spins in kernels)", kU, 0.1, kDay},
+    {"WEFT_EMULATE_NETNS", kStr, "off", "",
+     "on: weftrun's emulated nodes (--emulate-nodes) run in network namespaces of their own, on a bridge "
+     "(needs root and ip; says so and shares the host's network otherwise)",
+     kU, 0, 0, "on|off"},
     {"WEFT_LIVENESS", kStr, "auto", "",
      "out-of-band heartbeats between ranks (a TCP ring) that name a dead or stalled rank: auto (on where the "
      "launcher reports no dead ranks, i.e. not weftrun's own or mpirun), on or off",

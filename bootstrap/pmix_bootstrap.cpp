@@ -37,6 +37,10 @@ constexpr const char* kHowToLaunch =
     "start ranks with 'weftrun check|run' (embedded PMIx server), 'srun --mpi=pmix weftrun ...' under Slurm, "
     "or 'mpirun -n N weftrun ...' with Open MPI";
 
+// How long a rank that gives up waits for its PMIx_Abort to be answered: the request is on its way
+// once sent; the answer can take seconds (a launcher cut off by the fault) and nothing depends on it.
+constexpr double kAbortWaitS = 0.5;
+
 std::shared_ptr<PmixBootstrap::State> g_state;  // for the event handler, which has no cbdata
 PmixBootstrap* g_self = nullptr;
 
@@ -294,7 +298,7 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
     std::string msg = "rank " + std::to_string(self->info_.rank) +
                       ": the job did not assemble (the liveness exchange failed: " + to_string(s) + ")";
     self->node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
-    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
     return s;
   }
   *out = std::move(self);
@@ -368,7 +372,7 @@ Status PmixBootstrap::start_liveness() {
     fflush(stderr);
     node_.leave();
     std::string msg = "rank " + std::to_string(me) + ": peer rank " + std::to_string(rank) + " failed: " + why;
-    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
     _exit(1);
   };
   return Liveness::start(*this, o, on_failure, on_give_up, &liveness_);
@@ -383,7 +387,7 @@ PmixBootstrap::~PmixBootstrap() {
     std::string msg =
         "rank " + std::to_string(info_.rank) + ": peer rank " + std::to_string(failed) + " failed: " + why;
     node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
-    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, 2.0);
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
   }
   liveness_.reset();  // goodbye to the neighbours (after no failure) before this rank leaves the job
   if (!initialized_) return;

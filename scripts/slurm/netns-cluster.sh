@@ -7,7 +7,8 @@
 #           namespace at NET.1, then slurm-up.sh: slurmctld in the root namespace (reached at NET.1),
 #           one slurmd inside each namespace. Idempotent: what already exists is kept; a missing
 #           piece (a killed slurmd, a deleted veth) is put back.
-#   down    scancel, stop the daemons (slurm-down.sh), delete namespaces, veths and bridge, remove our
+#   down    scancel, stop the daemons (slurm-down.sh), delete namespaces, veths and bridge (and those
+#           of a killed weftrun's WEFT_EMULATE_NETNS hosts), remove our
 #           /etc/hosts lines and this user's stale /dev/shm/weft-* exchange folders (those whose lock
 #           no process holds; folders in use by other jobs are left alone). Safe to run twice.
 #   status  what exists: namespaces, addresses, link counters, daemons (exit 1 when not fully up).
@@ -106,6 +107,14 @@ cmd_down() {
     ip link del "$v" 2>/dev/null || true
   done
   ip link del "$BR" 2>/dev/null || true
+  # weftrun's own emulated hosts (WEFT_EMULATE_NETNS=on) of a weftrun that was SIGKILLed
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^weft-e[0-9]+-[0-9]+$' || true); do
+    pid=${ns#weft-e}; pid=${pid%%-*}
+    kill -0 "$pid" 2>/dev/null || ip netns del "$ns" 2>/dev/null || true
+  done
+  for b in $(ip -o link show type bridge 2>/dev/null | awk -F': ' '{print $2}' | grep -E '^weftb[0-9]+$' || true); do
+    kill -0 "${b#weftb}" 2>/dev/null || ip link del "$b" 2>/dev/null || true
+  done
   hosts_remove
   stale_shm
   echo "$me: down"

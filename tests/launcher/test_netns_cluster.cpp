@@ -3,8 +3,8 @@
 // the faults, each bounded and leaving no process in the namespaces and no /dev/shm folder: a dead
 // rank (SIGKILL), a stalled one (SIGSTOP), a node's link taken down mid-transfer, a node's slurmd
 // killed, a rank that never joins. The cluster is taken down however the test ends.
-#include <doctest/doctest.h>
 #include <dirent.h>
+#include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -178,7 +178,8 @@ void check_clean(const char* after) {
   INFO("after " << after);
   CHECK(wait_no_strays(15) == "");
   std::string left;
-  for (int i = 0; i < 75 && !(left = stale_shm()).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  for (int i = 0; i < 75 && !(left = stale_shm()).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   CHECK(left == "");
 }
 
@@ -300,8 +301,7 @@ TEST_CASE("a node's link taken down mid-transfer: every rank exits non-zero with
     CHECK((rc.empty() || atoi(rc.c_str()) != 0));
     bool named = false;
     for (int peer = 0; peer < 4; ++peer)
-      if (peer / 2 != rank / 2)
-        named = named || e.find("rank " + std::to_string(peer)) != std::string::npos;
+      if (peer / 2 != rank / 2) named = named || e.find("rank " + std::to_string(peer)) != std::string::npos;
     CHECK(named);
   }
   MESSAGE("link of wn2 down mid-transfer: every rank gone " << took << " s later");
@@ -346,4 +346,38 @@ TEST_CASE("a node's slurmd killed; a rank that never joins") {
     MESSAGE("rank 3 never joined: srun ended after " << r.seconds << " s (WEFT_BOOTSTRAP_TIMEOUT=8)");
   }
   check_clean("a rank that never joined");
+}
+
+TEST_CASE("weftrun's own launcher with WEFT_EMULATE_NETNS=on: emulated nodes in namespaces, nothing left after") {
+  require_platform();
+  auto ns_count = [] { return weft::testing::run("ip netns list | grep -c '^weft-e'", 10).out; };
+  const std::string before = ns_count();
+  auto r = sh("timeout 120 env WEFT_EMULATE_NETNS=on WEFT_LIVENESS=on WEFT_DEBUG=INFO WEFT_DEBUG_SUBSYS=BOOT " +
+                  kWeftrun + " check -n 4 --emulate-nodes 2 --iters 3 --transport socket",
+              130);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(weft::testing::last_line(r.out) == "check passed: 4 ranks, 2 nodes");
+  CHECK(r.err.find("2 emulated nodes in network namespaces") != std::string::npos);
+  // Each emulated host has its own hostname and address; peers on the other one come through PMIx.
+  CHECK(r.err.find("-node0:") != std::string::npos);
+  CHECK(r.err.find("-node1:") != std::string::npos);
+  CHECK(r.err.find("rank 1: liveness ring up: to rank 2 at 198.19.") != std::string::npos);
+  CHECK(r.err.find("same-host files from ranks [ 1 ], PMIx from ranks [ 2 3 ]") != std::string::npos);
+  CHECK(r.err.find("same-host files from ranks [ 2 ], PMIx from ranks [ 0 1 ]") != std::string::npos);
+  CHECK(r.err.find("same-host files from ranks [ 0 1") == std::string::npos);
+  CHECK(ns_count() == before);  // the launcher deleted its namespaces
+  CHECK(stale_shm() == "");
+
+  // Without root the launcher says why and runs the nodes on this host's network.
+  auto nobody = weft::testing::run(
+      "cp " + kWeftrun + " " + kState + "-weftrun && chmod 755 " + kState +
+          "-weftrun && cd /tmp && timeout 60 runuser -u nobody -- env WEFT_EMULATE_NETNS=on " + kState +
+          "-weftrun check -n 2 --emulate-nodes 2; rc=$?; rm -f " + kState + "-weftrun; exit $rc",
+      70);
+  INFO(nobody.out << nobody.err);
+  if (nobody.err.find("runuser") == std::string::npos) {
+    CHECK(nobody.exit_code == 0);
+    CHECK(nobody.err.find("share this host's network, no namespaces: not root") != std::string::npos);
+  }
 }
