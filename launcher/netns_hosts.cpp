@@ -79,8 +79,8 @@ Status NetnsHosts::create(int nodes, std::unique_ptr<NetnsHosts>* out, std::stri
     if (fd < 0) return fail("cannot open /run/netns/" + ns + ": " + strerror(errno));
     self->fds_.push_back(fd);
   }
-  WEFT_INFO(kLaunch, "%d emulated hosts in network namespaces weft-e%d-0..%d on bridge %s (%s)", nodes, pid,
-            nodes - 1, self->bridge_.c_str(), self->bridge_address().c_str());
+  WEFT_INFO(kLaunch, "%d emulated hosts in network namespaces weft-e%d-0..%d on bridge %s (%s)", nodes, pid, nodes - 1,
+            self->bridge_.c_str(), self->bridge_address().c_str());
   *out = std::move(self);
   return Status::kOk;
 }
