@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -98,6 +99,12 @@ int connect_bounded(uint32_t ip, uint16_t port, double max_s, int* err) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   return fd;
 }
+
+// Rings still open at exit(): a program that ends with exit() and never destroys its bootstrap
+// (the C++ API's context leaked, say) has still finished, not died; say goodbye for it.
+std::mutex g_open_mu;
+std::vector<Liveness*> g_open;
+void goodbye_all_at_exit();
 
 }  // namespace
 
@@ -222,15 +229,34 @@ Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failur
             right, ip_text(rips[0]).c_str(), rport, options.heartbeat_s, options.timeout_s);
   Liveness* raw = self.get();
   self->thread_ = std::thread([raw] { raw->run(); });
+  static std::once_flag once;
+  std::call_once(once, [] { atexit(goodbye_all_at_exit); });
+  {
+    std::lock_guard<std::mutex> g(g_open_mu);
+    g_open.push_back(raw);
+  }
   *out = std::move(self);
   return Status::kOk;
 }
 
+namespace {
+void goodbye_all_at_exit() {
+  std::lock_guard<std::mutex> g(g_open_mu);
+  for (Liveness* l : g_open) l->goodbye();
+}
+}  // namespace
+
+void Liveness::goodbye() {
+  std::lock_guard<std::mutex> g(mu_);
+  if (failed_rank_ == -1) send_all(kBye, rank_, "", -1);
+}
+
 Liveness::~Liveness() {
   {
-    std::lock_guard<std::mutex> g(mu_);
-    if (failed_rank_ == -1) send_all(kBye, rank_, "", -1);
+    std::lock_guard<std::mutex> g(g_open_mu);
+    g_open.erase(std::remove(g_open.begin(), g_open.end(), this), g_open.end());
   }
+  goodbye();
   stop_ = true;
   if (wake_[1] >= 0) (void)!write(wake_[1], "x", 1);
   if (thread_.joinable()) thread_.join();

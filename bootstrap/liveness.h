@@ -44,6 +44,10 @@ class Liveness {
   // The first failure seen (another rank's, or this rank's own announcement): false when none.
   bool failure(int* rank, std::string* why);
 
+  // Tells both neighbours this rank leaves the job (unless a failure was seen); the destructor and
+  // exit() call it.
+  void goodbye();
+
   // This rank failed (it is about to abort): tell every rank, naming it.
   void announce_own_failure(const std::string& why);
 
