@@ -43,6 +43,16 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_LAUNCH_KILL_GRACE", kDbl, "5", "s",
      "after one rank fails, how long the launcher waits before SIGKILL of the rest", kU, 0, 3600},
     {"WEFT_DEVICE_TIMEOUT", kDbl, "10", "s", "bound on every device-side wait (flag spins in kernels)", kU, 0.1, kDay},
+    {"WEFT_EMULATE_NETNS", kStr, "off", "",
+     "on: weftrun's emulated nodes (--emulate-nodes) run in network namespaces of their own, on a bridge "
+     "(needs root and ip; says so and shares the host's network otherwise)",
+     kU, 0, 0, "on|off"},
+    {"WEFT_LIVENESS", kStr, "auto", "",
+     "out-of-band heartbeats between ranks (a TCP ring) that name a dead or stalled rank: auto (on where the "
+     "launcher reports no dead ranks, i.e. not weftrun's own or mpirun), on or off",
+     kU, 0, 0, "auto|on|off"},
+    {"WEFT_LIVENESS_TIMEOUT", kDbl, "15", "s",
+     "a rank whose heartbeats stop for this long is reported stalled; its peers exit 5 s later", kU, 2, kDay},
     {"WEFT_PROXY_TIMEOUT", kDbl, "30", "s", "bound on every proxy wait (completions, FIFO space)", kU, 0.1, kDay},
     // --- user: memory, transport, results
     {"WEFT_HEAP_BYTES", kInt, "0", "bytes", "symmetric heap size per rank; 0 sizes it from the workload", kU, 0, kTiB},

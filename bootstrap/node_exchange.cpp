@@ -101,9 +101,17 @@ void leave_all_at_exit() {
 
 }  // namespace
 
-std::string NodeExchange::job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx) {
+std::string NodeExchange::job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx,
+                                  const std::string& host) {
   // The server's URI (address, port, pid) makes the folder unique to this job's server instance.
   std::string id = nspace;
+  if (host.empty()) {
+    char h[256] = "";
+    gethostname(h, sizeof h - 1);
+    id += "@" + std::string(h);
+  } else {
+    id += "@" + host;
+  }
   for (const char* v : {"PMIX_SERVER_URI41", "PMIX_SERVER_URI4", "PMIX_SERVER_URI3", "PMIX_SERVER_URI2"})
     if (const char* u = env(v, ctx)) {
       id += u;

@@ -31,8 +31,12 @@ class NodeExchange {
 
   // The folder a job's ranks on one host share; `env` looks up PMIX_SERVER_URI* as the rank sees them
   // (the launcher uses it to remove the folder of a job whose ranks died before cleaning up).
-  // "<base>/weft-<uid>-<hash>", base /dev/shm when writable, else TMPDIR or /tmp.
-  static std::string job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx);
+  // "<base>/weft-<uid>-<hash>", base /dev/shm when writable, else TMPDIR or /tmp. The hash also
+  // covers the host name (`host`, "" = this process's gethostname()): ranks of one job on emulated
+  // hosts that have hostnames of their own (a UTS namespace each) never share a folder, even where
+  // they share /dev/shm and one PMIx server.
+  static std::string job_dir(const std::string& nspace, const char* (*env)(const char*, void*), void* ctx,
+                             const std::string& host = "");
   // Removes this user's exchange folders under `base` whose lock no process holds; returns how many.
   // Folders of other users, symlinks and folders in use are left alone.
   static int remove_stale(const std::string& base);

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -35,6 +36,10 @@ constexpr uint16_t kPutVersion = 1;
 constexpr const char* kHowToLaunch =
     "start ranks with 'weftrun check|run' (embedded PMIx server), 'srun --mpi=pmix weftrun ...' under Slurm, "
     "or 'mpirun -n N weftrun ...' with Open MPI";
+
+// How long a rank that gives up waits for its PMIx_Abort to be answered: the request is on its way
+// once sent; the answer can take seconds (a launcher cut off by the fault) and nothing depends on it.
+constexpr double kAbortWaitS = 0.5;
 
 std::shared_ptr<PmixBootstrap::State> g_state;  // for the event handler, which has no cbdata
 PmixBootstrap* g_self = nullptr;
@@ -286,6 +291,16 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
     WEFT_INFO(kBoot, "rank %d: could not register for peer-failure events (%s); failures surface as timeouts",
               self->info_.rank, PMIx_Error_string(ref));
   WEFT_CHECK(self->query_identity());
+  Status s = self->start_liveness();
+  if (s != Status::kOk) {
+    // Under a launcher that does not stop jobs by itself, a rank that never joined would keep the job
+    // (and its allocation) forever: ask the launcher to end it.
+    std::string msg = "rank " + std::to_string(self->info_.rank) +
+                      ": the job did not assemble (the liveness exchange failed: " + to_string(s) + ")";
+    self->node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
+    return s;
+  }
   *out = std::move(self);
   return Status::kOk;
 }
@@ -337,11 +352,50 @@ Status PmixBootstrap::query_identity() {
   return Status::kOk;
 }
 
+Status PmixBootstrap::start_liveness() {
+  std::string mode = "auto";
+  WEFT_CHECK(get_param("WEFT_LIVENESS", &mode));
+  const bool events = !strncmp(info_.nspace.c_str(), "weft.", 5) || getenv("OMPI_COMM_WORLD_SIZE");
+  if (info_.size < 2 || mode == "off" || (mode == "auto" && events)) return Status::kOk;
+  Liveness::Options o;
+  WEFT_CHECK(get_param("WEFT_LIVENESS_TIMEOUT", &o.timeout_s));
+  WEFT_CHECK(get_param("WEFT_SOCKET_IFNAME", &o.ifname));
+  const int me = info_.rank;
+  auto on_failure = [this, me](int rank, const std::string& why) {
+    WEFT_WARN(kBoot, "rank %d: peer rank %d failed: %s", me, rank, why.c_str());
+    note_peer_failed(rank, why);
+  };
+  // Still running `grace` after a peer failed (stuck in a wait that the failure did not end): leave,
+  // so that the job ends within a bound instead of at an outer timeout.
+  auto on_give_up = [this, me](int rank, const std::string& why) {
+    fprintf(stderr, "weftrun: rank %d: exiting: peer rank %d failed (%s)\n", me, rank, why.c_str());
+    fflush(stderr);
+    node_.leave();
+    std::string msg = "rank " + std::to_string(me) + ": peer rank " + std::to_string(rank) + " failed: " + why;
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
+    _exit(1);
+  };
+  return Liveness::start(*this, o, on_failure, on_give_up, &liveness_);
+}
+
 PmixBootstrap::~PmixBootstrap() {
+  int failed = -1;
+  std::string why;
+  if (liveness_ && liveness_->failure(&failed, &why) && failed != info_.rank && initialized_) {
+    // A peer died or stalled and this launcher does not stop jobs by itself (srun without
+    // --kill-on-bad-exit): ask it to end the job, so that a stopped or hung rank does not outlive it.
+    std::string msg =
+        "rank " + std::to_string(info_.rank) + ": peer rank " + std::to_string(failed) + " failed: " + why;
+    node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
+    run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, kAbortWaitS);
+  }
+  liveness_.reset();  // goodbye to the neighbours (after no failure) before this rank leaves the job
   if (!initialized_) return;
   initialized_ = false;
   // After a peer failure the server may never answer; do not let finalize hang the exit.
-  if (!run_bounded([] { PMIx_Finalize(nullptr, 0); }, std::min(timeout_s_, 5.0)))
+  // The job was aborted above: the server has nothing more to tell this rank.
+  const double bound = failed >= 0 && failed != info_.rank ? 1.0 : std::min(timeout_s_, 5.0);
+  if (!run_bounded([] { PMIx_Finalize(nullptr, 0); }, bound))
     WEFT_INFO(kBoot, "rank %d: PMIx_Finalize did not return in time; exiting anyway", info_.rank);
   if (g_self == this) g_self = nullptr;
 }
@@ -530,6 +584,7 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
         nodes[r] = static_cast<int>(v);
     }
   }
+  std::string via_files, via_pmix;  // which path each peer's entry took, for the INFO line below
   for (int r = 0; r < info_.size; ++r) {
     if (r == info_.rank) continue;
     if (scope == Scope::kLocal && nodes[r] != info_.node) continue;
@@ -537,10 +592,14 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
     Blob sealed;
     if (node_ready_ && node_.fetch(key, r, &sealed)) {
       WEFT_CHECK(decode_entry(r, key, sealed, &(*all)[r]));
+      via_files += " " + std::to_string(r);
       continue;
     }
     WEFT_CHECK(get(r, key, &(*all)[r]));
+    via_pmix += " " + std::to_string(r);
   }
+  WEFT_INFO(kBoot, "rank %d (%s): allgather '%s': same-host files from ranks [%s ], PMIx from ranks [%s ]", info_.rank,
+            info_.hostname.c_str(), key.c_str(), via_files.c_str(), via_pmix.c_str());
   return Status::kOk;
 }
 
@@ -552,6 +611,8 @@ Status PmixBootstrap::barrier(const std::string& tag) { return fence("barrier " 
 
 void PmixBootstrap::abort(const std::string& why) {
   WEFT_WARN(kBoot, "rank %d: aborting the job: %s", info_.rank, why.c_str());
+  if (liveness_) liveness_->announce_own_failure(why);
+  node_.leave();  // the launcher may SIGKILL this rank once it acts on the abort
   std::string msg = "rank " + std::to_string(info_.rank) + ": " + why;
   // The launcher replies once it has recorded the abort; do not wait forever if it cannot.
   run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, std::min(timeout_s_, 10.0));

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/liveness.h"
 #include "bootstrap/node_exchange.h"
 
 namespace weft::bootstrap {
@@ -45,11 +46,16 @@ class PmixBootstrap final : public Bootstrap {
   // Set by the PMIx event handler when the launcher reports a dead peer; waits end early with it.
   void note_peer_failed(int rank, const std::string& why);
 
+  // Whether the heartbeat ring (liveness.h) runs: WEFT_LIVENESS=on, or auto under a launcher that
+  // reports no dead ranks (not weftrun's own server, not mpirun).
+  bool liveness_on() const { return liveness_ != nullptr; }
+
   struct State;  // shared with libpmix's callback threads (opaque)
 
  private:
   PmixBootstrap() = default;
   Status query_identity();
+  Status start_liveness();
   Status wait_peer_failure(const std::string& what) const;
   std::string missing_ranks(uint64_t seq);
 
@@ -61,6 +67,7 @@ class PmixBootstrap final : public Bootstrap {
   NodeExchange node_;  // same-host peers' blobs (node_exchange.h)
   bool node_ready_ = false;
   bool node_tried_ = false;
+  std::unique_ptr<Liveness> liveness_;  // declared last: its thread stops before the rest goes
 };
 
 }  // namespace weft::bootstrap

@@ -21,6 +21,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "bootstrap/node_exchange.h"
+#include "launcher/netns_hosts.h"
 #include "launcher/pmix_server.h"
 
 extern char** environ;
@@ -165,8 +166,23 @@ int launch_ranks(const LaunchOptions& o) {
     close(g_sig_pipe[1]);
   };
 
+  // Emulated nodes as hosts of their own (WEFT_EMULATE_NETNS=on), when this machine lets us.
+  std::unique_ptr<NetnsHosts> hosts;
+  std::string netns_mode = "off";
+  if (get_param("WEFT_EMULATE_NETNS", &netns_mode) != Status::kOk) return 2;
+  if (netns_mode == "on" && o.nodes > 1) {
+    std::string no;
+    if (NetnsHosts::create(o.nodes, &hosts, &no) != Status::kOk)
+      fprintf(stderr, "%s: WEFT_EMULATE_NETNS=on: the %d emulated nodes share this host's network, no namespaces: %s\n",
+              command.c_str(), o.nodes, no.c_str());
+    else
+      fprintf(stderr, "%s: %d emulated nodes in network namespaces, addresses %s..%s, PMIx server on %s\n",
+              command.c_str(), o.nodes, hosts->address(0).c_str(), hosts->address(o.nodes - 1).c_str(),
+              hosts->bridge_address().c_str());
+  }
+
   std::unique_ptr<EmbeddedServer> server;
-  if (EmbeddedServer::start(layout, &server) != Status::kOk) {
+  if (EmbeddedServer::start(layout, &server, hosts ? hosts->bridge() : "") != Status::kOk) {
     restore();
     return 1;
   }
@@ -232,8 +248,11 @@ int launch_ranks(const LaunchOptions& o) {
     std::vector<char*> envp;
     for (auto& e : env_s) envp.push_back(e.data());
     envp.push_back(nullptr);
+    const int ns_fd = hosts ? hosts->fd(layout.node_of[r]) : -1;
+    const char* ns_host = layout.hostname_of_node[layout.node_of[r]].c_str();
     pid_t pid = fork();
     if (pid == 0) {
+      if (ns_fd >= 0 && !NetnsHosts::enter(ns_fd, ns_host)) _exit(126);
       // Only async-signal-safe calls until exec. Ranks share one process group (so a stray
       // grandchild is reached too) and die with the launcher even if it is SIGKILLed.
       setpgid(0, pgid);
@@ -337,7 +356,10 @@ int launch_ranks(const LaunchOptions& o) {
       return nullptr;
     };
     std::error_code ec;
-    std::filesystem::remove_all(bootstrap::NodeExchange::job_dir(server->nspace(), lookup, &envs[0]), ec);
+    if (!hosts) std::filesystem::remove_all(bootstrap::NodeExchange::job_dir(server->nspace(), lookup, &envs[0]), ec);
+    for (int k = 0; hosts && k < o.nodes; ++k)  // one folder per emulated host (its own hostname)
+      std::filesystem::remove_all(
+          bootstrap::NodeExchange::job_dir(server->nspace(), lookup, &envs[0], layout.hostname_of_node[k]), ec);
   }
   if (!cause.empty()) {
     double took = std::chrono::duration<double>(Clock::now() - stop_at).count();

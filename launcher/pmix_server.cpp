@@ -136,7 +136,7 @@ Status make_layout(int ranks, int nodes, const std::string& real_host, JobLayout
   return Status::kOk;
 }
 
-Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedServer>* out) {
+Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedServer>* out, const std::string& tcp_if) {
   if (g_server) {
     WEFT_WARN(kLaunch, "internal: a second embedded PMIx server in one process");
     return Status::kInternal;
@@ -168,15 +168,14 @@ Status EmbeddedServer::start(const JobLayout& layout, std::unique_ptr<EmbeddedSe
   module.abort = on_abort;
   module.fence_nb = on_fence;
   module.direct_modex = on_direct_modex;
-  pmix_info_t info[2];
-  PMIX_INFO_CONSTRUCT(&info[0]);
-  PMIX_INFO_CONSTRUCT(&info[1]);
+  pmix_info_t info[3];
+  for (auto& i : info) PMIX_INFO_CONSTRUCT(&i);
   PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, s->tmpdir_.c_str(), PMIX_STRING);
   PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, s->tmpdir_.c_str(), PMIX_STRING);
+  if (!tcp_if.empty()) PMIX_INFO_LOAD(&info[2], PMIX_TCP_IF_INCLUDE, tcp_if.c_str(), PMIX_STRING);
   g_server = s.get();
-  pmix_status_t rc = PMIx_server_init(&module, info, 2);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
+  pmix_status_t rc = PMIx_server_init(&module, info, tcp_if.empty() ? 2 : 3);
+  for (auto& i : info) PMIX_INFO_DESTRUCT(&i);
   if (rc != PMIX_SUCCESS) {
     WEFT_WARN(kLaunch, "PMIx_server_init failed: %s (directory %s)", PMIx_Error_string(rc), s->tmpdir_.c_str());
     return Status::kSystemError;  // the destructor removes the directory and clears g_server

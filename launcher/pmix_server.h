@@ -37,7 +37,9 @@ class EmbeddedServer {
  public:
   // PMIx_server_init with a private temporary directory, then the job's namespace (node and proc
   // maps, per-rank local rank / node id / hostname).
-  static Status start(const JobLayout& layout, std::unique_ptr<EmbeddedServer>* out);
+  // `tcp_if` (not empty): the server listens only on that interface (the bridge of emulated hosts in
+  // network namespaces, netns_hosts.h), so ranks in other namespaces reach it through the network.
+  static Status start(const JobLayout& layout, std::unique_ptr<EmbeddedServer>* out, const std::string& tcp_if = "");
   ~EmbeddedServer();  // deregisters, PMIx_server_finalize, removes the temporary directory
 
   // register_client + setup_fork: the environment rank `rank` must be started with (`base` plus

@@ -136,7 +136,8 @@ TEST_CASE("every default passes its own rule; every number has a range, every sc
                                       "WEFT_FIFO_DEPTH",     "WEFT_NET_BACKEND",       "WEFT_SIGNAL_MODE",
                                       "WEFT_NET_CHANNELS",   "WEFT_SOCKET_IFNAME",     "WEFT_DETERMINISTIC",
                                       "WEFT_OFI_PROVIDER",   "WEFT_TUNE_CACHE",        "WEFT_IB_TC",
-                                      "WEFT_IB_GID_INDEX"};
+                                      "WEFT_IB_GID_INDEX",   "WEFT_LIVENESS",          "WEFT_LIVENESS_TIMEOUT",
+                                      "WEFT_EMULATE_NETNS"};
   for (const auto& p : weft::all_params()) {
     INFO(p.name);
     CHECK((p.scope == weft::ParamScope::kUser) == (user.count(p.name) == 1));

@@ -230,3 +230,32 @@ TEST_CASE("--transport with no registered transport check is refused before any 
   CHECK(r.out.empty());
   CHECK(r.err.find("--transport: no transport 'no-such-transport' in this build") != std::string::npos);
 }
+
+// A stopped rank neither exits nor answers: no launcher event reports it. The liveness ring
+// (WEFT_LIVENESS=on; on by default under srun) names it once its heartbeats stop.
+TEST_CASE("WEFT_LIVENESS=on: a SIGSTOPped rank is named by its peers after WEFT_LIVENESS_TIMEOUT; the job ends") {
+  Proc p("exec " + weftrun("check -n 4 --iters 100000000", "WEFT_LIVENESS=on WEFT_LIVENESS_TIMEOUT=3"));
+  auto ranks = wait_for_ranks(p, 4);
+  REQUIRE(ranks.size() == 4);
+  REQUIRE(kill(ranks[1], SIGSTOP) == 0);
+  double stopped_at = p.elapsed();
+  ProcResult r = p.wait(60);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 1);
+  CHECK(r.seconds - stopped_at < 15);  // 3 s of silence, then the peers leave and the launcher stops the rest
+  CHECK(r.err.find("peer rank 1 failed: rank 1 sent no heartbeat for") != std::string::npos);
+  for (pid_t k : ranks) CHECK_FALSE(weft::testing::alive(k));
+  if (weft::testing::alive(ranks[1])) kill(ranks[1], SIGKILL);
+}
+
+TEST_CASE("WEFT_LIVENESS=on: a job whose ranks all finish is not a failure (each says goodbye)") {
+  auto r = weft::testing::run("exec " + weftrun("check -n 4 --iters 20",
+                                                "WEFT_LIVENESS=on WEFT_LIVENESS_TIMEOUT=2 WEFT_DEBUG=INFO "
+                                                "WEFT_DEBUG_SUBSYS=BOOT"),
+                              60);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(weft::testing::count_lines_starting(r.err, "weft") > 0);
+  CHECK(r.err.find("liveness ring up: to rank 1") != std::string::npos);
+  CHECK(r.err.find("failed") == std::string::npos);
+}
