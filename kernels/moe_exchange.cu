@@ -64,19 +64,21 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(MoeExchangeArgs a) {
 
 // Thread q < world: flag `index` of rank q = epoch, after this rank's earlier writes (the kernel
 // before this one on the stream has completed; the fence orders them before the flag).
-__global__ void signal_kernel(Peers p, int32_t world, int32_t index, uint64_t epoch) {
+__global__ void signal_kernel(Peers p, int32_t world, int32_t index, const uint64_t* epoch) {
   const int32_t q = threadIdx.x;
   if (q >= world) return;
   __threadfence_system();
-  flag_store_release(p.flags[q] + index, epoch);
+  flag_store_release(p.flags[q] + index, *epoch);
 }
 
 // Thread q < world: waits (bounded) until this rank's flag first + q reached epoch.
-__global__ void wait_kernel(FrameParams f, const uint64_t* flags, int32_t first, int32_t world, uint64_t epoch) {
+__global__ void wait_kernel(FrameParams f, const uint64_t* flags, int32_t first, int32_t world, const uint64_t* epoch) {
   const int32_t q = threadIdx.x;
   if (q >= world) return;
-  frame_wait_flag(f, flags + first + q, epoch, Role::kIntraComm, -1, q, first + q);
+  frame_wait_flag(f, flags + first + q, *epoch, Role::kIntraComm, -1, q, first + q);
 }
+
+__global__ void begin_kernel(uint64_t* epoch) { *epoch += 1; }
 
 // Thread per received slot: (slot, pair) counts per local expert.
 __global__ void __launch_bounds__(kThreads) count_kernel(MoeExchangeArgs a) {
@@ -204,7 +206,7 @@ Status check_args(const MoeExchangeArgs& a) {
             a.hidden >= 8 && a.hidden % 8 == 0 && a.topk >= 1 && a.topk <= kMoeMaxTopk && a.local_experts >= 1 &&
             a.local_experts * a.world <= kMoeMaxExperts && a.x && a.topk_ids && a.topk_weights && a.counts &&
             a.offsets && a.cursor && a.slot_pos && a.dropped && a.grouped_x && a.grouped_y && a.out &&
-            a.capacity_rows > 0 && a.epoch > 0;
+            a.capacity_rows > 0 && a.epoch;
   for (int q = 0; ok && q < a.world; ++q) ok = a.recv[q] && a.comb[q] && a.flags[q];
   if (!ok) {
     WEFT_WARN(kKernel,
@@ -260,6 +262,12 @@ std::string describe_moe_wait(const DeviceError& e, int32_t world) {
            double(e.waited_ns) * 1e-9, peer, dispatch ? "dispatched tokens" : "combine rows", e.flag_index,
            (unsigned long long)e.seen, (unsigned long long)e.expected);
   return line;
+}
+
+Status launch_moe_begin(const MoeExchangeArgs& a, cudaStream_t s) {
+  WEFT_CHECK(check_args(a));
+  begin_kernel<<<1, 1, 0, s>>>(a.epoch);
+  return launched("begin", a.rank);
 }
 
 Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t s) {

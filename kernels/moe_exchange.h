@@ -19,8 +19,8 @@
 // without a third round: a home dispatches call e + 1 only after its combine wait of call e, which
 // each owner signals after its last read of the slots of call e. Both waits are one-block kernels
 // so ranks that share a GPU never hold its SMs while they wait. Flags carry the call's epoch, a
-// kernel argument: not capturable in a CUDA graph. Sums run in fixed orders, so a call repeats
-// bit for bit.
+// device word that launch_moe_begin raises by one per call, so a captured call replays. Sums run in fixed orders, so a
+// call repeats bit for bit.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,10 +60,12 @@ struct MoeExchangeArgs {
   const __nv_bfloat16* grouped_y = nullptr;  // capacity_rows x hidden (the down projection)
   int64_t capacity_rows = 0;
   __nv_bfloat16* out = nullptr;  // T x hidden
-  uint64_t epoch = 0;            // this call's, from 1
+  uint64_t* epoch = nullptr;     // device word (local): the calls so far; launch_moe_begin raises it
 };
 
 // Phase launches, in call order on one stream. Each checks its arguments once per call (cheap).
+// begin: this call's epoch (one thread adds one to *epoch), first in every call.
+Status launch_moe_begin(const MoeExchangeArgs& a, cudaStream_t stream);
 // dispatch: every (token, rank) pair of this rank into the ranks' receive slots; then signals.
 Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t stream);
 // Waits (one block, bounded: the frame's record names the flag) until every rank's dispatch flag

@@ -140,8 +140,8 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
 void plan_moe(const Workload& w, Plan* p) {
   Execution& e = p->exec;
   e.variant = "staged";
-  e.cluster = 1;         // the router GEMM's launch (its record is what `run` reads back)
-  e.capturable = false;  // the flags carry a per-call epoch in kernel arguments
+  e.cluster = 1;        // the router GEMM's launch (its record is what `run` reads back)
+  e.capturable = true;  // the flags carry the call's epoch from a device word the call raises
   e.executable = true;
   const int64_t W = p->world_size;
   if (p->nodes > 1)

@@ -142,7 +142,8 @@ class GemmReduce {
 // top-k, weights renormalised over the k), each token sent once to every rank that owns one of its
 // experts, the grouped expert GEMMs, and one pre-reduced row per (token, rank) sent back:
 // out[t] = Σ over t's top-k experts of weight · expert(x[t]). bf16, row-major, device memory; no
-// token is ever dropped; the same input gives the same bits. Not capturable (Plan::json says so).
+// token is ever dropped; the same input gives the same bits. A call may be captured in a CUDA graph and
+// replayed (every rank replays alike).
 class Moe {
  public:
   struct Weights {

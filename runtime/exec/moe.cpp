@@ -101,6 +101,9 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   op->drops_ = static_cast<int32_t*>(p);
   WEFT_CHECK(op->alloc(&p, size_t(L) * 4));
   op->counts_ = static_cast<int32_t*>(p);
+  WEFT_CHECK(op->alloc(&p, sizeof(uint64_t)));
+  op->ex_.epoch = static_cast<uint64_t*>(p);
+  WEFT_CUDA_CHECK(cudaMemset(p, 0, sizeof(uint64_t)));
   WEFT_CHECK(op->alloc(&p, size_t(L + 1) * 4));
   op->offsets_ = static_cast<int32_t*>(p);
   WEFT_CHECK(op->alloc(&p, size_t(L) * 4));
@@ -181,12 +184,6 @@ MoeOp::~MoeOp() {
 
 Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   WEFT_CHECK(ctx_->check_usable("moe run"));
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
-  if (capture != cudaStreamCaptureStatusNone) {
-    WEFT_WARN(kKernel, "rank %d: moe: this op is not capturable in a CUDA graph (per-call epochs)", rank_);
-    return Status::kUnsupported;
-  }
   if (!x || !out) return refuse(rank_, "run() needs x and out");
   if (x != router_x_) {  // a new token buffer: the router GEMM's tensor map is made again (host only)
     kernels::GemmArgs g;
@@ -202,12 +199,14 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   ro.logits = logits_, ro.topk_ids = ids_, ro.topk_weights = weights_, ro.counts = router_counts_;
   ro.dropped = drops_;
   kernels::MoeExchangeArgs ex = ex_;
-  ex.x = x, ex.out = out, ex.epoch = ++epoch_;
+  ex.x = x, ex.out = out;
   auto mark = [&](int i) {
     if (phases_) cudaEventRecord(phases_[i], s);
   };
   mark(0);
-  Status st = cudaMemsetAsync(drops_ + 1, 0, 2 * 4, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  Status st = kernels::launch_moe_begin(ex, s);
+  if (st == Status::kOk)
+    st = cudaMemsetAsync(drops_ + 1, 0, 2 * 4, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
   if (st == Status::kOk)
     st = cudaMemsetAsync(logits_, 0, size_t(tokens_) * experts_ * 4, s) == cudaSuccess ? Status::kOk
                                                                                        : Status::kCudaError;

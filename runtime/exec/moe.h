@@ -39,9 +39,9 @@ struct MoeWeights {
 // out by kernels::moe_heap_layout from the plan's heap bytes: the worst case (every token of every
 // rank may come here) when the budget allows, so no routing can overflow; otherwise counts first:
 // the grouped rows the budget leaves, and a call whose routed rows need more fails (the context is
-// poisoned with the rows needed and reserved) instead of dropping tokens. Not capturable (the flags
-// carry a per-call epoch in kernel arguments). No allocation and no host synchronisation per call; every
-// rank calls run() alike.
+// poisoned with the rows needed and reserved) instead of dropping tokens. Capturable in a CUDA graph:
+// the call's epoch is a device word the call raises, so a replayed call is a new call. No allocation and no host
+// synchronisation per call; every rank calls run() alike.
 class MoeOp {
  public:
   static Status create(Context& ctx, const Plan& plan, const MoeWeights& weights,
@@ -85,7 +85,6 @@ class MoeOp {
   uint64_t arena_ = 0, arena_bytes_ = 0, flags_off_ = 0;
   std::vector<HeapRegion> regions_;
   std::vector<void*> owned_;
-  uint64_t epoch_ = 0;
   const __nv_bfloat16* router_x_ = nullptr;  // the tokens router_gemm_'s tensor map was made for
   __nv_bfloat16* router_wt_ = nullptr;       // experts x hidden
   kernels::GemmParams router_gemm_{};

@@ -65,6 +65,7 @@ struct Case {
   int hidden, ffn, experts, topk;
   Routing routing;
   bool counts_first = false;  // heap budget for exactly the rows expert 3's owner needs (one-expert top-1)
+  bool graph = false;         // one call captured in a CUDA graph, replayed on fresh tokens
 };
 
 // The heap budget whose layout (kernels::moe_heap_layout) reserves `rows` grouped rows (a multiple
@@ -177,8 +178,9 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   const int64_t T = c.tokens, H = c.hidden, F = c.ffn, E = c.experts, L = E / W, K = c.topk;
   const uint64_t seed = shared_seed(ctx.boot(), "moe.test.seed." + std::to_string(case_no));
   char name[160];
-  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s%s", (long long)T, (long long)H,
-           (long long)F, (long long)E, (long long)K, routing_name(c.routing), c.counts_first ? " counts-first" : "");
+  snprintf(name, sizeof name, "T/rank %lld hidden %lld ffn %lld experts %lld top-%lld %s%s%s", (long long)T,
+           (long long)H, (long long)F, (long long)E, (long long)K, routing_name(c.routing),
+           c.counts_first ? " counts-first" : "", c.graph ? " graph-replayed" : "");
   // Every expert's weights on every rank (the reference needs them all); the op gets this rank's.
   bf16 *router = dalloc<bf16>(H * E), *gate = dalloc<bf16>(E * F * H), *up = dalloc<bf16>(E * F * H),
        *down = dalloc<bf16>(E * H * F);
@@ -244,11 +246,24 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   int32_t *s_ids = dalloc<int32_t>(T * K), *s_counts = dalloc<int32_t>(E), *s_dropped = dalloc<int32_t>(1);
   int routing_off = 0, routing_swapped = 0;
   int bad_calls = 0, worst_bad = 0;
+  cudaGraphExec_t graph = nullptr;
+  if (c.graph) {  // the call itself, captured once; the fills and poison stay outside the graph
+    cudaGraph_t g = nullptr;
+    WEFT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    const Status st = op->run(x, out, s);
+    WEFT_CUDA_OK(cudaStreamEndCapture(s, &g));
+    EXPECT(st == Status::kOk, "%s: run during capture failed", name);
+    WEFT_CUDA_OK(cudaGraphInstantiate(&graph, g, 0));
+    WEFT_CUDA_OK(cudaGraphDestroy(g));
+  }
   for (int call = 0; call < calls; ++call) {
     fill_random_bf16<<<256, 256, 0, s>>>(x, T * H, seed * 131 + uint64_t(r) * 7919 + call, 1.f);
     if (mode) set_feature0<<<64, 256, 0, s>>>(x, int(T), int(H));
     WEFT_CUDA_OK(cudaMemsetAsync(out, 0xFF, size_t(T * H) * 2, s));
-    EXPECT(op->run(x, out, s) == Status::kOk, "%s: run %d failed", name, call);
+    if (graph)
+      WEFT_CUDA_OK(cudaGraphLaunch(graph, s));
+    else
+      EXPECT(op->run(x, out, s) == Status::kOk, "%s: run %d failed", name, call);
     WEFT_CUDA_OK(cudaMemcpyAsync(ids, op->topk_ids(), size_t(T * K) * 4, cudaMemcpyDeviceToDevice, s));
     WEFT_CUDA_OK(cudaMemcpyAsync(weights, op->topk_weights(), size_t(T * K) * 4, cudaMemcpyDeviceToDevice, s));
     reference_moe<<<int(T), 256, size_t(F + H) * 4, s>>>(x, ids, weights, gate, up, down, int(H), int(F), int(K), ref);
@@ -284,6 +299,7 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
     EXPECT(op->dropped(&dropped) == Status::kOk && dropped == 0, "%s: call %d dropped %lld rows", name, call,
            (long long)dropped);
   }
+  if (graph) WEFT_CUDA_OK(cudaGraphExecDestroy(graph));
   EXPECT(routing_off == 0, "%s: %d (token, k) routing pairs differ from the SIMT router by more than 2e-3 in weight",
          name, routing_off);
   EXPECT(routing_swapped * 100 <= calls * T * K, "%s: %d near-tie swaps against the SIMT router (over 1%%)", name,
@@ -447,7 +463,7 @@ int main(int argc, char** argv) {
       {256, 512, 256, 8, 2, Routing::kUniform},          {200, 256, 128, 8, 1, Routing::kZipf},
       {96, 512, 384, 16, 8, Routing::kUniform},          {333, 256, 256, 16, 2, Routing::kHalfIdle},
       {4096, 256, 128, 16, 8, Routing::kOneExpert},      {1, 256, 128, 8, 2, Routing::kUniform},
-      {1000, 256, 128, 4, 1, Routing::kOneExpert, true},
+      {1000, 256, 128, 4, 1, Routing::kOneExpert, true}, {256, 512, 256, 8, 2, Routing::kUniform, false, true},
   };
   int no = 0;
   for (const Case& c : cases) run_case(*ctx, c, no++, c.tokens >= 4096 ? 3 : 20);
