@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
       plan.op = runtime::Op::kMoe;
       plan.world_size = W, plan.nodes = 1, plan.gpus_per_node = W;
       plan.moe.tokens = int64_t(T) * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E;
+      plan.roles.compute = ctx->sm_count();
       plan.moe.topk = K;
       runtime::MoeWeights wts{router, gate, up, down};
       std::unique_ptr<runtime::MoeOp> op;

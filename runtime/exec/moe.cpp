@@ -148,9 +148,11 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
   WEFT_CHECK(op->frame_.create(rank));
-  RoleCounts roles = plan.roles;
-  const int sms = ctx.shares_gpu() ? std::max(1, ctx.sm_count() - 8) : ctx.sm_count();
-  if (roles.compute < 1 || roles.total() > ctx.sm_count()) roles = RoleCounts{}, roles.compute = sms;
+  const RoleCounts& roles = plan.roles;  // the plan's, as written: every kernel's grid
+  if (roles.compute < 1 || roles.total() > ctx.sm_count())
+    return refuse(rank, "the plan's SM counts (" + std::to_string(roles.compute) + " compute, " +
+                            std::to_string(roles.total()) + " in all) do not fit this GPU's " +
+                            std::to_string(ctx.sm_count()) + " SMs");
   WEFT_CHECK(op->frame_.params(roles, &op->frame_params_));
   WEFT_CHECK(op->record_.create());
   op->frame_params_.launch = op->record_.device();
@@ -248,8 +250,9 @@ Status MoeOp::executed_plan(Plan* out) const {
       out);
 }
 
-Status MoeOp::dropped(int64_t* out) const {
-  WEFT_CUDA_CHECK(cudaDeviceSynchronize());
+Status MoeOp::dropped(int64_t* out) {
+  WEFT_CHECK(event_wait_bounded(done_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "moe's last call",
+                                [this] { unstick(); }));
   int32_t d[3] = {};
   WEFT_CUDA_CHECK(cudaMemcpy(d, drops_, sizeof d, cudaMemcpyDeviceToHost));
   *out = int64_t(d[0]) + d[1] + d[2];

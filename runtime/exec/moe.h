@@ -58,7 +58,7 @@ class MoeOp {
   const float* topk_weights() const { return weights_; }
   // The last call's lost rows (synchronizes; the tests assert 0): tokens the router gave fewer than
   // k experts, rows past the grouped capacity at the scatter and at the grouped GEMM.
-  Status dropped(int64_t* out) const;
+  Status dropped(int64_t* out);
   int64_t capacity_rows() const { return capacity_; }
   uint64_t heap_bytes() const { return arena_bytes_; }
   const std::vector<HeapRegion>& heap() const { return regions_; }

@@ -201,6 +201,7 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   plan.nodes = 1;
   plan.gpus_per_node = W;
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
   // Counts first at the boundary: every token's one expert is expert 3, whose owner needs exactly
   // pad(W T) rows; the budget reserves exactly that (below the worst case, which adds padding).
   const int64_t exact_rows = (W * T + 127) / 128 * 128;
@@ -354,6 +355,7 @@ int stall(runtime::Context& ctx) {
   plan.op = runtime::Op::kMoe;
   plan.world_size = ctx.size(), plan.nodes = 1, plan.gpus_per_node = ctx.size();
   plan.moe.tokens = T * ctx.size(), plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  plan.roles.compute = ctx.sm_count();
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
              Status::kOk,
@@ -398,6 +400,7 @@ int overflow(runtime::Context& ctx) {
   plan.op = runtime::Op::kMoe;
   plan.world_size = W, plan.nodes = 1, plan.gpus_per_node = W;
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
+  plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
   plan.heap_bytes = budget_for_rows(T, H, F, E, K, W, need - 128);
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
