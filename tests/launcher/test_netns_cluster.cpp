@@ -100,6 +100,11 @@ std::string stale_shm() {
 
 struct Cluster {
   Cluster() {
+    // Another test or developer using Slurm or namespaces on this machine finishes first.
+    if (!weft::testing::hold_cluster_lock(300)) {
+      fprintf(stderr, "another process held /tmp/weft-cluster.lock for 300 s\n");
+      _exit(1);
+    }
     down();  // whatever an interrupted earlier run left
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
