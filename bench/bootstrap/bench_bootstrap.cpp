@@ -128,19 +128,20 @@ WireRow measure_wiring(const std::string& path, const std::string& cmd, int runs
   return row;
 }
 
-int wiring_main(const std::vector<int>& ranks, int iters, int runs, int reps, const std::string& cluster_conf) {
+int wiring_main(const std::vector<int>& ranks, int iters, int runs, int reps, const std::string& cluster_conf,
+                bool embedded) {
   const std::string dir = self_dir();
   const std::string weftrun = dir + "/weftrun", rank = dir + "/bench_wiring";
   auto args = [&](const char* peers) {
     return " --iters " + std::to_string(iters) + " --reps " + std::to_string(reps) + " --peers " + peers;
   };
   std::vector<WireRow> rows;
-  for (int n : ranks) {
+  for (int n : embedded ? ranks : std::vector<int>{}) {
     fprintf(stderr, "bench_bootstrap: wiring, embedded, %d ranks\n", n);
     rows.push_back(
         measure_wiring("weftrun exec", weftrun + " exec -n " + std::to_string(n) + " -- " + rank + args("all"), runs));
   }
-  for (int n : ranks) {
+  for (int n : embedded ? ranks : std::vector<int>{}) {
     if (n < 2) continue;
     for (const char* peers : {"all", "remote"}) {
       fprintf(stderr, "bench_bootstrap: wiring, embedded, %d ranks on 2 emulated nodes, peers %s\n", n, peers);
@@ -201,8 +202,10 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "--wiring: jobs per row (the median counts)")->check(CLI::Range(1, 100));
   app.add_option("--reps", reps, "--wiring: wirings per job")->check(CLI::Range(1, 1000));
   app.add_option("--cluster-conf", cluster_conf, "--wiring: also srun on this running 2-node cluster's slurm.conf");
+  bool no_embedded = false;
+  app.add_flag("--no-embedded", no_embedded, "--wiring: only the --cluster-conf rows");
   CLI11_PARSE(app, argc, argv);
-  if (wiring) return wiring_main(ranks, iters, runs, reps, cluster_conf);
+  if (wiring) return wiring_main(ranks, iters, runs, reps, cluster_conf, !no_embedded);
 
   const std::string weftrun = self_dir() + "/weftrun";
   const std::string it = " --iters " + std::to_string(iters) + " --json";
