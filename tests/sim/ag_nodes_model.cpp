@@ -145,8 +145,8 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
             if (!x) return *why = "position " + num(pos) + " holds nothing", false;
             const uint64_t want = pos == 0 ? 0 : ue;
             if (x->block != shard || x->piece != c)
-              return *why = "position " + num(pos) + " chunk " + num(c) + " holds shard " + num(x->block) +
-                            " chunk " + num(x->piece) + ", the order says shard " + num(shard),
+              return *why = "position " + num(pos) + " chunk " + num(c) + " holds shard " + num(x->block) + " chunk " +
+                            num(x->piece) + ", the order says shard " + num(shard),
                      false;
             if (x->epoch != want)
               return *why = "position " + num(pos) + " holds the data of run " + num(int64_t(x->epoch)), false;

@@ -23,11 +23,11 @@
 namespace weft::sim {
 
 struct AgNodesSimOptions {
-  int chunks = 2;                       // per shard
-  int runs = 2;                         // back-to-back runs (flags carry the run's epoch)
-  int compute_blocks = 1;               // 1: tiles strictly in order (the strictest for deadlocks)
+  int chunks = 2;                          // per shard
+  int runs = 2;                            // back-to-back runs (flags carry the run's epoch)
+  int compute_blocks = 1;                  // 1: tiles strictly in order (the strictest for deadlocks)
   int64_t shard_bytes = int64_t(1) << 20;  // one rank's rows of A
-  bool barrier = true;                  // the harness's all-reduce before each run
+  bool barrier = true;                     // the harness's all-reduce before each run
 };
 
 // node_of, local_of: per rank of the job, for the link checks. plans[r] is rank r's plan.

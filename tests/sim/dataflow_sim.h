@@ -34,9 +34,7 @@ const char* to_string(Link l);
 // A flag word or a data region in one rank's memory: `kind` names it (Sim::kind), a, b, c index it.
 struct Key {
   int rank = -1, kind = 0, a = 0, b = 0, c = 0;
-  bool operator<(const Key& o) const {
-    return std::tie(rank, kind, a, b, c) < std::tie(o.rank, o.kind, o.a, o.b, o.c);
-  }
+  bool operator<(const Key& o) const { return std::tie(rank, kind, a, b, c) < std::tie(o.rank, o.kind, o.a, o.b, o.c); }
   bool operator==(const Key& o) const { return !(*this < o) && !(o < *this); }
 };
 

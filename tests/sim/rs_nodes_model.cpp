@@ -115,9 +115,9 @@ Result simulate_rs_nodes(const std::vector<kernels::RsNodesPlan>& plans, const s
               const Payload* x = in[sl];
               if (!x) continue;
               if (x->block != owner || x->piece != j || x->epoch != ue)
-                return *why = "slot " + num(int64_t(sl)) + " holds owner " + num(x->block) + " piece " +
-                              num(x->piece) + " of run " + num(int64_t(x->epoch)) + ", the tile wants owner " +
-                              num(owner) + " piece " + num(j) + " of run " + num(e),
+                return *why = "slot " + num(int64_t(sl)) + " holds owner " + num(x->block) + " piece " + num(x->piece) +
+                              " of run " + num(int64_t(x->epoch)) + ", the tile wants owner " + num(owner) + " piece " +
+                              num(j) + " of run " + num(e),
                        false;
               for (int q = 0; q < W; ++q) y.parts[size_t(q)] += x->parts[size_t(q)];
             }

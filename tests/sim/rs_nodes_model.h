@@ -32,10 +32,10 @@ namespace weft::sim {
 
 struct RsNodesSimOptions {
   bool all_reduce = false;
-  int pieces = 2;          // per owner's row block
-  int runs = 2;            // back-to-back runs: slots are reused, guarded by the "freed" flags
-  int compute_blocks = 1;  // 1: tiles strictly in order (the strictest for deadlocks)
-  int channels = 1;        // proxy channels
+  int pieces = 2;                          // per owner's row block
+  int runs = 2;                            // back-to-back runs: slots are reused, guarded by the "freed" flags
+  int compute_blocks = 1;                  // 1: tiles strictly in order (the strictest for deadlocks)
+  int channels = 1;                        // proxy channels
   int64_t block_bytes = int64_t(1) << 20;  // one owner's rows of C
   bool barrier = true;                     // the harness's all-reduce before each run
 };

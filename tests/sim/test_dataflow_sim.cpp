@@ -71,8 +71,9 @@ TEST_CASE("a wait nobody meets is a deadlock naming the rank, the action and the
   t.consume();
   const Result r = t.sim.run();
   REQUIRE_FALSE(r.ok());
-  CHECK(r.mentions("deadlock: rank 1 (compute) 'consume' waits for rank 1's flag[index 0] >= 1 (it is 0), and no "
-                   "action left sets it"));
+  CHECK(
+      r.mentions("deadlock: rank 1 (compute) 'consume' waits for rank 1's flag[index 0] >= 1 (it is 0), and no "
+                 "action left sets it"));
 }
 
 TEST_CASE("two streams waiting on each other: a cycle of waits") {
@@ -122,8 +123,9 @@ TEST_CASE("a region written twice in one run is reported with both writers") {
     sim.add(a);
   }
   const Result r2 = sim.run();
-  CHECK(r2.mentions("written twice: rank 0's data[index 0] in run 1, by rank 0 (s) 'write 0' and by rank 0 (s) "
-                    "'write 1'"));
+  CHECK(
+      r2.mentions("written twice: rank 0's data[index 0] in run 1, by rank 0 (s) 'write 0' and by rank 0 (s) "
+                  "'write 1'"));
 }
 
 TEST_CASE("overwriting data another stream may still read is a race") {
@@ -147,5 +149,6 @@ TEST_CASE("overwriting data another stream may still read is a race") {
   sim.add(wr);
   const Result r = sim.run();
   REQUIRE_FALSE(r.ok());
-  CHECK(r.mentions("race: rank 0 (writer) 'overwrite' writes rank 1's data[index 0], which rank 1 (reader) 'read' reads"));
+  CHECK(r.mentions(
+      "race: rank 0 (writer) 'overwrite' writes rank 1's data[index 0], which rank 1 (reader) 'read' reads"));
 }

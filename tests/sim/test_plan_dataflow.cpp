@@ -40,9 +40,9 @@ std::vector<RsNodesPlan> rs_plans(const Layout& l, int nodes, int per_node) {
   std::vector<RsNodesPlan> plans(l.node_of.size());
   for (size_t r = 0; r < plans.size(); ++r) {
     std::string why;
-    REQUIRE_MESSAGE(make_rs_nodes_plan(l.node_of, l.local_of, int(r), rs_nodes_slots_needed(nodes, per_node),
-                                       &plans[r], &why),
-                    why);
+    REQUIRE_MESSAGE(
+        make_rs_nodes_plan(l.node_of, l.local_of, int(r), rs_nodes_slots_needed(nodes, per_node), &plans[r], &why),
+        why);
   }
   return plans;
 }
@@ -146,9 +146,10 @@ TEST_CASE("GEMM+RS/AR: a plan missing one send, copy, gate slot or forward fails
     const Result r = simulate_rs_nodes(plans, l.node_of, l.local_of, {});
     REQUIRE_FALSE(r.ok());
     INFO(r.text());
-    CHECK(r.mentions("deadlock: rank " + std::to_string(peer) + " (gates) 'gate of position 7 piece 0' waits for rank " +
-                     std::to_string(peer) + "'s arrived[slot 3, position 7, piece 0] >= 1 (it is 0), and no action "
-                                            "left sets it"));
+    CHECK(r.mentions("deadlock: rank " + std::to_string(peer) +
+                     " (gates) 'gate of position 7 piece 0' waits for rank " + std::to_string(peer) +
+                     "'s arrived[slot 3, position 7, piece 0] >= 1 (it is 0), and no action "
+                     "left sets it"));
   }
   SUBCASE("one copy dropped") {
     std::vector<RsNodesPlan> plans = rs_plans(l, 2, 4);
