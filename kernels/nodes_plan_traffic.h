@@ -10,14 +10,20 @@
 //     send     me ─NIC─► rail peer    one block per send
 //     AllReduce: my reduced block ─NVLink─► every mate and ─NIC─► every rail peer; every block a
 //     rail peer sent me ─NVLink─► every mate (the forwards)
+//   MoE (MoeNodesPlacement and a routing, a row = one token's hidden row and its header):
+//     per token and destination on the home's node: one row each way over NVLink; per other node
+//     it touches: one row each way over the NIC (home <-> its rail peer there, the relay), and one
+//     row each way over NVLink between the relay and every destination there but itself
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <utility>
+#include <vector>
 
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/gemm_reduce_nodes_plan.h"
+#include "kernels/moe_nodes_plan.h"
 
 namespace weft::kernels {
 
@@ -62,6 +68,40 @@ inline PlanTraffic rs_nodes_traffic(const RsNodesPlan& p, int64_t block_bytes, b
       for (int m : p.mates) t.nvlink[{p.rank, m}] += block_bytes;
   }
   return t;
+}
+
+// dests[h * tokens + t]: the destination ranks of token t of home h (distinct).
+inline PlanTraffic moe_nodes_traffic(const MoeNodesPlacement& pl, const std::vector<std::vector<int>>& dests,
+                                     int tokens, int64_t row_bytes) {
+  PlanTraffic tr;
+  const int world = int(pl.node_of.size());
+  for (int h = 0; h < world; ++h)
+    for (int t = 0; t < tokens; ++t) {
+      const std::vector<int>& d = dests[size_t(h) * size_t(tokens) + size_t(t)];
+      std::vector<int> relays;
+      for (int x : d) {
+        const int q = moe_nodes_relay(pl, h, x);
+        if (q < 0) {
+          if (x != h) {
+            tr.nvlink[{h, x}] += row_bytes;
+            tr.nvlink[{x, h}] += row_bytes;
+          }
+          continue;
+        }
+        bool seen = false;
+        for (int y : relays) seen = seen || y == q;
+        if (!seen) {
+          relays.push_back(q);
+          tr.nic[{h, q}] += row_bytes;
+          tr.nic[{q, h}] += row_bytes;
+        }
+        if (x != q) {
+          tr.nvlink[{q, x}] += row_bytes;
+          tr.nvlink[{x, q}] += row_bytes;
+        }
+      }
+    }
+  return tr;
 }
 
 }  // namespace weft::kernels

@@ -38,8 +38,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
       Payload p;
       p.block = r;
       p.piece = c;
-      p.parts.assign(size_t(W), 0);
-      p.parts[size_t(r)] = 1;
+      p.parts[r] = 1;
       sim.input({r, k_a, 0, c}, p);
     }
   auto same_node = [&](int a, int b) { return node_of[size_t(a)] == node_of[size_t(b)]; };

@@ -40,10 +40,10 @@ struct Key {
 
 // What a region holds: which block of the result (a shard, an owner's row block), which piece of
 // it, how many times each rank's contribution is in it (an all-gather shard: its owner once; a
-// reduce-scatter sum: every rank once) and which run wrote it (0: the op's input).
+// reduce-scatter sum: every rank once; sparse: rank -> count) and which run wrote it (0: the input).
 struct Payload {
   int block = -1, piece = 0;
-  std::vector<int> parts;
+  std::map<int, int> parts;
   uint64_t epoch = 0;
 };
 
@@ -84,7 +84,9 @@ struct Action {
 using LinkBytes = std::map<std::tuple<Link, int, int>, int64_t>;
 
 struct Result {
-  std::vector<std::string> errors;  // the first kMaxErrors problems found, in the order found
+  // The first kMaxErrors problems found while running, in the order found, then up to kMaxErrors
+  // stuck streams (those waiting on a flag no action sets first).
+  std::vector<std::string> errors;
   int fired = 0, actions = 0;
   LinkBytes link_bytes;
   bool ok() const { return errors.empty(); }
@@ -103,6 +105,9 @@ class Sim {
   // Data present before the first action (the op's input); never a race.
   void input(const Key& region, Payload p);
   void add(Action a);
+  // Race checks keep a vector clock (one entry per stream) per action: off for very large models
+  // (128 x 8 ranks), where the deadlock and data checks still run.
+  void check_races(bool on) { races_ = on; }
   Result run();
 
   std::string describe(const Key& k) const;
@@ -124,6 +129,7 @@ class Sim {
   std::vector<StreamInfo> streams_;
   std::vector<Action> actions_;
   std::map<Key, Payload> inputs_;
+  bool races_ = true;
 };
 
 }  // namespace weft::sim

@@ -2,6 +2,7 @@
 #include "tests/sim/rs_nodes_model.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "tests/sim/run_model.h"
@@ -12,10 +13,14 @@ namespace {
 
 std::string num(int64_t v) { return std::to_string(v); }
 
-std::string parts_text(const std::vector<int>& parts) {
+// Ranks whose partial is not in `parts` exactly once.
+std::string parts_text(const std::map<int, int>& parts, int world) {
   std::string s;
-  for (size_t x = 0; x < parts.size(); ++x)
-    if (parts[x] != 1) s += " rank " + num(int64_t(x)) + " x" + num(parts[x]);
+  for (int x = 0; x < world; ++x) {
+    auto it = parts.find(x);
+    const int n = it == parts.end() ? 0 : it->second;
+    if (n != 1) s += " rank " + num(x) + " x" + num(n);
+  }
   return s;
 }
 
@@ -109,8 +114,7 @@ Result simulate_rs_nodes(const std::vector<kernels::RsNodesPlan>& plans, const s
             y.block = owner;
             y.piece = j;
             y.epoch = ue;
-            y.parts.assign(size_t(W), 0);
-            y.parts[size_t(r)] = 1;
+            y.parts[r] = 1;
             for (size_t sl = 0; sl < in.size(); ++sl) {
               const Payload* x = in[sl];
               if (!x) continue;
@@ -119,7 +123,7 @@ Result simulate_rs_nodes(const std::vector<kernels::RsNodesPlan>& plans, const s
                               " of run " + num(int64_t(x->epoch)) + ", the tile wants owner " + num(owner) + " piece " +
                               num(j) + " of run " + num(e),
                        false;
-              for (int q = 0; q < W; ++q) y.parts[size_t(q)] += x->parts[size_t(q)];
+              for (const auto& [q, n] : x->parts) y.parts[q] += n;
             }
             out->push_back(y);
             return true;
@@ -302,7 +306,7 @@ Result simulate_rs_nodes(const std::vector<kernels::RsNodesPlan>& plans, const s
             if (!x || x->epoch != ue) return *why = what + ": nothing of run " + num(e), false;
             if (x->block != o || x->piece != j)
               return *why = what + " hold owner " + num(x->block) + " piece " + num(x->piece), false;
-            const std::string off = parts_text(x->parts);
+            const std::string off = parts_text(x->parts, W);
             if (!off.empty()) return *why = what + ": partials not summed exactly once:" + off, false;
           }
         }

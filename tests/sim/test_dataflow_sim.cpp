@@ -25,7 +25,7 @@ struct TwoRanks {
   int k_flag = sim.kind("flag", "index");
   int s0 = sim.stream(0, "send");
   int s1 = sim.stream(1, "compute");
-  TwoRanks() { sim.input({0, k_data, 0}, Payload{7, 0, {1, 0}, 0}); }
+  TwoRanks() { sim.input({0, k_data, 0}, Payload{7, 0, {{0, 1}}, 0}); }
   // Rank 0 puts its data into rank 1 over the NIC and raises rank 1's flag.
   void put(bool set_flag = true) {
     Action a;
@@ -117,7 +117,7 @@ TEST_CASE("a region written twice in one run is reported with both writers") {
     a.what = "write " + std::to_string(i);
     a.writes.push_back({{0, k, 0}});
     a.body = [](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
-      out->push_back(Payload{1, 0, {1}, 1});
+      out->push_back(Payload{1, 0, {{0, 1}}, 1});
       return true;
     };
     sim.add(a);
@@ -132,7 +132,7 @@ TEST_CASE("overwriting data another stream may still read is a race") {
   Sim sim;
   const int k = sim.kind("data", "index");
   const int reader = sim.stream(1, "reader"), writer = sim.stream(0, "writer");
-  sim.input({1, k, 0}, Payload{1, 0, {1, 0}, 0});
+  sim.input({1, k, 0}, Payload{1, 0, {{1, 1}}, 0});
   Action rd;
   rd.stream = reader;
   rd.what = "read";
@@ -143,7 +143,7 @@ TEST_CASE("overwriting data another stream may still read is a race") {
   wr.what = "overwrite";
   wr.writes.push_back({{1, k, 0}, Link::kNvlink, 0, 16});
   wr.body = [](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
-    out->push_back(Payload{2, 0, {0, 1}, 1});
+    out->push_back(Payload{2, 0, {{0, 1}}, 1});
     return true;
   };
   sim.add(wr);

@@ -14,6 +14,7 @@
 #include "runtime/workload.h"
 #include "tests/ops/rank_layouts.h"
 #include "tests/sim/ag_nodes_model.h"
+#include "tests/sim/moe_nodes_model.h"
 #include "tests/sim/rs_nodes_model.h"
 
 using namespace weft::kernels;
@@ -45,14 +46,18 @@ void check_same(const PlanTraffic& sim, const PlanTraffic& plan) {
 }
 
 // The tuner's demand for this op on an nodes x gpus layout.
-rt::Demand demand(const std::string& op, int64_t m, int64_t n, int64_t k, int nodes, int gpus) {
-  const std::string text = "op: " + op + "\nshape: {m: " + std::to_string(m) + ", n: " + std::to_string(n) +
-                           ", k: " + std::to_string(k) + "}\nlayout: {nodes: " + std::to_string(nodes) +
+rt::Demand demand_of(const std::string& op, const std::string& shape, int nodes, int gpus) {
+  const std::string text = "op: " + op + "\nshape: " + shape + "\nlayout: {nodes: " + std::to_string(nodes) +
                            ", gpus_per_node: " + std::to_string(gpus) + "}\n";
   rt::Workload w;
   std::string err;
   REQUIRE_MESSAGE(rt::parse_workload(text, "t.yaml", &w, &err) == Status::kOk, err);
   return rt::compute_demand(w, w.layout, rt::machine_model_h200(), rt::Plan{});
+}
+
+rt::Demand demand(const std::string& op, int64_t m, int64_t n, int64_t k, int nodes, int gpus) {
+  return demand_of(op, "{m: " + std::to_string(m) + ", n: " + std::to_string(n) + ", k: " + std::to_string(k) + "}",
+                   nodes, gpus);
 }
 
 int64_t max_over(const std::map<std::pair<int, int>, int64_t>& m, int world, bool out) {
@@ -123,4 +128,37 @@ TEST_CASE("GEMM+RS / GEMM+AR: simulated bytes per link = the plan's = the tuner'
       CHECK(double(max_over(plan.nvlink, W, true)) == doctest::Approx(d.nvlink_out));
       CHECK(double(max_over(plan.nvlink, W, false)) == doctest::Approx(d.nvlink_in));
     }
+}
+
+// The MoE routes against the tuner's expectation under uniform routing (moe_group_hit): the NIC
+// bytes agree; the tuner's NVLink bytes leave out the relays' forwards and gathers (the rows that
+// crossed the NIC, moved on to the other destination ranks of that node and back), which the
+// routes carry: N (G - 1) rows per rank and token hit, not (G - 1).
+TEST_CASE("MoE across nodes: the plan's bytes per rank against the tuner's traffic model") {
+  for (auto [nn, g] : std::vector<std::pair<int, int>>{{2, 8}, {4, 8}}) {
+    CAPTURE(nn);
+    CAPTURE(g);
+    const int W = nn * g, tokens = 512, topk = 8, experts = 2 * W, hidden = 7168;
+    const int64_t row = int64_t(hidden) * 2 + 80;
+    const Layout l = block(nn, g);
+    MoeNodesPlacement pl;
+    std::string why;
+    REQUIRE(pl.make(l.node_of, l.local_of, &why));
+    const auto dests = weft::sim::moe_routing(W, tokens, topk, experts, 11);
+    const PlanTraffic t = moe_nodes_traffic(pl, dests, tokens, row);
+    double nic = 0, nvlink = 0;
+    for (int r = 0; r < W; ++r) {
+      nic += double(PlanTraffic::out_of(t.nic, r)) / W;
+      nvlink += double(PlanTraffic::out_of(t.nvlink, r)) / W;
+    }
+    const rt::Demand d =
+        demand_of("moe",
+                  "{tokens: " + std::to_string(tokens * W) + ", hidden: " + std::to_string(hidden) +
+                      ", ffn: 2048, experts: " + std::to_string(experts) + ", topk: " + std::to_string(topk) + "}",
+                  nn, g);
+    CHECK(nic == doctest::Approx(d.nic_out).epsilon(0.03));
+    CHECK(nvlink == doctest::Approx(d.nvlink_out * nn).epsilon(0.03));
+    MESSAGE(nn << " x " << g << ": NVLink bytes per rank, routes " << nvlink << ", tuner " << d.nvlink_out
+               << "; NIC routes " << nic << ", tuner " << d.nic_out);
+  }
 }
