@@ -53,8 +53,15 @@ void Sim::add(Action a) {
   actions_.push_back(std::move(a));
 }
 
+int Sim::stream_kind(const std::string& name) {
+  const int k = kind(name);
+  kinds_[size_t(k)].by_stream = true;
+  return k;
+}
+
 std::string Sim::describe(const Key& k) const {
   const KindInfo& info = kinds_[size_t(k.kind)];
+  if (info.by_stream) return info.name + " of " + stream_name(k.a);
   std::string s = "rank " + std::to_string(k.rank) + "'s " + info.name;
   if (!info.a.empty()) {
     s += "[" + info.a + " " + std::to_string(k.a);

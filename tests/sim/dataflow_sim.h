@@ -102,6 +102,8 @@ class Sim {
   int kind(const std::string& name, const std::string& a_name = "", const std::string& b_name = "",
            const std::string& c_name = "");
   int stream(int rank, const std::string& name);
+  // A kind of flag indexed by a stream (a = Sim::stream): messages name the stream.
+  int stream_kind(const std::string& name);
   // Data present before the first action (the op's input); never a race.
   void input(const Key& region, Payload p);
   void add(Action a);
@@ -119,6 +121,7 @@ class Sim {
  private:
   struct KindInfo {
     std::string name, a, b, c;
+    bool by_stream = false;
   };
   struct StreamInfo {
     int rank = -1;

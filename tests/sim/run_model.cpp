@@ -5,7 +5,7 @@ namespace weft::sim {
 
 RunModel::RunModel(Sim* sim, int world, bool barrier) : sim_(sim), world_(world), barrier_(barrier) {
   k_begun_ = sim_->kind("run begun");
-  k_done_ = sim_->kind("stream done", "stream");
+  k_done_ = sim_->stream_kind("end of run");
   k_joined_ = sim_->kind("run joined");
   for (int r = 0; r < world_; ++r) main_.push_back(stream(r, "main"));
 }
