@@ -46,12 +46,15 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
   auto in_range = [&](int pos) { return pos >= 0 && pos < W; };
 
   RunModel run(&sim, W, opt.barrier);
-  std::vector<int> copy(static_cast<size_t>(W)), send(static_cast<size_t>(W)), fwd(static_cast<size_t>(W));
-  std::vector<std::vector<int>> compute(static_cast<size_t>(W));
+  std::vector<int> copy(static_cast<size_t>(W));
+  std::vector<std::vector<int>> compute(static_cast<size_t>(W)), send(static_cast<size_t>(W)),
+      fwd(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) {
     copy[size_t(r)] = run.stream(r, "copy engine");
-    send[size_t(r)] = run.stream(r, "inter_send");
-    fwd[size_t(r)] = run.stream(r, "intra_comm forward");
+    for (int ch = 0; ch < opt.channels; ++ch)
+      send[size_t(r)].push_back(run.stream(r, "inter_send channel " + std::to_string(ch)));
+    for (int b = 0; b < opt.forward_blocks; ++b)
+      fwd[size_t(r)].push_back(run.stream(r, "intra_comm block " + std::to_string(b)));
     for (int b = 0; b < opt.compute_blocks; ++b)
       compute[size_t(r)].push_back(run.stream(r, "compute block " + std::to_string(b)));
   }
@@ -107,7 +110,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
       for (int c = 0; c < C; ++c)
         for (const kernels::AgNodesSend& s : p.sends) {
           Action a;
-          a.stream = send[size_t(r)];
+          a.stream = send[size_t(r)][size_t(c % opt.channels)];
           a.what = "put of chunk " + num(c) + " to rank " + num(s.peer) + " position " + num(s.dst_pos);
           a.reads.push_back({{r, k_a, 0, c}});
           a.writes.push_back({{s.peer, k_a, s.dst_pos, c}, Link::kNic, r, chunk_bytes});
@@ -115,10 +118,11 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           a.body = relay(ue, 1);
           run.add(std::move(a));
         }
+      int item = 0;
       for (int c = 0; c < C; ++c)
         for (const kernels::AgNodesForward& f : p.forwards) {
           Action a;
-          a.stream = fwd[size_t(r)];
+          a.stream = fwd[size_t(r)][size_t(item++ % opt.forward_blocks)];
           a.what = "forward of shard " + num(f.shard) + " chunk " + num(c) + " (position " + num(f.src_pos) + ")";
           a.waits.push_back({{r, k_flag, f.src_pos, c}, ue});
           a.reads.push_back({{r, k_a, f.src_pos, c}});

@@ -3,9 +3,10 @@
 //
 //   main     flag[0, c] = e for every chunk (the own shard is position 0)
 //   copy     per pull, per chunk: the mate's position 0 ─NVLink─► my position ─► my flag
-//   send     per chunk, per send: my position 0 ─NIC─► the rail peer's position ─► its flag
-//   forward  per chunk, per forward: wait my flag[src_pos, c] ─► every target mate's position
-//            (NVLink) ─► their flags
+//   send     per chunk (on channel c % channels), per send: my position 0 ─NIC─► the rail peer's
+//            position ─► its flag
+//   forward  per chunk, per forward (item i on block i % forward_blocks): wait my flag[src_pos, c]
+//            ─► every target mate's position (NVLink) ─► their flags
 //   compute  per position, per chunk (dealt over `compute_blocks` streams as the persistent
 //            scheduler deals tiles): wait flag[pos, c] ─► the GEMM reads it ─► C rows of that shard
 //
@@ -26,6 +27,8 @@ struct AgNodesSimOptions {
   int chunks = 2;                          // per shard
   int runs = 2;                            // back-to-back runs (flags carry the run's epoch)
   int compute_blocks = 1;                  // 1: tiles strictly in order (the strictest for deadlocks)
+  int channels = 1;                        // inter_send threads: chunk c on channel c % channels
+  int forward_blocks = 1;                  // intra_comm blocks: item i (chunk-major) on block i % blocks
   int64_t shard_bytes = int64_t(1) << 20;  // one rank's rows of A
   bool barrier = true;                     // the harness's all-reduce before each run
 };

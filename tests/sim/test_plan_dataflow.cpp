@@ -63,6 +63,8 @@ TEST_CASE("AllGather+GEMM: every shard reaches every rank once, for every layout
       CHECK(r.fired == r.actions);
       opt.compute_blocks = 3;  // tiles on three blocks: fewer orders the race check may lean on
       opt.chunks = 3;
+      opt.channels = 2;
+      opt.forward_blocks = 2;
       r = simulate_ag_nodes(plans, l.node_of, l.local_of, opt);
       CHECK_MESSAGE(r.ok(), r.text());
     }
@@ -238,7 +240,7 @@ TEST_CASE("back to back without the harness's barrier: RS/AR's freed flags suffi
       CHECK_MESSAGE(r.ok(), r.text());
     } else {
       CHECK(r.mentions("race: rank"));
-      CHECK(r.mentions("(inter_send) 'put of chunk 0"));
+      CHECK(r.mentions("(inter_send channel 0) 'put of chunk 0"));
     }
   }
 }
