@@ -415,7 +415,7 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
 Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi) {
   epi->slot_maps = 0;
   const int64_t rows = int64_t(epi->hi) - epi->lo;
-  bool ok = epi->own_maps > 0 && epi->nslots > 0 && epi->nslots <= EpiReduceSlots::kMaxSlots && rows > 0 &&
+  bool ok = epi->own_maps > 0 && epi->nslots > 0 && epi->nslots <= EpiReduceSlots::kMaxRingSlots && rows > 0 &&
             epi->ldc % 8 == 0 && epi->ldc >= g.n;
   for (int i = 0; ok && i < epi->nslots; ++i)
     ok = epi->slots[i] && reinterpret_cast<uintptr_t>(epi->slots[i]) % 16 == 0;

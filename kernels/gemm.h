@@ -67,7 +67,8 @@ Status enable_remote_partials(const GemmParams& g, __nv_bfloat16* const* slots, 
 // EpiReduceSlots' staged partials through the GEMM's TMA ring instead of the consumers' global
 // loads: encodes epi->slot_map[i] for epi->slots[i] and sets slot_maps. Needs own tiles through
 // TMA (enable_own_tma_store first); where the layout does not allow it (16-byte aligned slots,
-// ldc a multiple of 8) it leaves slot_maps at 0, which is still correct.
+// ldc a multiple of 8, at most EpiReduceSlots::kMaxRingSlots slots) it leaves slot_maps at 0, which
+// is still correct.
 Status enable_slot_loads(const GemmParams& g, EpiReduceSlots* epi);
 
 // Splits the last wave's tiles along K, into at most `max_split` slices, when they would leave blocks

@@ -74,8 +74,11 @@ struct EpiAddBf16 {
 // o = row / rows_per_owner and is stored as bf16 at dst[o] + (row - o * rows_per_owner) * ldc + col.
 // dst[o] is this rank's slot in owner o's staging buffer, a peer pointer mapped through CUDA IPC
 // (or local for o == this rank), so partial tiles travel over NVLink as soon as they are produced.
+// AllGather+GEMM across nodes: o is a position and dst[o] the C rows of the shard held there; every
+// rank holds all N x G shards of its group, so the bound is the largest tensor-parallel group
+// (N <= 4 nodes x G <= 8 GPUs), not the job.
 struct EpiScatterBf16 {
-  static constexpr int kMaxOwners = 8;
+  static constexpr int kMaxOwners = 4 * 8;
   __nv_bfloat16* dst[kMaxOwners] = {};
   int64_t rows_per_owner = 0;
   int64_t ldc = 0;
@@ -126,7 +129,10 @@ struct EpiScatterBf16 {
 // (FlagGate) — the producer's acquire orders the reads after the copies (it waits before the tile's
 // operands, or with slot_maps before the slots' loads).
 struct EpiReduceSlots {
-  static constexpr int kMaxSlots = 7;
+  // Staged partials per own row: G - 1 node-mates and N - 1 rail peers (G <= 8, N <= 4).
+  static constexpr int kMaxSlots = 7 + 3;
+  // Slots read through the TMA ring (enable_slot_loads): the one-node op's G - 1 <= 7.
+  static constexpr int kMaxRingSlots = 7;
   __nv_bfloat16* partial = nullptr;
   __nv_bfloat16* out = nullptr;
   const __nv_bfloat16* slots[kMaxSlots] = {};
@@ -142,10 +148,11 @@ struct EpiReduceSlots {
   // the same rows of peers' C (AllReduce: the reduced tile goes to every rank from the epilogue).
   // Once a tile's stores are complete, each bcast_flags[i] (a word in peer i's memory) += 1 at
   // system scope: a peer has owner r's rows once its word reached tiles-per-owner x epoch.
-  static constexpr int kMaxOwnMaps = kMaxSlots + 1;
+  // One node's ranks: the own rows and G - 1 <= 7 peers (or owners).
+  static constexpr int kMaxOwnMaps = 8;
   int32_t own_maps = 0;
   int32_t nbcast = 0;
-  uint64_t* bcast_flags[kMaxSlots] = {};
+  uint64_t* bcast_flags[kMaxOwnMaps - 1] = {};
   CUtensorMap own_map[kMaxOwnMaps];
   // Partial tiles straight into their owners' staging slots (enable_remote_partials; 0: stored
   // into `partial`, and the copy engines move them): part_map[o] is this rank's slot in owner o's
@@ -161,7 +168,7 @@ struct EpiReduceSlots {
   // tile's slots as extra ring stages (3 boxes of 128 x 64 per stage), and only then waits for the
   // tile's gate: the tile's MMAs no longer wait for its partials to arrive.
   int32_t slot_maps = 0;
-  CUtensorMap slot_map[kMaxSlots];
+  CUtensorMap slot_map[kMaxRingSlots];
 #if defined(__CUDACC__)
   __device__ __forceinline__ void pair(int32_t row, int32_t col, float v0, float v1, bool two) const {
     if (row < lo || row >= hi) {

@@ -172,7 +172,12 @@ inline int rs_nodes_slot_at(const std::vector<int>& node_of, const std::vector<i
   return -1;
 }
 
-// max_slots: what the epilogue can sum (EpiReduceSlots::kMaxSlots).
+// Staged partials per row of the reduce range: one slot per node-mate and one per rail peer. The
+// plan's structures are bounded by these (G - 1 NVLink peers, N - 1 rail peers), never by the world.
+inline int rs_nodes_slots_needed(int nodes, int per_node) { return per_node - 1 + nodes - 1; }
+
+// max_slots: what the epilogue can sum (the op passes EpiReduceSlots::kMaxSlots; a host model may
+// pass rs_nodes_slots_needed to plan any even layout).
 inline bool make_rs_nodes_plan(const std::vector<int>& node_of, const std::vector<int>& local_of, int rank,
                                int max_slots, RsNodesPlan* out, std::string* why) {
   RsNodesPlan p;
@@ -180,9 +185,10 @@ inline bool make_rs_nodes_plan(const std::vector<int>& node_of, const std::vecto
   p.world = int(node_of.size());
   if (rank < 0 || rank >= p.world) return *why = "rank " + std::to_string(rank) + " outside the job", false;
   const int G = p.per_node, N = p.nodes, W = p.world;
-  if (G + N - 2 > max_slots)
-    return *why = std::to_string(N) + " nodes x " + std::to_string(G) + " GPUs need " + std::to_string(G + N - 2) +
-                  " staged partials per row, the epilogue sums at most " + std::to_string(max_slots),
+  if (rs_nodes_slots_needed(N, G) > max_slots)
+    return *why = std::to_string(N) + " nodes x " + std::to_string(G) + " GPUs need " +
+                  std::to_string(rs_nodes_slots_needed(N, G)) + " staged partials per row, the epilogue sums at most " +
+                  std::to_string(max_slots),
            false;
   p.rank = rank;
   p.node = node_of[rank];

@@ -291,9 +291,9 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
     return Status::kUnsupported;
   }
   if (info.num_nodes > 1) return run_gemm_reduce_nodes(ctx, wl, boot, all_reduce);
-  if (wl.world_size() != info.size || info.size > kernels::EpiReduceSlots::kMaxSlots + 1) {
+  if (wl.world_size() != info.size || info.size > kernels::EpiReduceSlots::kMaxOwnMaps) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (at most %d on one node) but the job has %d", info.rank, name,
-              wl.world_size(), kernels::EpiReduceSlots::kMaxSlots + 1, info.size);
+              wl.world_size(), kernels::EpiReduceSlots::kMaxOwnMaps, info.size);
     return Status::kInvalidArgument;
   }
   GemmReduce op;

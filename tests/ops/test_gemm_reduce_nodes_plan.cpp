@@ -20,7 +20,7 @@ using weft::testing::Layout;
 
 namespace {
 
-constexpr int kMaxSlots = 7;  // EpiReduceSlots::kMaxSlots
+constexpr int kMaxSlots = 10;  // EpiReduceSlots::kMaxSlots: G - 1 + N - 1 for G <= 8, N <= 4
 
 std::vector<RsNodesPlan> plans_for(const Layout& l) {
   const int world = int(l.node_of.size());
@@ -183,7 +183,8 @@ TEST_CASE("2 x 2: the order, groups, slots and moves of the design") {
 }
 
 TEST_CASE("reduce-scatter delivers every partial exactly once, without deadlock") {
-  for (auto [nodes, per_node] : {std::pair{2, 2}, {2, 4}, {4, 2}, {3, 2}, {2, 1}, {4, 1}, {2, 3}, {3, 3}, {4, 4}}) {
+  for (auto [nodes, per_node] :
+       {std::pair{2, 2}, {2, 4}, {4, 2}, {3, 2}, {2, 1}, {4, 1}, {2, 3}, {3, 3}, {4, 4}, {2, 8}, {4, 8}, {1, 8}}) {
     INFO(nodes << " x " << per_node);
     simulate_reduce_scatter(block(nodes, per_node));
     simulate_reduce_scatter(cyclic(nodes, per_node));
@@ -201,7 +202,7 @@ TEST_CASE("all-gather paths deliver every owner's rows to every rank exactly onc
 TEST_CASE("layouts the epilogue or the rails cannot serve are refused with a reason") {
   RsNodesPlan p;
   std::string why;
-  const Layout big = block(4, 8);  // 8 + 4 - 2 = 10 staged partials per row
+  const Layout big = block(5, 8);  // 8 + 5 - 2 = 11 staged partials per row
   CHECK_FALSE(make_rs_nodes_plan(big.node_of, big.local_of, 0, kMaxSlots, &p, &why));
   CHECK(why.find("staged partials") != std::string::npos);
   Layout uneven{{0, 0, 1}, {0, 1, 0}};
