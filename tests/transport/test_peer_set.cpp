@@ -253,3 +253,22 @@ TEST_CASE("the JSON report: ranks of one cost share an entry; uneven layouts spl
   CHECK(j["max"]["rank"] == 3);
   CHECK(resources_json(RankLayout{{0, 0}, {0, 0}}, PeerNeed::kRails, in, &text, &why) == Status::kInvalidArgument);
 }
+
+TEST_CASE("the plan's resources section: rails on the plan's layout, chunks in flight from the NIC bytes") {
+  // 127 peers, 64 MiB out over the NIC in 1 MiB chunks: 64 / 127 -> 1 chunk per peer; WEFT_NET_CHANNELS = 4.
+  auto j = nlohmann::json::parse(plan_resources_json(128, 8, "ibverbs", 1ull << 30, 64ull << 20, 1 << 20));
+  REQUIRE_FALSE(j.contains("error"));
+  CHECK(j["need"] == "rails");
+  CHECK(j["max"]["queue_pairs"] == 127 * 4);
+  CHECK(j["max"]["heap_bytes"] == 1ull << 30);
+  CHECK(j["max"]["fifo_depth"] == 32);  // ceil(127 x 1 / 4)
+  // 8 chunks per peer: 127 x 8 MiB out.
+  j = nlohmann::json::parse(plan_resources_json(128, 8, "ibverbs", 0, 127ull * 8 << 20, 1 << 20));
+  CHECK(j["max"]["fifo_depth"] == 256);
+  // One node: nothing is wired.
+  j = nlohmann::json::parse(plan_resources_json(1, 8, "none", 4096, 0, 0));
+  CHECK(j["max"]["queue_pairs"] == 0);
+  CHECK(j["max"]["nvlink_peers"] == 7);
+  j = nlohmann::json::parse(plan_resources_json(0, 8, "ibverbs", 0, 0, 0));
+  CHECK(j["error"].get<std::string>().find("out of range") != std::string::npos);
+}
