@@ -272,3 +272,14 @@ TEST_CASE("the plan's resources section: rails on the plan's layout, chunks in f
   j = nlohmann::json::parse(plan_resources_json(0, 8, "ibverbs", 0, 0, 0));
   CHECK(j["error"].get<std::string>().find("out of range") != std::string::npos);
 }
+
+TEST_CASE("the report of equal nodes is computed once: 16,384 x 8 ranks in one entry") {
+  ResourceInputs in;
+  in.channels = 4;
+  std::string text, why;
+  REQUIRE(resources_json(block_layout(16384, 8), PeerNeed::kRails, in, &text, &why) == Status::kOk);
+  auto j = nlohmann::json::parse(text);
+  REQUIRE(j["ranks"].size() == 1);
+  CHECK(j["ranks"][0]["last_rank"] == 16384 * 8 - 1);
+  CHECK(j["max"]["queue_pairs"] == 16383 * 4);
+}
