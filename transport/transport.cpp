@@ -287,7 +287,8 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
         else
           failure = backends[ch]->error_message();
       }
-      WEFT_CHECK(boot.allgather(key + "ep." + std::to_string(ch), blob, &all));
+      // Every rank publishes; this rank reads its peers' blobs only (PMIx: O(peers) gets).
+      WEFT_CHECK(boot.allgather_from(key + "ep." + std::to_string(ch), blob, peers, &all));
       if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
         WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
                   all.size(), me.size);

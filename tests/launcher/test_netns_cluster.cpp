@@ -243,6 +243,16 @@ TEST_CASE("srun -N 2 across network namespaces: real network, PMIx between hosts
     INFO("rank " << rank << ": " << mine);
     CHECK(rails.net.size() == 1);
     CHECK(mine.find(want) != std::string::npos);
+    // The rails transport's endpoint exchange reads the rail peer's blob only (through PMIx: the other host).
+    const std::string only = "allgather_from '";
+    const std::string reads =
+        "same-host files from ranks [ ], PMIx from ranks [ " + std::to_string(rails.net[0]) + " ]";
+    std::istringstream err(job.err(rank));
+    bool found = false;
+    while (std::getline(err, line))
+      found = found || (line.find(only) != std::string::npos && line.size() >= reads.size() &&
+                        line.compare(line.size() - reads.size(), reads.size(), reads) == 0);
+    CHECK_MESSAGE(found, "no endpoint exchange of rank " << rank << " that read only " << reads);
   }
   // The socket transport's bytes went through both veths (several MB; PMIx alone is kilobytes).
   CHECK(counter("weftv1", "tx_bytes") - tx1 > (1u << 20));
