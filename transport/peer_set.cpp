@@ -255,9 +255,7 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
     if (r == world) break;
     if (r == 0 || !same_cost(cur, first)) first = cur;
     prev = cur;
-    if (worst.rank < 0 || cur.queue_pairs + cur.endpoints > worst.queue_pairs + worst.endpoints ||
-        cur.net_peers > worst.net_peers)
-      worst = cur;
+    if (worst.rank < 0 || cur.net_peers > worst.net_peers) worst = cur;  // every count grows with the net peers
   }
   json max = row(worst);
   max["rank"] = worst.rank;
