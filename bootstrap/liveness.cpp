@@ -9,6 +9,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -27,7 +30,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr uint16_t kAddrKind = 7;
-constexpr uint16_t kAddrVersion = 1;
+constexpr uint16_t kAddrVersion = 2;           // 2: the network stack id
 constexpr uint32_t kFrameMagic = 0x4c564557u;  // "WEVL"
 constexpr uint32_t kMaxText = 256;
 constexpr size_t kMaxAddrs = 64;
@@ -46,6 +49,20 @@ struct Frame {
 static_assert(sizeof(Frame) == 32, "frame layout");
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Which network stack this process is in: the kernel's boot id and the network namespace. Two ranks
+// with the same id reach each other over loopback; otherwise a peer's loopback address is this
+// host's own, where any other process may listen, and is never tried.
+uint64_t network_stack_id() {
+  std::string boot;
+  std::ifstream f("/proc/sys/kernel/random/boot_id");
+  std::getline(f, boot);
+  struct stat st {};
+  const uint64_t ns = stat("/proc/self/ns/net", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+  return std::hash<std::string>{}(boot) ^ (ns * 0x9e3779b97f4a7c15ull);
+}
+
+bool is_loopback(uint32_t ip_be) { return (ntohl(ip_be) >> 24) == 127; }
 
 // Addresses to listen on and publish, as the socket transport picks them.
 std::vector<uint32_t> pick_addresses(const std::string& ifname) {
@@ -117,7 +134,8 @@ struct Liveness::Link {
   // most two heartbeat periods): a host that freezes every process at once (an overloaded machine,
   // a paused VM) does not make every peer look stalled.
   double silent_s = 0;
-  std::string rx;  // bytes received, not yet a whole frame
+  uint64_t frames = 0;  // frames received on this link (a stall message says whether any ever came)
+  std::string rx;       // bytes received, not yet a whole frame
 };
 
 Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failure, FailFn on_give_up,
@@ -174,8 +192,10 @@ Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failur
   if (pipe2(self->wake_, O_CLOEXEC | O_NONBLOCK) != 0) return Status::kSystemError;
 
   BlobWriter w;
+  const uint64_t stack = network_stack_id();
   w.u32(port);
   w.u64(self->token_);
+  w.u64(stack);
   w.u32(static_cast<uint32_t>(ips.size()));
   for (uint32_t ip : ips) w.u32(ip);
   std::vector<Blob> all;
@@ -186,25 +206,37 @@ Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failur
   WEFT_CHECK(open_blob(all[right], kAddrKind, kAddrVersion, right, "liveness addresses", &payload));
   BlobReader r(payload);
   uint32_t rport = 0, n = 0;
-  uint64_t rtoken = 0;
+  uint64_t rtoken = 0, rstack = 0;
   std::vector<uint32_t> rips;
-  bool ok = r.u32(&rport) && rport > 0 && rport < 65536 && r.u64(&rtoken) && r.u32(&n) && n >= 1 && n <= kMaxAddrs;
+  bool ok = r.u32(&rport) && rport > 0 && rport < 65536 && r.u64(&rtoken) && r.u64(&rstack) && r.u32(&n) && n >= 1 &&
+            n <= kMaxAddrs;
   for (uint32_t i = 0; ok && i < n; ++i) {
     uint32_t ip = 0;
     ok = r.u32(&ip);
-    rips.push_back(ip);
+    if (ok && (rstack == stack || !is_loopback(ip))) rips.push_back(ip);
   }
   if (!ok || !r.done()) {
     WEFT_WARN(kBoot, "rank %d: liveness: rank %d's addresses are malformed", me.rank, right);
     return Status::kProtocolError;
   }
+  if (rips.empty()) {
+    WEFT_WARN(kBoot,
+              "rank %d: liveness: rank %d is on another host and published only loopback addresses (set "
+              "WEFT_SOCKET_IFNAME to an interface both hosts reach)",
+              me.rank, right);
+    return Status::kNotFound;
+  }
   // Connect to rank+1, every address in its order, until one answers or timeout_s passes.
   const auto t0 = Clock::now();
   int fd = -1, err = 0;
+  uint32_t answered = rips[0];
   while (fd < 0 && seconds_since(t0) < options.timeout_s) {
     for (uint32_t ip : rips) {
       fd = connect_bounded(ip, static_cast<uint16_t>(rport), std::min(2.0, options.timeout_s), &err);
-      if (fd >= 0) break;
+      if (fd >= 0) {
+        answered = ip;
+        break;
+      }
     }
     if (fd < 0) usleep(50000);
   }
@@ -226,7 +258,7 @@ Status Liveness::start(Bootstrap& boot, const Options& options, FailFn on_failur
   self->links_[1].reset(new Link());
   self->links_[1]->peer = (me.rank + me.size - 1) % me.size;
   WEFT_INFO(kBoot, "rank %d: liveness ring up: to rank %d at %s:%u, heartbeat %.1f s, stall after %.1f s", me.rank,
-            right, ip_text(rips[0]).c_str(), rport, options.heartbeat_s, options.timeout_s);
+            right, ip_text(answered).c_str(), rport, options.heartbeat_s, options.timeout_s);
   Liveness* raw = self.get();
   self->thread_ = std::thread([raw] { raw->run(); });
   static std::once_flag once;
@@ -337,6 +369,7 @@ void Liveness::run() {
         in->fd = fd;
         in->rx.clear();
         in->silent_s = 0;
+        in->said_bye = false;  // a connection dropped before its hello does not end monitoring
       }
     }
     for (int i = 0; i < 2; ++i) {
@@ -371,10 +404,11 @@ void Liveness::run() {
           continue;
         }
         l->silent_s = 0;
+        ++l->frames;
         if (f.kind == kBye) l->said_bye = true;
         if (f.kind == kFailed && f.subject >= 0 && f.subject < size_) fail(f.subject, text, i);
       }
-      if (bad && !l->ready) {  // a stranger (or a port scan): drop it and listen again
+      if ((bad || eof) && !l->ready) {  // a stranger, a port scan, or a dropped attempt: listen again
         close(l->fd);
         l->fd = -1;
         continue;
@@ -401,12 +435,21 @@ void Liveness::run() {
       }
       const double silent = l->ready ? l->silent_s : ran_s;
       if (silent >= opt_.timeout_s) {
-        char why[200];
-        snprintf(why, sizeof why,
-                 l->ready ? "rank %d sent no heartbeat for %.1f s (WEFT_LIVENESS_TIMEOUT=%.1f): stopped, hung, or "
-                            "its host unreachable"
-                          : "rank %d did not open its liveness connection within %.1f s (WEFT_LIVENESS_TIMEOUT=%.1f)",
-                 l->peer, silent, opt_.timeout_s);
+        char why[240];
+        if (!l->ready)
+          snprintf(why, sizeof why,
+                   "rank %d did not open its liveness connection within %.1f s (WEFT_LIVENESS_TIMEOUT=%.1f)", l->peer,
+                   silent, opt_.timeout_s);
+        else if (l->frames == 0)
+          snprintf(why, sizeof why,
+                   "rank %d sent nothing on its liveness connection in %.1f s (WEFT_LIVENESS_TIMEOUT=%.1f): stopped "
+                   "or hung since the ring came up, or its host unreachable",
+                   l->peer, silent, opt_.timeout_s);
+        else
+          snprintf(why, sizeof why,
+                   "rank %d sent no heartbeat for %.1f s (WEFT_LIVENESS_TIMEOUT=%.1f): stopped, hung, or its host "
+                   "unreachable",
+                   l->peer, silent, opt_.timeout_s);
         fail(l->peer, why, -1);
         l->said_bye = true;
       }

@@ -271,6 +271,11 @@ std::string format_plan_table(const Plan& p) {
      << "; inter-node: " << p.inter_backend;
   if (p.nodes > 1) os << " (" << p.nics_per_node << " NIC" << (p.nics_per_node == 1 ? "" : "s") << " per node)";
   os << "\n";
+  if (p.nodes > 1 && p.nic_sharers > 0) {
+    snprintf(line, sizeof(line), "  NICs     %d rank%s per NIC at once: %.1f GB/s of the NIC per rank\n", p.nic_sharers,
+             p.nic_sharers == 1 ? "" : "s", p.nic_share_gbps);
+    os << line;
+  }
   os << "  machine  " << p.gpu << ", " << p.sm_count << " SMs (" << p.gpu_reason << ")\n";
   if (p.gpu_assumed) os << "  NOTE: no GPU in this topology; this plan assumes " << p.gpu << " GPUs\n";
   snprintf(line, sizeof(line), "  tiles    %d x %d x %d; chunks %s (NVLink), %s (NIC)\n", p.tile_m, p.tile_n, p.tile_k,
@@ -332,8 +337,14 @@ std::string format_plan_json(const Plan& p) {
   j["dtype"] = to_string(p.dtype);
   j["intra_mover"] = to_string(p.intra_mover());
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
-  j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
-                  {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};
+  j["machine"] = {{"gpu", p.gpu},
+                  {"reason", p.gpu_reason},
+                  {"assumed", p.gpu_assumed},
+                  {"sm_count", p.sm_count},
+                  {"inter_backend", p.inter_backend},
+                  {"nics_per_node", p.nics_per_node},
+                  {"nic_sharers", p.nic_sharers},
+                  {"nic_share_gbps", p.nic_share_gbps}};
   j["shape"] = shape_json(p);
   j["roles"] = roles_json(p);
   j["tiles"] = {{"m", p.tile_m}, {"n", p.tile_n}, {"k", p.tile_k}};

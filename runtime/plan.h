@@ -84,6 +84,8 @@ struct Plan {
   int sm_count = 0;
   std::string inter_backend;  // "none" (one node), "ibverbs" or "socket"
   int nics_per_node = 0;      // distinct NICs the node's GPUs use (assumed when gpu_assumed)
+  int nic_sharers = 0;        // ibverbs: the most ranks of a node sending through one NIC at once; else 0
+  double nic_share_gbps = 0;  // ibverbs: one NIC's bandwidth divided among those ranks (before PCIe)
 
   // The launch.
   RoleCounts roles;  // blocks per role; roles.total() == sm_count when tuned
@@ -151,7 +153,7 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
 std::string format_plan_table(const Plan& plan);
 // The same as one JSON object (2-space indented), stable key names:
 // {"workload","op","dtype","intra_mover","layout":{nodes,gpus_per_node,world_size},"machine":{gpu,reason,assumed,sm_count,
-//  inter_backend,nics_per_node},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
+//  inter_backend,nics_per_node,nic_sharers,nic_share_gbps},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
 //  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,

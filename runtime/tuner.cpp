@@ -179,20 +179,21 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
     r.pcie_gbps = model.pcie_gbps;
     r.nic_gbps = std::min(model.nic_gbps, model.pcie_gbps);
     r.inter_backend = w.transport.inter_node == InterNode::kSocket ? "socket" : "ibverbs";
-    if (r.inter_backend == "socket") r.nic_gbps = socket_gbps_per_gpu(model, G), r.pcie_gbps = 0;
-  } else {
-    // The node's ranks use GPUs 0..G-1 in bus id order; each shares its primary NIC's bandwidth
-    // with the other ranks mapped to it. The slowest GPU sets the pace.
-    std::map<int, int> users;
-    bool any_without = false;
-    for (int g = 0; g < G; ++g) {
-      int nic = g < static_cast<int>(mapping.gpus.size()) ? mapping.gpus[g].primary_nic : -1;
-      if (nic < 0)
-        any_without = true;
-      else
-        users[nic]++;
+    if (r.inter_backend == "socket") {
+      r.nic_gbps = socket_gbps_per_gpu(model, G), r.pcie_gbps = 0;
+    } else {
+      r.nic_sharers = 1;
+      r.nic_share_gbps = model.nic_gbps;
     }
-    r.nics_per_node = static_cast<int>(users.size());
+  } else {
+    // The node's ranks use GPUs 0..G-1 in bus id order and all send at once (every multi-node op
+    // moves its inter-node bytes in the same phase on every rank), so each gets its primary NIC's
+    // bandwidth divided by the ranks mapped to that NIC. The slowest GPU sets the pace.
+    const std::vector<topology::NicShare> sharing = topology::nic_sharing(mapping, G);
+    bool any_without = false;
+    for (int g = 0; g < G; ++g)
+      if (topology::nic_sharers(sharing, g) == 0) any_without = true;
+    r.nics_per_node = static_cast<int>(sharing.size());
     const bool socket = any_without || w.transport.inter_node == InterNode::kSocket;
     if (socket && w.transport.inter_node == InterNode::kIbverbs) {
       *error = w.error_at("transport.inter_node",
@@ -210,12 +211,15 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
       for (int g = 0; g < G; ++g) {
         const auto& link = mapping.gpus[g];
         double pcie = link.proximity <= topology::Proximity::kSameHostBridge ? model.pcie_gbps : model.pcie_remote_gbps;
-        double nic = model.nic_gbps / users[link.primary_nic];
+        const int sharers = topology::nic_sharers(sharing, g);
+        double nic = model.nic_gbps / sharers;
         worst = std::min(worst, std::min(nic, pcie));
         worst_pcie = std::min(worst_pcie, pcie);
+        r.nic_sharers = std::max(r.nic_sharers, sharers);
       }
       r.nic_gbps = worst;
       r.pcie_gbps = worst_pcie;
+      r.nic_share_gbps = model.nic_gbps / r.nic_sharers;
     }
   }
   *out = r;
@@ -484,6 +488,8 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   WEFT_CHECK(link_rates(w, layout, topo, mapping, model, &rates, error));
   p.inter_backend = rates.inter_backend;
   p.nics_per_node = rates.nics_per_node;
+  p.nic_sharers = rates.nic_sharers;
+  p.nic_share_gbps = rates.nic_share_gbps;
   Demand d = compute_demand(w, layout, model, p);
   d.intra_mover = mover;
   p.flops = d.flops;

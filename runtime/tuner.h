@@ -48,6 +48,10 @@ struct LinkRates {
   double pcie_gbps = 0;
   std::string inter_backend;
   int nics_per_node = 0;
+  // NIC sharing (RDMA NICs only; 0 otherwise): the most ranks of the node on one NIC, all sending at
+  // once, and what each of them gets of it (model.nic_gbps / nic_sharers, before the PCIe path).
+  int nic_sharers = 0;
+  double nic_share_gbps = 0;
 };
 
 // The pure core: no environment, no files. Fills every field of the Plan, plan->exec and plan->heap

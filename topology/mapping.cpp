@@ -150,4 +150,24 @@ Mapping map_gpus_to_nics(const Topology& topo) {
   return m;
 }
 
+std::vector<NicShare> nic_sharing(const Mapping& mapping, int gpus) {
+  const int n = std::max(0, std::min(gpus, static_cast<int>(mapping.gpus.size())));
+  std::vector<NicShare> out;
+  for (int g = 0; g < n; ++g) {
+    const int nic = mapping.gpus[g].primary_nic;
+    if (nic < 0) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const NicShare& s) { return s.nic == nic; });
+    if (it == out.end()) it = out.insert(out.end(), NicShare{nic, {}});
+    it->gpus.push_back(g);
+  }
+  std::sort(out.begin(), out.end(), [](const NicShare& a, const NicShare& b) { return a.nic < b.nic; });
+  return out;
+}
+
+int nic_sharers(const std::vector<NicShare>& sharing, int g) {
+  for (const NicShare& s : sharing)
+    if (std::find(s.gpus.begin(), s.gpus.end(), g) != s.gpus.end()) return static_cast<int>(s.gpus.size());
+  return 0;
+}
+
 }  // namespace weft::topology

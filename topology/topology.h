@@ -113,6 +113,18 @@ Status load(const std::string& path, Topology* out);
 // GPU deeper in the tree, i.e. on its own socket; then the lowest NIC index). Deterministic.
 Mapping map_gpus_to_nics(const Topology& topo);
 
+// One NIC and the ranks of a node that send through it at the same time: local rank l drives GPU l
+// (bus id order), so the ranks are the GPU indices among the first `gpus` whose primary NIC it is.
+struct NicShare {
+  int nic = -1;           // index into Topology::nics
+  std::vector<int> gpus;  // ascending; their count divides the NIC's bandwidth
+};
+// The sharing among GPUs 0..gpus-1 (clamped to the mapping): one entry per NIC that is some GPU's
+// primary, in NIC order; GPUs without a NIC appear in none. Deterministic.
+std::vector<NicShare> nic_sharing(const Mapping& mapping, int gpus);
+// How many of those GPUs share GPU g's primary NIC (g included); 0 when g has none or is out of range.
+int nic_sharers(const std::vector<NicShare>& sharing, int g);
+
 // The placement of a rank with `channels` channels. Its GPU: the one at `gpu_bus_id` when given
 // (the bound CUDA device), else GPU `local_rank % GPUs` (CUDA's default order follows bus ids on the
 // machines weft targets). Channel 0 uses the GPU's primary NIC, channel c the c-th of its equally

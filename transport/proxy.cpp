@@ -127,17 +127,17 @@ ProxyCounters Proxy::counters() const {
   return c;
 }
 
+// The message is stored before the status is published: a thread that sees the failure (status(), the
+// ring's error word) and asks why always gets the reason, never an empty string.
 Status Proxy::fail(Status s, const std::string& what) {
-  int expected = 0;
-  if (status_.compare_exchange_strong(expected, static_cast<int>(s))) {
-    std::string backend_err = backend_->error_message();
-    std::lock_guard<std::mutex> lock(error_mutex_);
-    error_ = what.empty() ? backend_err : what;
-    if (!what.empty()) WEFT_WARN(kProxy, "%s", error_.c_str());
-    int32_t zero = 0;
-    __atomic_compare_exchange_n(&ring_->error, &zero, static_cast<int32_t>(s), false, __ATOMIC_RELEASE,
-                                __ATOMIC_RELAXED);
-  }
+  const std::string backend_err = what.empty() ? backend_->error_message() : std::string();
+  std::lock_guard<std::mutex> lock(error_mutex_);
+  if (status_.load(std::memory_order_acquire) != 0) return s;  // the first failure is the cause
+  error_ = what.empty() ? backend_err : what;
+  if (!what.empty()) WEFT_WARN(kProxy, "%s", error_.c_str());
+  status_.store(static_cast<int>(s), std::memory_order_release);
+  int32_t zero = 0;
+  __atomic_compare_exchange_n(&ring_->error, &zero, static_cast<int32_t>(s), false, __ATOMIC_RELEASE, __ATOMIC_RELAXED);
   return s;
 }
 

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -178,6 +179,26 @@ inline std::string last_line(const std::string& text) {
   while (std::getline(in, line))
     if (!line.empty()) last = line;
   return last;
+}
+
+// Tests that start Slurm daemons or network namespaces on this machine take turns: each holds this
+// lock (the same file the developer scripts use) until the process exits. Waits at most `max_s`;
+// false when another holder kept it that long.
+inline bool hold_cluster_lock(double max_s) {
+  static int fd = -1;
+  if (fd >= 0) return true;
+  int f = open("/tmp/weft-cluster.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (f < 0) return false;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (flock(f, LOCK_EX | LOCK_NB) != 0) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > max_s) {
+      close(f);
+      return false;
+    }
+    usleep(200000);
+  }
+  fd = f;  // kept open: the lock lasts as long as the test process
+  return true;
 }
 
 }  // namespace weft::testing

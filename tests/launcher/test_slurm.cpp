@@ -31,6 +31,11 @@ struct SlurmDaemons {
   ~SlurmDaemons() { down(); }
   static void down() { weft::testing::run("exec " + kSlurmEnv + kScripts + "/slurm-down.sh", 60); }
   static weft::testing::ProcResult up(int nodes) {
+    if (!weft::testing::hold_cluster_lock(200)) {
+      weft::testing::ProcResult r;
+      r.err = "another process held /tmp/weft-cluster.lock (Slurm or namespace tests) for 200 s";
+      return r;
+    }
     return weft::testing::run("exec " + kSlurmEnv + kScripts + "/slurm-up.sh " + std::to_string(nodes), 120);
   }
 };

@@ -49,7 +49,7 @@ TEST_CASE("topo --json on every test topology: parses, right GPU count, mapping 
   };
   for (Want w : {Want{"psmgmt-topo.jwb0004.xml", 4, 4, false}, Want{"psmgmt-topo.mel2001.xml", 4, 2, false},
                  Want{"psmgmt-topo.jsfc005.xml", 1, 2, false}, Want{"psmgmt-topo.mel3001.xml", 0, 4, false},
-                 Want{"hwloc-nvidiaDGX2.xml", 16, 0, true}}) {
+                 Want{"psmgmt-topo.jwc09n003.xml", 4, 2, false}, Want{"hwloc-nvidiaDGX2.xml", 16, 0, true}}) {
     CAPTURE(w.file);
     nlohmann::json j = topo_json(w.file);
     REQUIRE(j["gpus"].is_array());

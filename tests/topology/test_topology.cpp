@@ -228,6 +228,126 @@ TEST_CASE("DGX-2 (NVML OS devices): 16 V100, NVSwitches are not GPUs, no NIC -> 
   }
 }
 
+// Which local ranks (GPU indices) use each NIC, by NIC name.
+std::map<std::string, std::vector<int>> sharing_by_name(const Topology& t, const Mapping& m, int gpus) {
+  std::map<std::string, std::vector<int>> out;
+  for (const NicShare& s : nic_sharing(m, gpus)) out[t.nics.at(s.nic).name] = s.gpus;
+  return out;
+}
+
+TEST_CASE("JUWELS Cluster GPU node jwc09n003: one NIC per two GPUs, each pair behind the NIC's own switch") {
+  Loaded l = load_data("psmgmt-topo.jwc09n003.xml");
+  CHECK(l.topo.hostname == "jwc09n003.juwels");
+  CHECK(gpu_bus_ids(l.topo) ==
+        std::vector<std::string>{"0000:5d:00.0", "0000:5e:00.0", "0000:88:00.0", "0000:89:00.0"});
+  CHECK(l.topo.gpus[0].pci_id == "10de:1db1");
+  REQUIRE(l.topo.nics.size() == 2);
+  CHECK(l.topo.nics[0].name == "mlx5_0");
+  CHECK(l.topo.nics[0].pci_bus_id == "0000:5f:00.0");
+  CHECK(l.topo.nics[1].name == "mlx5_1");
+  CHECK(l.topo.nics[1].pci_bus_id == "0000:8a:00.0");
+  for (int g = 0; g < 4; ++g) {
+    CAPTURE(g);
+    const GpuNicLink& link = l.map.gpus[g];
+    CHECK(link.proximity == Proximity::kSameSwitch);
+    CHECK(link.nearest_nics == std::vector<int>{g / 2});  // the only nearest NIC: no choice to balance
+    CHECK(link.primary_nic == g / 2);
+    CHECK(link.proxy_cpuset == (g < 2 ? "0-19,40-59" : "20-39,60-79"));
+  }
+  // Ranks 0,1 send through mlx5_0 at the same time, ranks 2,3 through mlx5_1.
+  using Share = std::map<std::string, std::vector<int>>;
+  CHECK(sharing_by_name(l.topo, l.map, 4) == Share{{"mlx5_0", {0, 1}}, {"mlx5_1", {2, 3}}});
+  std::vector<NicShare> all = nic_sharing(l.map, 4);
+  for (int g = 0; g < 4; ++g) CHECK(nic_sharers(all, g) == 2);
+  // Two ranks on the node use only the first NIC, each half of it; three: 2 + 1.
+  CHECK(sharing_by_name(l.topo, l.map, 2) == Share{{"mlx5_0", {0, 1}}});
+  std::vector<NicShare> three = nic_sharing(l.map, 3);
+  CHECK(nic_sharers(three, 0) == 2);
+  CHECK(nic_sharers(three, 2) == 1);
+  CHECK(nic_sharers(three, 3) == 0);  // not among the ranks
+  CHECK(nic_sharing(l.map, 0).empty());
+  CHECK(nic_sharing(l.map, 99).size() == 2);  // clamped to the node's GPUs
+}
+
+TEST_CASE("MeluXina mel2001: one NIC per two GPUs, shared two and two although two GPUs are far from both") {
+  Loaded l = load_data("psmgmt-topo.mel2001.xml");
+  using Share = std::map<std::string, std::vector<int>>;
+  // GPU 1 (44:00.0) is beside mlx5_0, GPU 2 (84:00.0) beside mlx5_1; GPUs 0 and 3 take the NIC of their socket.
+  CHECK(sharing_by_name(l.topo, l.map, 4) == Share{{"mlx5_0", {0, 1}}, {"mlx5_1", {2, 3}}});
+}
+
+namespace {
+
+// The DGX-2 export lists no NIC (its exporter filtered them out). One NIC per socket is added the
+// way a node with one NIC per 8 GPUs is built: NIC k sits on a PCIe switch beside the first four GPUs
+// of socket k; the other four GPUs of the socket reach it through their NUMA node.
+Loaded dgx2_with_nics(bool one_per_gpu) {
+  Loaded l;
+  REQUIRE(load_xml(data("hwloc-nvidiaDGX2.xml"), &l.topo) == Status::kOk);
+  REQUIRE(l.topo.gpus.size() == 16);
+  auto add_nic = [&](std::vector<std::string> ancestors, int numa) {
+    Nic n;
+    n.index = static_cast<int>(l.topo.nics.size());
+    n.name = "mlx5_" + std::to_string(n.index);
+    n.numa_node = numa;
+    n.ports = {{1, 4}};
+    n.ancestors = std::move(ancestors);
+    l.topo.nics.push_back(n);
+  };
+  if (one_per_gpu) {
+    for (const Gpu& g : l.topo.gpus) add_nic(g.ancestors, g.numa_node);  // beside each GPU, on its switch
+  } else {
+    for (int first : {0, 8}) {
+      const Gpu& a = l.topo.gpus[first];
+      const Gpu& b = l.topo.gpus[first + 3];
+      std::vector<std::string> common;
+      for (size_t i = 0; i < a.ancestors.size() && i < b.ancestors.size() && a.ancestors[i] == b.ancestors[i]; ++i)
+        common.push_back(a.ancestors[i]);
+      REQUIRE(common.back().rfind("PCIBridge ", 0) == 0);  // the switch above the four GPUs
+      add_nic(common, a.numa_node);
+    }
+  }
+  l.map = map_gpus_to_nics(l.topo);
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("one NIC per eight GPUs (the DGX-2 tree, a NIC per socket): every GPU takes its socket's NIC") {
+  Loaded l = dgx2_with_nics(false);
+  REQUIRE(l.topo.nics.size() == 2);
+  for (int g = 0; g < 16; ++g) {
+    CAPTURE(g);
+    const GpuNicLink& link = l.map.gpus[g];
+    const int socket = g / 8;
+    // Four GPUs share the NIC's switch; the other four of the socket meet it only in their NUMA node.
+    CHECK(link.proximity == (g % 8 < 4 ? Proximity::kSameSwitch : Proximity::kSameNuma));
+    CHECK(link.nearest_nics == std::vector<int>{socket});
+    CHECK(link.primary_nic == socket);
+    // Nothing nearer exists: the other socket's NIC is farther.
+    CHECK(nic_proximity(l.topo.gpus[g], l.topo.nics[1 - socket]) > link.proximity);
+    CHECK(link.proxy_cpuset == (socket == 0 ? "0-1" : "24-25"));
+  }
+  using Share = std::map<std::string, std::vector<int>>;
+  // A node of 8 ranks (GPUs 0..7): all eight on mlx5_0.
+  CHECK(sharing_by_name(l.topo, l.map, 8) == Share{{"mlx5_0", {0, 1, 2, 3, 4, 5, 6, 7}}});
+  std::vector<NicShare> eight = nic_sharing(l.map, 8);
+  for (int g = 0; g < 8; ++g) CHECK(nic_sharers(eight, g) == 8);
+  // All 16: eight and eight.
+  CHECK(sharing_by_name(l.topo, l.map, 16) ==
+        Share{{"mlx5_0", {0, 1, 2, 3, 4, 5, 6, 7}}, {"mlx5_1", {8, 9, 10, 11, 12, 13, 14, 15}}});
+
+  // The same tree with a NIC beside every GPU: nobody shares.
+  Loaded own = dgx2_with_nics(true);
+  std::vector<NicShare> mine = nic_sharing(own.map, 16);
+  CHECK(mine.size() == 16);
+  for (int g = 0; g < 16; ++g) {
+    CHECK(own.map.gpus[g].proximity == Proximity::kSameSwitch);
+    CHECK(own.map.gpus[g].primary_nic == g);
+    CHECK(nic_sharers(mine, g) == 1);
+  }
+}
+
 TEST_CASE("every file in tests/data loads, and its mapping is consistent and balanced") {
   std::string dir = std::string(WEFT_SOURCE_DIR) + "/tests/data";
   DIR* d = opendir(dir.c_str());
@@ -264,7 +384,7 @@ TEST_CASE("every file in tests/data loads, and its mapping is consistent and bal
       for (int n : link.nearest_nics) CHECK(load[n] >= load[link.primary_nic] - 1);
   }
   closedir(d);
-  CHECK(files == 5);
+  CHECK(files == 6);
 }
 
 TEST_CASE("a bad topology file is an error that names the file") {
