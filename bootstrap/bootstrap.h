@@ -31,6 +31,15 @@ class Bootstrap {
   // Collective: every rank contributes `mine` under `key`; `all` receives every rank's blob in rank
   // order (all[info().rank] == mine). Keys must be unique per exchange within a job.
   virtual Status allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) = 0;
+  // Collective like allgather (every rank publishes `mine` under `key`), but this rank reads only the
+  // blobs of the ranks in `from`: *some holds one entry per rank, empty except those and its own.
+  // A rank's exchange with its peer set (transport/peer_set.h): O(peers) blobs read, not O(world).
+  // Default: allgather.
+  virtual Status allgather_from(const std::string& key, const Blob& mine, const std::vector<int>& from,
+                                std::vector<Blob>* some) {
+    (void)from;
+    return allgather(key, mine, some);
+  }
   // Collective: returns once every rank has entered the barrier with the same tag.
   virtual Status barrier(const std::string& tag) = 0;
   // Tells the launcher this rank failed (it stops the job); `why` reaches the user.

@@ -559,7 +559,8 @@ Status PmixBootstrap::decode_entry(int peer, const std::string& key, const Blob&
   return Status::kOk;
 }
 
-Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all) {
+Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all,
+                                       const std::vector<int>* from) {
   if (!node_tried_) {  // once: a refused folder is warned about once, then PMIx serves every exchange
     node_tried_ = true;
     node_ready_ = node_.init(info_.nspace, info_.rank) == Status::kOk;
@@ -584,9 +585,15 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
         nodes[r] = static_cast<int>(v);
     }
   }
+  std::vector<bool> wanted;
+  if (from) {
+    wanted.assign(info_.size, false);
+    for (int r : *from)
+      if (r >= 0 && r < info_.size) wanted[r] = true;
+  }
   std::string via_files, via_pmix;  // which path each peer's entry took, for the INFO line below
   for (int r = 0; r < info_.size; ++r) {
-    if (r == info_.rank) continue;
+    if (r == info_.rank || (from && !wanted[r])) continue;
     if (scope == Scope::kLocal && nodes[r] != info_.node) continue;
     if (scope == Scope::kRemote && nodes[r] == info_.node) continue;
     Blob sealed;
@@ -598,13 +605,19 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
     WEFT_CHECK(get(r, key, &(*all)[r]));
     via_pmix += " " + std::to_string(r);
   }
-  WEFT_INFO(kBoot, "rank %d (%s): allgather '%s': same-host files from ranks [%s ], PMIx from ranks [%s ]", info_.rank,
-            info_.hostname.c_str(), key.c_str(), via_files.c_str(), via_pmix.c_str());
+  WEFT_INFO(kBoot, "rank %d (%s): %s '%s': same-host files from ranks [%s ], PMIx from ranks [%s ]", info_.rank,
+            info_.hostname.c_str(), from ? "allgather_from" : "allgather", key.c_str(), via_files.c_str(),
+            via_pmix.c_str());
   return Status::kOk;
 }
 
 Status PmixBootstrap::allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) {
   return allgather_scoped(key, mine, Scope::kGlobal, all);
+}
+
+Status PmixBootstrap::allgather_from(const std::string& key, const Blob& mine, const std::vector<int>& from,
+                                     std::vector<Blob>* some) {
+  return allgather_scoped(key, mine, Scope::kGlobal, some, &from);
 }
 
 Status PmixBootstrap::barrier(const std::string& tag) { return fence("barrier " + tag, false); }

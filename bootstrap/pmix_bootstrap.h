@@ -27,6 +27,8 @@ class PmixBootstrap final : public Bootstrap {
 
   const RankInfo& info() const override { return info_; }
   Status allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) override;
+  Status allgather_from(const std::string& key, const Blob& mine, const std::vector<int>& from,
+                        std::vector<Blob>* some) override;
   Status barrier(const std::string& tag) override;
   void abort(const std::string& why) override;
 
@@ -40,7 +42,9 @@ class PmixBootstrap final : public Bootstrap {
 
   // Scoped allgather: entries of peers outside `scope` are left empty.
   Status decode_entry(int peer, const std::string& key, const Blob& sealed, Blob* out) const;
-  Status allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all);
+  // `from` (optional): read only these ranks' entries as well.
+  Status allgather_scoped(const std::string& key, const Blob& mine, Scope scope, std::vector<Blob>* all,
+                          const std::vector<int>* from = nullptr);
 
   double timeout_s() const { return timeout_s_; }
   // Set by the PMIx event handler when the launcher reports a dead peer; waits end early with it.

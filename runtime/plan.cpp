@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "transport/peer_set.h"
+
 namespace weft::runtime {
 namespace {
 
@@ -369,6 +371,11 @@ std::string format_plan_json(const Plan& p) {
   j["execution"] = execution_json(p.exec);
   j["chosen_by"] = p.chosen_by;
   j["heap"] = heap_json(p);
+  // Per rank: what the fused op's wiring opens and holds, from the peer-set function Transport::create uses.
+  uint64_t nic_out = 0;
+  for (const auto& l : p.links) nic_out = l.link == "nic" ? static_cast<uint64_t>(l.bytes_out) : nic_out;
+  j["resources"] = nlohmann::json::parse(transport::plan_resources_json(p.nodes, p.gpus_per_node, p.inter_backend,
+                                                                        p.heap_bytes, nic_out, p.inter_chunk_bytes));
   j["hash"] = hex64(plan_hash(p));
   return j.dump(2);
 }

@@ -55,19 +55,32 @@ int site_traffic_class(const std::string& dev, int port) {
 
 class IbvBackend final : public NetBackend {
  public:
-  IbvBackend(const ibv::Api& api, const BackendConfig& c)
-      : api_(api),
-        cfg_(c),
-        qps_(c.size, nullptr),
-        peers_(c.size),
-        ledgers_(c.size),
-        seq_(c.size, 0),
-        values_(c.size, 0),
-        posted_since_poll_(c.size, 0) {}
+  // Per-peer state is indexed by slot: the peer's place in peer_list_ (the peer set), so it grows
+  // with the peers this rank faces, not with the job.
+  IbvBackend(const ibv::Api& api, const BackendConfig& c) : api_(api), cfg_(c) {
+    if (c.peers) {
+      peer_list_ = *c.peers;
+    } else {
+      for (int p = 0; p < c.size; ++p)
+        if (p != c.rank) peer_list_.push_back(p);
+    }
+    const size_t n = peer_list_.size();
+    qps_.assign(n, nullptr);
+    peers_.resize(n);
+    ledgers_.resize(n);
+    seq_.assign(n, 0);
+    values_.assign(n, 0);
+    posted_since_poll_.assign(n, 0);
+  }
   ~IbvBackend() override { release(); }
   const char* name() const override { return "ibverbs"; }
 
   Status open() {
+    for (size_t i = 0; i < peer_list_.size(); ++i)
+      if (peer_list_[i] < 0 || peer_list_[i] >= cfg_.size || peer_list_[i] == cfg_.rank ||
+          (i > 0 && peer_list_[i] <= peer_list_[i - 1]) || i >= IbvPeerInfo::kMaxPeers)
+        return fail(Status::kInvalidArgument, "the peer set is not an ascending list of other ranks (at most " +
+                                                  std::to_string(IbvPeerInfo::kMaxPeers) + ")");
     int n = 0;
     errno = 0;
     ibv_device** list = api_.get_device_list(&n);
@@ -91,17 +104,19 @@ class IbvBackend final : public NetBackend {
     if (api_.query_device(ctx_, &dattr)) return fail_errno("ibv_query_device");
     // The send queue: weft's depth, within what the device allows.
     sq_depth_ = std::max(16, std::min(kSendQueueDepth, dattr.max_qp_wr));
-    for (int i = 0; i < cfg_.size; ++i) policies_.emplace_back(kSignalInterval, sq_depth_);
+    for (size_t i = 0; i < peer_list_.size(); ++i) policies_.emplace_back(kSignalInterval, sq_depth_);
     WEFT_CHECK(pick_port(dattr.phys_port_cnt));
     WEFT_CHECK(pick_route());
     pd_ = api_.alloc_pd(ctx_);
     if (!pd_) return fail_errno("ibv_alloc_pd");
     // One CQ for every QP: deep enough for each send queue full of signalled WRs (serial mode),
     // within what the device allows.
-    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, cfg_.size * sq_depth_ + 64));
+    const int peers = static_cast<int>(peer_list_.size());
+    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, peers * sq_depth_ + 64));
     cq_ = api_.create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
+    values_.resize(std::max<size_t>(values_.size(), 1));  // a rank without peers still registers one word
     values_mr_ = api_.reg_mr(pd_, values_.data(), values_.size() * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
     if (!values_mr_) return fail_errno("ibv_reg_mr(signal values)");
     return Status::kOk;
@@ -152,12 +167,10 @@ class IbvBackend final : public NetBackend {
     memcpy(info.gid.data(), gid_, 16);
     info.heap_addr = reinterpret_cast<uint64_t>(region_.base);
     info.rkey = mr_->rkey;
-    info.qpn.assign(cfg_.size, 0);
-    info.psn.assign(cfg_.size, 0);
     std::mt19937 rng(std::random_device{}());
-    psn_.assign(cfg_.size, 0);
-    for (int p = 0; p < cfg_.size; ++p) {
-      if (p == cfg_.rank) continue;
+    psn_.assign(peer_list_.size(), 0);
+    for (size_t i = 0; i < peer_list_.size(); ++i) {
+      const int p = peer_list_[i];
       ibv_qp_init_attr a{};
       a.send_cq = cq_;
       a.recv_cq = cq_;
@@ -168,17 +181,17 @@ class IbvBackend final : public NetBackend {
       a.cap.max_send_sge = 1;
       a.cap.max_recv_sge = 1;
       a.cap.max_inline_data = ibv::kMaxInlineBytes;
-      qps_[p] = api_.create_qp(pd_, &a);
-      if (!qps_[p]) return fail_errno("ibv_create_qp for rank " + std::to_string(p));
+      qps_[i] = api_.create_qp(pd_, &a);
+      if (!qps_[i]) return fail_errno("ibv_create_qp for rank " + std::to_string(p));
       ibv_qp_attr m{};
       m.qp_state = IBV_QPS_INIT;
       m.port_num = port_num_;
       m.pkey_index = 0;
       m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-      if (api_.modify_qp(qps_[p], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+      if (api_.modify_qp(qps_[i], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return fail_errno("QP to INIT for rank " + std::to_string(p));
-      info.qpn[p] = qps_[p]->qp_num;
-      info.psn[p] = psn_[p] = rng() & 0xffffff;
+      psn_[i] = rng() & 0xffffff;
+      info.qps.push_back({p, qps_[i]->qp_num, psn_[i]});
     }
     *out = info;
     return Status::kOk;
@@ -186,45 +199,55 @@ class IbvBackend final : public NetBackend {
 
   Status connect(int peer, const PeerInfo& pinfo) override {
     const auto* info = std::get_if<IbvPeerInfo>(&pinfo);
-    if (peer < 0 || peer >= cfg_.size || !info || info->qpn.size() != static_cast<size_t>(cfg_.size) ||
-        info->psn.size() != static_cast<size_t>(cfg_.size) || !qps_[peer])
+    const int i = slot(peer);
+    if (!info)
       return fail(Status::kInvalidArgument, "connect: endpoint of rank " + std::to_string(peer) + " is not ibverbs");
+    if (i < 0 || !qps_[i])
+      return fail(Status::kInvalidArgument,
+                  "connect: rank " + std::to_string(peer) + " is not in this rank's peer set");
     ibv_qp_attr m;
     int mask = ibv::rtr_attr(*info, cfg_.rank, port_num_, port_.active_mtu, route_, &m);
-    if (int rc = api_.modify_qp(qps_[peer], &m, mask))
+    if (mask == 0)
+      return fail(Status::kProtocolError, "connect: rank " + std::to_string(peer) +
+                                              " published no queue pair facing this rank (the two peer sets disagree)");
+    if (int rc = api_.modify_qp(qps_[i], &m, mask))
       return fail(Status::kSystemError, "QP to RTR for rank " + std::to_string(peer) + ": " + strerror(rc));
     ibv_qp_attr s;
-    mask = ibv::rts_attr(psn_[peer], &s);
-    if (int rc = api_.modify_qp(qps_[peer], &s, mask))
+    mask = ibv::rts_attr(psn_[i], &s);
+    if (int rc = api_.modify_qp(qps_[i], &s, mask))
       return fail(Status::kSystemError, "QP to RTS for rank " + std::to_string(peer) + ": " + strerror(rc));
-    peers_[peer] = *info;
+    peers_[i] = Remote{info->heap_addr, info->rkey};
     return Status::kOk;
   }
 
   bool can_post(int peer) const override {
-    // A put may split into several WRITEs; keep headroom for one of the largest.
-    return ledgers_[peer].in_flight() + 8 < static_cast<uint64_t>(sq_depth_);
+    // A put may split into several WRITEs; keep headroom for one of the largest. A peer outside the
+    // set reports room, so the post itself fails with a message instead of the proxy waiting.
+    const int i = slot(peer);
+    return i < 0 || ledgers_[i].in_flight() + 8 < static_cast<uint64_t>(sq_depth_);
   }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags flags,
                   uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
+    const int i = slot(peer);
+    if (i < 0) return not_a_peer(peer);
     if (local_offset > region_.bytes || bytes > region_.bytes - local_offset)
       return fail(Status::kInvalidArgument, "put outside the local heap");
     if (bytes == 0) {
       // A zero-length WRITE: the peer's QP receives and acknowledges it, no memory is touched (the
       // transport's preflight of each connection).
-      ibv::WrPlan w = ibv::plan_probe(peer, &seq_[peer]);
-      w.remote_addr = peers_[peer].heap_addr;
-      w.rkey = peers_[peer].rkey;
+      ibv::WrPlan w = ibv::plan_probe(peer, &seq_[i]);
+      w.remote_addr = peers_[i].heap_addr;
+      w.rkey = peers_[i].rkey;
       w.report = true;
       w.user_wr_id = wr_id;
-      return post(peer, w);
+      return post(i, w);
     }
     auto plan = ibv::plan_put(peer, reinterpret_cast<uint64_t>(region_.base), mr_->lkey, local_offset,
-                              peers_[peer].heap_addr, peers_[peer].rkey, remote_offset, bytes, flags.need_completion,
-                              wr_id, &seq_[peer], ledgers_[peer].in_flight(), &policies_[peer]);
-    for (const auto& w : plan) WEFT_CHECK(post(peer, w));
+                              peers_[i].heap_addr, peers_[i].rkey, remote_offset, bytes, flags.need_completion, wr_id,
+                              &seq_[i], ledgers_[i].in_flight(), &policies_[i]);
+    for (const auto& w : plan) WEFT_CHECK(post(i, w));
     return Status::kOk;
   }
 
@@ -232,25 +255,27 @@ class IbvBackend final : public NetBackend {
   // flags.fence becomes IBV_SEND_FENCE, which orders only after READs/atomics.
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags flags, uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
-    values_[peer] = value;
-    auto w = ibv::plan_signal(peer, reinterpret_cast<uint64_t>(&values_[peer]), values_mr_->lkey,
-                              peers_[peer].heap_addr, peers_[peer].rkey, flag_offset, flags.fence,
-                              flags.need_completion, wr_id, &seq_[peer], ledgers_[peer].in_flight(), &policies_[peer]);
-    return post(peer, w);
+    const int i = slot(peer);
+    if (i < 0) return not_a_peer(peer);
+    values_[i] = value;
+    auto w = ibv::plan_signal(peer, reinterpret_cast<uint64_t>(&values_[i]), values_mr_->lkey, peers_[i].heap_addr,
+                              peers_[i].rkey, flag_offset, flags.fence, flags.need_completion, wr_id, &seq_[i],
+                              ledgers_[i].in_flight(), &policies_[i]);
+    return post(i, w);
   }
 
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
     // A peer the proxy stopped posting to, whose newest WR is unsignalled, gets a probe so that
     // every post eventually completes (selective signalling would otherwise strand the tail).
-    for (int p = 0; p < cfg_.size; ++p) {
-      if (!posted_since_poll_[p] && qps_[p] && ledgers_[p].tail_unsignaled()) {
-        ibv::WrPlan probe = ibv::plan_probe(p, &seq_[p]);
-        probe.remote_addr = peers_[p].heap_addr;
-        probe.rkey = peers_[p].rkey;
-        WEFT_CHECK(post(p, probe));
+    for (size_t i = 0; i < peer_list_.size(); ++i) {
+      if (!posted_since_poll_[i] && qps_[i] && ledgers_[i].tail_unsignaled()) {
+        ibv::WrPlan probe = ibv::plan_probe(peer_list_[i], &seq_[i]);
+        probe.remote_addr = peers_[i].heap_addr;
+        probe.rkey = peers_[i].rkey;
+        WEFT_CHECK(post(static_cast<int>(i), probe));
       }
-      posted_since_poll_[p] = 0;
+      posted_since_poll_[i] = 0;
     }
     ibv_wc wc[64];
     int n = api_.poll_cq(cq_, 64, wc);
@@ -261,10 +286,11 @@ class IbvBackend final : public NetBackend {
       if (wc[i].status != IBV_WC_SUCCESS)
         return fail(Status::kPeerFailed,
                     ibv::describe_wc_failure(api_.wc_status_str(wc[i].status), wc[i].status, wc[i].vendor_err, peer));
-      if (peer < 0 || peer >= cfg_.size) return fail(Status::kProtocolError, "completion for an unknown peer");
+      const int at = slot(peer);
+      if (at < 0) return fail(Status::kProtocolError, "completion for an unknown peer");
       ids.clear();
       std::string why;
-      if (ledgers_[peer].retire(wc[i].wr_id, &ids, &why) != Status::kOk) return fail(Status::kInternal, why);
+      if (ledgers_[at].retire(wc[i].wr_id, &ids, &why) != Status::kOk) return fail(Status::kInternal, why);
       for (uint64_t id : ids) done->push_back({id, peer});
     }
     return Status::kOk;
@@ -352,15 +378,27 @@ class IbvBackend final : public NetBackend {
     return c;
   }
 
-  Status post(int peer, const ibv::WrPlan& w) {
+  // The peer's place in peer_list_, or -1.
+  int slot(int peer) const {
+    auto it = std::lower_bound(peer_list_.begin(), peer_list_.end(), peer);
+    return it != peer_list_.end() && *it == peer ? static_cast<int>(it - peer_list_.begin()) : -1;
+  }
+  Status not_a_peer(int peer) {
+    return fail(Status::kInvalidArgument, "post to rank " + std::to_string(peer) +
+                                              ", which is not in this rank's peer set (" +
+                                              std::to_string(peer_list_.size()) + " peers; transport/peer_set.h)");
+  }
+
+  Status post(int i, const ibv::WrPlan& w) {
     ibv_sge sge;
     ibv_send_wr wr;
     ibv_send_wr* bad = nullptr;
     ibv::to_send_wr(w, &sge, &wr);
-    int rc = api_.post_send(qps_[peer], &wr, &bad);
-    if (rc) return fail(Status::kSystemError, "ibv_post_send to rank " + std::to_string(peer) + ": " + strerror(rc));
-    ledgers_[peer].posted(w);
-    ++posted_since_poll_[peer];
+    int rc = api_.post_send(qps_[i], &wr, &bad);
+    if (rc)
+      return fail(Status::kSystemError, "ibv_post_send to rank " + std::to_string(peer_list_[i]) + ": " + strerror(rc));
+    ledgers_[i].posted(w);
+    ++posted_since_poll_[i];
     return Status::kOk;
   }
 
@@ -401,9 +439,15 @@ class IbvBackend final : public NetBackend {
   ibv_cq* cq_ = nullptr;
   ibv_mr* mr_ = nullptr;
   ibv_mr* values_mr_ = nullptr;
+  // Where a connected peer's heap lies.
+  struct Remote {
+    uint64_t heap_addr = 0;
+    uint32_t rkey = 0;
+  };
+  std::vector<int> peer_list_;  // the peer set, ascending; everything below is indexed by slot
   std::vector<ibv_qp*> qps_;
   std::vector<uint32_t> psn_;
-  std::vector<IbvPeerInfo> peers_;
+  std::vector<Remote> peers_;
   std::vector<ibv::CompletionLedger> ledgers_;
   std::vector<ibv::SignalPolicy> policies_;
   std::vector<uint64_t> seq_;

@@ -35,14 +35,17 @@ struct Route {
   uint8_t hop_limit = 64;
 };
 
-// INIT -> RTR toward `peer`'s QP that faces `my_rank`; returns the attribute mask.
+// INIT -> RTR toward `peer`'s QP that faces `my_rank`; returns the attribute mask, or 0 when the
+// peer published no QP facing `my_rank` (the two ranks' peer sets disagree).
 inline int rtr_attr(const IbvPeerInfo& peer, int my_rank, uint8_t port, ibv_mtu active_mtu, const Route& route,
                     ibv_qp_attr* m) {
   *m = ibv_qp_attr{};
+  const IbvQpEntry* facing = peer.facing(my_rank);
+  if (!facing) return 0;
   m->qp_state = IBV_QPS_RTR;
   m->path_mtu = static_cast<ibv_mtu>(std::min<int>(peer.mtu, active_mtu));
-  m->dest_qp_num = peer.qpn[my_rank];
-  m->rq_psn = peer.psn[my_rank];
+  m->dest_qp_num = facing->qpn;
+  m->rq_psn = facing->psn;
   m->max_dest_rd_atomic = 1;
   m->min_rnr_timer = 12;
   m->ah_attr.dlid = peer.lid;

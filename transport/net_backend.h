@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -44,6 +45,13 @@ struct SocketPeerInfo {
   std::vector<uint32_t> ipv4;  // addresses to try, network byte order, preferred first
   uint16_t port = 0;
 };
+// One RC QP of the publishing rank and the rank it faces.
+struct IbvQpEntry {
+  int32_t peer = -1;  // the rank this QP faces
+  uint32_t qpn = 0;   // 24 bits
+  uint32_t psn = 0;   // 24 bits: the publisher's send PSN, the peer's expected receive PSN
+  bool operator==(const IbvQpEntry& o) const { return peer == o.peer && qpn == o.qpn && psn == o.psn; }
+};
 struct IbvPeerInfo {
   uint16_t lid = 0;
   uint8_t port_num = 1;
@@ -51,8 +59,12 @@ struct IbvPeerInfo {
   std::array<uint8_t, 16> gid{};  // RoCE / global routing
   uint64_t heap_addr = 0;         // remote virtual address of offset 0
   uint32_t rkey = 0;
-  std::vector<uint32_t> qpn;  // one RC QP per peer rank: qpn[r] is the QP facing rank r
-  std::vector<uint32_t> psn;
+  // The QPs facing this rank's peer set (transport/peer_set.h), ascending by peer: O(peers), not
+  // O(world). At most kMaxPeers; decode checks the count, the order and the 24-bit fields.
+  std::vector<IbvQpEntry> qps;
+  static constexpr uint32_t kMaxPeers = 16384;
+  // The entry facing `rank`, or null.
+  const IbvQpEntry* facing(int rank) const;
 };
 struct LoopbackPeerInfo {
   uint64_t fabric = 0;  // in-process fabric id
@@ -72,6 +84,11 @@ struct OfiPeerInfo {
 using PeerInfo = std::variant<SocketPeerInfo, IbvPeerInfo, LoopbackPeerInfo, OfiPeerInfo>;
 
 // Versioned serialisation of PeerInfo (kind, version and every length are checked on decode).
+// Layout: magic u32, version u16, kind u16, rank i32, node i32 (kEndpointHeaderBytes), then the kind's fields.
+constexpr uint64_t kEndpointHeaderBytes = 16;
+// Bytes of an ibverbs endpoint blob facing `peers` ranks: lid, port, mtu, gid, heap address, rkey
+// (32 bytes), the entry count and 12 bytes per entry.
+constexpr uint64_t ibv_peer_info_bytes(uint64_t peers) { return kEndpointHeaderBytes + 32 + 4 + 12 * peers; }
 bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info);
 Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node, PeerInfo* info);
 
@@ -90,6 +107,10 @@ struct BackendConfig {
   std::string nic_name;       // ibverbs device for this channel ("mlx5_0"); "" = the first
   int nic_port = 0;           // its port (topology mapping); 0 = the first ACTIVE port
   DeviceCopyHooks copy_hooks;
+  // The ranks this backend will connect to (the peer set's net list, ascending): backends that
+  // allocate per-peer resources before connect (ibverbs QPs) allocate exactly these. Unset: every
+  // other rank.
+  std::optional<std::vector<int>> peers;
 };
 
 // Post flags, chosen by the proxy from the signal mode.

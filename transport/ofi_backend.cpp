@@ -361,12 +361,15 @@ class OfiBackend final : public NetBackend {
     if (rc) return fail(Status::kSystemError, "fi_domain: " + ofi_error(rc));
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_DATA;
-    cq_attr.size = std::min<size_t>(kOpsPerPeer * cfg_.size + 4 * kRecvSlots, 65536);
+    // Completion queue, address vector and operation contexts sized for the peer set (transport/peer_set.h),
+    // not the job: + 1 keeps the full mesh's sizes as they were.
+    const size_t faced = (cfg_.peers ? cfg_.peers->size() : static_cast<size_t>(cfg_.size - 1)) + 1;
+    cq_attr.size = std::min<size_t>(kOpsPerPeer * faced + 4 * kRecvSlots, 65536);
     rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_cq_open: " + ofi_error(rc));
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
-    av_attr.count = cfg_.size;
+    av_attr.count = faced;
     rc = fi_av_open(domain_, &av_attr, &av_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_av_open: " + ofi_error(rc));
     rc = fi_endpoint(domain_, info_, &ep_, nullptr);
@@ -378,7 +381,7 @@ class OfiBackend final : public NetBackend {
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
-    ctxs_.resize(kOpsPerPeer * cfg_.size + cfg_.size + kRecvSlots + 1);  // + credits, receives, the hello
+    ctxs_.resize(kOpsPerPeer * faced + faced + kRecvSlots + 1);  // + credits, receives, the hello
     free_ctx_.clear();
     for (size_t i = ctxs_.size() - kRecvSlots; i-- > 0;) free_ctx_.push_back(static_cast<int>(i));
     ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + cfg_.size);

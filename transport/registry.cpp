@@ -1,4 +1,5 @@
 // Backend registry (WEFT_NET_BACKEND) and the versioned endpoint blob every rank publishes.
+#include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
@@ -8,7 +9,7 @@ namespace weft::transport {
 namespace {
 
 constexpr uint32_t kEndpointMagic = 0x45544657u;  // "WFTE"
-constexpr uint16_t kEndpointVersion = 1;
+constexpr uint16_t kEndpointVersion = 2;          // 2: ibverbs lists (peer, qpn, psn) for its peer set only
 
 class Writer {
  public:
@@ -54,6 +55,7 @@ class Reader {
     return true;
   }
   bool done() const { return pos_ == in_.size(); }
+  size_t left() const { return in_.size() - pos_; }
 
  private:
   const bootstrap::Blob& in_;
@@ -61,6 +63,11 @@ class Reader {
 };
 
 }  // namespace
+
+const IbvQpEntry* IbvPeerInfo::facing(int rank) const {
+  auto it = std::lower_bound(qps.begin(), qps.end(), rank, [](const IbvQpEntry& e, int r) { return e.peer < r; });
+  return it != qps.end() && it->peer == rank ? &*it : nullptr;
+}
 
 bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
   Writer w;
@@ -79,8 +86,12 @@ bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
     for (uint8_t g : v->gid) w.put(g);
     w.put(v->heap_addr);
     w.put(v->rkey);
-    w.words(v->qpn);
-    w.words(v->psn);
+    w.put<uint32_t>(static_cast<uint32_t>(v->qps.size()));
+    for (const IbvQpEntry& e : v->qps) {
+      w.put(e.peer);
+      w.put(e.qpn);
+      w.put(e.psn);
+    }
   } else if (const auto* l = std::get_if<LoopbackPeerInfo>(&info)) {
     w.put(l->fabric);
     w.put(l->pid);
@@ -109,7 +120,6 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
   else if (rank != expect_rank)
     what = "endpoint blob names another rank";
   if (!what) {
-    constexpr uint32_t kMaxWords = 1u << 20;
     if (kind == 0) {
       SocketPeerInfo s;
       ok = r.words(&s.ipv4, 64) && r.get(&s.port) && !s.ipv4.empty();
@@ -118,7 +128,15 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
       IbvPeerInfo v;
       ok = r.get(&v.lid) && r.get(&v.port_num) && r.get(&v.mtu);
       for (auto& g : v.gid) ok = ok && r.get(&g);
-      ok = ok && r.get(&v.heap_addr) && r.get(&v.rkey) && r.words(&v.qpn, kMaxWords) && r.words(&v.psn, kMaxWords);
+      uint32_t n = 0;
+      ok =
+          ok && r.get(&v.heap_addr) && r.get(&v.rkey) && r.get(&n) && n <= IbvPeerInfo::kMaxPeers && r.left() / 12 >= n;
+      if (ok) v.qps.resize(n);
+      for (uint32_t i = 0; ok && i < n; ++i) {
+        IbvQpEntry& e = v.qps[i];
+        ok = r.get(&e.peer) && r.get(&e.qpn) && r.get(&e.psn) && e.peer >= 0 && e.peer != rank &&
+             (i == 0 || e.peer > v.qps[i - 1].peer) && e.qpn <= 0xffffff && e.psn <= 0xffffff;
+      }
       *info = v;
     } else if (kind == 2) {
       LoopbackPeerInfo l;

@@ -179,19 +179,41 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   int64_t batch_bytes = 0;
   WEFT_CHECK(get_param("WEFT_SIGNAL_BATCH_BYTES", &batch_bytes));
 
-  // The job secret: rank 0 draws it, every rank takes rank 0's contribution. Only processes that
-  // took part in this job's bootstrap know it; socket streams carrying anything else are refused.
+  // The job secret and the layout, in one exchange of 16 bytes per rank: rank 0 draws the secret,
+  // every rank takes rank 0's. Only processes that took part in this job's bootstrap know it; socket
+  // streams carrying anything else are refused. Each rank's (node, local index) gives every rank the
+  // layout its peer set is computed from (the same answer on both ends of every connection).
   const std::string prefix = "weft.transport." + std::to_string(next_exchange_id(&boot)) + ".";
   std::vector<bootstrap::Blob> all;
   uint64_t secret = me.rank == 0 ? fresh_secret() : 0;
-  bootstrap::Blob mine(sizeof secret);
+  const int32_t where[2] = {me.node, me.local_rank};
+  bootstrap::Blob mine(sizeof secret + sizeof where);
   memcpy(mine.data(), &secret, sizeof secret);
+  memcpy(mine.data() + sizeof secret, where, sizeof where);
   WEFT_CHECK(boot.allgather(prefix + "secret", mine, &all));
-  if (all.size() != static_cast<size_t>(me.size) || all[0].size() != sizeof secret) {
-    WEFT_WARN(kTransport, "rank %d: the job secret from rank 0 is malformed", me.rank);
+  bool well_formed = all.size() == static_cast<size_t>(me.size);
+  for (size_t r = 0; r < all.size() && well_formed; ++r) well_formed = all[r].size() == mine.size();
+  if (!well_formed) {
+    WEFT_WARN(kTransport, "rank %d: the job secret and layout exchange returned malformed blobs", me.rank);
     return Status::kProtocolError;
   }
   memcpy(&secret, all[0].data(), sizeof secret);
+  for (const auto& b : all) {
+    int32_t w[2];
+    memcpy(w, b.data() + sizeof secret, sizeof w);
+    t->layout_.node_of.push_back(w[0]);
+    t->layout_.local_of.push_back(w[1]);
+  }
+  if (normalize_layout(&t->layout_) && me.rank == 0)
+    WEFT_INFO(kTransport,
+              "the launcher's node ids or local ranks are not dense; numbered in rank order for the peer set");
+  std::string why_peers;
+  if (transport::peer_set(t->layout_, me.rank, options.peers, &t->peer_set_, &why_peers) != Status::kOk) {
+    WEFT_WARN(kTransport, "rank %d: cannot choose the peers to connect (%s): %s", me.rank, to_string(options.peers),
+              why_peers.c_str());
+    return Status::kInvalidArgument;
+  }
+  const std::vector<int>& peers = t->peer_set_.net;
 
   // Placement: the caller's, else the topology mapping's for this rank's GPU.
   const bool place = options.use_topology && options.channel_nics.empty() && options.channel_cpusets.empty();
@@ -227,6 +249,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     Status mine_status = Status::kOk;
     backends.clear();
     t->connected_.assign(me.size, false);
+    t->connections_opened_ = 0;
     for (int ch = 0; ch < options.channels && failure.empty(); ++ch) {
       BackendConfig bc;
       bc.rank = me.rank;
@@ -238,6 +261,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
       bc.copy_hooks = options.copy_hooks;
       bc.nic_name = t->placement_.channels[ch].nic_name;
       bc.nic_port = t->placement_.channels[ch].port;
+      bc.peers = peers;
       std::unique_ptr<NetBackend> backend;
       std::string why;  // ibverbs says why a device did not open
       Status s = t->backend_name_ == "ibverbs" ? make_ibverbs_backend(bc, &backend, &why)
@@ -263,21 +287,28 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
         else
           failure = backends[ch]->error_message();
       }
-      WEFT_CHECK(boot.allgather(key + "ep." + std::to_string(ch), blob, &all));
+      // Every rank publishes; this rank reads its peers' blobs only (PMIx: O(peers) gets).
+      WEFT_CHECK(boot.allgather_from(key + "ep." + std::to_string(ch), blob, peers, &all));
       if (all.size() != static_cast<size_t>(me.size)) {  // a broken bootstrap must not be read past its end
         WEFT_WARN(kTransport, "rank %d channel %d: the bootstrap returned %zu endpoint blobs for %d ranks", me.rank, ch,
                   all.size(), me.size);
         return Status::kProtocolError;
       }
-      for (int peer = 0; peer < me.size && failure.empty(); ++peer) {
-        if (peer == me.rank || all[peer].empty()) continue;
+      // Only the peer set's blobs are decoded: O(peers) work per rank.
+      for (size_t i = 0; i < peers.size() && failure.empty(); ++i) {
+        const int peer = peers[i];
+        if (all[peer].empty()) continue;  // that rank failed; the agreement below says so
         int node = -1;
         PeerInfo pinfo;
         Status s = decode_peer_info(all[peer], peer, &node, &pinfo);
-        if (s == Status::kOk && !options.connect_all_peers && node == me.node) continue;
+        if (s == Status::kOk && node != t->layout_.node_of[peer]) {
+          WEFT_WARN(kTransport, "rank %d: rank %d's endpoint names node %d, its layout entry node %d", me.rank, peer,
+                    node, t->layout_.node_of[peer]);
+          s = Status::kProtocolError;
+        }
         if (s == Status::kOk) s = backends[ch]->connect(peer, pinfo);
         if (s == Status::kOk)
-          t->connected_[peer] = true;
+          t->connected_[peer] = true, ++t->connections_opened_;
         else
           failure = backends[ch]->error_message().empty()
                         ? "connecting to rank " + std::to_string(peer) + ": " + to_string(s)
@@ -328,8 +359,11 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     t->backends_.push_back(std::move(backend));
     t->proxies_.push_back(std::move(proxy));
   }
-  WEFT_INFO(kTransport, "rank %d: transport up: backend %s, signal mode %s, %d channel(s), FIFO depth %lld", me.rank,
-            t->backend_name_.c_str(), to_string(t->mode_), options.channels, (long long)depth);
+  WEFT_INFO(kTransport,
+            "rank %d: transport up: backend %s, signal mode %s, %d channel(s), FIFO depth %lld, %zu peer(s) (%s), "
+            "%d connection(s)",
+            me.rank, t->backend_name_.c_str(), to_string(t->mode_), options.channels, (long long)depth, peers.size(),
+            to_string(options.peers), t->connections_opened_);
   *out = std::move(t);
   return Status::kOk;
 }

@@ -12,6 +12,7 @@
 #include "transport/fifo.h"
 #include "transport/net_backend.h"
 #include "transport/nic_placement.h"
+#include "transport/peer_set.h"
 #include "transport/proxy.h"
 
 namespace weft::transport {
@@ -33,9 +34,9 @@ struct TransportOptions {
   std::vector<int> channel_ports;            // its port (1-based); 0 = the first ACTIVE port
   std::string gpu_pci_bus_id;                // the rank's GPU; "" = bound_gpu()
   bool use_topology = true;
-  // Which peers get a connection: ranks on other nodes (the fused kernels' inter-node path), or
-  // every other rank (CPU tests, `weftrun check`, benchmarks with host heaps).
-  bool connect_all_peers = false;
+  // Which ranks get a connection (transport/peer_set.h): the rail peer on every other node (the
+  // fused ops' inter-node path), or every other rank (CPU tests, `weftrun check`, host-heap benchmarks).
+  PeerNeed peers = PeerNeed::kRails;
   FifoMemory fifo_memory;      // cuda_fifo_memory() for device producers
   DeviceCopyHooks copy_hooks;  // cuda_copy_hooks() when the heap is device memory (socket backend)
 };
@@ -72,6 +73,11 @@ class Transport {
   const Region& heap() const { return heap_; }
   // Peers this rank is connected to through the net backend.
   bool connected(int peer) const { return peer >= 0 && peer < size_ && connected_[peer]; }
+  // The job's layout as every rank reported it, and this rank's peer set from it (what create connected).
+  const RankLayout& layout() const { return layout_; }
+  const PeerSet& peer_set() const { return peer_set_; }
+  // Connections the backends opened: one per peer per channel (a QP each on ibverbs).
+  int connections_opened() const { return connections_opened_; }
 
   // The ring device producers push into (map it with cuda_fifo_device_handle()).
   FifoRingHeader* fifo_ring(int channel) const { return fifos_[channel]->ring(); }
@@ -107,6 +113,9 @@ class Transport {
   double timeout_s_ = 30;
   Region heap_;
   std::vector<bool> connected_;
+  RankLayout layout_;
+  PeerSet peer_set_;
+  int connections_opened_ = 0;
   topology::RankPlacement placement_;
   std::vector<ChannelUse> channel_use_;
   std::vector<std::unique_ptr<Fifo>> fifos_;

@@ -61,7 +61,7 @@ Status run_transport_bandwidth(bootstrap::Bootstrap& boot, const BandwidthOption
     opt.backend = o.backend;
     opt.signal_mode = mode;
     opt.timeout_s = o.timeout_s;
-    opt.connect_all_peers = true;
+    opt.peers = PeerNeed::kEveryRank;
     std::unique_ptr<Transport> t;
     WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
     const size_t first_row = rows->size();

@@ -1,6 +1,7 @@
 // The transport check: all-gather + all-to-all over proxy and backend, verified byte by byte.
 #include "transport/transport_check.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -43,9 +44,36 @@ std::string TransportCheckResult::to_json() const {
            backend.c_str(), signal_mode.c_str(), (unsigned long long)counters.puts,
            (unsigned long long)counters.signals, (unsigned long long)counters.fences,
            (unsigned long long)counters.batches, (unsigned long long)counters.stalls);
+  char conn[256];
+  snprintf(conn, sizeof conn,
+           ", \"connections\": {\"opened\": %d, \"planned\": %d, \"rails_opened\": %d, \"rails_planned\": %d, "
+           "\"job_opened\": %lld, \"job_planned\": %lld}",
+           connections_opened, connections_planned, rails_opened, rails_planned, (long long)job_connections_opened,
+           (long long)job_connections_planned);
   return std::string(buf) + ", \"backend_reason\": " + json_string(backend_reason) +
-         ", \"ordering\": " + json_string(ordering) + ", \"placement\": " + json_string(placement) + "}";
+         ", \"ordering\": " + json_string(ordering) + ", \"placement\": " + json_string(placement) + conn + "}";
 }
+
+namespace {
+
+// What the peer-set function says `t` should have opened: its net peers on every channel.
+Status planned_connections(const Transport& t, PeerNeed need, int* out) {
+  PeerSet s;
+  std::string why;
+  if (peer_set(t.layout(), t.rank(), need, &s, &why) != Status::kOk) {
+    WEFT_WARN(kTransport, "rank %d: check: no peer set for the gathered layout: %s", t.rank(), why.c_str());
+    return Status::kInternal;
+  }
+  *out = static_cast<int>(s.net.size()) * t.channels();
+  if (t.connections_opened() != *out) {
+    WEFT_WARN(kTransport, "rank %d: check: the transport opened %d connections, the peer set (%s) has %d", t.rank(),
+              t.connections_opened(), to_string(need), *out);
+    return Status::kInternal;
+  }
+  return Status::kOk;
+}
+
+}  // namespace
 
 Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptions& options,
                            TransportCheckResult* result) {
@@ -66,7 +94,7 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   to.backend = options.backend;
   to.signal_mode = options.signal_mode;
   to.timeout_s = options.timeout_s;
-  to.connect_all_peers = true;
+  to.peers = PeerNeed::kEveryRank;
   std::unique_ptr<Transport> t;
   WEFT_CHECK(Transport::create(boot, heap->region(), to, &t));
   result->backend = t->backend_name();
@@ -116,22 +144,65 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   result->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   result->producer_stalls = t->producer_stalls();
   WEFT_CHECK(t->stop());
+  result->connections_opened = t->connections_opened();
+  WEFT_CHECK(planned_connections(*t, PeerNeed::kEveryRank, &result->connections_planned));
 
-  // Sum the counters over ranks.
+  // The fused ops' wiring: rail peers only. One all-gather block to each, verified.
+  if (options.rails) {
+    TransportOptions ro = to;
+    ro.peers = PeerNeed::kRails;
+    std::unique_ptr<Transport> rt;
+    WEFT_CHECK(Transport::create(boot, heap->region(), ro, &rt));
+    const int it = options.iterations;
+    const uint64_t epoch = uint64_t(it) + 1;
+    uint8_t* blk = heap->at(send_off);
+    for (uint64_t i = 0; i < B; ++i) blk[i] = pattern(me, -1, it, 0, i);
+    const std::vector<int>& rails = rt->peer_set().net;
+    for (int p : rails) WEFT_CHECK(rt->put_signal(0, p, send_off, ag_off + me * B, B, flag(0, me), epoch));
+    for (int p : rails) {
+      char what[64];
+      snprintf(what, sizeof what, "the block from rail peer %d", p);
+      WEFT_CHECK(rt->wait_flag(flag(0, p), epoch, what));
+      const uint8_t* got = heap->at(ag_off + p * B);
+      for (uint64_t i = 0; i < B; ++i)
+        if (got[i] != pattern(p, -1, it, 0, i)) {
+          WEFT_WARN(kTransport, "rank %d: check %s: byte %llu is 0x%02x, expected 0x%02x", me, what,
+                    (unsigned long long)i, got[i], pattern(p, -1, it, 0, i));
+          rt->stop();
+          return Status::kProtocolError;
+        }
+      result->bytes_verified += B;
+    }
+    WEFT_CHECK(rt->flush());
+    WEFT_CHECK(boot.barrier(key + "rails"));
+    WEFT_CHECK(rt->stop());
+    result->rails_opened = rt->connections_opened();
+    WEFT_CHECK(planned_connections(*rt, PeerNeed::kRails, &result->rails_planned));
+  }
+
+  // Sum the counters (of the full-mesh exchanges) and the connections over ranks.
   ProxyCounters c = t->counters();
-  bootstrap::Blob mine(sizeof c);
+  const int32_t conn[2] = {result->connections_opened + std::max(0, result->rails_opened),
+                           result->connections_planned + std::max(0, result->rails_planned)};
+  bootstrap::Blob mine(sizeof c + sizeof conn);
   memcpy(mine.data(), &c, sizeof c);
+  memcpy(mine.data() + sizeof c, conn, sizeof conn);
   std::vector<bootstrap::Blob> all;
   WEFT_CHECK(boot.allgather(key + "counters", mine, &all));
   result->counters = ProxyCounters{};
+  result->job_connections_opened = result->job_connections_planned = 0;
   for (int r = 0; r < n; ++r) {
-    if (all[r].size() != sizeof c) {
+    if (all[r].size() != sizeof c + sizeof conn) {
       WEFT_WARN(kTransport, "rank %d: check counters from rank %d are malformed", me, r);
       return Status::kProtocolError;
     }
     ProxyCounters rc;
     memcpy(&rc, all[r].data(), sizeof rc);
     result->counters += rc;
+    int32_t theirs[2];
+    memcpy(theirs, all[r].data() + sizeof c, sizeof theirs);
+    result->job_connections_opened += theirs[0];
+    result->job_connections_planned += theirs[1];
   }
   return Status::kOk;
 }
@@ -146,8 +217,14 @@ Status run_transport_check_report(const std::string& backend, bootstrap::Bootstr
   char line[256];
   snprintf(line, sizeof line, "%s/%s: %d x (all-gather + all-to-all) verified, %.1f MB in %.1f ms", r.backend.c_str(),
            r.signal_mode.c_str(), o.iterations, r.bytes_verified / 1e6, r.seconds * 1e3);
+  char conn[160];
+  snprintf(conn, sizeof conn, "; connections: %d opened, %d planned (every rank)", r.connections_opened,
+           r.connections_planned);
+  std::string rails;
+  if (r.rails_opened >= 0)
+    rails = ", " + std::to_string(r.rails_opened) + " opened, " + std::to_string(r.rails_planned) + " planned (rails)";
   *summary = std::string(line) + " (" + r.backend_reason + (r.ordering.empty() ? "" : "; ordering: " + r.ordering) +
-             "); used " + r.placement;
+             ")" + conn + rails + "; used " + r.placement;
   *json = r.to_json();
   return Status::kOk;
 }

@@ -143,7 +143,7 @@ int wiring_main(const std::vector<int>& ranks, int iters, int runs, int reps, co
   }
   for (int n : embedded ? ranks : std::vector<int>{}) {
     if (n < 2) continue;
-    for (const char* peers : {"all", "remote"}) {
+    for (const char* peers : {"all", "rails"}) {
       fprintf(stderr, "bench_bootstrap: wiring, embedded, %d ranks on 2 emulated nodes, peers %s\n", n, peers);
       rows.push_back(measure_wiring(
           "weftrun exec --emulate-nodes 2",
@@ -153,7 +153,7 @@ int wiring_main(const std::vector<int>& ranks, int iters, int runs, int reps, co
   if (!cluster_conf.empty()) {
     for (int n : ranks) {
       if (n < 2 || n % 2) continue;
-      for (const char* peers : {"all", "remote"}) {
+      for (const char* peers : {"all", "rails"}) {
         fprintf(stderr, "bench_bootstrap: wiring, srun on 2 nodes x %d tasks, peers %s\n", n / 2, peers);
         rows.push_back(measure_wiring("srun --mpi=pmix, 2 netns nodes",
                                       "env SLURM_CONF=" + cluster_conf + " timeout 300 srun -N 2 --ntasks-per-node=" +

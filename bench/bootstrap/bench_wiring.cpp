@@ -1,7 +1,7 @@
 // One rank of the bootstrap + wiring benchmark: PMIx init, fence+modex, and transport wiring
 // (Transport::create: backends listen, one endpoint allgather, every connection opened), timed.
 //
-//   weftrun exec -n N [--emulate-nodes K] -- bench_wiring [--iters 20] [--reps 5] [--peers all|remote]
+//   weftrun exec -n N [--emulate-nodes K] -- bench_wiring [--iters 20] [--reps 5] [--peers all|rails]
 //   srun -N 2 --ntasks-per-node=T --mpi=pmix bench_wiring ...
 //
 // Rank 0 prints one JSON document. Per iteration (repetition) the slowest rank counts, as a job
@@ -9,9 +9,9 @@
 // and the identity queries), slowest rank, once. "modex" is an allgather of a 40-byte blob after a
 // barrier. "wire" is Transport::create with the socket backend and a 1 MiB host heap after a barrier,
 // then Transport::stop and destroy (not timed) before the next repetition: `--peers all` connects
-// every other rank (`weftrun check --transport`), `--peers remote` only ranks on other nodes (what
-// the fused ops open). The topology lookup is left out (use_topology off), so the figures are the
-// exchange and the connects.
+// every other rank (`weftrun check --transport`), `--peers rails` only the rail peers on other nodes
+// (what the fused ops open; transport/peer_set.h). The topology lookup is left out (use_topology
+// off), so the figures are the exchange and the connects.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -83,7 +83,7 @@ Status run(bootstrap::PmixBootstrap& boot, double init_us, int iters, int reps, 
   for (int r = 0; r < reps; ++r) {
     transport::TransportOptions to;
     to.backend = "socket";
-    to.connect_all_peers = all_peers;
+    to.peers = all_peers ? transport::PeerNeed::kEveryRank : transport::PeerNeed::kRails;
     to.use_topology = false;
     std::unique_ptr<transport::Transport> t;
     WEFT_CHECK(boot.barrier("bench_wiring.wire." + std::to_string(r)));
@@ -92,11 +92,9 @@ Status run(bootstrap::PmixBootstrap& boot, double init_us, int iters, int reps, 
     wire.push_back(now_us() - t0);
     // Nothing was sent; every rank has connected once all are past this barrier.
     WEFT_CHECK(boot.barrier("bench_wiring.wired." + std::to_string(r)));
+    peers = t->connections_opened();  // what this rank's transport opened (one channel)
     WEFT_CHECK(t->stop());
   }
-  // Connections a rank holds: every other rank, or those on other nodes (nodes hold equal shares
-  // under weftrun --emulate-nodes and srun --ntasks-per-node).
-  peers = all_peers ? me.size - 1 : me.size - me.local_size;
 
   std::vector<double> init_max, modex_max, wire_max;
   WEFT_CHECK(slowest(boot, "bench_wiring.t.init", {init_us}, &init_max));
@@ -105,7 +103,7 @@ Status run(bootstrap::PmixBootstrap& boot, double init_us, int iters, int reps, 
   if (me.rank == 0) {
     nlohmann::json doc = {{"ranks", me.size},
                           {"nodes", me.num_nodes},
-                          {"peers", all_peers ? "all" : "remote"},
+                          {"peers", all_peers ? "all" : "rails"},
                           {"connections_per_rank", peers},
                           {"init_us", init_max[0]},
                           {"modex_us", stats(modex_max)},
@@ -123,8 +121,8 @@ int main(int argc, char** argv) {
   std::string peers = "all";
   app.add_option("--iters", iters, "fence+modex rounds")->check(CLI::Range(1, 10000));
   app.add_option("--reps", reps, "wirings (Transport::create) in a row")->check(CLI::Range(1, 1000));
-  app.add_option("--peers", peers, "all: every other rank; remote: ranks on other nodes")
-      ->check(CLI::IsMember({"all", "remote"}));
+  app.add_option("--peers", peers, "all: every other rank; rails: the rail peers on other nodes (the fused ops')")
+      ->check(CLI::IsMember({"all", "rails"}));
   CLI11_PARSE(app, argc, argv);
 
   const double t0 = now_us();

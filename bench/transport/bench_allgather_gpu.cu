@@ -179,6 +179,7 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick) {
     opt.signal_mode = mode;
     opt.fifo_memory = cuda_fifo_memory();
     opt.copy_hooks = cuda_copy_hooks(me % ngpu);
+    opt.peers = PeerNeed::kEveryRank;  // block 0 puts to every other-node rank, not only the rail peer
     std::unique_ptr<Transport> t;
     TRY(Transport::create(boot, heap->region(), opt, &t) == Status::kOk, "transport");
     std::unique_ptr<DeviceFifoHandle> fifo;

@@ -47,7 +47,7 @@ Status bench_body(bootstrap::Bootstrap& boot, const std::string& backend, const 
   TransportOptions opt;
   opt.backend = backend;
   opt.signal_mode = mode;
-  opt.connect_all_peers = true;
+  opt.peers = PeerNeed::kEveryRank;
   opt.fifo_depth = 1024;
   std::unique_ptr<Transport> t;
   WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));

@@ -24,6 +24,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // A decoded endpoint re-encodes to the very same bytes (nothing was ignored or invented).
     FUZZ_ASSERT(transport::encode_peer_info(1, node, info) == blob);
     if (const auto* s = std::get_if<transport::SocketPeerInfo>(&info)) FUZZ_ASSERT(!s->ipv4.empty());
+    if (const auto* v = std::get_if<transport::IbvPeerInfo>(&info)) {  // bounded, ascending, never facing itself
+      FUZZ_ASSERT(v->qps.size() <= transport::IbvPeerInfo::kMaxPeers);
+      for (size_t i = 0; i < v->qps.size(); ++i)
+        FUZZ_ASSERT(v->qps[i].peer >= 0 && v->qps[i].peer != 1 && (i == 0 || v->qps[i].peer > v->qps[i - 1].peer));
+    }
   }
   // The bootstrap frame, with the kind/version this input's header names, then a field walk.
   if (size >= bootstrap::kBlobHeaderBytes) {

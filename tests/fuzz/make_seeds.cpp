@@ -78,8 +78,7 @@ void peer_info_seeds() {
   ib.gid[15] = 1;
   ib.heap_addr = 0x7f0000000000ull;
   ib.rkey = 0x1234;
-  ib.qpn = {11, 12, 13, 14};
-  ib.psn = {1, 2, 3, 4};
+  ib.qps = {{0, 11, 1}, {2, 13, 3}, {3, 14, 4}};
   put("peer_info", "ibverbs", encode_peer_info(1, 1, ib));
   put("peer_info", "loopback", encode_peer_info(1, 0, LoopbackPeerInfo{99, 4242}));
   OfiPeerInfo ofi;  // a tcp endpoint (a sockaddr_in), offsets, and a device heap's staging ring

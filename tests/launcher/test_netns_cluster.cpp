@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "tests/launcher/proc.h"
+#include "transport/peer_set.h"
 
 namespace {
 
@@ -228,6 +229,38 @@ TEST_CASE("srun -N 2 across network namespaces: real network, PMIx between hosts
       CHECK(line.compare(line.size() - std::min(line.size(), want.size()), want.size(), want) == 0);
     }
     CHECK(exchanges >= 5);  // liveness, transport secret and endpoints, 3 check iterations, report
+  }
+  // The connections each rank's transports opened (printed on its line of the check) are the ones
+  // the peer-set function plans for this layout: a full mesh for the check's exchanges, then the
+  // fused ops' rails (one peer, on the other node).
+  const weft::transport::RankLayout layout = weft::transport::block_layout(2, 2);  // as checked above
+  for (int rank = 0; rank < 4; ++rank) {
+    weft::transport::PeerSet mesh, rails;
+    std::string why;
+    REQUIRE(weft::transport::peer_set(layout, rank, weft::transport::PeerNeed::kEveryRank, &mesh, &why) ==
+            weft::Status::kOk);
+    REQUIRE(weft::transport::peer_set(layout, rank, weft::transport::PeerNeed::kRails, &rails, &why) ==
+            weft::Status::kOk);
+    const std::string m = std::to_string(mesh.net.size()), r = std::to_string(rails.net.size());
+    const std::string want =
+        "connections: " + m + " opened, " + m + " planned (every rank), " + r + " opened, " + r + " planned (rails)";
+    std::istringstream lines(job.out(0));
+    std::string line, mine;
+    while (std::getline(lines, line))
+      if (line.rfind("rank " + std::to_string(rank) + "/4:", 0) == 0) mine = line;
+    INFO("rank " << rank << ": " << mine);
+    CHECK(rails.net.size() == 1);
+    CHECK(mine.find(want) != std::string::npos);
+    // The rails transport's endpoint exchange reads the rail peer's blob only (through PMIx: the other host).
+    const std::string only = "allgather_from '";
+    const std::string reads =
+        "same-host files from ranks [ ], PMIx from ranks [ " + std::to_string(rails.net[0]) + " ]";
+    std::istringstream err(job.err(rank));
+    bool found = false;
+    while (std::getline(err, line))
+      found = found || (line.find(only) != std::string::npos && line.size() >= reads.size() &&
+                        line.compare(line.size() - reads.size(), reads.size(), reads) == 0);
+    CHECK_MESSAGE(found, "no endpoint exchange of rank " << rank << " that read only " << reads);
   }
   // The socket transport's bytes went through both veths (several MB; PMIx alone is kilobytes).
   CHECK(counter("weftv1", "tx_bytes") - tx1 > (1u << 20));

@@ -39,7 +39,7 @@ Status exchange_body(bootstrap::Bootstrap& boot, const std::string& backend, con
   TransportOptions opt;
   opt.backend = backend;
   opt.signal_mode = mode;
-  opt.connect_all_peers = true;
+  opt.peers = PeerNeed::kEveryRank;
   opt.fifo_depth = 16;  // small: producers meet back-pressure
   opt.timeout_s = 20;
   std::unique_ptr<Transport> t;
@@ -118,21 +118,28 @@ TEST_CASE("socket, loopback, ofi and (with an RDMA device) ibverbs move data and
   }
 }
 
-TEST_CASE("only other nodes are connected unless asked; unknown or absent backends fail cleanly") {
-  auto st = testing::run_threads(4, 2, [](bootstrap::Bootstrap& boot) -> Status {
-    std::unique_ptr<HostHeap> heap;
-    WEFT_CHECK(HostHeap::create(4096, &heap));
-    TransportOptions opt;
-    opt.backend = "socket";
-    std::unique_ptr<Transport> t;
-    WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
-    const int me = boot.info().rank;
-    for (int p = 0; p < 4; ++p)
-      if (t->connected(p) != (p / 2 != me / 2)) return Status::kInternal;
-    WEFT_CHECK(boot.barrier("connected"));
-    return t->stop();
-  });
-  for (auto s : st) CHECK(s == Status::kOk);
+TEST_CASE("only the rail peers are connected unless every rank is asked for; unknown or absent backends fail cleanly") {
+  for (PeerNeed need : {PeerNeed::kRails, PeerNeed::kEveryRank}) {
+    CAPTURE(to_string(need));
+    auto st = testing::run_threads(4, 2, [need](bootstrap::Bootstrap& boot) -> Status {
+      std::unique_ptr<HostHeap> heap;
+      WEFT_CHECK(HostHeap::create(4096, &heap));
+      TransportOptions opt;
+      opt.backend = "socket";
+      opt.channels = 2;
+      opt.peers = need;
+      std::unique_ptr<Transport> t;
+      WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+      const int me = boot.info().rank;
+      // Rails: the same local index on the other node (ranks 0 <-> 2, 1 <-> 3); else everyone.
+      for (int p = 0; p < 4; ++p)
+        if (t->connected(p) != (need == PeerNeed::kEveryRank ? p != me : p == (me + 2) % 4)) return Status::kInternal;
+      if (t->connections_opened() != 2 * (need == PeerNeed::kEveryRank ? 3 : 1)) return Status::kInternal;
+      WEFT_CHECK(boot.barrier("connected"));
+      return t->stop();
+    });
+    for (auto s : st) CHECK(s == Status::kOk);
+  }
 
   auto bad = testing::run_threads(2, 1, [](bootstrap::Bootstrap& boot) -> Status {
     std::unique_ptr<HostHeap> heap;
@@ -251,7 +258,7 @@ TEST_CASE("backend and signal mode precedence: explicit, then environment, then 
       opt.backend = explicit_backend;
       opt.workload_backend = workload_backend;
       opt.workload_signal_mode = workload_mode;
-      opt.connect_all_peers = true;
+      opt.peers = PeerNeed::kEveryRank;
       std::unique_ptr<Transport> t;
       WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
       if (boot.info().rank == 0) got = t->backend_name() + "/" + to_string(t->signal_mode());

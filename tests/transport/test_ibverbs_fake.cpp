@@ -208,7 +208,10 @@ TEST_CASE("the whole ibverbs backend over the fake: 4 ranks on 2 nodes, every si
       CAPTURE(r);
       CHECK(st[r] == Status::kOk);
       CHECK(res[r].backend == "ibverbs");
-      CHECK(res[r].bytes_verified == 3ull * 2 * 3 * 40000);  // 3 iterations x 2 phases x 3 peers
+      // 3 iterations x 2 phases x 3 peers, then one block from the rail peer.
+      CHECK(res[r].bytes_verified == 3ull * 2 * 3 * 40000 + 40000);
+      CHECK(res[r].connections_opened == 3);
+      CHECK(res[r].rails_opened == 1);
       // Local rank r % 2 uses GPU r % 2's NIC from the mapping: mlx5_0 (GPU 03:00.0), mlx5_1 (GPU 44:00.0).
       CHECK(res[r].placement.find(r % 2 ? "NIC mlx5_1 port 1 (ibverbs)" : "NIC mlx5_0 port 1 (ibverbs)") !=
             std::string::npos);
@@ -610,4 +613,88 @@ TEST_CASE("--bandwidth over the fake ibverbs backend: every mode, fences as the 
     if (r.signal_mode == "fenced") CHECK(r.counters.fences == r.counters.signals);
   }
   CHECK(fab.violations().empty());
+}
+
+TEST_CASE("Transport::create opens exactly the peer set: 2 nodes x 4, one QP per rank for rails, 7 for a full mesh") {
+  fake::Fabric fab({fake::ib_device("mlx5_0", 51)});
+  for (tr::PeerNeed need : {tr::PeerNeed::kRails, tr::PeerNeed::kEveryRank}) {
+    CAPTURE(tr::to_string(need));
+    const size_t routes_before = fab.routes().size();
+    std::vector<int> opened(8, -1), planned(8, -2);
+    std::vector<std::vector<int>> peers(8);
+    size_t live = 0;
+    auto st = weft::testing::run_threads(8, 4, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+      const int me = boot.info().rank;
+      std::vector<uint64_t> mem(1024, 0);
+      mem[0] = 100 + me;
+      tr::TransportOptions o;
+      o.backend = "ibverbs";
+      o.timeout_s = 10;
+      o.use_topology = false;
+      o.peers = need;
+      std::unique_ptr<tr::Transport> t;
+      WEFT_CHECK(tr::Transport::create(boot, tr::Region{mem.data(), mem.size() * 8, tr::MemKind::kHost}, o, &t));
+      opened[me] = t->connections_opened();
+      peers[me] = t->peer_set().net;
+      tr::ResourceInputs in;
+      in.backend = "ibverbs";
+      tr::RankResources r;
+      std::string why;
+      WEFT_CHECK(tr::rank_resources(t->layout(), me, need, in, &r, &why));
+      planned[me] = r.queue_pairs;
+      // Word 0 to every peer's word 8 + my rank, flagged at word 64 + my rank.
+      for (int p : peers[me]) WEFT_CHECK(t->put_signal(0, p, 0, 8 * (8 + me), 8, 8 * (64 + me), 1));
+      for (int p : peers[me]) {
+        WEFT_CHECK(t->wait_flag(8 * (64 + p), 1, "a peer's word"));
+        if (mem[8 + p] != uint64_t(100 + p)) return Status::kProtocolError;
+      }
+      WEFT_CHECK(t->flush());
+      WEFT_CHECK(boot.barrier("sent"));
+      if (me == 0) live = fab.live_objects();
+      WEFT_CHECK(boot.barrier("counted"));
+      return t->stop();
+    });
+    const int per_rank = need == tr::PeerNeed::kRails ? 1 : 7;
+    for (int r = 0; r < 8; ++r) {
+      CAPTURE(r);
+      CHECK(st[r] == Status::kOk);
+      CHECK(opened[r] == per_rank);
+      CHECK(planned[r] == opened[r]);  // the report and the wiring come from one function
+      if (need == tr::PeerNeed::kRails) CHECK(peers[r] == std::vector<int>{(r + 4) % 8});
+    }
+    // Every QP that exists was connected (RTR), and none more: 8 ranks x the peers each faces.
+    CHECK(fab.routes().size() - routes_before == size_t(8 * per_rank));
+    // Per rank: context, PD, CQ, heap MR, signal-word MR, and one QP per peer.
+    CHECK(live == size_t(8 * (5 + per_rank)));
+    CHECK(fab.live_objects() == 0);
+  }
+  CHECK(fab.violations().empty());
+  INFO(joined(fab.violations()));
+}
+
+TEST_CASE("a put to a rank outside the peer set fails at once, naming the rank and the set") {
+  fake::Fabric fab({fake::ib_device("mlx5_0", 61)});
+  std::vector<std::string> errors(4);
+  auto st = weft::testing::run_threads(4, 2, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+    const int me = boot.info().rank;
+    std::vector<uint64_t> mem(256, 0);
+    tr::TransportOptions o;
+    o.backend = "ibverbs";
+    o.timeout_s = 10;
+    o.use_topology = false;
+    std::unique_ptr<tr::Transport> t;
+    WEFT_CHECK(tr::Transport::create(boot, tr::Region{mem.data(), mem.size() * 8, tr::MemKind::kHost}, o, &t));
+    const int mate = me ^ 1;  // same node: NVLink's, not the NIC's
+    Status s = t->put_signal(0, mate, 0, 64, 8, 128, 1);
+    if (s == Status::kOk) s = t->flush();
+    errors[me] = t->error_message();
+    t->stop();
+    return s;
+  });
+  for (int r = 0; r < 4; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] != Status::kOk);
+    CHECK(errors[r].find("post to rank " + std::to_string(r ^ 1) + ", which is not in this rank's peer set") !=
+          std::string::npos);
+  }
 }

@@ -171,7 +171,7 @@ TEST_CASE("Transport::create places each rank's channels by the mapping (WEFT_TO
     WEFT_CHECK(tr::HostHeap::create(4096, &heap));
     tr::TransportOptions o;
     o.backend = "loopback";
-    o.connect_all_peers = true;
+    o.peers = tr::PeerNeed::kEveryRank;
     std::unique_ptr<tr::Transport> t;
     WEFT_CHECK(tr::Transport::create(boot, heap->region(), o, &t));
     used[boot.info().rank] = t->channel_use();
@@ -207,7 +207,7 @@ TEST_CASE("explicit channel NICs and CPUs override the mapping; use_topology=fal
     WEFT_CHECK(tr::HostHeap::create(4096, &heap));
     tr::TransportOptions o;
     o.backend = "loopback";
-    o.connect_all_peers = true;
+    o.peers = tr::PeerNeed::kEveryRank;
     if (boot.info().rank == 0) {
       o.channel_nics = {"mlx5_3"};
       o.channel_ports = {2};

@@ -58,7 +58,7 @@ Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string
   TransportOptions opt;
   opt.backend = "ofi";
   opt.signal_mode = mode;
-  opt.connect_all_peers = true;
+  opt.peers = PeerNeed::kEveryRank;
   opt.fifo_depth = 32;
   opt.timeout_s = 20;
   std::unique_ptr<Transport> t;
@@ -351,7 +351,7 @@ Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode) {
   TransportOptions opt;
   opt.backend = "ofi";
   opt.signal_mode = mode;
-  opt.connect_all_peers = true;
+  opt.peers = PeerNeed::kEveryRank;
   opt.fifo_depth = 32;
   opt.timeout_s = 20;
   opt.copy_hooks.to_region = to_dev;
@@ -417,7 +417,7 @@ TEST_CASE("ofi over tcp: a peer killed mid-transfer: the rank writing to it fail
         TransportOptions opt;
         opt.backend = "ofi";
         opt.signal_mode = "fenced";
-        opt.connect_all_peers = true;
+        opt.peers = PeerNeed::kEveryRank;
         opt.timeout_s = 10;
         std::unique_ptr<Transport> t;
         if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;

@@ -245,11 +245,26 @@ TEST_CASE("endpoint blobs round-trip and reject truncation, wrong rank and wrong
   v.gid[15] = 1;
   v.heap_addr = 0xdead0000;
   v.rkey = 99;
-  v.qpn = {0, 11, 12};
-  v.psn = {0, 21, 22};
+  v.qps = {{1, 11, 21}, {2, 12, 22}};
   REQUIRE(decode_peer_info(encode_peer_info(0, 0, v), 0, &node, &back) == Status::kOk);
-  CHECK(std::get<IbvPeerInfo>(back).qpn == v.qpn);
+  CHECK(std::get<IbvPeerInfo>(back).qps == v.qps);
   CHECK(std::get<IbvPeerInfo>(back).heap_addr == v.heap_addr);
+  CHECK(encode_peer_info(0, 0, v).size() == ibv_peer_info_bytes(2));
+  // The entries are checked: ascending peers, none naming the publisher, 24-bit numbers, a bounded count.
+  for (auto bad : {std::vector<IbvQpEntry>{{2, 12, 22}, {1, 11, 21}}, std::vector<IbvQpEntry>{{1, 11, 21}, {1, 12, 22}},
+                   std::vector<IbvQpEntry>{{0, 11, 21}}, std::vector<IbvQpEntry>{{-1, 11, 21}},
+                   std::vector<IbvQpEntry>{{1, 1u << 24, 21}}, std::vector<IbvQpEntry>{{1, 11, 1u << 24}}}) {
+    IbvPeerInfo b = v;
+    b.qps = bad;
+    CHECK(decode_peer_info(encode_peer_info(0, 0, b), 0, &node, &back) == Status::kProtocolError);
+  }
+  IbvPeerInfo big = v;
+  for (uint32_t p = 3; p <= IbvPeerInfo::kMaxPeers + 1; ++p) big.qps.push_back({int32_t(p), p, p});
+  CHECK(decode_peer_info(encode_peer_info(0, 0, big), 0, &node, &back) == Status::kProtocolError);
+  big.qps.pop_back();
+  CHECK(decode_peer_info(encode_peer_info(0, 0, big), 0, &node, &back) == Status::kOk);
+  CHECK(std::get<IbvPeerInfo>(back).facing(7)->qpn == 7);
+  CHECK(std::get<IbvPeerInfo>(back).facing(0) == nullptr);
 }
 
 TEST_CASE("cpu lists in hwloc form") {
@@ -333,9 +348,9 @@ TEST_CASE("ibverbs: work requests and QP transitions built from plans") {
   IbvPeerInfo peer;
   peer.lid = 17;
   peer.mtu = IBV_MTU_4096;
-  peer.qpn = {100, 101, 102};
-  peer.psn = {200, 201, 202};
+  peer.qps = {{1, 101, 201}, {2, 102, 202}};
   ibv_qp_attr a;
+  CHECK(ibv::rtr_attr(peer, 3, 1, IBV_MTU_1024, ibv::Route{}, &a) == 0);  // no QP faces rank 3
   int mask = ibv::rtr_attr(peer, 1, 1, IBV_MTU_1024, ibv::Route{}, &a);
   CHECK(a.qp_state == IBV_QPS_RTR);
   CHECK(a.dest_qp_num == 101);  // the peer's QP that faces rank 1
