@@ -35,6 +35,15 @@ nlohmann::json us_json(double s) {
 
 const char* to_string(IntraMover m) { return m == IntraMover::kCopyEngine ? "copy_engine" : "sm"; }
 
+bootstrap::GroupShape Plan::group_shape() const {
+  bootstrap::GroupShape g;
+  g.group_nodes = nodes;
+  g.group_gpus = gpus_per_node;
+  g.nodes = job_nodes > 0 ? job_nodes : nodes;
+  g.gpus_per_node = job_gpus_per_node > 0 ? job_gpus_per_node : gpus_per_node;
+  return g;
+}
+
 const HeapRegion* Plan::region(const std::string& name) const {
   for (const auto& r : heap)
     if (r.name == name) return &r;
@@ -95,6 +104,20 @@ nlohmann::json roles_json(const Plan& p) {
           {"explicit", p.roles_explicit}};
 }
 
+nlohmann::json groups_json(const Plan& p) {
+  const bootstrap::GroupShape g = p.group_shape();
+  nlohmann::json ranks = nlohmann::json::array();
+  if (g.valid())
+    for (int r = 0; r < g.world_size(); ++r) {
+      const bootstrap::GroupPosition at = bootstrap::group_position(g, r);
+      ranks.push_back({{"group", at.group}, {"rank", at.rank}});
+    }
+  return {{"group", {{"nodes", g.group_nodes}, {"gpus_per_node", g.group_gpus}, {"size", g.group_size()}}},
+          {"count", g.num_groups()},
+          {"job", {{"nodes", g.nodes}, {"gpus_per_node", g.gpus_per_node}, {"world_size", g.world_size()}}},
+          {"ranks", ranks}};
+}
+
 std::string hex64(uint64_t v) {
   char buf[20];
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -109,6 +132,8 @@ std::string executed_json(const Plan& p) {
   j["dtype"] = to_string(p.dtype);
   j["shape"] = shape_json(p);
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
+  // Only a grouped plan says its job: plans of whole-job ops hash as they always did.
+  if (p.grouped()) j["job"] = {{"nodes", p.job_nodes}, {"gpus_per_node", p.job_gpus_per_node}};
   j["sm_count"] = p.sm_count;
   j["inter_backend"] = p.inter_backend;
   j["intra_mover"] = to_string(p.intra_mover());
@@ -175,6 +200,13 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
     if (p.nodes < 1 || p.gpus_per_node < 1 || p.nodes > 65536 || p.gpus_per_node > 64 ||
         p.world_size != p.nodes * p.gpus_per_node)
       throw std::invalid_argument("world_size must be nodes x gpus_per_node");
+    if (j.contains("job")) {
+      at = "job";
+      read(j.at("job"), "nodes", &p.job_nodes), read(j.at("job"), "gpus_per_node", &p.job_gpus_per_node);
+      if (p.job_nodes < 1 || p.job_gpus_per_node < 1 || p.job_nodes > 65536 || p.job_gpus_per_node > 64 ||
+          !p.group_shape().valid())
+        throw std::invalid_argument("the job's nodes and gpus_per_node must be multiples of the layout's");
+    }
     // `weftrun plan --json` keeps these two under "machine".
     const nlohmann::json& machine = j.contains("machine") ? j.at("machine") : j;
     at = "sm_count";
@@ -269,6 +301,19 @@ std::string format_plan_table(const Plan& p) {
      << "; inter-node: " << p.inter_backend;
   if (p.nodes > 1) os << " (" << p.nics_per_node << " NIC" << (p.nics_per_node == 1 ? "" : "s") << " per node)";
   os << "\n";
+  const bootstrap::GroupShape g = p.group_shape();
+  if (p.grouped() && g.valid()) {
+    os << "  groups   " << g.num_groups() << " groups of " << p.world_size << " in a job of " << g.nodes << " node"
+       << (g.nodes == 1 ? "" : "s") << " x " << g.gpus_per_node << " GPU" << (g.gpus_per_node == 1 ? "" : "s") << " = "
+       << g.world_size() << " ranks; job rank -> group.rank:";
+    constexpr int kShown = 16;  // the JSON lists every rank
+    for (int r = 0; r < g.world_size() && r < kShown; ++r) {
+      const bootstrap::GroupPosition at = bootstrap::group_position(g, r);
+      os << " " << r << "->" << at.group << "." << at.rank;
+    }
+    if (g.world_size() > kShown) os << " ... (--json lists all)";
+    os << "\n";
+  }
   os << "  machine  " << p.gpu << ", " << p.sm_count << " SMs (" << p.gpu_reason << ")\n";
   if (p.gpu_assumed) os << "  NOTE: no GPU in this topology; this plan assumes " << p.gpu << " GPUs\n";
   snprintf(line, sizeof(line), "  tiles    %d x %d x %d; chunks %s (NVLink), %s (NIC)\n", p.tile_m, p.tile_n, p.tile_k,
@@ -330,6 +375,7 @@ std::string format_plan_json(const Plan& p) {
   j["dtype"] = to_string(p.dtype);
   j["intra_mover"] = to_string(p.intra_mover());
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
+  j["groups"] = groups_json(p);
   j["machine"] = {{"gpu", p.gpu},           {"reason", p.gpu_reason},           {"assumed", p.gpu_assumed},
                   {"sm_count", p.sm_count}, {"inter_backend", p.inter_backend}, {"nics_per_node", p.nics_per_node}};
   j["shape"] = shape_json(p);
