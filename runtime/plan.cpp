@@ -298,7 +298,7 @@ std::string format_plan_table(const Plan& p) {
      << "\n";
   os << "  layout   " << p.nodes << " node" << (p.nodes == 1 ? "" : "s") << " x " << p.gpus_per_node << " GPU"
      << (p.gpus_per_node == 1 ? "" : "s") << " = " << p.world_size << " rank" << (p.world_size == 1 ? "" : "s")
-     << "; inter-node: " << p.inter_backend;
+     << (p.grouped() ? " per group" : "") << "; inter-node: " << p.inter_backend;
   if (p.nodes > 1) os << " (" << p.nics_per_node << " NIC" << (p.nics_per_node == 1 ? "" : "s") << " per node)";
   os << "\n";
   const bootstrap::GroupShape g = p.group_shape();
