@@ -92,6 +92,7 @@ Status GroupBootstrap::allgather_job_wide(const std::string& key, const Blob& mi
 }
 
 Status GroupBootstrap::barrier(const std::string& tag) {
+  if (subset_) return subset_->subset_barrier(scope_, tag, members_);
   std::vector<Blob> all;
   return allgather("barrier:" + tag, Blob(), &all);
 }

@@ -21,6 +21,12 @@ class SubsetExchange {
   virtual ~SubsetExchange() = default;
   virtual Status subset_allgather(const std::string& scope, const std::string& key, const std::vector<int>& members,
                                   const Blob& mine, std::vector<Blob>* all) = 0;
+  // Returns once every member has entered it with the same tag (called like subset_allgather). The
+  // default is an exchange of empty blobs; a parent whose fence spans the job anyway fences.
+  virtual Status subset_barrier(const std::string& scope, const std::string& tag, const std::vector<int>& members) {
+    std::vector<Blob> all;
+    return subset_allgather(scope, "barrier:" + tag, members, Blob(), &all);
+  }
 };
 
 // Rank group `group_position(shape, parent.info().rank).group` of the parent's job, seen as a job:

@@ -641,4 +641,8 @@ void PmixBootstrap::abort(const std::string& why) {
   run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, std::min(timeout_s_, 10.0));
 }
 
+Status PmixBootstrap::subset_barrier(const std::string&, const std::string& tag, const std::vector<int>&) {
+  return fence("group barrier " + tag, false);
+}
+
 }  // namespace weft::bootstrap

@@ -34,6 +34,8 @@ class PmixBootstrap final : public Bootstrap, public SubsetExchange {
   // (PMIx fences the whole job), then a get from each member only: O(members) blobs per rank.
   Status subset_allgather(const std::string& scope, const std::string& key, const std::vector<int>& members,
                           const Blob& mine, std::vector<Blob>* all) override;
+  // A job-wide fence: every group enters its barrier at the same point, and the fence spans the job anyway.
+  Status subset_barrier(const std::string& scope, const std::string& tag, const std::vector<int>& members) override;
 
   // Two-phase building blocks (see bootstrap/wiring.h): put any number of blobs, then fence once,
   // then get each peer's. `key` is namespaced ("weft.<key>") and framed with its size.
