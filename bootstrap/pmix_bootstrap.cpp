@@ -622,6 +622,29 @@ Status PmixBootstrap::allgather_from(const std::string& key, const Blob& mine, c
 
 Status PmixBootstrap::barrier(const std::string& tag) { return fence("barrier " + tag, false); }
 
+Status PmixBootstrap::subset_allgather(const std::string& scope, const std::string& key,
+                                       const std::vector<int>& members, const Blob& mine, std::vector<Blob>* all) {
+  const std::string scoped = scope + "." + key;
+  WEFT_CHECK(put(scoped, mine, Scope::kGlobal));
+  // No data on the fence: each rank fetches its members' entries below, not the whole job's.
+  WEFT_CHECK(fence("group exchange " + key, false));
+  all->assign(members.size(), Blob());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const int peer = members[i];
+    if (peer < 0 || peer >= info_.size) {
+      WEFT_WARN(kBoot, "rank %d: %s: member %d is not a rank of the %d-rank job", info_.rank, scoped.c_str(), peer,
+                info_.size);
+      return Status::kInvalidArgument;
+    }
+    if (peer == info_.rank) {
+      (*all)[i] = mine;
+      continue;
+    }
+    WEFT_CHECK(get(peer, scoped, &(*all)[i]));
+  }
+  return Status::kOk;
+}
+
 void PmixBootstrap::abort(const std::string& why) {
   WEFT_WARN(kBoot, "rank %d: aborting the job: %s", info_.rank, why.c_str());
   if (liveness_) liveness_->announce_own_failure(why);
@@ -629,6 +652,10 @@ void PmixBootstrap::abort(const std::string& why) {
   std::string msg = "rank " + std::to_string(info_.rank) + ": " + why;
   // The launcher replies once it has recorded the abort; do not wait forever if it cannot.
   run_bounded([msg] { PMIx_Abort(1, msg.c_str(), nullptr, 0); }, std::min(timeout_s_, 10.0));
+}
+
+Status PmixBootstrap::subset_barrier(const std::string&, const std::string& tag, const std::vector<int>&) {
+  return fence("group barrier " + tag, false);
 }
 
 }  // namespace weft::bootstrap

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/group_bootstrap.h"
 #include "bootstrap/liveness.h"
 #include "bootstrap/node_exchange.h"
 
@@ -18,7 +19,7 @@ enum class Scope { kGlobal, kLocal, kRemote };
 // server exported PMIX_NAMESPACE/PMIX_RANK (and a PMIX_SERVER_URI*) into our environment.
 bool started_under_pmix();
 
-class PmixBootstrap final : public Bootstrap {
+class PmixBootstrap final : public Bootstrap, public SubsetExchange {
  public:
   // PMIx_Init plus the identity queries, bounded by WEFT_BOOTSTRAP_TIMEOUT. On failure the message
   // says how to launch (weftrun, srun --mpi=pmix, mpirun).
@@ -31,6 +32,12 @@ class PmixBootstrap final : public Bootstrap {
                         std::vector<Blob>* some) override;
   Status barrier(const std::string& tag) override;
   void abort(const std::string& why) override;
+  // A rank group's exchange (group_bootstrap.h): put under "<scope>.<key>", one fence without data
+  // (PMIx fences the whole job), then a get from each member only: O(members) blobs per rank.
+  Status subset_allgather(const std::string& scope, const std::string& key, const std::vector<int>& members,
+                          const Blob& mine, std::vector<Blob>* all) override;
+  // A job-wide fence: every group enters its barrier at the same point, and the fence spans the job anyway.
+  Status subset_barrier(const std::string& scope, const std::string& tag, const std::vector<int>& members) override;
 
   // Two-phase building blocks (see bootstrap/wiring.h): put any number of blobs, then fence once,
   // then get each peer's. `key` is namespaced ("weft.<key>") and framed with its size.

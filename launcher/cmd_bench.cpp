@@ -21,6 +21,18 @@ struct RunOptions {
   int nodes = 0;
 };
 
+// The benchmark runners run an op on the whole job; a workload split into rank groups would give
+// them one group's shards on every rank of the job. Says so and returns true for such a workload.
+bool refuse_groups(const runtime::Workload& wl) {
+  if (wl.num_groups() <= 1) return false;
+  fprintf(stderr, "weftrun bench: %s\n",
+          wl.error_at("group", std::to_string(wl.num_groups()) +
+                                   " rank groups: the benchmark runners run an op on the whole job (expected no "
+                                   "group:, or one that is the whole layout; weftrun run runs rank groups)")
+              .c_str());
+  return true;
+}
+
 int run_rank(const RunOptions& o) {
   runtime::Workload wl;
   std::string err;
@@ -28,6 +40,7 @@ int run_rank(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;  // every rank reads the same file and fails the same way
   }
+  if (refuse_groups(wl)) return 2;  // under srun/mpirun the ranks start without the launcher's check
   RankContext ctx;
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   Status s = start_rank(&ctx, &boot);
@@ -61,6 +74,7 @@ int run_launcher(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;
   }
+  if (refuse_groups(wl)) return 2;
   // The benchmark runners are bf16 only: another dtype is refused, never measured as bf16.
   if (wl.dtype != runtime::DType::kBf16) {
     fprintf(stderr, "weftrun bench: %s\n",

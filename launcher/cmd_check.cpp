@@ -16,6 +16,8 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "bootstrap/blob.h"
+#include "bootstrap/group_bootstrap.h"
+#include "bootstrap/placement.h"
 #include "launcher/check_hooks.h"
 #include "launcher/commands.h"
 #include "launcher/launch.h"
@@ -32,7 +34,7 @@ using bootstrap::BlobReader;
 using bootstrap::BlobWriter;
 using Clock = std::chrono::steady_clock;
 
-constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 2;
+constexpr uint16_t kEntryKind = 16, kReportKind = 17, kCheckVersion = 3;
 constexpr size_t kMaxProblems = 20;
 constexpr int kMaxIters = 1000000000;  // tests run "forever" as 1e8 iterations; 0 and negatives are the errors
 
@@ -43,11 +45,34 @@ struct CheckOptions {
   int iters = 1;
   bool json = false;
   bool bandwidth = false;  // with --transport: the bandwidth table per signal mode
+  std::string group;       // --group: "G" or "NxG"; "": the whole job
+  int group_nodes = 0, group_gpus = 0;
 };
+
+// "4" (1 node x 4) or "2x4"; false for anything else.
+bool parse_group(const std::string& text, int* nodes, int* gpus) {
+  const size_t x = text.find('x');
+  const std::string a = x == std::string::npos ? "1" : text.substr(0, x),
+                    b = x == std::string::npos ? text : text.substr(x + 1);
+  auto number = [](const std::string& t, int* out) {
+    if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    *out = std::stoi(t);
+    return *out >= 1;
+  };
+  return number(a, nodes) && number(b, gpus);
+}
+
+// "" when --group tiles a job of nodes x per_node ranks, else why not.
+std::string group_misfit(const CheckOptions& o, int nodes, int per_node) {
+  if (bootstrap::GroupShape{nodes, per_node, o.group_nodes, o.group_gpus}.valid()) return "";
+  return "--group " + o.group + " does not tile the job's " + std::to_string(nodes) + " node(s) x " +
+         std::to_string(per_node) + " ranks; expected N dividing the nodes and G dividing the ranks per node";
+}
 
 // What each rank tells rank 0 at the end.
 struct Report {
   uint32_t rank = 0, node = 0, local_rank = 0, local_size = 0, pid = 0, gpu_count = 0;
+  uint32_t group = 0, group_rank = 0;  // --group: this rank's group and rank in it (else 0 and the rank)
   int32_t gpu = -1;
   std::string hostname, bus_id, launched_by, transport_summary, transport_json;
   std::string placement;  // GPU, NIC, port, proxy CPUs (the transport's when --transport ran one)
@@ -57,7 +82,8 @@ struct Report {
 
 Blob encode(const Report& r) {
   BlobWriter w;
-  for (uint32_t v : {r.rank, r.node, r.local_rank, r.local_size, r.pid, r.gpu_count, static_cast<uint32_t>(r.gpu)})
+  for (uint32_t v : {r.rank, r.node, r.local_rank, r.local_size, r.pid, r.gpu_count, static_cast<uint32_t>(r.gpu),
+                     r.group, r.group_rank})
     w.u32(v);
   for (const auto* s : {&r.hostname, &r.bus_id, &r.launched_by, &r.transport_summary, &r.transport_json, &r.placement})
     w.str(*s);
@@ -76,7 +102,7 @@ Status decode(const Blob& sealed, int peer, Report* r) {
   BlobReader rd(payload);
   uint32_t gpu = 0, n = 0;
   bool ok = rd.u32(&r->rank) && rd.u32(&r->node) && rd.u32(&r->local_rank) && rd.u32(&r->local_size) &&
-            rd.u32(&r->pid) && rd.u32(&r->gpu_count) && rd.u32(&gpu);
+            rd.u32(&r->pid) && rd.u32(&r->gpu_count) && rd.u32(&gpu) && rd.u32(&r->group) && rd.u32(&r->group_rank);
   r->gpu = static_cast<int32_t>(gpu);
   for (auto* s : {&r->hostname, &r->bus_id, &r->launched_by, &r->transport_summary, &r->transport_json, &r->placement})
     ok = ok && rd.str(s);
@@ -188,6 +214,9 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
     doc["nodes"] = k;
     doc["iters"] = o.iters;
     doc["launched_by"] = ctx.launched_by;
+    if (!o.group.empty())
+      doc["groups"] = {
+          {"nodes", o.group_nodes}, {"gpus_per_node", o.group_gpus}, {"count", n / (o.group_nodes * o.group_gpus)}};
     doc["modex_us"] = {{"median", modex.median}, {"min", modex.min}, {"max", modex.max}};
     doc["barrier_us"] = {{"median", barrier.median}, {"min", barrier.min}, {"max", barrier.max}};
     auto& per = doc["per_rank"] = nlohmann::json::array();
@@ -198,6 +227,7 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       e["gpu"] = r.gpu >= 0 ? nlohmann::json(r.gpu) : nlohmann::json(nullptr);
       e["pci_bus_id"] = r.gpu >= 0 ? nlohmann::json(r.bus_id) : nlohmann::json(nullptr);
       e["placement"] = r.placement;
+      if (!o.group.empty()) e["group"] = r.group, e["group_rank"] = r.group_rank;
       per.push_back(e);
       if (!o.transport.empty()) {
         auto t = nlohmann::json::parse(r.transport_json, nullptr, false);
@@ -242,8 +272,11 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
       // a transport, the placement the mapping gives this rank.
       const std::string tail =
           !r.transport_summary.empty() ? ", " + r.transport_summary : "; placement: " + r.placement;
-      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u, pid %u, %s, %d iters %s, modex %.0f us%s\n", r.rank, n,
-             r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, r.pid, gpu, o.iters,
+      const std::string in_group = o.group.empty()
+                                       ? std::string()
+                                       : ", group " + std::to_string(r.group) + " rank " + std::to_string(r.group_rank);
+      printf("rank %u/%d: node %u/%d (%s), local rank %u/%u%s, pid %u, %s, %d iters %s, modex %.0f us%s\n", r.rank, n,
+             r.node, k, r.hostname.c_str(), r.local_rank, r.local_size, in_group.c_str(), r.pid, gpu, o.iters,
              r.problems.empty() ? "ok" : "FAILED", med, tail.c_str());
     }
     if (!bw.empty()) {
@@ -253,11 +286,15 @@ void print_results(const CheckOptions& o, const RankContext& ctx, const std::vec
     }
     printf("fence+modex (slowest rank): median %.0f us, min %.0f, max %.0f; barrier: median %.0f us (%s, %d iters)\n",
            modex.median, modex.min, modex.max, barrier.median, ctx.launched_by.c_str(), o.iters);
+    const std::string groups = o.group.empty()
+                                   ? std::string()
+                                   : ", " + std::to_string(n / (o.group_nodes * o.group_gpus)) + " groups of " +
+                                         std::to_string(o.group_nodes) + " x " + std::to_string(o.group_gpus);
     if (passed) {
-      printf("check passed: %d ranks, %d nodes\n", n, k);
+      printf("check passed: %d ranks, %d nodes%s\n", n, k, groups.c_str());
     } else {
       for (size_t i = 0; i < problems.size() && i < kMaxProblems; ++i) printf("problem: %s\n", problems[i].c_str());
-      printf("check FAILED: %d ranks, %d nodes, %zu problems\n", n, k, problems.size());
+      printf("check FAILED: %d ranks, %d nodes%s, %zu problems\n", n, k, groups.c_str(), problems.size());
     }
   }
   fflush(stdout);
@@ -280,7 +317,33 @@ int check_rank(const CheckOptions& o) {
             ctx.info.num_nodes);
   inject_fault(me, *boot);
 
+  // --group: the exchanges and the transport check run in each rank group, all groups at once, over
+  // a bootstrap that presents the group as a job; the final report is the job's.
+  std::unique_ptr<bootstrap::GroupBootstrap> group;
+  if (!o.group.empty()) {
+    std::string why;
+    s = bootstrap::require_block_placement(*boot, 0, "weftrun check --group", &why);
+    bootstrap::GroupShape shape;
+    if (s == Status::kOk) {
+      shape = {ctx.info.num_nodes, n / std::max(1, ctx.info.num_nodes), o.group_nodes, o.group_gpus};
+      why = group_misfit(o, shape.nodes, shape.gpus_per_node);
+      if (!why.empty()) s = Status::kInvalidArgument;
+    }
+    if (s == Status::kOk) s = bootstrap::GroupBootstrap::create(boot.get(), shape, &group, &why);
+    if (s != Status::kOk) {
+      // Every rank reaches the same verdict (the placement and the shape are the job's): one says it.
+      if (me == 0) fprintf(stderr, "weftrun check: %s\n", why.c_str());
+      return 2;
+    }
+  }
+  bootstrap::Bootstrap& ex = group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot;
+  const int ex_me = ex.info().rank, ex_n = ex.info().size;
+  const int my_group = group ? group->group() : 0;
+  auto job_rank_of = [&](int r) { return group ? group->members()[static_cast<size_t>(r)] : r; };
+
   Report mine;
+  mine.group = static_cast<uint32_t>(my_group);
+  mine.group_rank = static_cast<uint32_t>(ex_me);
   mine.rank = me;
   mine.node = ctx.info.node;
   mine.local_rank = ctx.info.local_rank;
@@ -308,52 +371,58 @@ int check_rank(const CheckOptions& o) {
   uint64_t nonce = (static_cast<uint64_t>(rd()) << 32 | rd()) ^ (static_cast<uint64_t>(getpid()) << 17) ^
                    static_cast<uint64_t>(Clock::now().time_since_epoch().count());
   nonce |= 1;  // never zero
-  std::vector<uint64_t> nonce_of(n, 0);
-  std::vector<int64_t> node_of(n, -1);
+  std::vector<uint64_t> nonce_of(ex_n, 0);
+  std::vector<int64_t> node_of(ex_n, -1);
   auto problem = [&](const std::string& p) {
     if (mine.problems.size() < kMaxProblems) mine.problems.push_back("rank " + std::to_string(me) + ": " + p);
   };
 
   for (int it = 0; it < o.iters; ++it) {
     BlobWriter w;
-    w.u32(me);
-    w.u32(ctx.info.node);
+    w.u32(ex_me);
+    w.u32(ex.info().node);
     w.u32(it);
     w.u64(nonce);
     w.str(ctx.info.hostname);
+    w.u32(static_cast<uint32_t>(my_group));  // the source's group and job rank: nothing may cross groups
+    w.u32(static_cast<uint32_t>(me));
     std::vector<Blob> all;
     auto t0 = Clock::now();
-    s = boot->allgather("check." + std::to_string(it), bootstrap::seal_blob(kEntryKind, kCheckVersion, w.blob()), &all);
+    s = ex.allgather("check." + std::to_string(it), bootstrap::seal_blob(kEntryKind, kCheckVersion, w.blob()), &all);
     auto t1 = Clock::now();
     if (s != Status::kOk) {
       fprintf(stderr, "weftrun check: rank %d: exchange %d failed: %s\n", me, it, to_string(s));
       return 1;
     }
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < ex_n; ++r) {
       Blob payload;
       if (bootstrap::open_blob(all[r], kEntryKind, kCheckVersion, r, "check entry", &payload) != Status::kOk) {
         problem("iteration " + std::to_string(it) + ": unreadable entry from rank " + std::to_string(r));
         continue;
       }
       BlobReader rdr(payload);
-      uint32_t rank = 0, node = 0, iter = 0;
+      uint32_t rank = 0, node = 0, iter = 0, from_group = 0, from_job_rank = 0;
       uint64_t nc = 0;
       std::string host;
-      if (!(rdr.u32(&rank) && rdr.u32(&node) && rdr.u32(&iter) && rdr.u64(&nc) && rdr.str(&host) && rdr.done())) {
+      if (!(rdr.u32(&rank) && rdr.u32(&node) && rdr.u32(&iter) && rdr.u64(&nc) && rdr.str(&host) &&
+            rdr.u32(&from_group) && rdr.u32(&from_job_rank) && rdr.done())) {
         problem("iteration " + std::to_string(it) + ": truncated entry from rank " + std::to_string(r));
         continue;
       }
       std::string from = "iteration " + std::to_string(it) + ", entry of rank " + std::to_string(r) + ": ";
       if (static_cast<int>(rank) != r) problem(from + "says rank " + std::to_string(rank));
+      if (static_cast<int>(from_group) != my_group || static_cast<int>(from_job_rank) != job_rank_of(r))
+        problem(from + "came from group " + std::to_string(from_group) + ", job rank " + std::to_string(from_job_rank) +
+                " (expected group " + std::to_string(my_group) + ", job rank " + std::to_string(job_rank_of(r)) + ")");
       if (static_cast<int>(iter) != it) problem(from + "is from iteration " + std::to_string(iter));
       if (nc == 0 || (nonce_of[r] && nonce_of[r] != nc)) problem(from + "nonce changed (stale or foreign data)");
       if (node_of[r] >= 0 && node_of[r] != node) problem(from + "node changed");
-      if (r == me && nc != nonce) problem(from + "my own entry came back altered");
+      if (r == ex_me && nc != nonce) problem(from + "my own entry came back altered");
       nonce_of[r] = nc;
       node_of[r] = node;
     }
     auto t2 = Clock::now();
-    s = boot->barrier("check." + std::to_string(it));
+    s = ex.barrier("check." + std::to_string(it));
     auto t3 = Clock::now();
     if (s != Status::kOk) {
       fprintf(stderr, "weftrun check: rank %d: barrier %d failed: %s\n", me, it, to_string(s));
@@ -373,7 +442,9 @@ int check_rank(const CheckOptions& o) {
               (names.empty() ? std::string(" none") : names) + ")");
     } else {
       CheckTransportReport tr;
-      Status ts = fn(ctx, *boot, o.iters, &tr);
+      RankContext ex_ctx = ctx;  // the group's identity: its transport connects the group's members
+      ex_ctx.info = ex.info();
+      Status ts = fn(ex_ctx, ex, o.iters, &tr);
       if (ts != Status::kOk) problem("transport " + o.transport + ": " + to_string(ts));
       mine.transport_summary = tr.summary;
       mine.transport_json = tr.json;
@@ -449,10 +520,24 @@ void add_check_command(CLI::App& app, int* exit_code) {
       ->check(known_transport());
   sub->add_option("--iters", opts->iters, "exchanges to run and verify")->check(CLI::Range(1, kMaxIters));
   sub->add_flag("--json", opts->json, "print one JSON document instead of lines");
+  sub->add_option("--group", opts->group,
+                  "run the exchanges and the transport check in rank groups of G ranks per node (\"4\") or N nodes x "
+                  "G (\"2x4\"), all groups at once");
   sub->add_flag("--bandwidth", opts->bandwidth,
                 "with --transport: put bandwidth, signal latency, fences and stalls per message size and signal mode "
                 "(rank 0 to a rank on another node)");
   sub->callback([opts, exit_code] {
+    if (!opts->group.empty() && !parse_group(opts->group, &opts->group_nodes, &opts->group_gpus)) {
+      fprintf(stderr, "weftrun check: --group %s: expected G or NxG (ranks per node, or nodes x ranks per node)\n",
+              opts->group.c_str());
+      *exit_code = 2;
+      return;
+    }
+    if (opts->bandwidth && !opts->group.empty()) {
+      fprintf(stderr, "weftrun check: --bandwidth measures the whole job; leave out --group\n");
+      *exit_code = 2;
+      return;
+    }
     if (opts->bandwidth && opts->transport.empty()) {
       fprintf(stderr, "weftrun check: --bandwidth needs --transport NAME (the backend to measure)\n");
       *exit_code = 2;
@@ -475,6 +560,15 @@ void add_check_command(CLI::App& app, int* exit_code) {
     lo.nodes = opts->nodes;
     lo.ranks = opts->ranks > 0 ? opts->ranks : default_rank_count(lo.gpus, opts->nodes);
     lo.rank_args = own_args();
+    // Refused before any rank starts where the launcher knows the shape (every rank checks it again).
+    if (!opts->group.empty() && lo.nodes >= 1 && lo.ranks % lo.nodes == 0) {
+      const std::string why = group_misfit(*opts, lo.nodes, lo.ranks / lo.nodes);
+      if (!why.empty()) {
+        fprintf(stderr, "weftrun check: %s\n", why.c_str());
+        *exit_code = 2;
+        return;
+      }
+    }
     *exit_code = launch_ranks(lo);
   });
 }

@@ -37,6 +37,15 @@ nlohmann::json us_json(double s) {
 
 const char* to_string(IntraMover m) { return m == IntraMover::kCopyEngine ? "copy_engine" : "sm"; }
 
+bootstrap::GroupShape Plan::group_shape() const {
+  bootstrap::GroupShape g;
+  g.group_nodes = nodes;
+  g.group_gpus = gpus_per_node;
+  g.nodes = job_nodes > 0 ? job_nodes : nodes;
+  g.gpus_per_node = job_gpus_per_node > 0 ? job_gpus_per_node : gpus_per_node;
+  return g;
+}
+
 const HeapRegion* Plan::region(const std::string& name) const {
   for (const auto& r : heap)
     if (r.name == name) return &r;
@@ -97,6 +106,20 @@ nlohmann::json roles_json(const Plan& p) {
           {"explicit", p.roles_explicit}};
 }
 
+nlohmann::json groups_json(const Plan& p) {
+  const bootstrap::GroupShape g = p.group_shape();
+  nlohmann::json ranks = nlohmann::json::array();
+  if (g.valid())
+    for (int r = 0; r < g.world_size(); ++r) {
+      const bootstrap::GroupPosition at = bootstrap::group_position(g, r);
+      ranks.push_back({{"group", at.group}, {"rank", at.rank}});
+    }
+  return {{"group", {{"nodes", g.group_nodes}, {"gpus_per_node", g.group_gpus}, {"size", g.group_size()}}},
+          {"count", g.num_groups()},
+          {"job", {{"nodes", g.nodes}, {"gpus_per_node", g.gpus_per_node}, {"world_size", g.world_size()}}},
+          {"ranks", ranks}};
+}
+
 std::string hex64(uint64_t v) {
   char buf[20];
   snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
@@ -111,6 +134,8 @@ std::string executed_json(const Plan& p) {
   j["dtype"] = to_string(p.dtype);
   j["shape"] = shape_json(p);
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
+  // Only a grouped plan says its job: plans of whole-job ops hash as they always did.
+  if (p.grouped()) j["job"] = {{"nodes", p.job_nodes}, {"gpus_per_node", p.job_gpus_per_node}};
   j["sm_count"] = p.sm_count;
   j["inter_backend"] = p.inter_backend;
   j["intra_mover"] = to_string(p.intra_mover());
@@ -177,6 +202,13 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
     if (p.nodes < 1 || p.gpus_per_node < 1 || p.nodes > 65536 || p.gpus_per_node > 64 ||
         p.world_size != p.nodes * p.gpus_per_node)
       throw std::invalid_argument("world_size must be nodes x gpus_per_node");
+    if (j.contains("job")) {
+      at = "job";
+      read(j.at("job"), "nodes", &p.job_nodes), read(j.at("job"), "gpus_per_node", &p.job_gpus_per_node);
+      if (p.job_nodes < 1 || p.job_gpus_per_node < 1 || p.job_nodes > 65536 || p.job_gpus_per_node > 64 ||
+          !p.group_shape().valid())
+        throw std::invalid_argument("the job's nodes and gpus_per_node must be multiples of the layout's");
+    }
     // `weftrun plan --json` keeps these two under "machine".
     const nlohmann::json& machine = j.contains("machine") ? j.at("machine") : j;
     at = "sm_count";
@@ -268,13 +300,26 @@ std::string format_plan_table(const Plan& p) {
      << "\n";
   os << "  layout   " << p.nodes << " node" << (p.nodes == 1 ? "" : "s") << " x " << p.gpus_per_node << " GPU"
      << (p.gpus_per_node == 1 ? "" : "s") << " = " << p.world_size << " rank" << (p.world_size == 1 ? "" : "s")
-     << "; inter-node: " << p.inter_backend;
+     << (p.grouped() ? " per group" : "") << "; inter-node: " << p.inter_backend;
   if (p.nodes > 1) os << " (" << p.nics_per_node << " NIC" << (p.nics_per_node == 1 ? "" : "s") << " per node)";
   os << "\n";
   if (p.nodes > 1 && p.nic_sharers > 0) {
     snprintf(line, sizeof(line), "  NICs     %d rank%s per NIC at once: %.1f GB/s of the NIC per rank\n", p.nic_sharers,
              p.nic_sharers == 1 ? "" : "s", p.nic_share_gbps);
     os << line;
+  }
+  const bootstrap::GroupShape g = p.group_shape();
+  if (p.grouped() && g.valid()) {
+    os << "  groups   " << g.num_groups() << " groups of " << p.world_size << " in a job of " << g.nodes << " node"
+       << (g.nodes == 1 ? "" : "s") << " x " << g.gpus_per_node << " GPU" << (g.gpus_per_node == 1 ? "" : "s") << " = "
+       << g.world_size() << " ranks; job rank -> group.rank:";
+    constexpr int kShown = 16;  // the JSON lists every rank
+    for (int r = 0; r < g.world_size() && r < kShown; ++r) {
+      const bootstrap::GroupPosition at = bootstrap::group_position(g, r);
+      os << " " << r << "->" << at.group << "." << at.rank;
+    }
+    if (g.world_size() > kShown) os << " ... (--json lists all)";
+    os << "\n";
   }
   os << "  machine  " << p.gpu << ", " << p.sm_count << " SMs (" << p.gpu_reason << ")\n";
   if (p.gpu_assumed) os << "  NOTE: no GPU in this topology; this plan assumes " << p.gpu << " GPUs\n";
@@ -337,6 +382,7 @@ std::string format_plan_json(const Plan& p) {
   j["dtype"] = to_string(p.dtype);
   j["intra_mover"] = to_string(p.intra_mover());
   j["layout"] = {{"nodes", p.nodes}, {"gpus_per_node", p.gpus_per_node}, {"world_size", p.world_size}};
+  j["groups"] = groups_json(p);
   j["machine"] = {{"gpu", p.gpu},
                   {"reason", p.gpu_reason},
                   {"assumed", p.gpu_assumed},

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/roles.h"
+#include "bootstrap/rank_group.h"
 #include "runtime/workload.h"
 
 namespace weft::kernels {
@@ -70,10 +71,13 @@ struct Plan {
   std::string source;    // the YAML file
   Op op = Op::kAgGemm;
   DType dtype = DType::kBf16;
-  int nodes = 1;
+  int nodes = 1;  // nodes, gpus_per_node, world_size: the ranks the op runs on (one group's)
   int gpus_per_node = 1;
   int world_size = 1;
-  GemmShape gemm;            // ag_gemm, gemm_rs, gemm_ar: the global problem
+  // The job the groups tile (`group:`); 0: the op runs on the whole job (one group).
+  int job_nodes = 0;
+  int job_gpus_per_node = 0;
+  GemmShape gemm;            // ag_gemm, gemm_rs, gemm_ar: the global problem (of one group)
   MoeShape moe;              // moe
   AttentionShape attention;  // ring_attention
 
@@ -112,6 +116,9 @@ struct Plan {
   std::vector<std::string> notes;
 
   double role_time(Role r) const { return role_time_s[static_cast<int>(r)]; }
+  // The job and its groups; bootstrap::group_position(group_shape(), rank) is a rank's place in them.
+  bootstrap::GroupShape group_shape() const;
+  bool grouped() const { return job_nodes > 0 && (job_nodes != nodes || job_gpus_per_node != gpus_per_node); }
   const LinkLoad* link(const std::string& name) const;
   const HeapRegion* region(const std::string& name) const;
   // Who moves the NVLink bytes, from exec.variant (the one place it is decided): copy_engine and
@@ -152,7 +159,9 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
 // A human-readable table (role counts, time per role, bytes per link, makespan, bound).
 std::string format_plan_table(const Plan& plan);
 // The same as one JSON object (2-space indented), stable key names:
-// {"workload","op","dtype","intra_mover","layout":{nodes,gpus_per_node,world_size},"machine":{gpu,reason,assumed,sm_count,
+// {"workload","op","dtype","intra_mover","layout":{nodes,gpus_per_node,world_size} (one group's),
+//  "groups":{"group":{nodes,gpus_per_node,size},"count","job":{nodes,gpus_per_node,world_size},
+//            "ranks":[{group,rank}, one per job rank]},"machine":{gpu,reason,assumed,sm_count,
 //  inter_backend,nics_per_node,nic_sharers,nic_share_gbps},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],

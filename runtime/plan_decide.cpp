@@ -10,15 +10,17 @@
 namespace weft::runtime {
 
 Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, std::string* error, bool* bad_input) {
-  Layout layout = w.layout;
+  Layout job = w.layout;
   *bad_input = true;
   if (options.nodes > 0) {
-    layout.nodes = options.nodes;
-    if (validate_layout(w, layout, error) != Status::kOk) {
+    job.nodes = options.nodes;
+    if (validate_layout(w, job, error) != Status::kOk) {
       *error += " (with --nodes " + std::to_string(options.nodes) + ")";
       return Status::kInvalidArgument;
     }
   }
+  // The op is planned for the ranks it runs on: one group (the whole job without `group:`).
+  const Layout layout = w.group ? *w.group : job;
   topology::Topology topo;
   std::vector<std::string> notes;
   if (topology::load(options.topology, &topo) != Status::kOk) {
@@ -45,6 +47,10 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
   }
   const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
   WEFT_CHECK(make_plan(w, layout, topo, mapping, plan, error, &names));
+  if (w.group) {
+    plan->job_nodes = job.nodes;
+    plan->job_gpus_per_node = job.gpus_per_node;
+  }
   // Ranks that share a GPU copy between each other on that GPU, where a copy may need SMs: a
   // persistent GEMM on every SM would wait for it forever.
   constexpr int kSharedCopySms = 8;

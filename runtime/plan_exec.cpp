@@ -11,6 +11,10 @@
 namespace weft::runtime {
 namespace {
 
+// The op runs on one group: a refusal about its nodes or GPUs points at `group:` when the file has one.
+const char* nodes_key(const Workload& w) { return w.group ? "group.nodes" : "layout.nodes"; }
+const char* gpus_key(const Workload& w) { return w.group ? "group.gpus_per_node" : "layout.gpus_per_node"; }
+
 constexpr int64_t kTileRows = 128;      // the GEMM core's tile (kernels/gemm_types.h, GemmConfig)
 constexpr int64_t kTileCols = 256;      //
 constexpr uint64_t kRegionAlign = 256;  // every region: TMA needs 128-byte aligned bases; flags 8
@@ -119,8 +123,7 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
   p->notes.push_back(
       "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap "
       "path's, which weftrun bench measures");
-  if (W > 8)
-    return refuse(p, w.error_at("layout.gpus_per_node", std::to_string(W) + " ranks: the reduction handles at most 8"));
+  if (W > 8) return refuse(p, w.error_at(gpus_key(w), std::to_string(W) + " ranks: the reduction handles at most 8"));
   if (m % W != 0)
     return refuse(p, w.error_at("shape.m", std::to_string(m) + ": expected a multiple of the " + std::to_string(W) +
                                                " ranks (each gets m / ranks rows)"));
@@ -145,9 +148,8 @@ void plan_moe(const Workload& w, Plan* p) {
   e.executable = true;
   const int64_t W = p->world_size;
   if (p->nodes > 1)
-    return refuse(p, w.error_at("layout.nodes", "moe across nodes is not built yet (the op runs on one node)"));
-  if (W > 8)
-    return refuse(p, w.error_at("layout.gpus_per_node", std::to_string(W) + " ranks: the op handles at most 8"));
+    return refuse(p, w.error_at(nodes_key(w), "moe across nodes is not built yet (the op runs on one node)"));
+  if (W > 8) return refuse(p, w.error_at(gpus_key(w), std::to_string(W) + " ranks: the op handles at most 8"));
   if (p->moe.tokens % W != 0)
     return refuse(p, w.error_at("shape.tokens", std::to_string(p->moe.tokens) + ": expected a multiple of the " +
                                                     std::to_string(W) + " ranks"));
@@ -210,16 +212,16 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
   switch (p->op) {
     case Op::kAgGemm:
       if (p->nodes > 1)
-        return refuse(p, w.error_at("layout.nodes",
+        return refuse(p, w.error_at(nodes_key(w),
                                     "ag_gemm across nodes runs under `weftrun bench` only in this build "
                                     "(the runtime's op is one node)"));
       return plan_ag_gemm(w, p);
     case Op::kGemmRs:
     case Op::kGemmAr:
       if (p->nodes > 1)
-        return refuse(p, w.error_at("layout.nodes", std::string(to_string(p->op)) +
-                                                        " across nodes runs under `weftrun bench` only in this build "
-                                                        "(the runtime's op is one node)"));
+        return refuse(p, w.error_at(nodes_key(w), std::string(to_string(p->op)) +
+                                                      " across nodes runs under `weftrun bench` only in this build "
+                                                      "(the runtime's op is one node)"));
       return plan_gemm_reduce(w, p);
     case Op::kMoe:
       return plan_moe(w, p);

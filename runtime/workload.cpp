@@ -66,7 +66,7 @@ bool is_gemm_op(Op op) { return op == Op::kAgGemm || op == Op::kGemmRs || op == 
 
 GemmShard Workload::gemm_shard() const {
   GemmShard s;
-  const int64_t w = world_size();
+  const int64_t w = group_size();
   if (w <= 0) return s;
   switch (op) {
     case Op::kAgGemm:
@@ -100,12 +100,57 @@ std::string Workload::error_at(const std::string& key, const std::string& what) 
   return os.str();
 }
 
+namespace {
+
+std::string plural(int64_t n, const char* what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
+
+// The group against the op's bounds and the layout it must tile.
+Status validate_group(const Workload& w, const Layout& layout, std::string* error) {
+  if (!w.group) return Status::kOk;
+  const Layout& g = *w.group;
+  auto refuse = [&](const char* key, const std::string& what) {
+    *error = w.error_at(key, what);
+    return Status::kInvalidArgument;
+  };
+  if (w.op == Op::kMoe) {
+    if (g.nodes < 1 || g.nodes > kMaxExpertGroupNodes)
+      return refuse("group.nodes", "expected 1 to " + std::to_string(kMaxExpertGroupNodes) +
+                                       " nodes for moe's expert-parallel group, got " + std::to_string(g.nodes));
+    if (g.gpus_per_node != kExpertGroupGpus && g.gpus_per_node != layout.gpus_per_node)
+      return refuse("group.gpus_per_node", "expected " + std::to_string(kExpertGroupGpus) + " or the node's " +
+                                               std::to_string(layout.gpus_per_node) +
+                                               " (moe's expert-parallel group takes whole nodes), got " +
+                                               std::to_string(g.gpus_per_node));
+  } else {
+    if (g.nodes < 1 || g.nodes > kMaxTensorGroupNodes)
+      return refuse("group.nodes", "expected 1 to " + std::to_string(kMaxTensorGroupNodes) + " nodes for " +
+                                       to_string(w.op) + "'s tensor-parallel group, got " + std::to_string(g.nodes));
+    if (g.gpus_per_node < 1 || g.gpus_per_node > kMaxTensorGroupGpus)
+      return refuse("group.gpus_per_node", "expected 1 to " + std::to_string(kMaxTensorGroupGpus) + " GPUs for " +
+                                               to_string(w.op) + "'s tensor-parallel group, got " +
+                                               std::to_string(g.gpus_per_node));
+  }
+  const std::string job = "the layout's " + plural(layout.nodes, "node") + " x " + plural(layout.gpus_per_node, "GPU");
+  if (g.nodes > layout.nodes || layout.nodes % g.nodes != 0)
+    return refuse("group.nodes", plural(g.nodes, "node") + " per group do not tile " + job +
+                                     "; expected a divisor of " + std::to_string(layout.nodes));
+  if (g.gpus_per_node > layout.gpus_per_node || layout.gpus_per_node % g.gpus_per_node != 0)
+    return refuse("group.gpus_per_node", plural(g.gpus_per_node, "GPU") + " per node per group do not tile " + job +
+                                             "; expected a divisor of " + std::to_string(layout.gpus_per_node));
+  return Status::kOk;
+}
+
+}  // namespace
+
 Status validate_layout(const Workload& w, const Layout& layout, std::string* error) {
-  const int64_t world = static_cast<int64_t>(layout.nodes) * layout.gpus_per_node;
   if (layout.nodes < 1 || layout.gpus_per_node < 1) {
     *error = w.error_at("layout", "expected at least 1 node and 1 GPU per node");
     return Status::kInvalidArgument;
   }
+  if (validate_group(w, layout, error) != Status::kOk) return Status::kInvalidArgument;
+  // The op's problem is split over one group's ranks (the whole layout without `group:`).
+  const Layout ranks = w.group ? *w.group : layout;
+  const int64_t world = static_cast<int64_t>(ranks.nodes) * ranks.gpus_per_node;
   struct Need {
     const char* key;
     int64_t value;
@@ -136,9 +181,10 @@ Status validate_layout(const Workload& w, const Layout& layout, std::string* err
   for (const auto& n : needs) {
     if (n.key && n.value % world != 0) {
       std::ostringstream os;
-      os << n.value << " is not divisible by the " << world << " ranks (" << layout.nodes << " node"
-         << (layout.nodes == 1 ? "" : "s") << " x " << layout.gpus_per_node << " GPU"
-         << (layout.gpus_per_node == 1 ? "" : "s") << "); expected a multiple of " << world << " (" << n.why << ")";
+      os << n.value << " is not divisible by the " << world << " ranks (" << ranks.nodes << " node"
+         << (ranks.nodes == 1 ? "" : "s") << " x " << ranks.gpus_per_node << " GPU"
+         << (ranks.gpus_per_node == 1 ? "" : "s") << (w.group ? " per group" : "") << "); expected a multiple of "
+         << world << " (" << n.why << ")";
       *error = w.error_at(n.key, os.str());
       return Status::kInvalidArgument;
     }

@@ -54,6 +54,14 @@ struct Layout {
   int gpus_per_node = 1;
 };
 
+// Bounds on a `group:` (docs/runtime.md, "Rank groups"): tensor-parallel ops (ag_gemm, gemm_rs,
+// gemm_ar) and ring_attention run on groups of 1..4 nodes x 1..8 GPUs; moe on expert-parallel groups
+// of 1..128 nodes x 8 GPUs (or x the node's GPUs when a node has fewer).
+constexpr int kMaxTensorGroupNodes = 4;
+constexpr int kMaxTensorGroupGpus = 8;
+constexpr int kMaxExpertGroupNodes = 128;
+constexpr int kExpertGroupGpus = 8;
+
 struct RoleSpec {
   bool automatic = true;  // `roles: auto`: the tuner decides
   RoleCounts counts;      // explicit counts when !automatic
@@ -105,6 +113,10 @@ struct Workload {
   MoeShape moe;              // moe
   AttentionShape attention;  // ring_attention
   Layout layout;
+  // `group:` -- the op runs on groups of group->nodes x group->gpus_per_node ranks that tile the
+  // layout, all groups at once, each on its own data (bootstrap/rank_group.h numbers them). Unset:
+  // one group, the whole job.
+  std::optional<Layout> group;
   RoleSpec roles;
   TransportSpec transport;
   RunSpec run;
@@ -120,15 +132,21 @@ struct Workload {
   // "file:line:col: key: what" (file:1:1 when the key is not in the file).
   std::string error_at(const std::string& key, const std::string& what) const;
 
+  // The ranks the job starts (every group's).
   int world_size() const { return layout.nodes * layout.gpus_per_node; }
-  // Per-rank shards under this workload's layout (GEMM ops only; zeros otherwise):
+  // The ranks one op runs on: the group's shape (the layout without `group:`), and how many groups.
+  Layout group_layout() const { return group ? *group : layout; }
+  int group_size() const { return group_layout().nodes * group_layout().gpus_per_node; }
+  int num_groups() const { return group_size() > 0 ? world_size() / group_size() : 0; }
+  // Per-rank shards of one group's problem (the shape is what each group computes; "world" below is
+  // the group's size) (GEMM ops only; zeros otherwise):
   //  ag_gemm: A[m,k] gathered along rows (m/world rows each); each rank computes the m x n/world block.
   //  gemm_rs: k split (k/world each); C[m,n] partial sums reduce-scattered by rows (m/world each).
   //  gemm_ar: k split (k/world each); C[m,n] all-reduced (every rank holds all of it).
   GemmShard gemm_shard() const;
-  int64_t moe_tokens_per_rank() const { return moe.tokens / world_size(); }
-  int64_t moe_experts_per_rank() const { return moe.experts / world_size(); }
-  int64_t attention_seq_per_rank() const { return attention.seq / world_size(); }
+  int64_t moe_tokens_per_rank() const { return moe.tokens / group_size(); }
+  int64_t moe_experts_per_rank() const { return moe.experts / group_size(); }
+  int64_t attention_seq_per_rank() const { return attention.seq / group_size(); }
 };
 
 // Bounds on a workload file, checked before yaml-cpp builds anything: a workload is a few hundred
@@ -154,8 +172,9 @@ Status parse_workload(const std::string& yaml_text, const std::string& filename,
 // parse_workload does.
 Status check_workload_structure(const std::string& yaml_text, const std::string& filename, std::string* error);
 
-// Re-checks the sizes against a different layout (`weftrun plan --nodes N`): divisibility by the
-// world size where the op needs it. Sets *error as parse_workload does.
+// Re-checks the workload against a layout (its own, or `weftrun plan --nodes N`): the group (if any)
+// within its bounds for the op and tiling the layout, and the sizes divisible by the group's ranks
+// where the op needs it. Sets *error as parse_workload does.
 Status validate_layout(const Workload& w, const Layout& layout, std::string* error);
 
 // Levenshtein distance, for "did you mean" suggestions.

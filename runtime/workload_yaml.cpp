@@ -143,6 +143,7 @@ class Reader {
 
   bool read_shape(const YAML::Node& top);
   bool read_layout(const YAML::Node& top);
+  bool read_group(const YAML::Node& top);
   bool read_machine(const YAML::Node& top, int* sm_count);
   bool read_roles(const YAML::Node& top, int sm_count);
   bool read_transport(const YAML::Node& top);
@@ -464,6 +465,21 @@ bool Reader::read_layout(const YAML::Node& top) {
   return true;
 }
 
+bool Reader::read_group(const YAML::Node& top) {
+  YAML::Node g = top["group"];
+  if (!g) return true;
+  remember("group", g);
+  if (!want_map(g, "group", "a map {nodes, gpus_per_node}")) return false;
+  if (!check_keys(g, "group", {"nodes", "gpus_per_node"}, "")) return false;
+  // Unset sides default to one node and the layout's GPUs per node (a group per node).
+  int64_t nodes = 1, gpn = w_->layout.gpus_per_node;
+  if (!get_int(g, "group", "nodes", 1, kMaxNodes, &nodes, false) ||
+      !get_int(g, "group", "gpus_per_node", 1, kMaxGpusPerNode, &gpn, false))
+    return false;
+  w_->group = Layout{static_cast<int>(nodes), static_cast<int>(gpn)};
+  return true;  // bounds and tiling: validate_layout, with the layout it is run with
+}
+
 bool Reader::read_machine(const YAML::Node& top, int* sm_count) {
   YAML::Node m = top["machine"];
   MachineModel model;
@@ -655,7 +671,8 @@ bool Reader::run() {
                 std::string("expected a map of keys (name, op, shape, ...), got ") + kind_of(top) +
                     (top.IsScalar() ? " '" + quote(top.Scalar()) + "'" : ""));
   if (!check_duplicates(top, "")) return false;
-  if (!check_keys(top, "", {"name", "op", "dtype", "shape", "layout", "roles", "transport", "run", "machine", "plan"},
+  if (!check_keys(top, "",
+                  {"name", "op", "dtype", "shape", "layout", "group", "roles", "transport", "run", "machine", "plan"},
                   ""))
     return false;
 
@@ -670,8 +687,8 @@ bool Reader::run() {
     w_->dtype = static_cast<DType>(v);
   }
   int sm_count = 0;
-  if (!read_shape(top) || !read_layout(top) || !read_machine(top, &sm_count) || !read_roles(top, sm_count) ||
-      !read_transport(top) || !read_run(top) || !read_plan(top))
+  if (!read_shape(top) || !read_layout(top) || !read_group(top) || !read_machine(top, &sm_count) ||
+      !read_roles(top, sm_count) || !read_transport(top) || !read_run(top) || !read_plan(top))
     return false;
   return true;
 }

@@ -10,6 +10,8 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/group_bootstrap.h"
+#include "bootstrap/placement.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
@@ -292,13 +294,33 @@ Status run_plan(bootstrap::Bootstrap& boot, const Plan& plan, const RunSpec& run
               boot.info().rank, (unsigned long long)heap_bytes, (unsigned long long)plan.heap_bytes);
     return Status::kInvalidArgument;
   }
+  // Fused ops address peers as (rank / G, rank % G): a launcher's uneven or cyclic placement is
+  // refused here, before any work, by every rank alike. A grouped plan names the G of its job.
+  const bootstrap::GroupShape shape = plan.group_shape();
+  std::string why;
+  if (bootstrap::require_block_placement(boot, plan.grouped() ? shape.gpus_per_node : 0, to_string(plan.op), &why) !=
+      Status::kOk) {
+    WEFT_WARN(kKernel, "rank %d: %s", boot.info().rank, why.c_str());
+    return Status::kInvalidArgument;
+  }
+  // A grouped plan runs on every group at once: the op's bootstrap is its group's, so the heap (with
+  // the op's flags in it) and every exchange of the op are the group's own.
+  std::unique_ptr<bootstrap::GroupBootstrap> group;
+  if (plan.grouped()) {
+    if (bootstrap::GroupBootstrap::create(&boot, shape, &group, &why) != Status::kOk) {
+      WEFT_WARN(kKernel, "%s", why.c_str());
+      return Status::kInvalidArgument;
+    }
+  }
+  bootstrap::Bootstrap& op_boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : boot;
   std::unique_ptr<Context> ctx;
-  WEFT_CHECK(Context::create(boot, heap_bytes, &ctx));
+  WEFT_CHECK(Context::create(op_boot, heap_bytes, &ctx));
   Status st = Status::kUnsupported;
   if (plan.op == Op::kAgGemm) st = run_ag_gemm(*ctx, plan, run, out);
   if (plan.op == Op::kGemmRs || plan.op == Op::kGemmAr) st = run_gemm_reduce(*ctx, plan, run, out);
   if (plan.op == Op::kMoe) st = run_moe(*ctx, plan, run, out);
-  if (st == Status::kOk) WEFT_CHECK(boot.barrier("weft.run.done"));  // nobody frees a heap a peer still reads
+  if (st == Status::kOk) WEFT_CHECK(op_boot.barrier("weft.run.done"));  // nobody frees a heap a peer still reads
+  ctx.reset();                                                          // the group's heap goes before its bootstrap
   return st;
 }
 

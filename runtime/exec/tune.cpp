@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/group_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
@@ -37,10 +38,21 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, std::v
 
 }  // namespace
 
-Status tune_plans(bootstrap::Bootstrap& boot, const std::vector<Plan>& candidates, const RunSpec& run,
+Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates, const RunSpec& run,
                   const std::function<void(int, int)>& progress, TuneResult* out) {
   const size_t count = candidates.size();
   if (count == 0) return Status::kInvalidArgument;
+  // A grouped plan is measured in every group at once, each on its group's bootstrap and heap (as
+  // run_plan runs it); the maxima below are over the group's ranks.
+  std::unique_ptr<bootstrap::GroupBootstrap> group;
+  if (candidates[0].grouped()) {
+    std::string why;
+    if (bootstrap::GroupBootstrap::create(&job, candidates[0].group_shape(), &group, &why) != Status::kOk) {
+      WEFT_WARN(kTune, "%s", why.c_str());
+      return Status::kInvalidArgument;
+    }
+  }
+  bootstrap::Bootstrap& boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : job;
   for (const auto& p : candidates)
     if (p.op != Op::kAgGemm || p.gemm.m != candidates[0].gemm.m || p.gemm.n != candidates[0].gemm.n ||
         p.gemm.k != candidates[0].gemm.k) {

@@ -94,6 +94,20 @@ TEST_CASE("srun --mpi=pmix: 1 node x 4 tasks and 2 nodes x 2 tasks pass weftrun 
   CHECK(hosts[1].size() == 1);
   CHECK(*hosts[0].begin() != *hosts[1].begin());
 
+  // Rank groups: block placement passes with a group per node; srun's cyclic order (or the 3 + 1 split
+  // it can give) is refused by every rank before any work, naming the srun option that fixes it.
+  r = weft::testing::run(
+      srun("-N 2 --ntasks-per-node=2 --distribution=block --mpi=pmix " + kWeftrun + " check --group 2 --iters 2"), 120);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK(weft::testing::last_line(r.out) == "check passed: 4 ranks, 2 nodes, 2 groups of 1 x 2");
+  r = weft::testing::run(srun("-N 2 -n 4 --distribution=cyclic --mpi=pmix " + kWeftrun + " check --group 2"), 120);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK(r.err.find("weftrun check --group refused before any work") != std::string::npos);
+  CHECK((r.err.find("srun --ntasks-per-node=2") != std::string::npos ||
+         r.err.find("srun --distribution=block") != std::string::npos));
+
   // The shipped batch script, as a user would submit it.
   std::string out = kState + "/check-sbatch.out";
   unlink(out.c_str());

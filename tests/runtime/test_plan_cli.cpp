@@ -197,3 +197,45 @@ TEST_CASE("bad workloads: non-zero exit, one located message naming the key") {
   CHECK(r.exit_code == 1);
   CHECK(r.err.find("/nonexistent/topo.xml") != std::string::npos);
 }
+
+TEST_CASE("a grouped workload: the plan is one group's, and lists every job rank's group and group rank") {
+  unsetenv("WEFT_TOPO_FILE");
+  const std::string ex = std::string(WEFT_SOURCE_DIR) + "/configs/examples/ag_gemm_tp8_16x8.yaml";
+  Result r = weftrun("plan --json '" + ex + "'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  CHECK(j["layout"]["nodes"] == 1);  // the op is planned for one 1 x 8 group
+  CHECK(j["layout"]["world_size"] == 8);
+  CHECK(j["roles"]["inter_send"] == 0);
+  const nlohmann::json& g = j["groups"];
+  CHECK(g["count"] == 16);
+  CHECK(g["group"]["size"] == 8);
+  CHECK(g["job"]["world_size"] == 128);
+  REQUIRE(g["ranks"].size() == 128);
+  CHECK(g["ranks"][21]["group"] == 2);
+  CHECK(g["ranks"][21]["rank"] == 5);
+  CHECK(g["ranks"][127]["group"] == 15);
+  r = weftrun("plan '" + ex + "'");
+  REQUIRE(r.exit_code == 0);
+  CHECK_MESSAGE(r.out.find("groups   16 groups of 8 in a job of 16 nodes x 8 GPUs = 128 ranks; job rank -> "
+                           "group.rank: 0->0.0 1->0.1") != std::string::npos,
+                r.out);
+  // 2 x 8 groups: planned across 2 nodes; --nodes must keep the tiling.
+  const std::string rs = std::string(WEFT_SOURCE_DIR) + "/configs/examples/gemm_rs_tp16_16x8.yaml";
+  r = weftrun("plan --json '" + rs + "'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json k = nlohmann::json::parse(r.out);
+  CHECK(k["layout"]["nodes"] == 2);
+  CHECK(k["groups"]["count"] == 8);
+  r = weftrun("plan --nodes 3 '" + rs + "'");
+  CHECK(r.exit_code == 2);
+  CHECK_MESSAGE(r.err.find(rs + ":8:16: group.nodes: 2 nodes per group do not tile the layout's 3 nodes x 8 GPUs") !=
+                    std::string::npos,
+                r.err);
+  // The whole job as one expert-parallel group.
+  r = weftrun("plan --json '" + std::string(WEFT_SOURCE_DIR) + "/configs/examples/moe_ep1024_128x8.yaml'");
+  REQUIRE_MESSAGE(r.exit_code == 0, r.err);
+  const nlohmann::json m = nlohmann::json::parse(r.out);
+  CHECK(m["layout"]["world_size"] == 1024);
+  CHECK(m["groups"]["count"] == 1);
+}

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "bootstrap/group_bootstrap.h"
 
 namespace weft::testing {
 namespace {
@@ -34,7 +35,8 @@ struct ThreadHub {
   int size = 0;
 };
 
-class ThreadBootstrap : public bootstrap::Bootstrap {
+// Also a SubsetExchange: a rank group's exchange waits for its members only, under its scope's key.
+class ThreadBootstrap : public bootstrap::Bootstrap, public bootstrap::SubsetExchange {
  public:
   ThreadBootstrap(ThreadHub* hub, const bootstrap::RankInfo& info, double timeout_s)
       : hub_(hub), info_(info), timeout_s_(timeout_s) {}
@@ -56,6 +58,26 @@ class ThreadBootstrap : public bootstrap::Bootstrap {
   Status barrier(const std::string& tag) override {
     std::vector<bootstrap::Blob> all;
     return allgather("barrier:" + tag, {}, &all);
+  }
+  Status subset_allgather(const std::string& scope, const std::string& key, const std::vector<int>& members,
+                          const bootstrap::Blob& mine, std::vector<bootstrap::Blob>* all) override {
+    int me = -1;
+    for (size_t i = 0; i < members.size(); ++i)
+      if (members[i] == info_.rank) me = static_cast<int>(i);
+    if (me < 0) return Status::kInvalidArgument;
+    const int n = static_cast<int>(members.size());
+    std::unique_lock<std::mutex> lock(hub_->m);
+    auto& r = hub_->rounds[scope + "/" + key];
+    if (r.blobs.empty()) r.blobs.resize(static_cast<size_t>(n));
+    r.blobs[static_cast<size_t>(me)] = mine;
+    if (++r.count == n) hub_->cv.notify_all();
+    if (!hub_->cv.wait_for(lock, std::chrono::duration<double>(timeout_s_), [&] { return r.count >= n; })) {
+      WEFT_WARN(kBoot, "rank %d: test bootstrap: %s allgather '%s' timed out (%d of %d members)", info_.rank,
+                scope.c_str(), key.c_str(), r.count, n);
+      return Status::kTimeout;
+    }
+    *all = r.blobs;
+    return Status::kOk;
   }
   void abort(const std::string& why) override { WEFT_WARN(kBoot, "rank %d: abort: %s", info_.rank, why.c_str()); }
 
