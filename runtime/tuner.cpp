@@ -127,13 +127,16 @@ Demand compute_demand(const Workload& w, const Layout& layout, const MachineMode
       d.hbm_bytes = (experts_local * 3 * h * f + 2 * copies * h + copies * 2 * f) * e;
       // Dispatch and combine travel once per (token, destination rank), not per (token, expert):
       // the owner scatters a token to its local experts and pre-sums their rows before sending one
-      // back. Across nodes a token crosses the NIC once per destination node and is forwarded over
-      // NVLink there. Uniform routing of k distinct experts of E: a group holding g experts is hit
-      // with probability 1 - C(E - g, k) / C(E, k).
+      // back. Across nodes a token crosses the NIC once per destination node, to the rail peer,
+      // which forwards it over NVLink to that node's other destination ranks (and gathers their
+      // results back): each rank's NVLink carries its own tokens' node-local traffic and, as a relay,
+      // that of its N - 1 rail peers' tokens, N times the one-node figure (kernels/moe_nodes_plan.h,
+      // checked by the data-flow simulation). Uniform routing of k distinct experts of E: a group
+      // holding g experts is hit with probability 1 - C(E - g, k) / C(E, k).
       const double row = h * e + kMoeHeaderBytes;
       const double hit_rank = moe_group_hit(m.experts, m.topk, m.experts / W);
       const double hit_node = moe_group_hit(m.experts, m.topk, m.experts / W * G);
-      d.nvlink_out = d.nvlink_in = 2 * tokens_local * row * (G - 1) * hit_rank;
+      d.nvlink_out = d.nvlink_in = 2 * tokens_local * row * (G - 1) * hit_rank * N;
       d.nic_out = d.nic_in = 2 * tokens_local * row * (N - 1) * hit_node;
       d.intra_chunk = static_cast<int64_t>(tm * row);
       break;
