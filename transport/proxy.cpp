@@ -203,14 +203,10 @@ void Proxy::loop() {
     }
     if (stopping && outstanding_total_ == 0 && batcher_.pending() == 0) return;
     if (outstanding_total_ && now_s() - last_completion_s_ > cfg_.timeout_s) {
-      int peer = 0;
-      for (int p = 0; p < cfg_.world_size; ++p)
-        if (outstanding_[p]) peer = p;
       fail(Status::kTimeout, "rank " + std::to_string(cfg_.rank) + " channel " + std::to_string(cfg_.channel) +
                                  ": proxy: no completion for " + std::to_string((int)cfg_.timeout_s) + "s with " +
                                  std::to_string(outstanding_total_) + " ops outstanding (e.g. " +
-                                 std::to_string(outstanding_[peer]) + " to rank " + std::to_string(peer) +
-                                 ") (WEFT_PROXY_TIMEOUT)");
+                                 busiest_outstanding() + ") (WEFT_PROXY_TIMEOUT)");
       return;
     }
     // Idle: spin (yielding) briefly, since the next command usually follows soon, then sleep in the
@@ -353,6 +349,13 @@ Status Proxy::wait_puts_done(int peer) {
   return Status::kOk;
 }
 
+std::string Proxy::busiest_outstanding() const {
+  size_t peer = 0;
+  for (size_t p = 0; p < outstanding_.size(); ++p)
+    if (outstanding_[p] > outstanding_[peer]) peer = p;
+  return std::to_string(outstanding_.empty() ? 0 : outstanding_[peer]) + " to rank " + std::to_string(peer);
+}
+
 Status Proxy::wait_all_done(const char* why) {
   if (!outstanding_total_) return Status::kOk;
   stalls_.fetch_add(1, std::memory_order_relaxed);
@@ -363,7 +366,8 @@ Status Proxy::wait_all_done(const char* why) {
     if (now_s() > deadline)
       return fail(Status::kTimeout, "rank " + std::to_string(cfg_.rank) + " channel " + std::to_string(cfg_.channel) +
                                         ": proxy: " + why + ": " + std::to_string(outstanding_total_) +
-                                        " ops not completed within " + std::to_string((int)cfg_.timeout_s) + "s");
+                                        " ops not completed within " + std::to_string((int)cfg_.timeout_s) +
+                                        "s (e.g. " + busiest_outstanding() + ") (WEFT_PROXY_TIMEOUT)");
     backend_->wait_activity(5e-6);
   }
   return Status::kOk;

@@ -74,6 +74,8 @@ class Proxy {
   Status wait_room(int peer);
   Status wait_puts_done(int peer);
   Status wait_all_done(const char* why);
+  // "N to rank P": the peer with the most ops posted and not completed (for timeout messages).
+  std::string busiest_outstanding() const;
   Status fail(Status s, const std::string& what);
   void pin();
 
