@@ -4,6 +4,7 @@
 #   - every example it can run: the executed plan's hash equals `weftrun plan --json`'s;
 #   - explicit choices run as written: two role splits (copy engines on fewer SMs, SM movers) and a
 #     plan given with --plan that differs from the tuner's, each read back from the launch record;
+#   - two rank groups of 1 x 2 running the same op at once, each on its own heap and flags;
 #   - what it cannot run is refused before any rank starts (exit 2).
 # With fewer GPUs than ranks the ranks share GPUs (--oversubscribe): correct, but not NVLink, and
 # the summary says so.
@@ -56,7 +57,7 @@ PY
 }
 
 for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384 gemm_rs_m2048 gemm_rs_m8192 gemm_ar_m256 gemm_ar_m8192 \
-  moe_mixtral_4gpu moe_qwen3_4gpu moe_small_4gpu; do
+  moe_mixtral_4gpu moe_qwen3_4gpu moe_small_4gpu ag_gemm_two_groups_4gpu; do
   run_one "$cfg" "$root/configs/examples/$cfg.yaml" ""
 done
 
