@@ -317,17 +317,22 @@ TEST_CASE("srun without --kill-on-bad-exit: a killed rank and a stopped rank end
 TEST_CASE("a node's link taken down mid-transfer: every rank exits non-zero within 15 s naming a peer") {
   require_platform();
   bring_up();
+  const uint64_t tx0 = counter("weftv2", "tx_bytes");
   Job job("WEFT_PROXY_TIMEOUT=10 WEFT_LIVENESS_TIMEOUT=10", "check --iters 200 --transport socket");
   std::vector<pid_t> pids;
   for (int r = 0; r < 4; ++r) pids.push_back(job.pid_of(r, 30));
-  // The transport phase moves megabytes per second through the veth; the bootstrap phase before it
-  // only kilobytes. Cut the link once the bulk traffic runs.
-  bool moving = false;
-  for (int i = 0; i < 900 && !moving; ++i) {
-    uint64_t a = counter("weftv2", "tx_bytes");
+  // The transport phase moves megabytes through the veth; the launch and the bootstrap before it
+  // only kilobytes. Cut the link once the bulk traffic runs (counted from the job's start, so a slow
+  // machine that moves it at a lower rate is seen too).
+  bool moving = false, running = true;
+  for (int i = 0; i < 900 && !moving && running; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    moving = counter("weftv2", "tx_bytes") - a > 256 * 1024;
+    moving = counter("weftv2", "tx_bytes") - tx0 > 2 * 1024 * 1024;
+    running = weft::testing::alive(pids[0]) && weft::testing::alive(pids[2]);
   }
+  INFO("bytes out of wn2 since the job started: " << counter("weftv2", "tx_bytes") - tx0
+                                                  << "; ranks running: " << running << "\n"
+                                                  << job.all_err());
   REQUIRE(moving);
   REQUIRE(system("ip link set weftv2 down") == 0);
   const double took = wait_gone(pids, 30);
