@@ -60,7 +60,8 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
   const double h = double(hidden), f = double(ffn), rows = local_experts * tiles_per_expert * kTileM;
   const double row_tiles = local_experts * tiles_per_expert;
   // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out.
-  *up_s = grouped_pass(row_tiles * std::ceil(2 * f / kTileN), h, (local_experts * 2 * f * h + rows * (h + f)) * 2, m, c);
+  *up_s =
+      grouped_pass(row_tiles * std::ceil(2 * f / kTileN), h, (local_experts * 2 * f * h + rows * (h + f)) * 2, m, c);
   *down_s = grouped_pass(row_tiles * std::ceil(h / kTileN), f, (local_experts * f * h + rows * (f + h)) * 2, m, c);
 }
 

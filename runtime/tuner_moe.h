@@ -23,13 +23,13 @@ struct MoeStagedConstants {
   double gemm_overlap_miss = 0.4;
   // The other phases, fitted on the per-phase times of the 2 x H100 layer rows of Mixtral-8x7B and
   // Qwen3-30B-A3B (DeepSeek-V3's are held out).
-  double route_us = 16;          // route: fixed cost beside the router GEMM (launches, memsets, top-k)
-  double route_token_ns = 8.4;   // route: per local token (top-k over the logits)
-  double dispatch_us = 12;       // dispatch: fixed cost (launch, flags)
-  double exchange_gbps = 263;    // rows stored into the peers' heap by warps (dispatch and combine)
-  double arrange_us = 22;        // arrange: fixed cost (launch, the bounded wait for every rank's flag)
-  double copy_gbps = 2130;       // rows copied within HBM (arrange's scatter, combine's reads), read + write
-  double combine_us = 53;        // combine: fixed cost (two launches, the home's wait)
+  double route_us = 16;         // route: fixed cost beside the router GEMM (launches, memsets, top-k)
+  double route_token_ns = 8.4;  // route: per local token (top-k over the logits)
+  double dispatch_us = 12;      // dispatch: fixed cost (launch, flags)
+  double exchange_gbps = 263;   // rows stored into the peers' heap by warps (dispatch and combine)
+  double arrange_us = 22;       // arrange: fixed cost (launch, the bounded wait for every rank's flag)
+  double copy_gbps = 2130;      // rows copied within HBM (arrange's scatter, combine's reads), read + write
+  double combine_us = 53;       // combine: fixed cost (two launches, the home's wait)
 };
 
 // The constants for `m`: the fitted H100 values, with gemm_tflops scaled by m.tensor_tflops and the
