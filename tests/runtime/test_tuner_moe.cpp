@@ -97,7 +97,7 @@ TEST_CASE("moe: the grouped FFN against the one-GPU bench rows it was fitted on"
     moe_grouped_ffn_time(r.hidden, r.ffn, double(r.experts) / r.world, tiles, m, c, &up, &down);
     up *= 1e3, down *= 1e3;
     const double ffn = up + down;
-    char line[256];
+    char line[512];
     snprintf(line, sizeof line,
              "%-4s %-14s %6lld %2d %6d  %6.3f / %6.3f / %6.3f   %6.3f / %6.3f / %6.3f  %s / %s / %s%s\n", r.id, r.shape,
              (long long)r.tokens, r.world, r.raster_group, r.up_ms, r.down_ms, r.ms, up, down, ffn,
