@@ -174,7 +174,7 @@ void plan_moe(const Workload& w, Plan* p) {
   }
   p->notes.push_back(
       "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
-      "predictions are the fused op's, which is not built yet");
+      "makespan is the sum of the phases (docs/tuner.md, MoE), not the fused launch, which is not built yet");
   // The heap budget a user states (WEFT_HEAP_BYTES); unset, the workload sizes it: the worst case.
   int64_t budget = 0;
   if (get_param("WEFT_HEAP_BYTES", &budget) != Status::kOk || budget < 0) budget = 0;

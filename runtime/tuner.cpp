@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/tile_scheduler.h"
+#include "runtime/tuner_moe.h"
 
 namespace weft::runtime {
 namespace {
@@ -529,6 +530,17 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   if (rates.inter_backend == "socket")
     p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
   plan_execution(w, mover, &p);
+  if (p.exec.variant == "staged" && layout.nodes == 1) {
+    // What runs today: the staged MoE op, its phases one after another on every SM (tuner_moe.h).
+    // The bound is the grouped FFN alone or the busiest link alone, whichever is longer.
+    const MoeStagedTime st = moe_staged_time(w.moe, p.world_size, model, moe_staged_constants(model));
+    p.role_time_s = {st.total_s(), 0, 0, 0};
+    p.tail_s = 0;
+    p.makespan_s = st.total_s();
+    p.limited_by = to_string(Role::kCompute);
+    p.compute_alone_s = st.ffn_s();
+    p.bound_s = std::max(p.compute_alone_s, p.comm_alone_s);
+  }
   if (!w.plan.empty()) p.chosen_by = "workload";
   WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
             p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),

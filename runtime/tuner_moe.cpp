@@ -1,0 +1,91 @@
+// The staged MoE op's time per phase: expected padded tiles, the grouped GEMM's passes, the exchange.
+#include "runtime/tuner_moe.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weft::runtime {
+namespace {
+
+constexpr double kGB = 1e9;
+constexpr double kTileM = 128, kTileN = 256;  // the GEMM core's tile (kernels/grouped_gemm.cu)
+constexpr double kHeaderBytes = 80;           // dispatch header per (token, rank) (kernels/moe_plan.h)
+
+// Probability that `g` of the `experts` hold at least one of a token's `k` distinct experts.
+double group_hit(int64_t experts, int64_t k, int64_t g) {
+  if (g >= experts) return 1;
+  double miss = 1;
+  for (int64_t i = 0; i < k; ++i) miss *= double(experts - g - i) / double(experts - i);
+  return 1 - std::max(0.0, miss);
+}
+
+// One grouped GEMM pass: `tiles` output tiles of k deep on every SM, `bytes` through HBM.
+double grouped_pass(double tiles, double k, double bytes, const MachineModel& m, const MoeStagedConstants& c) {
+  const double per_sm = c.gemm_tflops * 1e12 / m.sm_count;
+  const double waves = std::ceil(tiles / m.sm_count - 1e-9);
+  const double mma = waves * (2 * kTileM * kTileN * k / per_sm + c.gemm_tile_us * 1e-6);
+  const double hbm = bytes / (c.gemm_hbm_gbps * kGB);
+  return std::max(mma, hbm) + c.gemm_overlap_miss * std::min(mma, hbm);
+}
+
+}  // namespace
+
+MoeStagedConstants moe_staged_constants(const MachineModel& m) {
+  MoeStagedConstants c;
+  const MachineModel h100 = machine_model_h100();
+  c.gemm_tflops *= m.tensor_tflops / h100.tensor_tflops;
+  c.gemm_hbm_gbps *= m.hbm_gbps / h100.hbm_gbps;
+  c.copy_gbps *= m.hbm_gbps / h100.hbm_gbps;
+  return c;
+}
+
+double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, int tile_m) {
+  if (routed_tokens <= 0 || experts <= 0 || topk <= 0) return 0;
+  const double p = std::min(1.0, double(topk) / double(experts));
+  const double mean = routed_tokens * p, sd = std::sqrt(routed_tokens * p * (1 - p));
+  if (sd <= 0) return std::ceil(mean / tile_m);
+  // E[ceil(X / m)] = sum over j >= 0 of P(X > j m), X integer: P(X >= j m + 1), continuity-corrected.
+  double tiles = 0;
+  for (int64_t j = 0;; ++j) {
+    const double edge = double(j) * tile_m + 0.5;
+    const double above = 0.5 * std::erfc((edge - mean) / (sd * std::sqrt(2.0)));
+    if (edge > mean && above < 1e-9) break;
+    tiles += above;
+  }
+  return tiles;
+}
+
+void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
+                          const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s) {
+  const double h = double(hidden), f = double(ffn), rows = local_experts * tiles_per_expert * kTileM;
+  const double row_tiles = local_experts * tiles_per_expert;
+  // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out.
+  *up_s =
+      grouped_pass(row_tiles * std::ceil(2 * f / kTileN), h, (local_experts * 2 * f * h + rows * (h + f)) * 2, m, c);
+  *down_s = grouped_pass(row_tiles * std::ceil(h / kTileN), f, (local_experts * f * h + rows * (f + h)) * 2, m, c);
+}
+
+MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& m, const MoeStagedConstants& c) {
+  MoeStagedTime t;
+  const double W = std::max(1, world), T = double(s.tokens) / W, h = double(s.hidden);
+  const double local = double(s.experts) / W;
+  const double hit = group_hit(s.experts, s.topk, s.experts / int64_t(W));
+  const double row = h * 2 + kHeaderBytes;
+  const double remote = T * (W - 1) * hit * row;  // rows to the other ranks, once per (token, rank)
+  const double pairs = T * double(s.topk);        // (token, local expert) rows a rank receives on average
+  // Route: the router GEMM (T x experts x hidden, one add per logit: no split tail) on every SM.
+  const double router_tiles = std::ceil(T / kTileM) * std::ceil(double(s.experts) / kTileN);
+  const double router = std::ceil(router_tiles / m.sm_count) *
+                        (2 * kTileM * kTileN * h / (m.tensor_tflops * 1e12 / m.sm_count) + m.tile_overhead_us * 1e-6);
+  t.route_s = c.route_us * 1e-6 + router + T * c.route_token_ns * 1e-9;
+  // Dispatch: each (token, destination rank) row once; the own rank's rows stay in HBM.
+  t.dispatch_s = c.dispatch_us * 1e-6 + remote / (c.exchange_gbps * kGB);
+  // Arrange: every (token, local expert) row copied into its expert's rows (read and write).
+  t.arrange_s = c.arrange_us * 1e-6 + pairs * h * 2 * 2 / (c.copy_gbps * kGB);
+  moe_grouped_ffn_time(s.hidden, s.ffn, local, moe_expected_tiles(W * T, s.experts, s.topk), m, c, &t.up_s, &t.down_s);
+  // Combine: the owner reads its experts' rows and sends one row per (token, rank); the home reads W rows a token.
+  t.combine_s = c.combine_us * 1e-6 + (pairs + W * T) * h * 2 / (c.copy_gbps * kGB) + remote / (c.exchange_gbps * kGB);
+  return t;
+}
+
+}  // namespace weft::runtime

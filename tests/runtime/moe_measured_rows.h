@@ -1,0 +1,81 @@
+// The measured MoE rows of docs/moe.md (weft's staged MoE op and its grouped GEMM on H100), copied as
+// the page reports them, for the tuner's MoE model (test_tuner_moe.cpp, docs/tuner.md "MoE").
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace weft::testing {
+
+// A figure docs/moe.md does not give is -1.
+struct MoeMeasured {
+  const char* id;
+  const char* machine;
+  int gpus;            // GPUs the run used
+  const char* commit;  // the code it ran
+  const char* shape;
+  int64_t hidden, ffn, experts, topk;
+  int64_t tokens;    // tokens per rank
+  int world;         // the ranks: "layer" rows ran on them; "ffn" rows time the counts one rank of them receives
+  const char* part;  // "layer": the whole op (median of 20 calls, slowest rank); "ffn": the grouped GEMM alone
+  int raster_group;  // the grouped GEMM's raster group in 128-row tiles (16 is the op's)
+  double ms;         // layer: run B (the one with phases); ffn: gate/up + SiLU and down
+  double ms_a;       // layer: run A of the same call
+  // Layer, run B: per-phase medians of 20 more calls with events between the phases (arrange and
+  // combine include their waits for the other rank).
+  double route_ms, dispatch_ms, arrange_ms, ffn_ms, combine_ms;
+  // ffn rows: the two passes, and the rows (real, padded to 128) rank 0 received.
+  double up_ms, down_ms;
+  int64_t rows, padded_rows;
+};
+
+inline const std::vector<MoeMeasured>& moe_measured_rows() {
+  // docs/moe.md, "The layer on 2 H100s": NVIDIA H100 80GB HBM3 x 2 (NVLink), driver 580.159.04,
+  // 2026-11-25, bench_moe_layer under weftrun exec -n 2.
+  static const char* kTwo = "2 x NVIDIA H100 80GB HBM3 (NVLink), driver 580.159.04";
+  // docs/moe.md, "Measured": bench_moe_single on one of the same cards, counts rank 0 of W receives.
+  static const char* kOne = "NVIDIA H100 80GB HBM3 (one GPU)";
+  static const std::vector<MoeMeasured> rows = {
+      {"L01", kTwo,  2,     "04c0c8e", "Mixtral-8x7B", 4096,  14336, 8,     2,  4096, 2,  "layer",
+       16,    4.737, 4.865, 0.088,     0.102,          0.094, 4.508, 0.276, -1, -1,   -1, -1},
+      {"L02", kTwo,  2,     "04c0c8e", "Qwen3-30B-A3B", 2048,  768,   128,   8,  4096, 2,  "layer",
+       16,    1.142, 1.138, 0.088,     0.069,           0.126, 0.687, 0.176, -1, -1,   -1, -1},
+      {"L03", kTwo,   2,      "04c0c8e", "DeepSeek-V3", 7168,  2048,  256,   8,  4096, 2,  "layer",
+       16,    10.168, 11.661, 0.160,     0.193,         0.464, 9.189, 1.262, -1, -1,   -1, -1},
+      {"L04", kTwo,  2,     "04c0c8e", "Mixtral-8x7B", 4096,  14336, 8,     2,  256, 2,  "layer",
+       16,    0.690, 0.694, 0.056,     0.018,          0.027, 0.561, 0.065, -1, -1,  -1, -1},
+      // Run A's 1.697 ms is the one outlier of the two repeats (docs/moe.md).
+      {"L05", kTwo,  2,     "04c0c8e", "Qwen3-30B-A3B", 2048,  768,   128,   8,  256, 2,  "layer",
+       16,    0.410, 1.697, 0.055,     0.017,           0.029, 0.265, 0.054, -1, -1,  -1, -1},
+      {"L06", kTwo,  2,     "04c0c8e", "DeepSeek-V3", 7168,  2048,  256,   8,  256, 2,  "layer",
+       16,    4.998, 4.985, 0.083,     0.026,         0.051, 4.674, 0.167, -1, -1,  -1, -1},
+      // bench_moe_single --rounds 20 (median of 20 interleaved rounds), 1 of 4 ranks' counts.
+      {"S01", kOne, 1,  "993e4f9", "Mixtral-8x7B", 4096,  14336, 8,   2, 4096, 4, "ffn", 16, 4.499, -1, -1,
+       -1,    -1,   -1, -1,        3.086,          1.413, 8171,  8320},
+      {"S02", kOne, 1,  "993e4f9", "Qwen3-30B-A3B", 2048,  768,   128,  8, 4096, 4, "ffn", 16, 0.636, -1, -1,
+       -1,    -1,   -1, -1,        0.362,           0.273, 32612, 34560},
+      {"S03", kOne, 1,  "993e4f9", "DeepSeek-V3", 7168,  2048,  256,  8, 4096, 4, "ffn", 16, 5.260, -1, -1,
+       -1,    -1,   -1, -1,        3.251,         2.009, 32815, 36864},
+      {"S04", kOne, 1,  "993e4f9", "Mixtral-8x7B", 4096,  14336, 8,  2, 256, 4, "ffn", 16, 0.423, -1, -1,
+       -1,    -1,   -1, -1,        0.264,          0.159, 496,   640},
+      {"S05", kOne, 1,  "993e4f9", "Qwen3-30B-A3B", 2048,  768,  128, 8, 256, 4, "ffn", 16, 0.162, -1, -1,
+       -1,    -1,   -1, -1,        0.103,           0.058, 2025, 4096},
+      {"S06", kOne, 1,  "993e4f9", "DeepSeek-V3", 7168,  2048, 256, 8, 256, 4, "ffn", 16, 2.282, -1, -1,
+       -1,    -1,   -1, -1,        1.528,         0.754, 2070, 8192},
+      // bench_moe_single --world W --shape DeepSeek-V3 --tokens 4096 (median of 10 interleaved rounds).
+      {"S07", kOne, 1,  "e2dc746", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, "ffn", 16, 7.842, -1, -1, -1, -1,
+       -1,    -1,   -1, -1,        32628,         40192},
+      {"S08", kOne, 1,  "e2dc746", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 4, "ffn", 16, 5.180, -1, -1, -1, -1, -1, -1,
+       -1,    -1,   -1, -1},
+      {"S09", kOne, 1,  "e2dc746", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 8, "ffn", 16, 4.787, -1, -1, -1, -1, -1, -1,
+       -1,    -1,   -1, -1},
+      // The same W = 2 counts with raster groups of 4 and 64 row tiles (the model knows only 16).
+      {"S10", kOne, 1,  "e2dc746", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, "ffn", 4, 8.439, -1, -1, -1, -1,
+       -1,    -1,   -1, -1,        32628,         40192},
+      {"S11", kOne, 1,  "e2dc746", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, "ffn", 64, 11.857, -1, -1, -1, -1,
+       -1,    -1,   -1, -1,        32628,         40192},
+  };
+  return rows;
+}
+
+}  // namespace weft::testing
