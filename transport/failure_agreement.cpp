@@ -51,8 +51,8 @@ bootstrap::Blob encode(int rank, const std::string& why) {
 int failure_agreement_reads(const RankLayout& layout, int rank) {
   const Shape s = shape_of(layout, rank);
   if (s.nodes <= 1) return static_cast<int>(s.mates.size());
-  const int leaders = s.nodes - (layout.local_of[static_cast<size_t>(rank)] == 0 ? 1 : 0);
-  return s.one_per_node ? leaders : static_cast<int>(s.mates.size()) + leaders;
+  // Every other node's leader (this node's result is already known after round 1).
+  return static_cast<int>(s.mates.size()) + s.nodes - 1;
 }
 
 Status agree_on_failure(bootstrap::Bootstrap& boot, const RankLayout& layout, const std::string& key,
@@ -92,11 +92,12 @@ Status agree_on_failure(bootstrap::Bootstrap& boot, const RankLayout& layout, co
     }
   }
 
-  // Round 2: one entry per node, from its leader.
+  // Round 2: one entry per node, from its leader; this node's result is known from round 1.
   const bool leader = layout.local_of[static_cast<size_t>(me)] == 0;
+  const int my_node = layout.node_of[static_cast<size_t>(me)];
   std::vector<int> from;
-  for (int r : s.leaders)
-    if (r >= 0 && r != me) from.push_back(r);
+  for (int n = 0; n < s.nodes; ++n)
+    if (n != my_node && s.leaders[static_cast<size_t>(n)] >= 0) from.push_back(s.leaders[static_cast<size_t>(n)]);
   std::sort(from.begin(), from.end());
   WEFT_CHECK(
       boot.allgather_from(key + ".job", leader && low >= 0 ? encode(low, low_why) : bootstrap::Blob(), from, &all));

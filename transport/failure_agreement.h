@@ -5,7 +5,7 @@
 //                    (PMIx: same-host entries come through the node exchange's files);
 //                    each node now knows its lowest failing rank.
 //   round 2 (job):   node leaders (local index 0) publish that (rank, why); every rank reads the
-//                    leaders' entries only.
+//                    other nodes' leaders' entries only.
 //
 //   N nodes x G ranks: each rank reads G - 1 + N - 1 entries (128 x 8: 134), not N x G - 1 (1,023).
 //   One node: round 1 alone decides. One rank per node: round 2 alone.

@@ -119,9 +119,9 @@ TEST_CASE("failure agreement: every rank names the lowest failing rank and its c
 
 TEST_CASE("failure agreement at 128 x 8 reads G - 1 + N - 1 entries per rank, not N x G - 1") {
   const RankLayout l = block_layout(128, 8);
-  CHECK(failure_agreement_reads(l, 5) == 7 + 128);  // node-mates, and every node's leader (its own included)
-  CHECK(failure_agreement_reads(l, 8) == 7 + 127);  // a leader reads the other leaders
-  CHECK(failure_agreement_reads(l, 1023) == 7 + 128);
+  CHECK(failure_agreement_reads(l, 5) == 7 + 127);  // node-mates, and every other node's leader
+  CHECK(failure_agreement_reads(l, 8) == 7 + 127);  // a leader alike
+  CHECK(failure_agreement_reads(l, 1023) == 7 + 127);
   for (int r : {0, 5, 512, 1023}) CHECK(failure_agreement_reads(l, r) < 1023 / 7);
   CHECK(failure_agreement_reads(block_layout(1, 8), 3) == 7);
   CHECK(failure_agreement_reads(block_layout(64, 1), 3) == 63);
@@ -182,7 +182,7 @@ TEST_CASE("Transport::create: block placement reads rank 0's layout entry only; 
     }
     if (!cyclic) {
       // Everything rank 5 read while wiring: three agreements (block placement, open, connect) of
-      // 3 node-mates + 2 leaders each, rank 0's secret, its one rail peer's endpoint: 17, where
+      // 3 node-mates + the other node's leader each, rank 0's secret, its one rail peer's endpoint: 14, where
       // reading every rank in each job-wide round would be 3 x 7 + 1.
       CHECK(exchange_reads[5] == 3 * failure_agreement_reads(block_layout(2, G), 5) + 1 + 1);
     }
