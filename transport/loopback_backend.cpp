@@ -9,7 +9,6 @@
 
 #include "base/log.h"
 #include "transport/net_backend.h"
-#include "transport/peer_index.h"
 
 namespace weft::transport {
 namespace {
@@ -26,18 +25,12 @@ struct Op {
 
 class LoopbackBackend final : public NetBackend {
  public:
-  // Per-peer tables are indexed by slot (the peer's place in the peer set), not by rank.
-  explicit LoopbackBackend(const BackendConfig& c)
-      : cfg_(c),
-        index_(PeerIndex::for_config(c.peers, c.rank, c.size, &index_error_)),
-        peers_(index_.size()),
-        queues_(index_.size()) {}
+  explicit LoopbackBackend(const BackendConfig& c) : cfg_(c), peers_(c.size), queues_(c.size) {}
   ~LoopbackBackend() override { unpublish(); }
   const char* name() const override { return "loopback"; }
 
   Status register_region(const Region& r) override {
     if (r.kind != MemKind::kHost) return fail(Status::kUnsupported, "loopback serves host memory only");
-    if (!index_error_.empty()) return fail(Status::kInvalidArgument, "the peer set: " + index_error_);
     region_ = r;
     return Status::kOk;
   }
@@ -56,47 +49,39 @@ class LoopbackBackend final : public NetBackend {
     if (!li || li->pid != getpid())
       return fail(Status::kUnsupported,
                   "loopback connects ranks of one process only (rank " + std::to_string(peer) + " is elsewhere)");
-    const int slot = index_.slot(peer);
-    if (slot < 0)
-      return fail(Status::kInvalidArgument,
-                  "connect: rank " + std::to_string(peer) + " is not in this rank's peer set");
     std::lock_guard<std::mutex> lock(g_mutex);
     auto it = g_regions.find({li->fabric, peer});
     if (it == g_regions.end()) return fail(Status::kNotFound, "rank " + std::to_string(peer) + " has no region");
-    peers_[slot] = it->second;
+    peers_[peer] = it->second;
     return Status::kOk;
   }
 
-  // A rank outside the peer set "has room": the post that follows fails naming it.
-  bool can_post(int peer) const override {
-    const int slot = index_.slot(peer);
-    return slot < 0 || queues_[slot].size() < 1024;
-  }
+  bool can_post(int peer) const override { return queues_[peer].size() < 1024; }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags,
                   uint64_t wr_id) override {
-    int s = -1;
-    WEFT_CHECK(check_post(peer, &s));
-    if (local_offset > region_.bytes || bytes > region_.bytes - local_offset || remote_offset > peers_[s].bytes ||
-        bytes > peers_[s].bytes - remote_offset)
+    if (status_ != Status::kOk) return status_;
+    if (!peers_[peer].base) return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " not connected");
+    if (local_offset > region_.bytes || bytes > region_.bytes - local_offset || remote_offset > peers_[peer].bytes ||
+        bytes > peers_[peer].bytes - remote_offset)
       return fail(Status::kInvalidArgument, "put outside a region (rank " + std::to_string(peer) + ")");
-    queues_[s].push_back({true, local_offset, remote_offset, bytes, wr_id});
+    queues_[peer].push_back({true, local_offset, remote_offset, bytes, wr_id});
     return Status::kOk;
   }
 
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags, uint64_t wr_id) override {
-    int s = -1;
-    WEFT_CHECK(check_post(peer, &s));
-    if (flag_offset % 8 || peers_[s].bytes < 8 || flag_offset > peers_[s].bytes - 8)  // no wrap near 2^64
+    if (status_ != Status::kOk) return status_;
+    if (!peers_[peer].base) return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " not connected");
+    if (flag_offset % 8 || peers_[peer].bytes < 8 || flag_offset > peers_[peer].bytes - 8)  // no wrap near 2^64
       return fail(Status::kInvalidArgument, "flag offset outside the region of rank " + std::to_string(peer));
-    queues_[s].push_back({false, 0, flag_offset, value, wr_id});
+    queues_[peer].push_back({false, 0, flag_offset, value, wr_id});
     return Status::kOk;
   }
 
   // Applies a few queued ops per peer in order, so completions trail posts as on a real network.
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
-    for (int p = 0; p < index_.size(); ++p) {
+    for (int p = 0; p < cfg_.size; ++p) {
       for (int k = 0; k < 64 && !queues_[p].empty(); ++k) {
         const Op& op = queues_[p].front();
         char* dst = static_cast<char*>(peers_[p].base);
@@ -105,7 +90,7 @@ class LoopbackBackend final : public NetBackend {
         } else {
           __atomic_store_n(reinterpret_cast<uint64_t*>(dst + op.dst), op.bytes_or_value, __ATOMIC_RELEASE);
         }
-        done->push_back({op.wr_id, index_.rank(p)});
+        done->push_back({op.wr_id, p});
         queues_[p].pop_front();
       }
     }
@@ -129,17 +114,6 @@ class LoopbackBackend final : public NetBackend {
   std::string error_message() const override { return error_; }
 
  private:
-  // *slot: the peer's slot. A rank outside the peer set fails at once, naming it.
-  Status check_post(int peer, int* slot) {
-    if (status_ != Status::kOk) return status_;
-    *slot = index_.slot(peer);
-    if (*slot < 0)
-      return fail(Status::kInvalidArgument, "post to rank " + std::to_string(peer) +
-                                                ", which is not in this rank's peer set (" +
-                                                std::to_string(index_.size()) + " peers; transport/peer_set.h)");
-    if (!peers_[*slot].base) return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " not connected");
-    return Status::kOk;
-  }
   Status fail(Status s, const std::string& what) {
     if (status_ == Status::kOk) {
       status_ = s;
@@ -157,8 +131,6 @@ class LoopbackBackend final : public NetBackend {
   }
 
   BackendConfig cfg_;
-  std::string index_error_;  // why cfg_.peers was refused; before index_, which sets it
-  PeerIndex index_;          // peer rank -> slot of the tables below
   Region region_;
   std::vector<Region> peers_;
   std::vector<std::deque<Op>> queues_;

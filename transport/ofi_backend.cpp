@@ -29,7 +29,6 @@
 #include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
 #include "transport/ofi_stage.h"
-#include "transport/peer_index.h"
 
 namespace weft::transport {
 namespace {
@@ -66,9 +65,9 @@ struct Ctx {
   fi_context2 ctx;
   enum Kind : uint8_t { kFree, kPut, kSignal, kHelloSend, kHelloRecv, kCreditSend } kind = kFree;
   bool delivery = false;  // posted with FI_DELIVERY_COMPLETE; fenced signals to `peer` wait for it
-  int peer = -1;          // the peer's slot (index_), not its rank
-  int op = -1;            // index into ops_ (puts and signals); the receive slot (receives)
-  int stage_slot = -1;    // staged writes: the send stage slot it reads
+  int peer = -1;
+  int op = -1;          // index into ops_ (puts and signals); the receive slot (receives)
+  int stage_slot = -1;  // staged writes: the send stage slot it reads
 };
 
 // A post the proxy made: reported done once its last write completed.
@@ -91,30 +90,26 @@ struct Work {
 
 class OfiBackend final : public NetBackend {
  public:
-  // Per-peer state is indexed by slot (the peer's place in the peer set), so it grows with the peers
-  // a rank faces, not with the job.
   OfiBackend(const BackendConfig& c, std::string provider)
       : cfg_(c),
-        index_(PeerIndex::for_config(c.peers, c.rank, c.size, &index_error_)),
         provider_(std::move(provider)),
         switches_(ofi_test_switches()),
-        peers_(index_.size()),
-        queues_(index_.size()),
-        outstanding_(index_.size(), 0),
-        delivering_(index_.size(), 0),
-        last_progress_s_(index_.size(), 0),
-        hello_from_(index_.size(), false),
-        stages_(index_.size()),
-        senders_(index_.size()),
-        receivers_(index_.size()),
-        credit_in_flight_(index_.size(), false) {}
+        peers_(c.size),
+        queues_(c.size),
+        outstanding_(c.size, 0),
+        delivering_(c.size, 0),
+        last_progress_s_(c.size, 0),
+        hello_from_(c.size, false),
+        stages_(c.size),
+        senders_(c.size),
+        receivers_(c.size),
+        credit_in_flight_(c.size, false) {}
   ~OfiBackend() override { release(); }
   const char* name() const override { return "ofi"; }
 
   Status register_region(const Region& r) override {
     if (r.kind == MemKind::kDevice && !(cfg_.copy_hooks.to_region && cfg_.copy_hooks.from_region))
       return fail(Status::kInvalidArgument, "a device-memory heap needs the copy hooks (weft_transport_cuda)");
-    if (!index_error_.empty()) return fail(Status::kInvalidArgument, "the peer set: " + index_error_);
     region_ = r;
     staged_ = r.kind == MemKind::kDevice;
     return open();
@@ -150,11 +145,8 @@ class OfiBackend final : public NetBackend {
   Status connect(int peer, const PeerInfo& info) override {
     if (status_ != Status::kOk) return status_;
     const auto* oi = std::get_if<OfiPeerInfo>(&info);
-    const int s = index_.slot(peer);
-    if (s < 0)
-      return fail(Status::kInvalidArgument,
-                  "connect: rank " + std::to_string(peer) + " is not in this rank's peer set");
-    if (!oi) return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " did not publish an ofi endpoint");
+    if (peer < 0 || peer >= cfg_.size || peer == cfg_.rank || !oi)
+      return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " did not publish an ofi endpoint");
     if (oi->provider != info_->fabric_attr->prov_name)
       return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " opened provider '" + oi->provider +
                                                 "', this rank '" + info_->fabric_attr->prov_name +
@@ -170,23 +162,23 @@ class OfiBackend final : public NetBackend {
     int rc = fi_av_insert(av_, oi->addr.data(), 1, &addr, 0, nullptr);
     if (rc != 1)
       return fail(Status::kSystemError, "fi_av_insert for rank " + std::to_string(peer) + ": " + ofi_error(rc));
-    peers_[s].addr = addr;
-    peers_[s].heap_base = oi->heap_base;
-    peers_[s].heap_key = oi->heap_key;
-    peers_[s].connected = true;
+    peers_[peer].addr = addr;
+    peers_[peer].heap_base = oi->heap_base;
+    peers_[peer].heap_key = oi->heap_key;
+    peers_[peer].connected = true;
     CtrlMsg h{kHelloMagic, cfg_.rank, cfg_.channel, 0, cfg_.secret, 0, 0, 0};
     if (staged_) {
-      WEFT_CHECK(open_stage(s));
-      senders_[s] = StageSender(kStageSlots);
-      receivers_[s] = StageReceiver(kStageSlots);
-      h.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stages_[s].mem) : 0;
-      h.stage_key = fi_mr_key(stages_[s].mr);
+      WEFT_CHECK(open_stage(peer));
+      senders_[peer] = StageSender(kStageSlots);
+      receivers_[peer] = StageReceiver(kStageSlots);
+      h.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stages_[peer].mem) : 0;
+      h.stage_key = fi_mr_key(stages_[peer].mr);
       if (h.stage_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "a staging ring's key is not available");
     }
 
     char* buf = ctrl_ + hello_send_offset();
     memcpy(buf, &h, sizeof h);
-    Ctx* c = take_ctx(Ctx::kHelloSend, s, -1);
+    Ctx* c = take_ctx(Ctx::kHelloSend, peer, -1);
     if (!c) return fail(Status::kInternal, "no context for the hello to rank " + std::to_string(peer));
     const double deadline = now_s() + cfg_.timeout_s;
     bool sent = false;
@@ -202,27 +194,22 @@ class OfiBackend final : public NetBackend {
         if (now_s() > deadline) return connect_timeout(peer, "could not send the hello");
       }
     }
-    while (!hello_sent_ || !hello_from_[s]) {
+    while (!hello_sent_ || !hello_from_[peer]) {
       WEFT_CHECK(drain());
       if (now_s() > deadline)
         return connect_timeout(peer, hello_sent_ ? "sent the hello, none came back" : "the hello was never sent");
-      if (!hello_sent_ || !hello_from_[s]) nap(20e-6);
+      if (!hello_sent_ || !hello_from_[peer]) nap(20e-6);
     }
-    last_progress_s_[s] = now_s();
+    last_progress_s_[peer] = now_s();
     return Status::kOk;
   }
 
-  // A rank outside the peer set "has room": the post that follows fails naming it.
-  bool can_post(int peer) const override {
-    const int s = index_.slot(peer);
-    return s < 0 || queues_[s].size() < kQueuedPerPeer;
-  }
+  bool can_post(int peer) const override { return queues_[peer].size() < kQueuedPerPeer; }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags flags,
                   uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
-    int s = -1;
-    WEFT_CHECK(check_peer(peer, &s));
+    WEFT_CHECK(check_peer(peer));
     if (local_offset > region_.bytes || bytes > region_.bytes - local_offset || remote_offset > region_.bytes ||
         bytes > region_.bytes - remote_offset)
       return fail(Status::kInvalidArgument, "put outside the heap (rank " + std::to_string(peer) + ")");
@@ -233,14 +220,13 @@ class OfiBackend final : public NetBackend {
     w.bytes = bytes;
     w.flags = flags;
     w.wr_id = wr_id;
-    enqueue(s, w);
-    return issue(s);
+    enqueue(peer, w);
+    return issue(peer);
   }
 
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags flags, uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
-    int s = -1;
-    WEFT_CHECK(check_peer(peer, &s));
+    WEFT_CHECK(check_peer(peer));
     if (flag_offset % 8 || region_.bytes < 8 || flag_offset > region_.bytes - 8)
       return fail(Status::kInvalidArgument, "flag offset outside the heap of rank " + std::to_string(peer));
     Work w;
@@ -248,14 +234,14 @@ class OfiBackend final : public NetBackend {
     w.value = value;
     w.flags = flags;
     w.wr_id = wr_id;
-    enqueue(s, w);
-    return issue(s);
+    enqueue(peer, w);
+    return issue(peer);
   }
 
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
     WEFT_CHECK(drain());
-    for (int p = 0; p < index_.size(); ++p) {
+    for (int p = 0; p < cfg_.size; ++p) {
       if (!queues_[p].empty()) WEFT_CHECK(issue(p));
       if (staged_ && receivers_[p].credit_due()) WEFT_CHECK(send_credit(p));
     }
@@ -323,14 +309,8 @@ class OfiBackend final : public NetBackend {
                                       "; WEFT_PROXY_TIMEOUT)");
   }
 
-  // *slot: the peer's slot. A rank outside the peer set fails at once, naming it.
-  Status check_peer(int peer, int* slot) {
-    *slot = index_.slot(peer);
-    if (*slot < 0)
-      return fail(Status::kInvalidArgument, "post to rank " + std::to_string(peer) +
-                                                ", which is not in this rank's peer set (" +
-                                                std::to_string(index_.size()) + " peers; transport/peer_set.h)");
-    if (!peers_[*slot].connected)
+  Status check_peer(int peer) {
+    if (peer < 0 || peer >= cfg_.size || !peers_[peer].connected)
       return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " is not connected");
     return Status::kOk;
   }
@@ -383,7 +363,7 @@ class OfiBackend final : public NetBackend {
     cq_attr.format = FI_CQ_FORMAT_DATA;
     // Completion queue, address vector and operation contexts sized for the peer set (transport/peer_set.h),
     // not the job: + 1 keeps the full mesh's sizes as they were.
-    const size_t faced = static_cast<size_t>(index_.size()) + 1;
+    const size_t faced = (cfg_.peers ? cfg_.peers->size() : static_cast<size_t>(cfg_.size - 1)) + 1;
     cq_attr.size = std::min<size_t>(kOpsPerPeer * faced + 4 * kRecvSlots, 65536);
     rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_cq_open: " + ofi_error(rc));
@@ -404,7 +384,7 @@ class OfiBackend final : public NetBackend {
     ctxs_.resize(kOpsPerPeer * faced + faced + kRecvSlots + 1);  // + credits, receives, the hello
     free_ctx_.clear();
     for (size_t i = ctxs_.size() - kRecvSlots; i-- > 0;) free_ctx_.push_back(static_cast<int>(i));
-    ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + index_.size());  // O(peers)
+    ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + cfg_.size);
     ctrl_storage_.assign(ctrl_bytes_ + 64, 0);
     ctrl_ = ctrl_storage_.data() + (64 - reinterpret_cast<uintptr_t>(ctrl_storage_.data()) % 64) % 64;
     if (staged_) {
@@ -445,12 +425,10 @@ class OfiBackend final : public NetBackend {
   }
 
   // Control block: 8 bytes per context (signal values), the hello, the receive buffers, a credit
-  // message per peer slot.
+  // message per peer.
   size_t hello_send_offset() const { return ctxs_.size() * 8; }
   char* recv_buf(int slot) { return ctrl_ + hello_send_offset() + kMsgBytes * (slot + 1); }
-  char* credit_buf(int slot) { return ctrl_ + hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + slot); }
-  // From here on, `peer` is a peer's slot (index_), never its rank; messages name index_.rank(peer).
-
+  char* credit_buf(int peer) { return ctrl_ + hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + peer); }
   // A connected peer's staging memory: the ring it writes here, then the ring this rank sends from.
   char* recv_stage(int sender, uint32_t slot) { return stages_[sender].mem + uint64_t{slot} * kStageSlotBytes; }
   char* send_stage(int peer, uint32_t slot) { return recv_stage(peer, kStageSlots + slot); }
@@ -562,7 +540,7 @@ class OfiBackend final : public NetBackend {
         }
         if (rc)
           return fail(Status::kSystemError, std::string(w.is_put ? "put" : "signal") + " to rank " +
-                                                std::to_string(index_.rank(peer)) + ": fi_writemsg: " + ofi_error(rc));
+                                                std::to_string(peer) + ": fi_writemsg: " + ofi_error(rc));
         ++outstanding_[peer];
         ++op.in_flight;
         if (c->delivery) ++delivering_[peer];
@@ -596,7 +574,7 @@ class OfiBackend final : public NetBackend {
           Status s = cfg_.copy_hooks.from_region(cfg_.copy_hooks.ctx, buf + sizeof h,
                                                  static_cast<char*>(region_.base) + w.local + w.posted, n);
           if (s != Status::kOk)
-            return fail(s, "copying a put to rank " + std::to_string(index_.rank(peer)) + " out of the device heap");
+            return fail(s, "copying a put to rank " + std::to_string(peer) + " out of the device heap");
         }
         Ctx* c = take_ctx(w.is_put ? Ctx::kPut : Ctx::kSignal, peer, w.op);
         c->stage_slot = static_cast<int>(slot);
@@ -610,7 +588,7 @@ class OfiBackend final : public NetBackend {
         }
         if (rc)
           return fail(Status::kSystemError, std::string(w.is_put ? "staged put" : "staged signal") + " to rank " +
-                                                std::to_string(index_.rank(peer)) + ": fi_writedata: " + ofi_error(rc));
+                                                std::to_string(peer) + ": fi_writedata: " + ofi_error(rc));
         ++outstanding_[peer];
         ++ops_[w.op].in_flight;
         w.posted += n;
@@ -624,14 +602,13 @@ class OfiBackend final : public NetBackend {
   // A stage slot from `sender` arrived: apply every slot now due from it in sequence (data copied
   // into the device heap before any later signal is set), then return credit.
   Status stage_arrived(uint64_t data) {
-    int sender_rank = -1;
+    int sender = -1;
     uint32_t slot = 0;
-    stage_cq_split(data, &sender_rank, &slot);
-    const int sender = index_.slot(sender_rank);  // -1 outside the peer set
-    if (!staged_ || sender < 0 || !receivers_[sender].arrived(slot))
+    stage_cq_split(data, &sender, &slot);
+    if (!staged_ || sender < 0 || sender >= cfg_.size || sender == cfg_.rank || !receivers_[sender].arrived(slot))
       return fail(Status::kProtocolError, "remote CQ data " + std::to_string(data) +
                                               " names no stage slot this rank has open (sender field " +
-                                              std::to_string(sender_rank) + ")");
+                                              std::to_string(sender) + ")");
     StageReceiver& ring = receivers_[sender];
     uint64_t seq = 0;
     while (ring.next(&slot, &seq)) {
@@ -646,14 +623,14 @@ class OfiBackend final : public NetBackend {
                       len <= region_.bytes - h.dst_offset && (put || h.dst_offset % 8 == 0);
       if (!ok)
         return fail(Status::kProtocolError, "stage slot " + std::to_string(slot) + " from rank " +
-                                                std::to_string(sender_rank) + " is malformed (sequence " +
+                                                std::to_string(sender) + " is malformed (sequence " +
                                                 std::to_string(h.seq) + ", expected " + std::to_string(seq) + ")");
       void* dst = static_cast<char*>(region_.base) + h.dst_offset;
       Status s = put ? cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, buf + sizeof h, len)
                      : cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, &h.length_or_value, 8);
       if (s != Status::kOk)
         return fail(s, std::string("copying a staged ") + (put ? "put" : "signal") + " from rank " +
-                           std::to_string(sender_rank) + " into the device heap");
+                           std::to_string(sender) + " into the device heap");
       ring.consume();
     }
     return send_credit(sender);
@@ -671,9 +648,7 @@ class OfiBackend final : public NetBackend {
       give_ctx(c);
       return Status::kOk;  // poll() tries again
     }
-    if (rc)
-      return fail(Status::kSystemError,
-                  "staging credit to rank " + std::to_string(index_.rank(peer)) + ": " + ofi_error(rc));
+    if (rc) return fail(Status::kSystemError, "staging credit to rank " + std::to_string(peer) + ": " + ofi_error(rc));
     ring.credit_sent(m.value);
     credit_in_flight_[peer] = true;
     return Status::kOk;
@@ -714,15 +689,11 @@ class OfiBackend final : public NetBackend {
           return fail(Status::kProtocolError, "a control message that is not from this job's channel " +
                                                   std::to_string(cfg_.channel) + " (rank field " +
                                                   std::to_string(h.rank) + ")");
-        const int from = index_.slot(h.rank);
-        if (from < 0)  // peer sets are symmetric: a rank that is not ours never sends here
-          return fail(Status::kProtocolError, "a control message from rank " + std::to_string(h.rank) +
-                                                  ", which is not in this rank's peer set");
         if (h.magic == kHelloMagic) {
-          hello_from_[from] = true;
-          peers_[from].stage_base = h.stage_base;
-          peers_[from].stage_key = h.stage_key;
-        } else if (!staged_ || !senders_[from].credit(h.value)) {
+          hello_from_[h.rank] = true;
+          peers_[h.rank].stage_base = h.stage_base;
+          peers_[h.rank].stage_key = h.stage_key;
+        } else if (!staged_ || !senders_[h.rank].credit(h.value)) {
           return fail(Status::kProtocolError, "rank " + std::to_string(h.rank) + " returned credit for " +
                                                   std::to_string(h.value) + " stage slots, more than were sent");
         }
@@ -745,7 +716,7 @@ class OfiBackend final : public NetBackend {
         if (c->delivery) --delivering_[peer];
         last_progress_s_[peer] = now_s();
         if (--op.in_flight == 0 && op.all_posted) {
-          done_.push_back({op.wr_id, index_.rank(peer)});
+          done_.push_back({op.wr_id, peer});
           free_op_.push_back(c->op);
         }
         give_ctx(c);
@@ -768,7 +739,7 @@ class OfiBackend final : public NetBackend {
                        : c->kind == Ctx::kHelloSend  ? "the hello"
                        : c->kind == Ctx::kCreditSend ? "a staging credit"
                                                      : "a receive";
-    const std::string peer = known && c->peer >= 0 ? " to rank " + std::to_string(index_.rank(c->peer)) : std::string();
+    const std::string peer = known && c->peer >= 0 ? " to rank " + std::to_string(c->peer) : std::string();
     return fail(err.err == FI_ECANCELED ? Status::kPeerFailed : Status::kSystemError,
                 std::string(what) + peer + " failed: " + fi_strerror(err.err) + " (" +
                     fi_cq_strerror(cq_, err.prov_errno, err.err_data, nullptr, 0) + ")");
@@ -777,9 +748,9 @@ class OfiBackend final : public NetBackend {
   // A peer whose posted work has not moved for the timeout fails the backend, naming it.
   Status check_stuck() {
     const double t = now_s();
-    for (int p = 0; p < index_.size(); ++p)
+    for (int p = 0; p < cfg_.size; ++p)
       if ((outstanding_[p] || !queues_[p].empty()) && t - last_progress_s_[p] > cfg_.timeout_s)
-        return fail(Status::kTimeout, "no completion from rank " + std::to_string(index_.rank(p)) + " for " +
+        return fail(Status::kTimeout, "no completion from rank " + std::to_string(p) + " for " +
                                           std::to_string(static_cast<int>(cfg_.timeout_s)) + "s with " +
                                           std::to_string(outstanding_[p]) + " writes posted and " +
                                           std::to_string(queues_[p].size()) + " waiting (WEFT_PROXY_TIMEOUT)");
@@ -787,16 +758,15 @@ class OfiBackend final : public NetBackend {
   }
 
   bool busy() const {
-    for (int p = 0; p < index_.size(); ++p)
+    for (int p = 0; p < cfg_.size; ++p)
       if (outstanding_[p] || !queues_[p].empty()) return true;
     return false;
   }
   std::string busiest_peer() const {
-    if (index_.size() == 0) return "no peer";
     int best = 0;
-    for (int p = 0; p < index_.size(); ++p)
+    for (int p = 0; p < cfg_.size; ++p)
       if (outstanding_[p] + queues_[p].size() > outstanding_[best] + queues_[best].size()) best = p;
-    return "rank " + std::to_string(index_.rank(best));
+    return "rank " + std::to_string(best);
   }
 
   void release() {
@@ -823,8 +793,6 @@ class OfiBackend final : public NetBackend {
   }
 
   BackendConfig cfg_;
-  std::string index_error_;  // why cfg_.peers was refused; before index_, which sets it
-  PeerIndex index_;          // peer rank -> slot: every per-peer vector below is indexed by slot
   std::string provider_;
   OfiTestSwitches switches_;
   Region region_;

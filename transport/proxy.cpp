@@ -64,13 +64,11 @@ Status parse_cpu_list(const std::string& text, std::vector<int>* cpus) {
 
 Proxy::Proxy(const ProxyConfig& config, FifoRingHeader* ring, NetBackend* backend)
     : cfg_(config),
-      index_error_(),
-      index_(PeerIndex::for_config(config.peers, config.rank, config.world_size, &index_error_)),
       ring_(ring),
       backend_(backend),
-      outstanding_(index_.size(), 0),
-      outstanding_puts_(index_.size(), 0),
-      batcher_(index_.size(), config.batch_max, config.batch_max_bytes) {}
+      outstanding_(config.world_size, 0),
+      outstanding_puts_(config.world_size, 0),
+      batcher_(config.world_size, config.batch_max, config.batch_max_bytes) {}
 
 Proxy::~Proxy() {
   if (thread_.joinable()) stop();
@@ -78,9 +76,6 @@ Proxy::~Proxy() {
 
 Status Proxy::start() {
   if (thread_.joinable()) return Status::kOk;
-  if (!index_error_.empty())
-    return fail(Status::kInvalidArgument, "rank " + std::to_string(cfg_.rank) + " channel " +
-                                              std::to_string(cfg_.channel) + ": proxy: " + index_error_);
   stop_.store(false);
   loop_seen_s_.store(now_s(), std::memory_order_relaxed);
   thread_ = std::thread([this] { run(); });
@@ -232,20 +227,14 @@ Status Proxy::handle(const FifoCommand& cmd) {
     return fail(Status::kInvalidArgument, "rank " + std::to_string(cfg_.rank) + " channel " +
                                               std::to_string(cfg_.channel) + ": FIFO command for invalid peer " +
                                               std::to_string(peer));
-  const int slot = op == FifoOp::kFlush ? -1 : index_.slot(peer);
-  if (op != FifoOp::kFlush && slot < 0)
-    return fail(Status::kInvalidArgument, "rank " + std::to_string(cfg_.rank) + " channel " +
-                                              std::to_string(cfg_.channel) + ": post to rank " + std::to_string(peer) +
-                                              ", which is not in this rank's peer set (" +
-                                              std::to_string(index_.size()) + " peers; transport/peer_set.h)");
   switch (op) {
     case FifoOp::kPut:
-      return post_put(peer, slot, cmd.src_offset, cmd.dst_offset, cmd.bytes);
+      return post_put(peer, cmd.src_offset, cmd.dst_offset, cmd.bytes);
     case FifoOp::kSignal:
-      return post_signal(peer, slot, cmd.flag_offset, cmd.signal_value);
+      return post_signal(peer, cmd.flag_offset, cmd.signal_value);
     case FifoOp::kPutSignal:
-      WEFT_CHECK(post_put(peer, slot, cmd.src_offset, cmd.dst_offset, cmd.bytes));
-      return post_signal(peer, slot, cmd.flag_offset, cmd.signal_value);
+      WEFT_CHECK(post_put(peer, cmd.src_offset, cmd.dst_offset, cmd.bytes));
+      return post_signal(peer, cmd.flag_offset, cmd.signal_value);
     case FifoOp::kFlush:
       WEFT_CHECK(flush_all_batches());
       return wait_all_done("flush");
@@ -256,51 +245,50 @@ Status Proxy::handle(const FifoCommand& cmd) {
   }
 }
 
-Status Proxy::post_put(int peer, int slot, uint64_t src, uint64_t dst, uint64_t bytes) {
+Status Proxy::post_put(int peer, uint64_t src, uint64_t dst, uint64_t bytes) {
   if (bytes == 0) return Status::kOk;
   // Batched signals already waiting for this peer go out before a put that would delay them too much.
-  if (cfg_.mode == SignalMode::kBatched && batcher_.close_before_put(slot, bytes)) WEFT_CHECK(flush_batch(slot));
+  if (cfg_.mode == SignalMode::kBatched && batcher_.close_before_put(peer, bytes)) WEFT_CHECK(flush_batch(peer));
   WEFT_CHECK(wait_room(peer));
   PostFlags f;
   f.need_completion = cfg_.mode == SignalMode::kSerial;
   Status s = backend_->post_put(peer, src, dst, bytes, f, (next_wr_++ << 1) | kPutBit);
   if (s != Status::kOk) return fail(s, "");
-  ++outstanding_[slot];
-  ++outstanding_puts_[slot];
+  ++outstanding_[peer];
+  ++outstanding_puts_[peer];
   ++outstanding_total_;
   puts_.fetch_add(1, std::memory_order_relaxed);
   return Status::kOk;
 }
 
-Status Proxy::post_signal(int peer, int slot, uint64_t flag, uint64_t value) {
+Status Proxy::post_signal(int peer, uint64_t flag, uint64_t value) {
   if (cfg_.mode == SignalMode::kBatched) {
-    if (batcher_.add(slot, flag, value)) return flush_batch(slot);
+    if (batcher_.add(peer, flag, value)) return flush_batch(peer);
     return Status::kOk;
   }
-  if (proxy_waits_before_signal(cfg_.mode)) WEFT_CHECK(wait_puts_done(peer, slot));
+  if (proxy_waits_before_signal(cfg_.mode)) WEFT_CHECK(wait_puts_done(peer));
   WEFT_CHECK(wait_room(peer));
   PostFlags f;
   f.fence = signal_fence(cfg_.mode, true);
   Status s = backend_->post_signal(peer, flag, value, f, next_wr_++ << 1);
   if (s != Status::kOk) return fail(s, "");
-  ++outstanding_[slot];
+  ++outstanding_[peer];
   ++outstanding_total_;
   signals_.fetch_add(1, std::memory_order_relaxed);
   if (f.fence) fences_.fetch_add(1, std::memory_order_relaxed);
   return Status::kOk;
 }
 
-Status Proxy::flush_batch(int slot) {
-  if (!batcher_.pending(slot)) return Status::kOk;
-  const int peer = index_.rank(slot);
+Status Proxy::flush_batch(int peer) {
+  if (!batcher_.pending(peer)) return Status::kOk;
   // One fence (on the first signal) orders the whole batch after every earlier put to this peer.
-  for (const SignalPost& sp : batcher_.take(slot)) {
+  for (const SignalPost& sp : batcher_.take(peer)) {
     WEFT_CHECK(wait_room(peer));
     PostFlags f;
     f.fence = sp.fence;
     Status s = backend_->post_signal(peer, sp.flag, sp.value, f, next_wr_++ << 1);
     if (s != Status::kOk) return fail(s, "");
-    ++outstanding_[slot];
+    ++outstanding_[peer];
     ++outstanding_total_;
     signals_.fetch_add(1, std::memory_order_relaxed);
     if (f.fence) fences_.fetch_add(1, std::memory_order_relaxed);
@@ -310,7 +298,7 @@ Status Proxy::flush_batch(int slot) {
 }
 
 Status Proxy::flush_all_batches() {
-  for (int i = 0; i < index_.size(); ++i) WEFT_CHECK(flush_batch(i));
+  for (int p = 0; p < cfg_.world_size; ++p) WEFT_CHECK(flush_batch(p));
   return Status::kOk;
 }
 
@@ -320,11 +308,10 @@ Status Proxy::poll_backend() {
   Status s = backend_->poll(&done_);
   if (s != Status::kOk) return fail(s, "");
   for (const Completion& c : done_) {
-    const int slot = index_.slot(c.peer);
-    if (slot < 0 || !outstanding_[slot]) continue;
-    --outstanding_[slot];
+    if (c.peer < 0 || c.peer >= cfg_.world_size || !outstanding_[c.peer]) continue;
+    --outstanding_[c.peer];
     --outstanding_total_;
-    if (c.wr_id & kPutBit) --outstanding_puts_[slot];
+    if (c.wr_id & kPutBit) --outstanding_puts_[c.peer];
   }
   if (!done_.empty()) last_completion_s_ = now_s();
   return Status::kOk;
@@ -345,16 +332,16 @@ Status Proxy::wait_room(int peer) {
   return Status::kOk;
 }
 
-Status Proxy::wait_puts_done(int peer, int slot) {
-  if (!outstanding_puts_[slot]) return Status::kOk;
+Status Proxy::wait_puts_done(int peer) {
+  if (!outstanding_puts_[peer]) return Status::kOk;
   stalls_.fetch_add(1, std::memory_order_relaxed);  // the serialisation Perseus removes
   const double deadline = now_s() + cfg_.timeout_s;
-  while (outstanding_puts_[slot]) {
+  while (outstanding_puts_[peer]) {
     WEFT_CHECK(poll_backend());
-    if (!outstanding_puts_[slot]) break;
+    if (!outstanding_puts_[peer]) break;
     if (now_s() > deadline)
       return fail(Status::kTimeout, "rank " + std::to_string(cfg_.rank) + " channel " + std::to_string(cfg_.channel) +
-                                        ": proxy (serial mode): " + std::to_string(outstanding_puts_[slot]) +
+                                        ": proxy (serial mode): " + std::to_string(outstanding_puts_[peer]) +
                                         " puts to rank " + std::to_string(peer) + " not completed within " +
                                         std::to_string((int)cfg_.timeout_s) + "s before a signal");
     backend_->wait_activity(5e-6);
@@ -363,11 +350,10 @@ Status Proxy::wait_puts_done(int peer, int slot) {
 }
 
 std::string Proxy::busiest_outstanding() const {
-  if (outstanding_.empty()) return "no peers";
-  size_t best = 0;
-  for (size_t i = 0; i < outstanding_.size(); ++i)
-    if (outstanding_[i] > outstanding_[best]) best = i;
-  return std::to_string(outstanding_[best]) + " to rank " + std::to_string(index_.rank(static_cast<int>(best)));
+  size_t peer = 0;
+  for (size_t p = 0; p < outstanding_.size(); ++p)
+    if (outstanding_[p] > outstanding_[peer]) peer = p;
+  return std::to_string(outstanding_.empty() ? 0 : outstanding_[peer]) + " to rank " + std::to_string(peer);
 }
 
 Status Proxy::wait_all_done(const char* why) {

@@ -4,7 +4,6 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -12,7 +11,6 @@
 #include "base/status.h"
 #include "transport/fifo.h"
 #include "transport/net_backend.h"
-#include "transport/peer_index.h"
 #include "transport/signal_plan.h"
 
 namespace weft::transport {
@@ -35,9 +33,6 @@ struct ProxyConfig {
   int rank = 0;
   int channel = 0;
   int world_size = 1;
-  // The ranks this proxy posts to (the peer set's net list, ascending): its per-peer state has one
-  // slot per entry, and a command naming any other rank fails at once. Unset: every other rank.
-  std::optional<std::vector<int>> peers;
   SignalMode mode = SignalMode::kBatched;
   double timeout_s = 30;                    // WEFT_PROXY_TIMEOUT: bound on every proxy wait
   std::string cpuset;                       // "0-15,32-47" (hwloc list form) from the topology mapping; "" = not pinned
@@ -66,23 +61,18 @@ class Proxy {
   Status status() const { return static_cast<Status>(status_.load(std::memory_order_acquire)); }
   std::string error_message() const;
   ProxyCounters counters() const;
-  // Per-peer state: one slot per peer (not per rank of the world). For tests and reports.
-  int peer_slots() const { return index_.size(); }
-  // Entries of per-peer state the proxy holds (outstanding work and the batcher's lists), all slots.
-  size_t per_peer_entries() const { return outstanding_.size() + outstanding_puts_.size() + batcher_.slots(); }
 
  private:
   void run();
   void loop();
   Status handle(const FifoCommand& cmd);
-  // `peer` is a rank, `slot` its index in index_ (both passed: the backend takes ranks).
-  Status post_put(int peer, int slot, uint64_t src, uint64_t dst, uint64_t bytes);
-  Status post_signal(int peer, int slot, uint64_t flag, uint64_t value);
-  Status flush_batch(int slot);
+  Status post_put(int peer, uint64_t src, uint64_t dst, uint64_t bytes);
+  Status post_signal(int peer, uint64_t flag, uint64_t value);
+  Status flush_batch(int peer);
   Status flush_all_batches();
   Status poll_backend();
   Status wait_room(int peer);
-  Status wait_puts_done(int peer, int slot);
+  Status wait_puts_done(int peer);
   Status wait_all_done(const char* why);
   // "N to rank P": the peer with the most ops posted and not completed (for timeout messages).
   std::string busiest_outstanding() const;
@@ -90,8 +80,6 @@ class Proxy {
   void pin();
 
   ProxyConfig cfg_;
-  std::string index_error_;  // why cfg_.peers was refused (start() fails with it); before index_, which sets it
-  PeerIndex index_;          // peer rank -> slot of the state below
   FifoRingHeader* ring_;
   NetBackend* backend_;
   std::thread thread_;
@@ -106,12 +94,12 @@ class Proxy {
 
   // Thread-private state.
   std::vector<Completion> done_;
-  std::vector<uint64_t> outstanding_;       // per slot: posted, not completed
-  std::vector<uint64_t> outstanding_puts_;  // per slot: puts among them
+  std::vector<uint64_t> outstanding_;       // per peer: posted, not completed
+  std::vector<uint64_t> outstanding_puts_;  // per peer: puts among them
   uint64_t outstanding_total_ = 0;
   uint64_t next_wr_ = 0;
   double last_completion_s_ = 0;
-  SignalBatcher batcher_;  // indexed by slot
+  SignalBatcher batcher_;
 
   std::atomic<uint64_t> puts_{0}, signals_{0}, fences_{0}, batches_{0}, stalls_{0};
 };

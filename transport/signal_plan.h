@@ -1,7 +1,6 @@
 // Perseus signal ordering as pure functions: which signals carry a fence, and per-destination batching.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -35,9 +34,8 @@ struct SignalPost {
 // coalesce to the largest value (epochs only grow, so the newest covers the rest).
 class SignalBatcher {
  public:
-  // `slots` destinations, numbered 0..slots-1 (the proxy's peer slots, transport/peer_index.h).
-  SignalBatcher(int slots, int batch_max, uint64_t max_bytes_behind = ~uint64_t{0})
-      : pending_(slots), behind_(slots, 0), batch_max_(batch_max), max_behind_(max_bytes_behind) {}
+  SignalBatcher(int world_size, int batch_max, uint64_t max_bytes_behind = ~uint64_t{0})
+      : pending_(world_size), behind_(world_size, 0), batch_max_(batch_max), max_behind_(max_bytes_behind) {}
   // Returns true when `peer`'s batch is full and should be posted now.
   bool add(int peer, uint64_t flag, uint64_t value);
   // A put of `bytes` to `peer` is about to be posted: true when the peer's pending batch must be
@@ -47,7 +45,6 @@ class SignalBatcher {
   std::vector<SignalPost> take(int peer);
   uint64_t pending() const { return total_; }
   uint64_t pending(int peer) const { return pending_[peer].size(); }
-  size_t slots() const { return pending_.size(); }
 
  private:
   std::vector<std::vector<std::pair<uint64_t, uint64_t>>> pending_;

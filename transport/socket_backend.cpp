@@ -19,7 +19,6 @@
 
 #include "base/log.h"
 #include "transport/net_backend.h"
-#include "transport/peer_index.h"
 #include "transport/socket_wire.h"
 
 namespace weft::transport {
@@ -119,8 +118,7 @@ struct OutConn {
 
 struct InConn {
   int fd = -1;
-  int src = -1;   // rank after a valid hello
-  int slot = -1;  // its slot in the peer set (PeerIndex)
+  int src = -1;  // rank after a valid hello
   double hello_deadline = 0;
   WireHeader hdr{};
   size_t hdr_got = 0;
@@ -134,12 +132,7 @@ struct InConn {
 class SocketBackend final : public NetBackend {
  public:
   explicit SocketBackend(const BackendConfig& c)
-      : cfg_(c),
-        index_(PeerIndex::for_config(c.peers, c.rank, c.size, &index_error_)),
-        out_(index_.size()),
-        in_by_rank_(index_.size(), -1),
-        out_stage_(index_.size()),
-        in_stage_(index_.size()) {}
+      : cfg_(c), out_(c.size), in_by_rank_(c.size, -1), out_stage_(c.size), in_stage_(c.size) {}
   ~SocketBackend() override { release_all(); }
 
   const char* name() const override { return "socket"; }
@@ -147,7 +140,6 @@ class SocketBackend final : public NetBackend {
   Status register_region(const Region& r) override {
     if (r.kind == MemKind::kDevice && !(cfg_.copy_hooks.to_region && cfg_.copy_hooks.from_region))
       return fail(Status::kUnsupported, "a device-memory region needs the device copy hooks (weft_transport_cuda)");
-    if (!index_error_.empty()) return fail(Status::kInvalidArgument, "the peer set: " + index_error_);
     region_ = r;
     return Status::kOk;
   }
@@ -164,10 +156,6 @@ class SocketBackend final : public NetBackend {
     const auto* info = std::get_if<SocketPeerInfo>(&pinfo);
     if (!info || peer < 0 || peer >= cfg_.size || peer == cfg_.rank)
       return fail(Status::kInvalidArgument, "connect: bad peer " + std::to_string(peer) + " or endpoint kind");
-    const int slot = index_.slot(peer);
-    if (slot < 0)
-      return fail(Status::kInvalidArgument,
-                  "connect: rank " + std::to_string(peer) + " is not in this rank's peer set");
     const double deadline = now_s() + cfg_.timeout_s;
     int last_errno = 0;
     // Every advertised address is tried in the sender's order until one connects or time runs out:
@@ -182,10 +170,10 @@ class SocketBackend final : public NetBackend {
           ::close(fd);
           continue;
         }
-        out_[slot].fd = fd;
+        out_[peer].fd = fd;
         // Connections are symmetric (a peer sends to me when I send to it): stage both ways.
-        prepare_stage(&out_stage_[slot]);
-        prepare_stage(&in_stage_[slot]);
+        prepare_stage(&out_stage_[peer]);
+        prepare_stage(&in_stage_[peer]);
         return Status::kOk;
       }
       usleep(20000);
@@ -198,16 +186,11 @@ class SocketBackend final : public NetBackend {
                                          "s: " + errno_text(last_errno));
   }
 
-  // A rank outside the peer set "has room": the post that follows fails naming it.
-  bool can_post(int peer) const override {
-    const int slot = index_.slot(peer);
-    return slot < 0 || out_[slot].queue.size() < kMaxQueuedPerPeer;
-  }
+  bool can_post(int peer) const override { return out_[peer].queue.size() < kMaxQueuedPerPeer; }
 
   Status post_put(int peer, uint64_t local_offset, uint64_t remote_offset, uint64_t bytes, PostFlags,
                   uint64_t wr_id) override {
-    int slot = -1;
-    WEFT_CHECK(check_post(peer, &slot));
+    WEFT_CHECK(check_post(peer));
     if (bytes == 0 || local_offset > region_.bytes || bytes > region_.bytes - local_offset)
       return fail(Status::kInvalidArgument, "put of " + std::to_string(bytes) + " bytes from offset " +
                                                 std::to_string(local_offset) + " outside the local region");
@@ -216,24 +199,23 @@ class SocketBackend final : public NetBackend {
     op.local_offset = local_offset;
     op.payload = bytes;
     op.wr_id = wr_id;
-    out_[slot].queue.push_back(op);
+    out_[peer].queue.push_back(op);
     return Status::kOk;
   }
 
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags, uint64_t wr_id) override {
     // A TCP stream is applied in order by the receiver, so a fence costs nothing here.
-    int slot = -1;
-    WEFT_CHECK(check_post(peer, &slot));
+    WEFT_CHECK(check_post(peer));
     SendOp op;
     op.hdr = make_wire_header(WireKind::kSignal, cfg_.rank, cfg_.channel, cfg_.secret, flag_offset, value);
     op.wr_id = wr_id;
-    out_[slot].queue.push_back(op);
+    out_[peer].queue.push_back(op);
     return Status::kOk;
   }
 
   Status poll(std::vector<Completion>* done) override {
     if (status_ != Status::kOk) return status_;
-    for (int p = 0; p < index_.size(); ++p)
+    for (int p = 0; p < cfg_.size; ++p)
       if (out_[p].fd >= 0 && !out_[p].queue.empty()) WEFT_CHECK(progress_send(p, done));
     WEFT_CHECK(accept_new());
     for (size_t i = 0; i < in_.size(); ++i) WEFT_CHECK(progress_recv(&in_[i]));
@@ -265,7 +247,7 @@ class SocketBackend final : public NetBackend {
     bool pending = true;
     while (result == Status::kOk && pending) {
       pending = false;
-      for (int p = 0; p < index_.size(); ++p)
+      for (int p = 0; p < cfg_.size; ++p)
         if (out_[p].fd >= 0 && !out_[p].queue.empty()) {
           pending = true;
           result = progress_send(p, &ignored);
@@ -277,7 +259,7 @@ class SocketBackend final : public NetBackend {
       }
       if (pending) wait_activity(0.001);
     }
-    for (int p = 0; p < index_.size(); ++p) {
+    for (int p = 0; p < cfg_.size; ++p) {
       if (out_[p].fd < 0) continue;
       if (result != Status::kOk && (out_[p].queue.empty() || out_[p].queue.front().sent == 0)) {
         // Leaving after a failure: tell the peer why (at a message boundary only), so it reports
@@ -312,15 +294,9 @@ class SocketBackend final : public NetBackend {
     return fail(Status::kSystemError, std::string(call) + ": " + errno_text(errno));
   }
 
-  // *slot: the peer's slot. A rank outside the peer set fails at once, naming it.
-  Status check_post(int peer, int* slot) {
+  Status check_post(int peer) {
     if (status_ != Status::kOk) return status_;
-    *slot = index_.slot(peer);
-    if (*slot < 0)
-      return fail(Status::kInvalidArgument, "post to rank " + std::to_string(peer) +
-                                                ", which is not in this rank's peer set (" +
-                                                std::to_string(index_.size()) + " peers; transport/peer_set.h)");
-    if (out_[*slot].fd < 0)
+    if (peer < 0 || peer >= cfg_.size || out_[peer].fd < 0)
       return fail(Status::kInvalidArgument, "post to rank " + std::to_string(peer) + ", which is not connected");
     return Status::kOk;
   }
@@ -453,10 +429,8 @@ class SocketBackend final : public NetBackend {
     return true;
   }
 
-  // `slot`: the peer's slot (index_); messages and completions name its rank.
-  Status progress_send(int slot, std::vector<Completion>* done) {
-    const int peer = index_.rank(slot);
-    OutConn& o = out_[slot];
+  Status progress_send(int peer, std::vector<Completion>* done) {
+    OutConn& o = out_[peer];
     while (!o.queue.empty()) {
       SendOp& op = o.queue.front();
       iovec iov[2];
@@ -467,7 +441,7 @@ class SocketBackend final : public NetBackend {
       uint64_t pay_done = op.sent > sizeof(WireHeader) ? op.sent - sizeof(WireHeader) : 0;
       if (op.payload > pay_done) {
         if (region_.kind == MemKind::kDevice) {
-          uint8_t* stage = stage_buffer(&out_stage_[slot]);
+          uint8_t* stage = stage_buffer(&out_stage_[peer]);
           if (o.staged_for != &op || pay_done >= o.stage_begin + o.stage_len) {
             o.stage_begin = pay_done;
             o.stage_len = std::min<uint64_t>(kStageBytes, op.payload - pay_done);
@@ -515,7 +489,7 @@ class SocketBackend final : public NetBackend {
         // Strangers hold a slot until their hello deadline: bound how many may wait at once.
         size_t waiting = 0;
         for (const auto& w : in_) waiting += w.src < 0 && w.fd >= 0;
-        if (waiting > kMaxStrangers + static_cast<size_t>(index_.size()))
+        if (waiting > kMaxStrangers + static_cast<size_t>(cfg_.size))
           reject(&in_.back(), "too many connections without a hello");
       }
     }
@@ -549,7 +523,7 @@ class SocketBackend final : public NetBackend {
         if (region_.kind == MemKind::kDevice) {
           // Fill the stage (or the rest of the put) before one copy: a copy per recv() would cost
           // a CUDA round trip per socket read.
-          dst = stage_buffer(&in_stage_[c->slot]) + c->fill;
+          dst = stage_buffer(&in_stage_[c->src]) + c->fill;
           want = std::min<uint64_t>(left, kStageBytes) - c->fill;
         } else {
           dst = static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got;
@@ -593,7 +567,7 @@ class SocketBackend final : public NetBackend {
           if (c->fill == std::min<uint64_t>(c->hdr.length - c->payload_got, kStageBytes)) {
             Status s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx,
                                                  static_cast<char*>(region_.base) + c->hdr.offset + c->payload_got,
-                                                 stage_buffer(&in_stage_[c->slot]), c->fill);
+                                                 stage_buffer(&in_stage_[c->src]), c->fill);
             if (s != Status::kOk) return fail(s, "copy into the device region failed");
             c->payload_got += c->fill;
             c->fill = 0;
@@ -627,15 +601,10 @@ class SocketBackend final : public NetBackend {
     switch (static_cast<WireKind>(c->hdr.kind)) {
       case WireKind::kHello: {
         int src = static_cast<int>(c->hdr.src_rank);
-        const int slot = index_.slot(src);
-        if (slot < 0)  // peer sets are symmetric: a rank outside ours never connects here
-          return reject(c, "a hello from rank " + std::to_string(src) + ", which is not in this rank's peer set"),
-                 Status::kOk;
-        if (in_by_rank_[slot] >= 0)
+        if (in_by_rank_[src] >= 0)
           return reject(c, "a second stream claiming rank " + std::to_string(src)), Status::kOk;
-        in_by_rank_[slot] = 1;
+        in_by_rank_[src] = 1;
         c->src = src;
-        c->slot = slot;
         return Status::kOk;
       }
       case WireKind::kPut:
@@ -701,14 +670,12 @@ class SocketBackend final : public NetBackend {
   }
 
   BackendConfig cfg_;
-  std::string index_error_;  // why cfg_.peers was refused; before index_, which sets it
-  PeerIndex index_;          // peer rank -> slot: the per-peer tables below are indexed by slot
   Region region_;
   std::vector<int> listen_fds_;  // one per published address
   std::vector<OutConn> out_;
   std::vector<InConn> in_;
-  std::vector<int> in_by_rank_;              // per slot: a stream from that peer arrived
-  std::vector<Stage> out_stage_, in_stage_;  // per slot (device regions)
+  std::vector<int> in_by_rank_;
+  std::vector<Stage> out_stage_, in_stage_;  // per peer rank (device regions)
   uint64_t rejected_ = 0;
   Status status_ = Status::kOk;
   std::string error_;

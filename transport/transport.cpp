@@ -3,21 +3,17 @@
 
 #include <sched.h>
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <map>
 #include <mutex>
 #include <random>
 
 #include "base/log.h"
 #include "base/params.h"
-#include "transport/failure_agreement.h"
 #include "transport/ibverbs_backend.h"
-#include "transport/peer_index.h"
 
 namespace weft::transport {
 namespace {
@@ -44,22 +40,44 @@ uint64_t fresh_secret() {
   return s ? s : 1;
 }
 
-// auto: each rank's candidate (resolve_backend_name: ibverbs or socket); ibverbs only if every rank
-// named it. A rank that named sockets is a failure to agree on (agree_on_failure: O(G + N) entries
-// read per rank, not one per rank). *why_socket says why sockets were chosen ("" when ibverbs was).
-Status agree_auto_choice(bootstrap::Bootstrap& boot, const RankLayout& layout, const std::string& prefix,
-                         std::string* name, std::string* why_socket) {
+// Every rank's `failure` ("" = none) gathered; *first = the lowest rank's, as "rank R: why" ("" if none).
+Status agree(bootstrap::Bootstrap& boot, const std::string& key, const std::string& failure, std::string* first) {
+  std::vector<bootstrap::Blob> all;
+  bootstrap::Blob mine(failure.begin(), failure.end());
+  WEFT_CHECK(boot.allgather(key, mine, &all));
+  first->clear();
+  for (size_t r = 0; r < all.size() && first->empty(); ++r)
+    if (!all[r].empty()) {
+      const std::string why(all[r].begin(), all[r].end());  // backend messages already name the rank
+      *first = why.rfind("rank " + std::to_string(r) + " ", 0) == 0 ? why : "rank " + std::to_string(r) + ": " + why;
+    }
+  return Status::kOk;
+}
+
+// auto: each rank's candidate (resolve_backend_name) gathered; one backend only if every rank named it.
+// *why_socket says why sockets were chosen ("" when another backend was).
+Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, std::string* name,
+                         std::string* why_socket) {
   std::string local_why;
   if (*name == "socket" && !ibverbs_device_present(&local_why) && local_why.empty()) local_why = "no RDMA device";
-  const std::string failure = *name == "socket" ? "has no usable RDMA device (" + local_why + ")" : "";
-  std::string first;
-  WEFT_CHECK(agree_on_failure(boot, layout, prefix + "auto", failure, &first));
-  if (first.empty()) return Status::kOk;  // every rank named ibverbs
-  *why_socket = first;
-  // Rank 0 knows only that some rank named sockets: a warning where it had named ibverbs itself.
-  if (boot.info().rank == 0 && *name != "socket")
+  const std::string text = *name + "|" + local_why;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather(prefix + "auto", bootstrap::Blob(text.begin(), text.end()), &all));
+  std::string lacking;
+  bool all_same = true;
+  for (size_t r = 0; r < all.size(); ++r) {
+    const std::string theirs(all[r].begin(), all[r].end());
+    const std::string their_name = theirs.substr(0, theirs.find('|'));
+    all_same = all_same && their_name == *name;
+    if (their_name == "socket" && lacking.empty())
+      lacking =
+          "rank " + std::to_string(r) + " has no usable RDMA device (" + theirs.substr(theirs.find('|') + 1) + ")";
+  }
+  if (all_same && *name != "socket") return Status::kOk;
+  *why_socket = lacking.empty() ? "not every rank named the same backend" : lacking;
+  if (!all_same && boot.info().rank == 0)
     WEFT_WARN(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
-  else if (boot.info().rank == 0)
+  else if (all_same && boot.info().rank == 0)
     WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: socket on every rank: %s", why_socket->c_str());
   *name = "socket";
   return Status::kOk;
@@ -68,27 +86,19 @@ Status agree_auto_choice(bootstrap::Bootstrap& boot, const RankLayout& layout, c
 // One zero-length WRITE to every connected peer on every channel, each completed within the bound:
 // a QP connection that cannot carry a packet (wrong GID, route, MTU or a dead peer) fails here,
 // before the first op. Returns this rank's failure ("" if none).
-// `connected[i]`: peers[i] was connected (peers ascending).
-std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const std::vector<int>& peers,
-                      const std::vector<bool>& connected, double timeout_s) {
-  const PeerIndex index = [&] {
-    PeerIndex x;
-    std::string ignored;
-    PeerIndex::make(peers, -1, std::numeric_limits<int>::max(), &x, &ignored);  // the peer set: already checked
-    return x;
-  }();
-  // pending[ch][i]: the zero-length WRITE to peers[i] on channel ch has not completed yet.
-  std::vector<std::vector<bool>> pending(backends.size(), std::vector<bool>(peers.size(), false));
+std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const std::vector<bool>& connected,
+                      double timeout_s) {
+  // pending[ch][p]: the zero-length WRITE to rank p on channel ch has not completed yet.
+  std::vector<std::vector<bool>> pending(backends.size(), std::vector<bool>(connected.size(), false));
   size_t left = 0;
   for (size_t ch = 0; ch < backends.size(); ++ch)
-    for (size_t i = 0; i < peers.size(); ++i) {
-      if (!connected[i]) continue;
-      const int p = peers[i];
+    for (int p = 0; p < static_cast<int>(connected.size()); ++p) {
+      if (!connected[p]) continue;
       PostFlags f;
       f.need_completion = true;
       if (backends[ch]->post_put(p, 0, 0, 0, f, static_cast<uint64_t>(p)) != Status::kOk)
         return "preflight to rank " + std::to_string(p) + ": " + backends[ch]->error_message();
-      pending[ch][i] = true;
+      pending[ch][p] = true;
       ++left;
     }
   const size_t expected = left;
@@ -98,19 +108,17 @@ std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const 
     for (size_t ch = 0; ch < backends.size(); ++ch) {
       c.clear();
       if (backends[ch]->poll(&c) != Status::kOk) return "preflight: " + backends[ch]->error_message();
-      for (const Completion& x : c) {
-        const int i = index.slot(x.peer);
-        if (i >= 0 && pending[ch][i]) pending[ch][i] = false, --left;
-      }
+      for (const Completion& x : c)
+        if (x.peer >= 0 && x.peer < static_cast<int>(connected.size()) && pending[ch][x.peer])
+          pending[ch][x.peer] = false, --left;
     }
     if (left == 0) break;
     if (now_s() > deadline) {
       std::string who;
       for (size_t ch = 0; ch < backends.size(); ++ch)
-        for (size_t i = 0; i < peers.size(); ++i)
-          if (pending[ch][i] && who.size() < 200)
-            who += (who.empty() ? "" : ", ") +
-                   ("rank " + std::to_string(peers[i]) + " (channel " + std::to_string(ch) + ")");
+        for (size_t p = 0; p < connected.size(); ++p)
+          if (pending[ch][p] && who.size() < 200)
+            who += (who.empty() ? "" : ", ") + ("rank " + std::to_string(p) + " (channel " + std::to_string(ch) + ")");
       return "preflight: " + std::to_string(left) + " of " + std::to_string(expected) +
              " zero-length RDMA WRITEs not completed after " + std::to_string(int(timeout_s)) +
              "s (WEFT_PROXY_TIMEOUT); no answer from " + who;
@@ -139,6 +147,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   t->rank_ = me.rank;
   t->size_ = me.size;
   t->heap_ = heap;
+  t->connected_.assign(me.size, false);
   if (!heap.base || heap.bytes < 8) {
     WEFT_WARN(kTransport, "rank %d: transport needs a symmetric heap (got %llu bytes)", me.rank,
               (unsigned long long)heap.bytes);
@@ -170,70 +179,34 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   int64_t batch_bytes = 0;
   WEFT_CHECK(get_param("WEFT_SIGNAL_BATCH_BYTES", &batch_bytes));
 
-  // The job secret and the layout. Rank 0 draws the secret, every rank takes rank 0's: only
-  // processes that took part in this job's bootstrap know it; socket streams carrying anything else
-  // are refused. The layout (each rank's node and local index) is what the peer set is computed
-  // from, the same answer on both ends of every connection.
-  //
-  // Where every rank's own place is block placement (srun's default: rank = node x G + local, G ranks
-  // on each of N nodes), the layout follows from that: the ranks agree on it (agree_on_failure,
-  // O(G + N) entries read per rank) and read rank 0's entry only. Otherwise (cyclic or uneven
-  // placement, sparse node ids) every rank reads every rank's 16 bytes, as the layout then needs.
+  // The job secret and the layout, in one exchange of 16 bytes per rank: rank 0 draws the secret,
+  // every rank takes rank 0's. Only processes that took part in this job's bootstrap know it; socket
+  // streams carrying anything else are refused. Each rank's (node, local index) gives every rank the
+  // layout its peer set is computed from (the same answer on both ends of every connection).
   const std::string prefix = "weft.transport." + std::to_string(next_exchange_id(&boot)) + ".";
   std::vector<bootstrap::Blob> all;
-  const int nodes_said = std::max(1, me.num_nodes);
-  const int per_node = (me.size + nodes_said - 1) / nodes_said;
-  const bool block_here = me.size % nodes_said == 0 && me.local_size == per_node && me.node >= 0 &&
-                          me.node < nodes_said && me.local_rank >= 0 && me.local_rank < per_node &&
-                          me.rank == me.node * per_node + me.local_rank;
-  std::string not_block;
-  {
-    // The agreement's own shape: consecutive ranks in groups of per_node, the same on every rank
-    // whatever the real placement (num_nodes and the size are job-wide).
-    RankLayout shape;
-    for (int r = 0; r < me.size; ++r) shape.node_of.push_back(r / per_node), shape.local_of.push_back(r % per_node);
-    const std::string why = block_here ? std::string()
-                                       : "node " + std::to_string(me.node) + " local " + std::to_string(me.local_rank) +
-                                             " of " + std::to_string(me.local_size) + " is not block placement over " +
-                                             std::to_string(nodes_said) + " nodes";
-    WEFT_CHECK(agree_on_failure(boot, shape, prefix + "block", why, &not_block));
-  }
   uint64_t secret = me.rank == 0 ? fresh_secret() : 0;
   const int32_t where[2] = {me.node, me.local_rank};
   bootstrap::Blob mine(sizeof secret + sizeof where);
   memcpy(mine.data(), &secret, sizeof secret);
   memcpy(mine.data() + sizeof secret, where, sizeof where);
-  std::vector<int> read_from;  // block placement: rank 0's entry (the secret) only
-  if (not_block.empty()) {
-    if (me.rank != 0) read_from.push_back(0);
-  } else {
-    for (int r = 0; r < me.size; ++r)
-      if (r != me.rank) read_from.push_back(r);
-  }
-  WEFT_CHECK(boot.allgather_from(prefix + "secret", mine, read_from, &all));
+  WEFT_CHECK(boot.allgather(prefix + "secret", mine, &all));
   bool well_formed = all.size() == static_cast<size_t>(me.size);
-  for (size_t r = 0; r < all.size() && well_formed; ++r)
-    well_formed = (all[r].empty() && not_block.empty() && r != 0) || all[r].size() == mine.size();
+  for (size_t r = 0; r < all.size() && well_formed; ++r) well_formed = all[r].size() == mine.size();
   if (!well_formed) {
     WEFT_WARN(kTransport, "rank %d: the job secret and layout exchange returned malformed blobs", me.rank);
     return Status::kProtocolError;
   }
   memcpy(&secret, all[0].data(), sizeof secret);
-  if (not_block.empty()) {
-    t->layout_ = block_layout(nodes_said, per_node);
-  } else {
-    if (me.rank == 0) WEFT_INFO(kTransport, "the layout is read from every rank: %s", not_block.c_str());
-    for (const auto& b : all) {
-      int32_t w[2];
-      memcpy(w, b.data() + sizeof secret, sizeof w);
-      t->layout_.node_of.push_back(w[0]);
-      t->layout_.local_of.push_back(w[1]);
-    }
-    if (normalize_layout(&t->layout_) && me.rank == 0)
-      WEFT_INFO(kTransport,
-                "the launcher's node ids or local ranks are not dense; numbered in rank order for the peer set");
+  for (const auto& b : all) {
+    int32_t w[2];
+    memcpy(w, b.data() + sizeof secret, sizeof w);
+    t->layout_.node_of.push_back(w[0]);
+    t->layout_.local_of.push_back(w[1]);
   }
-  t->layout_exchange_reads_ = static_cast<int>(read_from.size());
+  if (normalize_layout(&t->layout_) && me.rank == 0)
+    WEFT_INFO(kTransport,
+              "the launcher's node ids or local ranks are not dense; numbered in rank order for the peer set");
   std::string why_peers;
   if (transport::peer_set(t->layout_, me.rank, options.peers, &t->peer_set_, &why_peers) != Status::kOk) {
     WEFT_WARN(kTransport, "rank %d: cannot choose the peers to connect (%s): %s", me.rank, to_string(options.peers),
@@ -268,14 +241,14 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
   // With auto, a backend that fails on any rank gives way to sockets on every rank.
   const bool is_auto = requested.empty() || requested == "auto";
   std::string why_socket;
-  if (is_auto) WEFT_CHECK(agree_auto_choice(boot, t->layout_, prefix, &t->backend_name_, &why_socket));
+  if (is_auto) WEFT_CHECK(agree_auto_choice(boot, prefix, &t->backend_name_, &why_socket));
   std::vector<std::unique_ptr<NetBackend>> backends;
   for (int attempt = 0;; ++attempt) {
     const std::string key = prefix + std::to_string(attempt) + ".";
     std::string failure;  // this rank's, "" if none
     Status mine_status = Status::kOk;
     backends.clear();
-    t->connected_.assign(peers.size(), false);
+    t->connected_.assign(me.size, false);
     t->connections_opened_ = 0;
     for (int ch = 0; ch < options.channels && failure.empty(); ++ch) {
       BackendConfig bc;
@@ -302,7 +275,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
       backends.push_back(std::move(backend));
     }
     std::string first;
-    WEFT_CHECK(agree_on_failure(boot, t->layout_, key + "open", failure, &first));
+    WEFT_CHECK(agree(boot, key + "open", failure, &first));
     for (int ch = 0; ch < options.channels && first.empty(); ++ch) {
       // Endpoints: every rank takes part in every exchange; a rank that failed sends an empty blob.
       PeerInfo info;
@@ -335,17 +308,17 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
         }
         if (s == Status::kOk) s = backends[ch]->connect(peer, pinfo);
         if (s == Status::kOk)
-          t->connected_[i] = true, ++t->connections_opened_;
+          t->connected_[peer] = true, ++t->connections_opened_;
         else
           failure = backends[ch]->error_message().empty()
                         ? "connecting to rank " + std::to_string(peer) + ": " + to_string(s)
                         : backends[ch]->error_message();
       }
     }
-    if (first.empty()) WEFT_CHECK(agree_on_failure(boot, t->layout_, key + "connect", failure, &first));
+    if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));
     if (first.empty() && t->backend_name_ == "ibverbs") {
-      failure = preflight(backends, peers, t->connected_, t->timeout_s_);
-      WEFT_CHECK(agree_on_failure(boot, t->layout_, key + "preflight", failure, &first));
+      failure = preflight(backends, t->connected_, t->timeout_s_);
+      WEFT_CHECK(agree(boot, key + "preflight", failure, &first));
     }
     if (first.empty()) break;
     backends.clear();
@@ -376,7 +349,6 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     pc.rank = me.rank;
     pc.channel = ch;
     pc.world_size = me.size;
-    pc.peers = peers;  // per-peer state for the peer set only
     pc.mode = t->mode_;
     pc.timeout_s = t->timeout_s_;
     pc.batch_max_bytes = batch_bytes > 0 ? static_cast<uint64_t>(batch_bytes) : ~uint64_t{0};
@@ -397,12 +369,6 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
 }
 
 Transport::~Transport() { stop(); }
-
-bool Transport::connected(int peer) const {
-  const std::vector<int>& net = peer_set_.net;
-  auto it = std::lower_bound(net.begin(), net.end(), peer);
-  return it != net.end() && *it == peer && connected_[static_cast<size_t>(it - net.begin())];
-}
 
 std::string Transport::placement_summary() const { return describe_placement(placement_, channel_use_, backend_name_); }
 

@@ -72,16 +72,12 @@ class Transport {
   double timeout_s() const { return timeout_s_; }
   const Region& heap() const { return heap_; }
   // Peers this rank is connected to through the net backend.
-  bool connected(int peer) const;
-  // The job's layout (block placement agreed, or as every rank reported it), and this rank's peer set from
-  // it (what create connected).
+  bool connected(int peer) const { return peer >= 0 && peer < size_ && connected_[peer]; }
+  // The job's layout as every rank reported it, and this rank's peer set from it (what create connected).
   const RankLayout& layout() const { return layout_; }
   const PeerSet& peer_set() const { return peer_set_; }
   // Connections the backends opened: one per peer per channel (a QP each on ibverbs).
   int connections_opened() const { return connections_opened_; }
-  // Entries of the layout exchange this rank read: 1 (rank 0's secret) where the job is in block
-  // placement, every other rank's otherwise.
-  int layout_exchange_reads() const { return layout_exchange_reads_; }
 
   // The ring device producers push into (map it with cuda_fifo_device_handle()).
   FifoRingHeader* fifo_ring(int channel) const { return fifos_[channel]->ring(); }
@@ -116,11 +112,10 @@ class Transport {
   SignalMode mode_ = SignalMode::kBatched;
   double timeout_s_ = 30;
   Region heap_;
-  std::vector<bool> connected_;  // per entry of peer_set_.net (not per rank of the world)
+  std::vector<bool> connected_;
   RankLayout layout_;
   PeerSet peer_set_;
   int connections_opened_ = 0;
-  int layout_exchange_reads_ = 0;
   topology::RankPlacement placement_;
   std::vector<ChannelUse> channel_use_;
   std::vector<std::unique_ptr<Fifo>> fifos_;

@@ -2,20 +2,14 @@
 // validation, endpoint blobs, cpu lists, the symmetric heap allocator.
 #include <doctest/doctest.h>
 
-#include <algorithm>
 #include <limits>
-#include <memory>
-#include <mutex>
 
 #include "transport/heap.h"
 #include "transport/ibverbs_plan.h"
 #if WEFT_HAVE_IBVERBS
 #include "transport/ibverbs_wr.h"
 #endif
-#include "transport/fifo.h"
 #include "transport/net_backend.h"
-#include "transport/peer_index.h"
-#include "transport/peer_set.h"
 #include "transport/proxy.h"
 #include "transport/signal_plan.h"
 #include "transport/socket_wire.h"
@@ -383,149 +377,3 @@ TEST_CASE("ibverbs: work requests and QP transitions built from plans") {
   CHECK(a.retry_cnt == 7);
 }
 #endif
-
-namespace {
-
-// Accepts every post and completes it at the next poll; records the ranks it was asked to reach.
-class RecordingBackend final : public NetBackend {
- public:
-  const char* name() const override { return "recording"; }
-  Status register_region(const Region&) override { return Status::kOk; }
-  Status local_info(PeerInfo*) override { return Status::kOk; }
-  Status connect(int, const PeerInfo&) override { return Status::kOk; }
-  bool can_post(int) const override { return true; }
-  Status post_put(int peer, uint64_t, uint64_t, uint64_t, PostFlags, uint64_t wr_id) override {
-    return record(peer, wr_id);
-  }
-  Status post_signal(int peer, uint64_t, uint64_t, PostFlags, uint64_t wr_id) override { return record(peer, wr_id); }
-  Status poll(std::vector<Completion>* done) override {
-    std::lock_guard<std::mutex> lock(m_);
-    done->insert(done->end(), pending_.begin(), pending_.end());
-    pending_.clear();
-    return Status::kOk;
-  }
-  void wait_activity(double) override {}
-  Status close(const std::string&) override { return Status::kOk; }
-  std::string error_message() const override { return ""; }
-  std::vector<int> reached() const {
-    std::lock_guard<std::mutex> lock(m_);
-    return reached_;
-  }
-
- private:
-  Status record(int peer, uint64_t wr_id) {
-    std::lock_guard<std::mutex> lock(m_);
-    reached_.push_back(peer);
-    pending_.push_back({wr_id, peer});
-    return Status::kOk;
-  }
-  mutable std::mutex m_;
-  std::vector<int> reached_;
-  std::vector<Completion> pending_;
-};
-
-}  // namespace
-
-TEST_CASE("peer index: rank -> slot over the peer set; malformed lists refused") {
-  PeerIndex x;
-  std::string why;
-  REQUIRE(PeerIndex::make({1, 9}, 5, 12, &x, &why) == Status::kOk);
-  CHECK(x.size() == 2);
-  CHECK(x.slot(1) == 0);
-  CHECK(x.slot(9) == 1);
-  CHECK(x.slot(4) == -1);
-  CHECK(x.slot(5) == -1);
-  CHECK(x.slot(-1) == -1);
-  CHECK(x.slot(12) == -1);
-  CHECK(x.rank(1) == 9);
-  CHECK(PeerIndex::make({9, 1}, 5, 12, &x, &why) == Status::kInvalidArgument);  // not ascending
-  CHECK(why.find("ascending") != std::string::npos);
-  CHECK(PeerIndex::make({1, 1}, 5, 12, &x, &why) == Status::kInvalidArgument);   // twice
-  CHECK(PeerIndex::make({1, 5}, 5, 12, &x, &why) == Status::kInvalidArgument);   // itself
-  CHECK(PeerIndex::make({1, 12}, 5, 12, &x, &why) == Status::kInvalidArgument);  // outside the world
-  CHECK(PeerIndex::make({-1}, 5, 12, &x, &why) == Status::kInvalidArgument);
-  const PeerIndex all = PeerIndex::every_other(2, 4);
-  CHECK(all.ranks() == std::vector<int>{0, 1, 3});
-  why.clear();
-  const PeerIndex bad = PeerIndex::for_config(std::vector<int>{3, 3}, 0, 4, &why);
-  CHECK(bad.size() == 0);
-  CHECK_FALSE(why.empty());
-}
-
-TEST_CASE("proxy state at 128 x 8 is sized by the peer set, not the world") {
-  const int N = 128, G = 8, W = N * G;
-  const RankLayout layout = block_layout(N, G);
-  for (int rank : {0, 5, W - 1}) {
-    CAPTURE(rank);
-    PeerSet rails, mesh;
-    std::string why;
-    REQUIRE(peer_set(layout, rank, PeerNeed::kRails, &rails, &why) == Status::kOk);
-    REQUIRE(peer_set(layout, rank, PeerNeed::kEveryRank, &mesh, &why) == Status::kOk);
-    ProxyConfig pc;
-    pc.rank = rank;
-    pc.world_size = W;
-    pc.peers = rails.net;
-    Proxy p(pc, nullptr, nullptr);  // not started: only its state is looked at
-    CHECK(p.peer_slots() == N - 1);
-    CHECK(p.per_peer_entries() == 3 * size_t(N - 1));  // outstanding, outstanding puts, batches: per slot
-    pc.peers = mesh.net;
-    Proxy full(pc, nullptr, nullptr);
-    CHECK(full.peer_slots() == W - 1);
-    pc.peers.reset();  // unset: every other rank, as before the peer set
-    Proxy unset(pc, nullptr, nullptr);
-    CHECK(unset.peer_slots() == W - 1);
-  }
-}
-
-TEST_CASE("proxy: a command for a rank outside the peer set fails at once, naming it; the set's ranks work") {
-  for (SignalMode mode : {SignalMode::kSerial, SignalMode::kFenced, SignalMode::kBatched}) {
-    CAPTURE(to_string(mode));
-    std::unique_ptr<Fifo> fifo;
-    REQUIRE(Fifo::create(64, 5, 0, FifoMemory{}, &fifo) == Status::kOk);
-    RecordingBackend backend;
-    ProxyConfig pc;
-    pc.rank = 5;
-    pc.world_size = 12;
-    pc.peers = std::vector<int>{1, 9};  // r5 at 3 x 4 with rails
-    pc.mode = mode;
-    pc.timeout_s = 10;
-    Proxy proxy(pc, fifo->ring(), &backend);
-    REQUIRE(proxy.start() == Status::kOk);
-    auto push = [&](const FifoCommand& c) { return fifo_push(fifo->ring(), fifo->host_producer_state(), c, 10); };
-    for (int peer : {1, 9}) {
-      REQUIRE(push(make_fifo_command(FifoOp::kPut, peer, 0, 64, 8, 0, 0)) == Status::kOk);
-      REQUIRE(push(make_fifo_command(FifoOp::kSignal, peer, 0, 0, 0, 128, 1)) == Status::kOk);
-    }
-    CHECK(proxy.flush() == Status::kOk);
-    std::vector<int> reached = backend.reached();
-    std::sort(reached.begin(), reached.end());
-    CHECK(reached == std::vector<int>{1, 1, 9, 9});
-    // A node-mate (NVLink's) and a rank of another rail: neither is a net peer of r5.
-    for (int outsider : {4, 2}) {
-      CAPTURE(outsider);
-      std::unique_ptr<Fifo> f2;
-      REQUIRE(Fifo::create(64, 5, 0, FifoMemory{}, &f2) == Status::kOk);
-      RecordingBackend b2;
-      Proxy p2(pc, f2->ring(), &b2);
-      REQUIRE(p2.start() == Status::kOk);
-      fifo_push(f2->ring(), f2->host_producer_state(), make_fifo_command(FifoOp::kPut, outsider, 0, 64, 8, 0, 0), 10);
-      CHECK(p2.flush() == Status::kInvalidArgument);
-      CHECK(p2.error_message().find("post to rank " + std::to_string(outsider) +
-                                    ", which is not in this rank's peer set (2 peers") != std::string::npos);
-      CHECK(b2.reached().empty());
-      p2.stop();
-    }
-    CHECK(proxy.stop() == Status::kOk);
-  }
-  // A malformed peer list is refused when the proxy starts.
-  std::unique_ptr<Fifo> fifo;
-  REQUIRE(Fifo::create(64, 0, 0, FifoMemory{}, &fifo) == Status::kOk);
-  RecordingBackend backend;
-  ProxyConfig pc;
-  pc.rank = 0;
-  pc.world_size = 4;
-  pc.peers = std::vector<int>{2, 1};
-  Proxy proxy(pc, fifo->ring(), &backend);
-  CHECK(proxy.start() == Status::kInvalidArgument);
-  CHECK(proxy.error_message().find("ascending") != std::string::npos);
-}
