@@ -40,16 +40,21 @@ std::string self_dir() {
   return p.substr(0, p.rfind('/'));
 }
 
+// Runs `cmd` through the shell; its stdout into *out, its exit status back.
+int run_capture(const std::string& cmd, std::string* out) {
+  FILE* f = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) out->append(buf, n);
+  return f ? pclose(f) : -1;
+}
+
 Row measure(const std::string& path, const std::string& cmd) {
   Row row;
   row.path = path;
   auto t0 = std::chrono::steady_clock::now();
-  FILE* f = popen(cmd.c_str(), "r");
   std::string out;
-  char buf[4096];
-  size_t n;
-  while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  int rc = f ? pclose(f) : -1;
+  int rc = run_capture(cmd, &out);
   row.wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   auto doc = nlohmann::json::parse(out, nullptr, false);
   if (rc != 0 || doc.is_discarded() || !doc.value("passed", false)) {
@@ -88,12 +93,8 @@ WireRow measure_wiring(const std::string& path, const std::string& cmd, int runs
   row.wire_min = 1e300;
   for (int r = 0; r < runs; ++r) {
     auto t0 = std::chrono::steady_clock::now();
-    FILE* f = popen(cmd.c_str(), "r");
     std::string out;
-    char buf[4096];
-    size_t n;
-    while (f && (n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-    int rc = f ? pclose(f) : -1;
+    int rc = run_capture(cmd, &out);
     wall.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     // The JSON is the last line that parses (srun may print more).
     nlohmann::json doc;
