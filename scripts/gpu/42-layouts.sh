@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# GPU check step: the tensor-parallel ops on the group layouts a 4-GPU machine can hold, each validated
+# and timed next to NCCL + cuBLAS in the same run (weftrun bench): 1 x 2 (one node, two GPUs), 2 x 2
+# and 4 x 1 (emulated nodes: one GPU per node, every byte between nodes through the proxy). 1 x 4 is
+# 40-ops.sh's. The workloads are the one-node examples with their layout changed, written to OUTDIR.
+# Appends one summary row per (op, layout).
+set -uo pipefail
+out=${1:?usage: 42-layouts.sh OUTDIR}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+weftrun=$WEFT_BUILD_DIR/bin/weftrun
+gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$gpus" -lt 4 ]; then
+  echo "SKIP    layouts: 1x2, 2x2 and 4x1 need 4 GPUs (one per rank); this machine has $gpus" >>"$WEFT_SUMMARY"
+  exit 0
+fi
+export WEFT_DETERMINISTIC=1
+rc=0
+for cfg in ${WEFT_LAYOUT_CONFIGS-ag_gemm_llama70b gemm_rs_m8192 gemm_ar_m8192}; do
+  for layout in ${WEFT_LAYOUTS-1x2 2x2 4x1}; do
+    nodes=${layout%x*} per=${layout#*x}
+    ranks=$((nodes * per))
+    wl=$out/${cfg}_$layout.yaml
+    sed "s/^layout:.*$/layout: {nodes: $nodes, gpus_per_node: $per}/" "$root/configs/examples/$cfg.yaml" >"$wl"
+    report=$out/layout-${cfg}_$layout.jsonl
+    : >"$report"
+    echo "=== weftrun bench -n $ranks --emulate-nodes $nodes $wl"
+    if WEFT_REPORT=$report timeout 240 "$weftrun" bench -n "$ranks" --emulate-nodes "$nodes" "$wl"; then
+      python3 - "$report" "$cfg" "$layout" >>"$WEFT_SUMMARY" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+v = {r["variant"]: r["ms"] for r in rows}
+fused = v.get("weft fused (one launch)", v.get("weft fused"))
+seq = next((x for name, x in v.items() if name.startswith(("nccl all-gather +", "cublas + nccl"))), None)
+f = lambda x: f"{x:.3f}" if x else "-"
+print(f"PASS    layout {sys.argv[3]} {sys.argv[2]}: weft {f(fused)} ms, NCCL + cuBLAS {f(seq)} ms"
+      + (f" ({seq / fused:.2f}x)" if fused and seq else ""))
+PY
+    else
+      echo "FAIL    layout $layout $cfg: weftrun bench exited non-zero (log: 42-layouts.log)" >>"$WEFT_SUMMARY"
+      rc=1
+    fi
+  done
+done
+exit $rc
