@@ -624,24 +624,20 @@ Status PmixBootstrap::barrier(const std::string& tag) { return fence("barrier " 
 
 Status PmixBootstrap::subset_allgather(const std::string& scope, const std::string& key,
                                        const std::vector<int>& members, const Blob& mine, std::vector<Blob>* all) {
-  const std::string scoped = scope + "." + key;
-  WEFT_CHECK(put(scoped, mine, Scope::kGlobal));
-  // No data on the fence: each rank fetches its members' entries below, not the whole job's.
-  WEFT_CHECK(fence("group exchange " + key, false));
-  all->assign(members.size(), Blob());
-  for (size_t i = 0; i < members.size(); ++i) {
-    const int peer = members[i];
+  for (int peer : members) {
     if (peer < 0 || peer >= info_.size) {
-      WEFT_WARN(kBoot, "rank %d: %s: member %d is not a rank of the %d-rank job", info_.rank, scoped.c_str(), peer,
-                info_.size);
+      WEFT_WARN(kBoot, "rank %d: %s.%s: member %d is not a rank of the %d-rank job", info_.rank, scope.c_str(),
+                key.c_str(), peer, info_.size);
       return Status::kInvalidArgument;
     }
-    if (peer == info_.rank) {
-      (*all)[i] = mine;
-      continue;
-    }
-    WEFT_CHECK(get(peer, scoped, &(*all)[i]));
   }
+  // The members' entries come the way every exchange's do: same-host files where the node's folder
+  // serves them, else PMIx (libpmix 5 does not serve a peer's put after a fence without data, so a
+  // bare put/fence/get is not enough there). Only the members' entries are read.
+  std::vector<Blob> job;
+  WEFT_CHECK(allgather_scoped(scope + "." + key, mine, Scope::kGlobal, &job, &members));
+  all->assign(members.size(), Blob());
+  for (size_t i = 0; i < members.size(); ++i) (*all)[i] = std::move(job[static_cast<size_t>(members[i])]);
   return Status::kOk;
 }
 

@@ -23,7 +23,7 @@ fi
 n=$gpus
 [ "$n" -gt 8 ] && n=8
 if [ -x "$BUILD/bin/bench_moe_layer" ] && [ "$n" -ge 1 ]; then
-  if timeout 500 "$BUILD/bin/weftrun" exec -n "$n" -- "$BUILD/bin/bench_moe_layer" --iters "${WEFT_MOE_ITERS:-20}" \
+  if timeout 500 "$BUILD/bin/weftrun" exec -n "$n" -- "$BUILD/bin/bench_moe_layer" --iters "${MOE_LAYER_ITERS:-20}" \
     >"$OUTDIR/moe-layer.md" 2>"$OUTDIR/moe-layer.log"; then
     echo "moe layer, weft op on $n GPU(s):" >>"$SUMMARY"
     cat "$OUTDIR/moe-layer.md" >>"$SUMMARY"
