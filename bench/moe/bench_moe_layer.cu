@@ -16,6 +16,7 @@
 
 #include "bench/gemm/bench_timing.h"
 #include "bootstrap/pmix_bootstrap.h"
+#include "kernels/moe_plan.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/moe.h"
 
@@ -83,8 +84,21 @@ int main(int argc, char** argv) {
   int gpus = 0;
   WEFT_CUDA_OK(cudaGetDeviceCount(&gpus));
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));
+  // The heap holds the largest shape's worst-case layout (the op's default: no counts exchanged
+  // first), plus 64 MiB for the context's own regions.
+  int64_t heap = 0;
+  for (int T : token_list)
+    for (const Shape& sh : kShapes) {
+      weft::kernels::MoeShape ms;
+      ms.tokens = T, ms.hidden = int32_t(sh.hidden), ms.ffn = int32_t(sh.ffn), ms.experts = int32_t(sh.experts);
+      ms.topk = int32_t(sh.topk), ms.world = W;
+      weft::kernels::MoeHeapLayout layout;
+      const char* why = nullptr;
+      if (sh.experts % W == 0 && weft::kernels::moe_heap_layout(ms, 0, &layout, &why))
+        heap = std::max(heap, layout.total_bytes);
+    }
   std::unique_ptr<runtime::Context> ctx;
-  if (runtime::Context::create(*boot, uint64_t(2) << 30, &ctx) != Status::kOk) return 1;
+  if (runtime::Context::create(*boot, uint64_t(heap) + (uint64_t(64) << 20), &ctx) != Status::kOk) return 1;
   cudaDeviceProp prop{};
   WEFT_CUDA_OK(cudaGetDeviceProperties(&prop, boot->info().local_rank % gpus));
   if (rank == 0) {

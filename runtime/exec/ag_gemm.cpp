@@ -233,7 +233,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   for (int q = 0; q < world_; ++q)
     if (q != rank_) close.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
   WEFT_CHECK(stream_mem_ops(s, close));
-  WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
+  WEFT_CHECK(record_done(join_, s));
   return Status::kOk;
 }
 
@@ -268,7 +268,7 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   for (int q = 0; q < world_; ++q)
     if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1});
   WEFT_CHECK(stream_mem_ops(s, ops));
-  WEFT_CUDA_CHECK(cudaEventRecord(join_, s));
+  WEFT_CHECK(record_done(join_, s));
   return Status::kOk;
 }
 

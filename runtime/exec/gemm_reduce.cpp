@@ -155,7 +155,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   if (st == Status::kOk && all_reduce_)
     st = cudaMemcpyAsync(c, full, size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                                    : Status::kCudaError;
-  if (st == Status::kOk) st = cudaEventRecord(done_, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st == Status::kOk) st = record_done(done_, s);
   if (st != Status::kOk) ctx_->poison("gemm_reduce run failed on rank " + std::to_string(rank_));
   return st;
 }

@@ -229,7 +229,7 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   mark(4);
   if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
   mark(5);
-  if (st == Status::kOk) st = cudaEventRecord(done_, s) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st == Status::kOk) st = record_done(done_, s);
   if (st != Status::kOk) ctx_->poison("moe run failed on rank " + std::to_string(rank_));
   return st;
 }

@@ -164,4 +164,18 @@ Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, con
   return wait_bounded([e] { return cudaEventQuery(e); }, timeout_s, what, unstick);
 }
 
+Status record_done(cudaEvent_t e, cudaStream_t s) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  cudaError_t err = cudaStreamIsCapturing(s, &capture);
+  // During a capture a plain record only orders streams inside the graph and leaves the event
+  // unusable outside it (a later cudaEventQuery fails with an invalid argument): an external record
+  // node records it on every replay instead.
+  if (err == cudaSuccess)
+    err = cudaEventRecordWithFlags(
+        e, s, capture == cudaStreamCaptureStatusActive ? cudaEventRecordExternal : cudaEventRecordDefault);
+  if (err == cudaSuccess) return Status::kOk;
+  WEFT_WARN(kKernel, "recording an op's completion event failed: %s", cudaGetErrorString(err));
+  return Status::kCudaError;
+}
+
 }  // namespace weft::runtime

@@ -39,4 +39,9 @@ Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const st
 // The same for the work before an event.
 Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, const std::function<void()>& unstick);
 
+// Records an op's completion event at the end of its work on `s`. Under stream capture it becomes an
+// external record node, so each replay of the graph records the event and event_wait_bounded waits
+// for the replay, as it waits for a direct call.
+Status record_done(cudaEvent_t e, cudaStream_t s);
+
 }  // namespace weft::runtime
