@@ -1,0 +1,158 @@
+// The runtime's AllGather+GEMM op (runtime/exec/ag_gemm.h, what `weftrun run` executes) timed four
+// ways on every rank of a `weftrun exec -n W` job, to find where its time goes next to the
+// benchmark runner's fused variant (`weftrun bench`):
+//   back-to-back     calls one after another, no barrier (as weftrun run times them);
+//   isolated         every rank synchronized and past a job barrier before each call;
+//   heap input       back-to-back with A already in the heap (a = shard(): no copy of the own shard);
+//   heap, isolated   both.
+// The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
+// each call; rank 0 prints each mode's median over all rounds, slowest rank.
+// Usage: weftrun plan --json WORKLOAD.yaml > plan.json
+//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R]
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/gemm/bench_timing.h"
+#include "bootstrap/pmix_bootstrap.h"
+#include "runtime/exec/ag_gemm.h"
+#include "runtime/exec/context.h"
+#include "runtime/plan.h"
+
+namespace runtime = weft::runtime;
+namespace bootstrap = weft::bootstrap;
+using weft::Status;
+using bf16 = __nv_bfloat16;
+
+namespace {
+
+#define BENCH_CUDA(x)                                                                      \
+  do {                                                                                     \
+    cudaError_t e_ = (x);                                                                  \
+    if (e_ != cudaSuccess) {                                                               \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                        \
+    }                                                                                      \
+  } while (0)
+
+double allgather_max(bootstrap::Bootstrap& boot, const std::string& key, double v) {
+  bootstrap::Blob mine(8);
+  std::memcpy(mine.data(), &v, 8);
+  std::vector<bootstrap::Blob> all;
+  if (boot.allgather(key, mine, &all) != Status::kOk) std::exit(1);
+  double m = 0;
+  for (const auto& b : all) {
+    double x = 0;
+    if (b.size() == 8) std::memcpy(&x, b.data(), 8);
+    m = std::max(m, x);
+  }
+  return m;
+}
+
+__global__ void fill(bf16* p, int64_t n, uint32_t seed) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    p[i] = __float2bfloat16(float(h & 0xFFFF) / 65536.f - 0.5f);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int iters = 20, rounds = 3;
+  std::string plan_file;
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
+      rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+    else if (plan_file.empty() && argv[i][0] != '-')
+      plan_file = argv[i];
+    else
+      plan_file.clear(), i = argc;
+  }
+  if (plan_file.empty() || !bootstrap::started_under_pmix()) {
+    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R]\n");
+    return 2;
+  }
+  std::ifstream in(plan_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  runtime::Plan plan;
+  std::string err;
+  if (text.str().size() > (1 << 20) || runtime::parse_executed_json(text.str(), &plan, &err) != Status::kOk) {
+    fprintf(stderr, "bench_ag_gemm_op: %s: %s\n", plan_file.c_str(), err.empty() ? "over 1 MiB" : err.c_str());
+    return 2;
+  }
+  std::unique_ptr<bootstrap::PmixBootstrap> boot;
+  if (bootstrap::PmixBootstrap::connect(&boot) != Status::kOk) return 1;
+  const int rank = boot->info().rank, W = boot->info().size;
+  int gpus = 0;
+  BENCH_CUDA(cudaGetDeviceCount(&gpus));
+  BENCH_CUDA(cudaSetDevice(boot->info().local_rank % gpus));
+  const int64_t m = plan.gemm.m, n = plan.gemm.n / W, k = plan.gemm.k;
+  std::unique_ptr<runtime::Context> ctx;
+  if (runtime::Context::create(*boot, uint64_t(m * k) * 2 + (uint64_t(64) << 20), &ctx) != Status::kOk) return 1;
+  std::unique_ptr<runtime::AgGemmOp> op;
+  if (runtime::AgGemmOp::create(*ctx, plan, &op) != Status::kOk) return 1;
+  bf16 *a = nullptr, *b = nullptr, *c = nullptr;
+  BENCH_CUDA(cudaMalloc(&a, size_t(m / W * k) * 2));
+  BENCH_CUDA(cudaMalloc(&b, size_t(n * k) * 2));
+  BENCH_CUDA(cudaMalloc(&c, size_t(m * n) * 2));
+  fill<<<1024, 256>>>(a, m / W * k, 17u + uint32_t(rank));
+  fill<<<1024, 256>>>(b, n * k, 91u + uint32_t(rank));
+  BENCH_CUDA(cudaMemcpy(op->shard(), a, size_t(m / W * k) * 2, cudaMemcpyDeviceToDevice));
+  cudaStream_t s;
+  BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  BENCH_CUDA(cudaDeviceSynchronize());
+
+  const char* names[] = {"back-to-back (as weftrun run)", "isolated (barrier before each call)",
+                         "heap input, back-to-back", "heap input, isolated"};
+  std::vector<std::vector<float>> ms(4);
+  std::vector<cudaEvent_t> ev(size_t(2 * iters));
+  for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
+  int barrier_no = 0;
+  for (int round = 0; round < rounds; ++round)
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool isolated = mode & 1;
+      const bf16* src = mode >= 2 ? op->shard() : a;
+      for (int i = -5; i < iters; ++i) {
+        if (isolated) {
+          BENCH_CUDA(cudaStreamSynchronize(s));
+          if (boot->barrier("bench.ag." + std::to_string(barrier_no++)) != Status::kOk) return 1;
+        }
+        if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], s));
+        if (op->run(src, b, c, s) != Status::kOk) return 1;
+        if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], s));
+      }
+      BENCH_CUDA(cudaStreamSynchronize(s));
+      for (int i = 0; i < iters; ++i) {
+        float x = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&x, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
+        ms[size_t(mode)].push_back(x);
+      }
+      if (boot->barrier("bench.ag.mode." + std::to_string(round * 4 + mode)) != Status::kOk) return 1;
+    }
+  if (rank == 0)
+    printf("# runtime ag_gemm op, m %lld n %lld (per rank) k %lld, %d ranks, variant %s, %d compute SMs; "
+           "median of %d calls x %d rounds, slowest rank\n| mode | ms |\n|---|---|\n",
+           (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute, iters, rounds);
+  for (int mode = 0; mode < 4; ++mode) {
+    const double worst = allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
+    if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);
+  }
+  fflush(stdout);
+  for (auto& e : ev) cudaEventDestroy(e);
+  op.reset();
+  cudaFree(a), cudaFree(b), cudaFree(c);
+  return 0;
+}
