@@ -8,7 +8,7 @@
 // The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
 // each call; rank 0 prints each mode's median over all rounds, slowest rank.
 // Usage: weftrun plan --json WORKLOAD.yaml > plan.json
-//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R]
+//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -25,6 +25,7 @@
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/plan.h"
 
 namespace runtime = weft::runtime;
@@ -34,13 +35,13 @@ using bf16 = __nv_bfloat16;
 
 namespace {
 
-#define BENCH_CUDA(x)                                                                      \
-  do {                                                                                     \
-    cudaError_t e_ = (x);                                                                  \
-    if (e_ != cudaSuccess) {                                                               \
+#define BENCH_CUDA(x)                                                                     \
+  do {                                                                                    \
+    cudaError_t e_ = (x);                                                                 \
+    if (e_ != cudaSuccess) {                                                              \
       fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                        \
-    }                                                                                      \
+      std::exit(1);                                                                       \
+    }                                                                                     \
   } while (0)
 
 double allgather_max(bootstrap::Bootstrap& boot, const std::string& key, double v) {
@@ -69,19 +70,22 @@ __global__ void fill(bf16* p, int64_t n, uint32_t seed) {
 
 int main(int argc, char** argv) {
   int iters = 20, rounds = 3;
+  bool normal = false;
   std::string plan_file;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--normal"))
+      normal = true;  // weftrun run's inputs (normal, scale 1) instead of uniform in [-0.5, 0.5)
     else if (plan_file.empty() && argv[i][0] != '-')
       plan_file = argv[i];
     else
       plan_file.clear(), i = argc;
   }
   if (plan_file.empty() || !bootstrap::started_under_pmix()) {
-    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R]\n");
+    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal]\n");
     return 2;
   }
   std::ifstream in(plan_file);
@@ -108,8 +112,14 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&a, size_t(m / W * k) * 2));
   BENCH_CUDA(cudaMalloc(&b, size_t(n * k) * 2));
   BENCH_CUDA(cudaMalloc(&c, size_t(m * n) * 2));
-  fill<<<1024, 256>>>(a, m / W * k, 17u + uint32_t(rank));
-  fill<<<1024, 256>>>(b, n * k, 91u + uint32_t(rank));
+  if (normal) {
+    if (runtime::fill_random_bf16(a, m / W * k, 17, rank, 1.0f, nullptr) != Status::kOk ||
+        runtime::fill_random_bf16(b, n * k, 91, rank, 1.0f, nullptr) != Status::kOk)
+      return 1;
+  } else {
+    fill<<<1024, 256>>>(a, m / W * k, 17u + uint32_t(rank));
+    fill<<<1024, 256>>>(b, n * k, 91u + uint32_t(rank));
+  }
   BENCH_CUDA(cudaMemcpy(op->shard(), a, size_t(m / W * k) * 2, cudaMemcpyDeviceToDevice));
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -143,11 +153,14 @@ int main(int argc, char** argv) {
       if (boot->barrier("bench.ag.mode." + std::to_string(round * 4 + mode)) != Status::kOk) return 1;
     }
   if (rank == 0)
-    printf("# runtime ag_gemm op, m %lld n %lld (per rank) k %lld, %d ranks, variant %s, %d compute SMs; "
-           "median of %d calls x %d rounds, slowest rank\n| mode | ms |\n|---|---|\n",
-           (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute, iters, rounds);
+    printf(
+        "# runtime ag_gemm op, m %lld n %lld (per rank) k %lld, %d ranks, variant %s, %d compute SMs; "
+        "%s inputs; median of %d calls x %d rounds, slowest rank\n| mode | ms |\n|---|---|\n",
+        (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
+        normal ? "normal" : "uniform", iters, rounds);
   for (int mode = 0; mode < 4; ++mode) {
-    const double worst = allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
+    const double worst =
+        allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
     if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);
   }
   fflush(stdout);
