@@ -26,6 +26,7 @@
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"
+#include "runtime/exec/run_plan.h"
 #include "runtime/plan.h"
 
 namespace runtime = weft::runtime;
@@ -162,6 +163,16 @@ int main(int argc, char** argv) {
     const double worst =
         allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
     if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);
+  }
+  // The same plan through weftrun run's own harness (run_plan: its Context, inputs and timing loop),
+  // in this process, with this op and its heap still alive.
+  runtime::RunSpec spec;
+  spec.warmup = 5, spec.iters = iters, spec.validate = false;
+  for (int rep = 0; rep < 2; ++rep) {
+    runtime::RunReport report;
+    if (runtime::run_plan(*boot, plan, spec, 0, &report) != Status::kOk) return 1;
+    const double worst = allgather_max(*boot, "bench.ag.run_plan." + std::to_string(rep), report.ms_median);
+    if (rank == 0) printf("| run_plan (weftrun run's harness), %d | %.3f |\n", rep + 1, worst);
   }
   fflush(stdout);
   for (auto& e : ev) cudaEventDestroy(e);
