@@ -78,4 +78,26 @@ inline const std::vector<MoeMeasured>& moe_measured_rows() {
   return rows;
 }
 
+// docs/moe.md, "The layer on 4 H200s": one call of bench_moe_layer under weftrun exec -n 4, a rank
+// per GPU, 2026-11-26. No constant of the tuner was fitted to these rows: another GPU model, another
+// world size and a later commit than every row above. One run per shape (ms_a -1).
+inline const std::vector<MoeMeasured>& moe_measured_rows_4xh200() {
+  static const char* kFour = "4 x NVIDIA H200 (NVLink), driver 580.159.04";
+  static const std::vector<MoeMeasured> rows = {
+      {"H01", kFour, 4,  "18fa772", "Mixtral-8x7B", 4096,  14336, 8,     2,  4096, 4,  "layer",
+       16,    4.885, -1, 0.090,     0.174,          0.120, 4.434, 0.426, -1, -1,   -1, -1},
+      {"H02", kFour, 4,  "18fa772", "Qwen3-30B-A3B", 2048,  768,   128,   8,  4096, 4,  "layer",
+       16,    1.299, -1, 0.085,     0.163,           0.128, 0.603, 0.324, -1, -1,   -1, -1},
+      {"H03", kFour, 4,  "18fa772", "DeepSeek-V3", 7168,  2048,  256,   8,  4096, 4,  "layer",
+       16,    7.051, -1, 0.183,     0.518,         0.463, 5.153, 1.115, -1, -1,   -1, -1},
+      {"H04", kFour, 4,  "18fa772", "Mixtral-8x7B", 4096,  14336, 8,     2,  256, 4,  "layer",
+       16,    0.622, -1, 0.076,     0.022,          0.027, 0.452, 0.139, -1, -1,  -1, -1},
+      {"H05", kFour, 4,  "18fa772", "Qwen3-30B-A3B", 2048,  768,   128,   8,  256, 4,  "layer",
+       16,    0.277, -1, 0.065,     0.021,           0.030, 0.125, 0.050, -1, -1,  -1, -1},
+      {"H06", kFour, 4,  "18fa772", "DeepSeek-V3", 7168,  2048,  256,   8,  256, 4,  "layer",
+       16,    2.007, -1, 0.129,     0.045,         0.072, 1.655, 0.192, -1, -1,  -1, -1},
+  };
+  return rows;
+}
+
 }  // namespace weft::testing

@@ -36,8 +36,8 @@ std::string fmt(const char* f, double a) {
 
 std::string err_pct(double predicted, double measured) { return fmt("%+.1f%%", (predicted / measured - 1) * 100); }
 
-// The row's layer as a workload on one node of `world` GPUs, planned by tune() with the H100 model.
-Plan plan_of(const MoeMeasured& r) {
+// The row's layer as a workload on one node of `world` GPUs, planned by tune() with the model `m`.
+Plan plan_of(const MoeMeasured& r, const MachineModel& m = machine_model_h100()) {
   std::ostringstream text;
   text << "op: moe\nshape: {tokens: " << r.tokens * r.world << ", hidden: " << r.hidden << ", ffn: " << r.ffn
        << ", experts: " << r.experts << ", topk: " << r.topk << "}\nlayout: {nodes: 1, gpus_per_node: " << r.world
@@ -46,7 +46,7 @@ Plan plan_of(const MoeMeasured& r) {
   std::string err;
   REQUIRE_MESSAGE(parse_workload(text.str(), "t.yaml", &w, &err) == Status::kOk, err);
   Plan p;
-  REQUIRE_MESSAGE(tune(w, w.layout, {}, {}, machine_model_h100(), &p, &err) == Status::kOk, err);
+  REQUIRE_MESSAGE(tune(w, w.layout, {}, {}, m, &p, &err) == Status::kOk, err);
   return p;
 }
 
@@ -165,6 +165,44 @@ TEST_CASE("moe: the tuner's plan predicts the staged layer within the stated err
   INFO(table.str());
   print(table.str());
   CHECK(errors[errors.size() / 2] <= kGoal);
+}
+
+TEST_CASE("moe: the tuner's plan against the 4 x H200 layer rows (held out: another GPU and world size)") {
+  // The H200 model scales the H100-fitted constants by the part's rates (moe_staged_constants); no
+  // figure of these rows was used. WEFT_TUNER_FIT_TABLE=1 prints the table.
+  const MachineModel m = machine_model_h200();
+  const MoeStagedConstants c = moe_staged_constants(m);
+  std::ostringstream table;
+  table << "row  shape          T/rank  measured ms  predicted  error    "
+           "phases: route / dispatch / arrange / FFN / combine, predicted (error)\n";
+  std::vector<double> errors;
+  for (const auto& r : weft::testing::moe_measured_rows_4xh200()) {
+    const Plan p = plan_of(r, m);
+    const MoeStagedTime st = moe_staged_time(shape_of(r), r.world, m, c);
+    REQUIRE(p.exec.variant == "staged");
+    CHECK(p.makespan_s == doctest::Approx(st.total_s()));
+    const double pred = p.makespan_s * 1e3, e = pred / r.ms - 1;
+    char line[512];
+    snprintf(line, sizeof line,
+             "%-4s %-14s %6lld  %9.3f  %9.3f  %+6.1f%%  %.3f %s / %.3f %s / %.3f %s / %.3f %s / %.3f %s\n", r.id,
+             r.shape, (long long)r.tokens, r.ms, pred, e * 100, st.route_s * 1e3,
+             err_pct(st.route_s * 1e3, r.route_ms).c_str(), st.dispatch_s * 1e3,
+             err_pct(st.dispatch_s * 1e3, r.dispatch_ms).c_str(), st.arrange_s * 1e3,
+             err_pct(st.arrange_s * 1e3, r.arrange_ms).c_str(), st.ffn_s() * 1e3,
+             err_pct(st.ffn_s() * 1e3, r.ffn_ms).c_str(), st.combine_s * 1e3,
+             err_pct(st.combine_s * 1e3, r.combine_ms).c_str());
+    table << line;
+    errors.push_back(std::fabs(e));
+  }
+  std::sort(errors.begin(), errors.end());
+  REQUIRE(errors.size() == 6);
+  table << "max error " << fmt("%.1f", errors.back() * 100) << "%, median "
+        << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
+  INFO(table.str());
+  print(table.str());
+  // Every row within the issue's 20% (at this commit: max 9.5%, median 3.8%; single phases miss by up
+  // to 51%, the combine and arrange waits most, and partly cancel).
+  CHECK(errors.back() <= 0.20);
 }
 
 TEST_CASE("moe: a one-node plan carries the staged prediction, its bound the FFN or the link alone") {
