@@ -83,8 +83,8 @@ int probe_gpu_count() {
     cudaError_t e_ = (call);                                                                           \
     if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
   } while (0)
-#define WEFT_TRY(call, code)                                                \
-  do {                                                                      \
+#define WEFT_TRY(call, code)                                                 \
+  do {                                                                       \
     if ((call) != Status::kOk) return boot.report(std::string(#call)), code; \
   } while (0)
 
@@ -141,8 +141,8 @@ struct Rank {
 
   ~Rank() {
     cudaDeviceSynchronize();
-    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(a_full),
-                    static_cast<void*>(ref), static_cast<void*>(push_err), static_cast<void*>(wrong)})
+    for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(a_full), static_cast<void*>(ref),
+                    static_cast<void*>(push_err), static_cast<void*>(wrong)})
       if (p) cudaFree(p);
     if (epochs) cudaFreeHost(epochs);
     if (fork) cudaEventDestroy(fork);
@@ -226,7 +226,8 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   // This rank's shard at its position 0; B fresh and random; the reference over every rank's shard.
   fill_shard<<<256, 256>>>(r.pos_ptr(0), kRowsPerRank * kK, r.rank);
   kt::random_bf16(r.b, kN * kK, kt::fresh_seed(), 0.5f);
-  for (int q = 0; q < r.world; ++q) fill_shard<<<256, 256>>>(r.a_full + int64_t(q) * kRowsPerRank * kK, kRowsPerRank * kK, q);
+  for (int q = 0; q < r.world; ++q)
+    fill_shard<<<256, 256>>>(r.a_full + int64_t(q) * kRowsPerRank * kK, kRowsPerRank * kK, q);
   kt::reference(r.a_full, r.b, nullptr, r.ref, int(r.m), int(kN), int(kK));
   GPU_TRY(cudaDeviceSynchronize());
 
@@ -292,8 +293,8 @@ std::string check_call(Rank& r, uint64_t e, bool compute) {
     unsigned long long w = 0;
     cudaMemcpy(&w, r.wrong, sizeof w, cudaMemcpyDeviceToHost);
     if (w)
-      bad += " position " + std::to_string(pos) + " (shard of rank " + std::to_string(r.plan.order[pos]) + "): " +
-             std::to_string(w) + " elements not that rank's;";
+      bad += " position " + std::to_string(pos) + " (shard of rank " + std::to_string(r.plan.order[pos]) +
+             "): " + std::to_string(w) + " elements not that rank's;";
     for (int ch = 0; ch < r.chunks; ++ch) {
       uint64_t f = 0;
       cudaMemcpy(&f, r.flag(pos, ch), 8, cudaMemcpyDeviceToHost);
@@ -331,9 +332,11 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu) {
     if (!bad.empty()) return boot.report(summary), 41;
   }
   WEFT_TRY(r.tp->flush(), 42);
-  WEFT_TRY(boot.barrier("done"), 43);
+  WEFT_TRY(boot.barrier("done"), 43);  // every rank has all it waits for: the transports may stop
+  r.fifo.reset();
+  WEFT_TRY(r.tp->stop(), 44);
   boot.report(summary);
-  return r.heap->close(boot) == Status::kOk ? 0 : 44;
+  return r.heap->close(boot) == Status::kOk ? 0 : 45;
 }
 
 // Rank `victim` never launches call 1: its rail peers wait for its shard until the device timeout.
@@ -377,7 +380,8 @@ int gpus_or_skip() {
     fflush(stdout);
     _exit(77);
   }
-  if (ngpu < kRanks) printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
+  if (ngpu < kRanks)
+    printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
   return ngpu;
 }
 
