@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
+#include "bootstrap/group_bootstrap.h"
 #include "launcher/commands.h"
 #include "launcher/launch.h"
 #include "launcher/op_registry.h"
@@ -21,16 +22,27 @@ struct RunOptions {
   int nodes = 0;
 };
 
-// The benchmark runners run an op on the whole job; a workload split into rank groups would give
-// them one group's shards on every rank of the job. Says so and returns true for such a workload.
-bool refuse_groups(const runtime::Workload& wl) {
-  if (wl.num_groups() <= 1) return false;
-  fprintf(stderr, "weftrun bench: %s\n",
-          wl.error_at("group", std::to_string(wl.num_groups()) +
-                                   " rank groups: the benchmark runners run an op on the whole job (expected no "
-                                   "group:, or one that is the whole layout; weftrun run runs rank groups)")
-              .c_str());
-  return true;
+// A workload split into rank groups: every group runs the op at once, each through its own
+// bootstrap, so its exchanges, NCCL communicator and buffers are the group's (as weftrun run does).
+// The runner sees the group as its job: the workload's layout becomes the group's. Nothing to do
+// (false, *group null) for a workload without groups; true after saying why it cannot.
+bool enter_group(bootstrap::Bootstrap* boot, RankContext* ctx, runtime::Workload* wl,
+                 std::unique_ptr<bootstrap::GroupBootstrap>* group) {
+  if (wl->num_groups() <= 1) return false;
+  bootstrap::GroupShape shape;
+  shape.nodes = wl->layout.nodes;
+  shape.gpus_per_node = wl->layout.gpus_per_node;
+  shape.group_nodes = wl->group->nodes;
+  shape.group_gpus = wl->group->gpus_per_node;
+  std::string why;
+  if (bootstrap::GroupBootstrap::create(boot, shape, group, &why) != Status::kOk) {
+    fprintf(stderr, "weftrun bench: %s\n", wl->error_at("group", why).c_str());
+    return true;
+  }
+  ctx->info = (*group)->info();
+  wl->layout = *wl->group;
+  wl->group.reset();
+  return false;
 }
 
 int run_rank(const RunOptions& o) {
@@ -40,7 +52,6 @@ int run_rank(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;  // every rank reads the same file and fails the same way
   }
-  if (refuse_groups(wl)) return 2;  // under srun/mpirun the ranks start without the launcher's check
   RankContext ctx;
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   Status s = start_rank(&ctx, &boot);
@@ -49,6 +60,9 @@ int run_rank(const RunOptions& o) {
     fflush(stderr);
     _exit(1);
   }
+  std::unique_ptr<bootstrap::GroupBootstrap> group;  // destroyed before the job's bootstrap
+  if (enter_group(boot.get(), &ctx, &wl, &group)) return 2;
+  bootstrap::Bootstrap& op_boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot;
   register_builtin_ops();
   const char* op = runtime::to_string(wl.op);
   OpRunner runner = find_op(op);
@@ -59,9 +73,10 @@ int run_rank(const RunOptions& o) {
             names.empty() ? " none" : names.c_str());
     return 3;
   }
-  s = runner(ctx, wl, *boot);
+  s = runner(ctx, wl, op_boot);
   if (s != Status::kOk) {
-    fprintf(stderr, "weftrun bench: rank %d: op '%s' failed: %s\n", ctx.info.rank, op, to_string(s));
+    fprintf(stderr, "weftrun bench: rank %d%s: op '%s' failed: %s\n", boot->info().rank,
+            group ? (" (rank " + std::to_string(ctx.info.rank) + " of its group)").c_str() : "", op, to_string(s));
     return 1;
   }
   return 0;
@@ -74,7 +89,6 @@ int run_launcher(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;
   }
-  if (refuse_groups(wl)) return 2;
   // The benchmark runners are bf16 only: another dtype is refused, never measured as bf16.
   if (wl.dtype != runtime::DType::kBf16) {
     fprintf(stderr, "weftrun bench: %s\n",

@@ -3,6 +3,7 @@
 # and timed next to NCCL + cuBLAS in the same run (weftrun bench): 1 x 2 (one node, two GPUs), 2 x 2
 # and 4 x 1 (emulated nodes: one GPU per node, every byte between nodes through the proxy). 1 x 4 is
 # 40-ops.sh's. The workloads are the one-node examples with their layout changed, written to OUTDIR.
+# Then two 1 x 2 groups at once (ag_gemm_two_groups_4gpu.yaml).
 # Appends one summary row per (op, layout).
 set -uo pipefail
 out=${1:?usage: 42-layouts.sh OUTDIR}
@@ -41,4 +42,26 @@ PY
     fi
   done
 done
+# Two tensor-parallel groups of 1 x 2 at once (the workload's `group:`), each timed against NCCL +
+# cuBLAS on its own two GPUs: each group's rank 0 reports its rows.
+report=$out/layout-two-groups.jsonl
+: >"$report"
+echo "=== weftrun bench configs/examples/ag_gemm_two_groups_4gpu.yaml"
+if WEFT_REPORT=$report timeout 240 "$weftrun" bench "$root/configs/examples/ag_gemm_two_groups_4gpu.yaml"; then
+  python3 - "$report" >>"$WEFT_SUMMARY" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+fused = [r["ms"] for r in rows if r["variant"] in ("weft fused (one launch)", "weft fused")]
+seq = [r["ms"] for r in rows if r["variant"].startswith("nccl all-gather +")]
+ok = len(fused) == 2 and len(seq) == 2
+print(("PASS" if ok else "FAIL") + "    layout two 1x2 groups at once ag_gemm: weft " +
+      " / ".join(f"{x:.3f}" for x in fused) + " ms, NCCL + cuBLAS " + " / ".join(f"{x:.3f}" for x in seq) +
+      " ms" + ("" if ok else " (expected one row of each per group)"))
+sys.exit(0 if ok else 1)
+PY
+  [ $? -eq 0 ] || rc=1
+else
+  echo "FAIL    layout two 1x2 groups at once: weftrun bench exited non-zero (log: 42-layouts.log)" >>"$WEFT_SUMMARY"
+  rc=1
+fi
 exit $rc
