@@ -57,22 +57,33 @@ class Context {
  public:
   struct Options {
     uint64_t heap_bytes = 0;  // symmetric heap per rank; 0: WEFT_HEAP_BYTES, else 1 GiB
+    // A rank group: group_nodes x group_gpus ranks (a workload's `group:`) that tile the job's nodes x
+    // ranks per node in block placement. The context's ops then run on this rank's group only, with
+    // the group's own heap and exchanges, every group at once. 0 x 0: the whole job.
+    int group_nodes = 0, group_gpus = 0;
   };
   // Collective: joins the job this process was started in (PMIx: weftrun exec, srun --mpi=pmix,
-  // mpirun), binds the GPU of its local rank, creates the symmetric heap.
+  // mpirun), binds the GPU of its local rank, creates the symmetric heap (the group's, with a group).
   static Status create(const Options& options, std::unique_ptr<Context>* out);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
 
+  // This rank among the ranks its ops run on: the group's (with a group), else the job's.
   int rank() const;
   int size() const;
   int local_rank() const;
-  int gpu() const;  // the CUDA device this rank bound
+  int gpu() const;       // the CUDA device this rank bound
+  int job_rank() const;  // this rank in the whole job
+  int group() const;     // which group (0 without groups)
+  int groups() const;    // how many (1 without groups)
 
-  // Collective: the plan for a workload file on this machine (rank 0 decides, every rank checks).
+  // Collective over the job: the plan for a workload file on this machine (the job's rank 0 decides,
+  // every rank checks). A workload with `group:` needs a context of that group, and one without needs
+  // a context without groups (refused otherwise, naming both).
   Status plan(const std::string& workload_yaml, Plan* out, std::string* error);
-  // Collective: rank 0's `plan` on every rank, checked by hash (for plans read with Plan::from_json).
+  // Collective over the job: rank 0's `plan` on every rank, checked by hash (for plans read with
+  // Plan::from_json); its group must be this context's, as for plan().
   Status share(const Plan& plan, Plan* out, std::string* error);
 
   bool failed() const;

@@ -3,7 +3,9 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/group_bootstrap.h"
 #include "bootstrap/pmix_bootstrap.h"
+#include "bootstrap/rank_group.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
@@ -34,13 +36,41 @@ std::string Plan::why_not() const { return p_->exec.not_executable; }
 
 struct Context::Impl {
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
-  std::unique_ptr<runtime::Context> ctx;  // destroyed before boot
+  std::unique_ptr<bootstrap::GroupBootstrap> group;  // with Options' group: the ops' bootstrap
+  std::unique_ptr<runtime::Context> ctx;             // destroyed before group and boot
+  bootstrap::GroupShape shape;                       // group sides 0: no groups
   int gpu = -1;
+  bootstrap::Bootstrap& op_boot() { return group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot; }
+  const bootstrap::RankInfo& op_info() const { return group ? group->info() : boot->info(); }
 };
+
+namespace {
+
+std::string group_text(int nodes, int gpus) {
+  return nodes > 0 ? std::to_string(nodes) + " x " + std::to_string(gpus) : "none (the whole job)";
+}
+
+// A shared plan must be for this context's group: the plan's group shape against the context's.
+Status check_plan_group(const bootstrap::GroupShape& ctx_shape, int job_size, const runtime::Plan& p,
+                        std::string* error) {
+  const bool plan_grouped = p.grouped(), ctx_grouped = ctx_shape.group_nodes > 0;
+  const bootstrap::GroupShape ps = p.group_shape();
+  const bool same = plan_grouped == ctx_grouped &&
+                    (!ctx_grouped || (ps.group_nodes == ctx_shape.group_nodes &&
+                                      ps.group_gpus == ctx_shape.group_gpus && ps.world_size() == job_size));
+  if (same) return Status::kOk;
+  *error = "the plan's rank group is " + group_text(plan_grouped ? ps.group_nodes : 0, ps.group_gpus) +
+           ", this context's is " + group_text(ctx_shape.group_nodes, ctx_shape.group_gpus) +
+           " (Context::Options::group_nodes / group_gpus must match the workload's group:)";
+  return Status::kInvalidArgument;
+}
+
+}  // namespace
 
 Context::Context() : impl_(new Impl()) {}
 Context::~Context() {
   impl_->ctx.reset();
+  impl_->group.reset();
   impl_->boot.reset();
 }
 
@@ -55,6 +85,23 @@ Status Context::create(const Options& options, std::unique_ptr<Context>* out) {
   WEFT_CHECK(bootstrap::PmixBootstrap::connect(&c->impl_->boot));
   bootstrap::Bootstrap& boot = *c->impl_->boot;
   const int rank = boot.info().rank;
+  if (options.group_nodes != 0 || options.group_gpus != 0) {
+    // The job's shape as the launcher placed it: nodes x ranks per node (block placement is checked
+    // by GroupBootstrap::create on every rank).
+    bootstrap::GroupShape& g = c->impl_->shape;
+    g.nodes = boot.info().num_nodes;
+    g.gpus_per_node = boot.info().local_size;
+    g.group_nodes = options.group_nodes;
+    g.group_gpus = options.group_gpus;
+    std::string why;
+    if (options.group_nodes < 1 || options.group_gpus < 1 ||
+        bootstrap::GroupBootstrap::create(&boot, g, &c->impl_->group, &why) != Status::kOk) {
+      WEFT_WARN(kInit, "rank %d: weft::Context: rank group %d x %d: %s", rank, options.group_nodes, options.group_gpus,
+                why.empty() ? "both sides must be at least 1 (0 x 0: no groups)" : why.c_str());
+      boot.abort("rank group refused");
+      return Status::kInvalidArgument;
+    }
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     cudaGetLastError();
@@ -74,15 +121,20 @@ Status Context::create(const Options& options, std::unique_ptr<Context>* out) {
     WEFT_CHECK(get_param("WEFT_HEAP_BYTES", &env));
     heap = env > 0 ? uint64_t(env) : (uint64_t(1) << 30);
   }
-  WEFT_CHECK(runtime::Context::create(boot, heap, &c->impl_->ctx));
+  WEFT_CHECK(runtime::Context::create(c->impl_->op_boot(), heap, &c->impl_->ctx));
   *out = std::move(c);
   return Status::kOk;
 }
 
-int Context::rank() const { return impl_->boot->info().rank; }
-int Context::size() const { return impl_->boot->info().size; }
-int Context::local_rank() const { return impl_->boot->info().local_rank; }
+int Context::rank() const { return impl_->op_info().rank; }
+int Context::size() const { return impl_->op_info().size; }
+int Context::local_rank() const { return impl_->op_info().local_rank; }
 int Context::gpu() const { return impl_->gpu; }
+int Context::job_rank() const { return impl_->boot->info().rank; }
+int Context::group() const {
+  return impl_->group ? bootstrap::group_position(impl_->shape, impl_->boot->info().rank).group : 0;
+}
+int Context::groups() const { return impl_->group ? impl_->shape.num_groups() : 1; }
 bool Context::failed() const { return impl_->ctx->poisoned(); }
 std::string Context::failure() const { return impl_->ctx->poison_reason(); }
 void Context::abort(const std::string& why) { impl_->ctx->abort(why); }
@@ -93,7 +145,7 @@ Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* e
   runtime::Plan decided;
   std::string why;
   bool have = false;
-  if (rank() == 0) {
+  if (job_rank() == 0) {
     runtime::Workload w;
     if (runtime::load_workload(workload_yaml, &w, &why) == Status::kOk) {
       runtime::DecideOptions d;
@@ -104,12 +156,14 @@ Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* e
       have = runtime::decide_plan(w, d, &decided, &why, &bad_input) == Status::kOk;
     }
   }
-  return runtime::share_plan(*impl_->boot, have ? &decided : nullptr, why, out->p_.get(), error);
+  WEFT_CHECK(runtime::share_plan(*impl_->boot, have ? &decided : nullptr, why, out->p_.get(), error));
+  return check_plan_group(impl_->shape, impl_->boot->info().size, *out->p_, error);
 }
 
 Status Context::share(const Plan& plan, Plan* out, std::string* error) {
   WEFT_CHECK(impl_->ctx->check_usable("share"));
-  return runtime::share_plan(*impl_->boot, rank() == 0 ? &plan.get() : nullptr, "", out->p_.get(), error);
+  WEFT_CHECK(runtime::share_plan(*impl_->boot, job_rank() == 0 ? &plan.get() : nullptr, "", out->p_.get(), error));
+  return check_plan_group(impl_->shape, impl_->boot->info().size, *out->p_, error);
 }
 
 AgGemm::AgGemm() = default;

@@ -106,7 +106,7 @@ fi
 # The public API (runtime/weft.h): its promises under test_api_gpu (4 ranks under weftrun exec), and
 # the example program built against the installed library, run as a job.
 if bash "$root/tests/runtime/api_gpu.sh" "$WEFT_BUILD_DIR" >"$out/api_gpu.log" 2>&1; then
-  echo "PASS    run api: $(grep -o 'test cases:.*' "$out/api_gpu.log" | tail -1) ($where)" >>"$WEFT_SUMMARY"
+  echo "PASS    run api: $(grep -o 'test cases:.*' "$out/api_gpu.log" | sort -u | paste -sd';') ($where)" >>"$WEFT_SUMMARY"
 else
   fail "api: test_api_gpu (api_gpu.log)"
 fi

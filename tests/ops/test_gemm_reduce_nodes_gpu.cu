@@ -45,7 +45,8 @@ __host__ __device__ inline float rank_value(int rank, int which, int64_t i) {
 
 // rows x cols, row-major, ld = ld; value index i = row * cols + col.
 __global__ void fill_rank(bf16* p, int64_t rows, int64_t cols, int64_t ld, int rank, int which) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += int64_t(gridDim.x) * blockDim.x)
     p[(i / cols) * ld + i % cols] = __float2bfloat16(rank_value(rank, which, i));
 }
 
@@ -68,9 +69,9 @@ int probe_gpu_count() {
     cudaError_t e_ = (call);                                                                           \
     if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
   } while (0)
-#define WEFT_TRY(call, code)                                                                         \
-  do {                                                                                               \
-    const Status s_ = (call);                                                                        \
+#define WEFT_TRY(call, code)                                                                          \
+  do {                                                                                                \
+    const Status s_ = (call);                                                                         \
     if (s_ != Status::kOk) return boot.report(std::string(#call) + ": " + weft::to_string(s_)), code; \
   } while (0)
 
@@ -79,11 +80,10 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   const int W = info.size, me = info.rank, dev = me % ngpu;
   GPU_TRY(cudaSetDevice(dev));
   const int64_t m = kRowsPerRank * W, k = kKPerRank * W;
-  const std::string text = std::string("op: ") + (all_reduce ? "gemm_ar" : "gemm_rs") +
-                           "\ndtype: bf16\nshape: {m: " + std::to_string(m) + ", n: " + std::to_string(kN) +
-                           ", k: " + std::to_string(k) + "}\nlayout: {nodes: " + std::to_string(nodes) +
-                           ", gpus_per_node: " + std::to_string(W / nodes) +
-                           "}\ntransport: {inter_node: socket, signal_mode: batched}\n";
+  const std::string text =
+      std::string("op: ") + (all_reduce ? "gemm_ar" : "gemm_rs") + "\ndtype: bf16\nshape: {m: " + std::to_string(m) +
+      ", n: " + std::to_string(kN) + ", k: " + std::to_string(k) + "}\nlayout: {nodes: " + std::to_string(nodes) +
+      ", gpus_per_node: " + std::to_string(W / nodes) + "}\ntransport: {inter_node: socket, signal_mode: batched}\n";
   weft::runtime::Workload wl;
   std::string err;
   if (weft::runtime::parse_workload(text, "test.yaml", &wl, &err) != Status::kOk) return boot.report(err), 21;
@@ -119,8 +119,8 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   const float* want = all_reduce ? ref.p : ref.p + int64_t(me) * kRowsPerRank * kN;
 
   std::string summary = "rank " + std::to_string(me) + " " + (all_reduce ? "AllReduce" : "ReduceScatter") + " " +
-                        std::to_string(nodes) + " x " + std::to_string(W / nodes) + ", " +
-                        std::to_string(op.pieces) + " pieces, " + std::to_string(op.nslots()) + " staged slots";
+                        std::to_string(nodes) + " x " + std::to_string(W / nodes) + ", " + std::to_string(op.pieces) +
+                        " pieces, " + std::to_string(op.nslots()) + " staged slots";
   for (int call = 1; call <= 4; ++call) {
     const bool compute = call != 3;  // call 3: the cross-node exchange alone
     WEFT_TRY(op.poison(), 30);
@@ -153,7 +153,8 @@ void run_case(bool all_reduce, int nodes) {
     fflush(stdout);
     _exit(77);
   }
-  if (ngpu < kRanks) printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
+  if (ngpu < kRanks)
+    printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
   const auto res = weft::testing::run_forked(
       kRanks, kRanks / nodes, [&](weft::testing::ForkBootstrap& b) { return rank_body(b, ngpu, all_reduce, nodes); },
       240);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# test_api_gpu as 4 ranks under `weftrun exec` (ranks share GPUs where the machine has fewer than 4).
+# test_api_gpu, then test_api_groups_gpu, as 4 ranks under `weftrun exec` (ranks share GPUs where the
+# machine has fewer than 4).
 # Usage: api_gpu.sh BUILD_DIR. Exit 77 (skipped) without a GPU.
 set -uo pipefail
 build=${1:?usage: api_gpu.sh BUILD_DIR}
@@ -10,4 +11,6 @@ fi
 share=""
 [ "$gpus" -lt 4 ] && share=--oversubscribe && echo "4 ranks share $gpus GPU(s): the API's promises, not NVLink"
 export WEFT_DEVICE_TIMEOUT=${WEFT_DEVICE_TIMEOUT:-5}  # the timeout case waits this long
-exec "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_gpu"
+"$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_gpu" || exit 1
+# Rank groups through the API: two 1 x 2 groups at once, each gathering its own members' shards.
+exec "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_groups_gpu"
