@@ -14,6 +14,11 @@ __device__ __forceinline__ uint64_t* flag_at(char* heap, const AgNodesDeviceMove
   return reinterpret_cast<uint64_t*>(heap + m.flags_offset) + int64_t(pos) * m.chunks + chunk;
 }
 
+// freed[q] (rail peer q) or freed[positions + q] (node-mate q), in `heap`.
+__device__ __forceinline__ uint64_t* freed_at(char* heap, const AgNodesDeviceMoves& m, int32_t index) {
+  return reinterpret_cast<uint64_t*>(heap + m.freed_offset) + index;
+}
+
 __device__ __forceinline__ uint64_t chunk_offset(const AgNodesDeviceMoves& m, int32_t pos, int32_t chunk) {
   return m.a_offset + uint64_t(pos) * m.shard_bytes + uint64_t(chunk) * m.chunk_bytes;
 }
@@ -22,13 +27,25 @@ __device__ __forceinline__ uint64_t chunk_offset(const AgNodesDeviceMoves& m, in
 // to every rail peer), so every channel's stream carries the early chunks first. A put+signal per
 // chunk: the peer's flag for that chunk rises after the chunk's bytes (the proxy's signal mode
 // decides how: serial, fenced or batched).
+// Thread 0 first frees the rail peers' puts of the last run (this launch starts after the last one's
+// GEMM and forwards read them); a put waits until its peer has freed this rank's last one.
 __device__ void inter_send(const AgNodesKernelParams& p) {
   const AgNodesDeviceMoves& m = p.moves;
   const int32_t ch = int32_t(threadIdx.x);
+  if (ch == 0)
+    for (int32_t s = 0; s < m.num_sends; ++s) {
+      const int rc = transport::device::push_signal<false>(
+          p.fifo[0], m.send_peer[s], m.freed_offset + uint64_t(p.frame.rank) * sizeof(uint64_t), p.epoch - 1);
+      if (rc != 0) {
+        if (atomicCAS(p.push_error, 0, rc) == 0) *p.push_error_peer = m.send_peer[s];
+        return;
+      }
+    }
   if (ch >= p.channels) return;
   for (int32_t c = ch; c < m.chunks; c += p.channels) {
     for (int32_t s = 0; s < m.num_sends; ++s) {
       const int32_t peer = m.send_peer[s], dst = m.send_dst_pos[s];
+      if (!frame_wait_flag(p.frame, freed_at(p.heap, m, peer), p.epoch - 1, Role::kInterSend, -1, peer, -2 - s)) return;
       const uint64_t flag = m.flags_offset + (uint64_t(dst) * m.chunks + c) * sizeof(uint64_t);
       const int rc = transport::device::push_put_signal<false>(p.fifo[ch], peer, chunk_offset(m, 0, c),
                                                                chunk_offset(m, dst, c), m.chunk_bytes, flag, p.epoch);
@@ -43,16 +60,25 @@ __device__ void inter_send(const AgNodesKernelParams& p) {
 // intra_comm: work items (chunk, forward) in chunk-major order, dealt round-robin to the blocks.
 // Each waits for the chunk's flag (set by this rank's proxy after the chunk's bytes), copies the
 // chunk into every node-mate's heap over NVLink, then releases the mates' flags.
+// Block 0 first frees the node-mates' forwards of the last run; a forward into a mate waits until
+// that mate has freed this rank's last one.
 __device__ void forward(const AgNodesKernelParams& p, int32_t block, int32_t blocks) {
   const AgNodesDeviceMoves& m = p.moves;
   __shared__ int32_t ok;
   const int32_t items = m.num_forwards * m.chunks;
+  if (block == 0 && threadIdx.x == 0 && m.num_forwards > 0)
+    for (int32_t t = 0; t < m.num_targets; ++t)
+      flag_store_release(freed_at(p.peers[m.fwd_mate[0][t]], m, m.positions + p.frame.rank), p.epoch - 1);
   for (int32_t it = block; it < items; it += blocks) {
     const int32_t c = it / m.num_forwards, f = it % m.num_forwards;
     const int32_t src_pos = m.fwd_src_pos[f];
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       ok = frame_wait_flag(p.frame, flag_at(p.heap, m, src_pos, c), p.epoch, Role::kIntraComm, -1, -1,
                            src_pos * m.chunks + c);
+      for (int32_t t = 0; ok && t < m.num_targets; ++t)
+        ok = frame_wait_flag(p.frame, freed_at(p.heap, m, m.positions + m.fwd_mate[f][t]), p.epoch - 1,
+                             Role::kIntraComm, -1, m.fwd_mate[f][t], -2 - t);
+    }
     __syncthreads();
     if (!ok) return;
     const uint4* src = reinterpret_cast<const uint4*>(p.heap + chunk_offset(m, src_pos, c));

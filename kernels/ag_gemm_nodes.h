@@ -7,6 +7,10 @@
 //   next inter_send blocks (1)     push the rank's own shard, chunk by chunk, to its rail peers through
 //                                  the device FIFO (one thread per channel, chunks round-robin)
 //
+// "Freed" round: at its start a launch tells the rail peers (a signal through the proxy) and the
+// node-mates (a store over NVLink) that its last run is over, so they may write into it; a put or a
+// forward into a peer waits for that peer's word first.
+//
 // The plan (which shard goes where) is kernels/ag_gemm_nodes_plan.h; the runner is
 // runtime/ops/ag_gemm_nodes_op.cpp.
 #pragma once
@@ -40,6 +44,11 @@ struct AgNodesDeviceMoves {
   uint64_t shard_bytes = 0;
   uint64_t chunk_bytes = 0;
   uint64_t flags_offset = 0;  // heap offset of flags[positions * chunks]
+  // Heap offset of freed[2 * positions] (job ranks q): freed[q] = e once rail peer q's launch of run e
+  // + 1 started, so its run e no longer reads what this rank put into it; freed[positions + q] the
+  // same from node-mate q for this rank's forwards. A run e waits for freed >= e - 1 before writing
+  // into a peer (back-to-back runs need no barrier).
+  uint64_t freed_offset = 0;
 };
 
 struct AgNodesKernelParams {

@@ -62,7 +62,7 @@ const char* source_text(AgNodesSource s) {
 struct AgNodes {
   int rank = 0, world = 1, chunks = 1, channels = 1;
   int64_t m = 0, n = 0, k = 0, m_loc = 0;
-  uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0;
+  uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0, freed_off = 0;
   kernels::AgNodesPlan plan;
   std::unique_ptr<transport::CudaHeap> heap;
   std::unique_ptr<transport::Transport> tp;
@@ -241,9 +241,11 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
 
   // Symmetric heap: A in this rank's position order, then the flags.
   const uint64_t a_bytes = op.shard_bytes * op.world, flag_bytes = sizeof(uint64_t) * op.world * op.chunks;
-  transport::HeapAllocator alloc(a_bytes + flag_bytes + 4096);
+  const uint64_t freed_bytes = sizeof(uint64_t) * 2 * op.world;
+  transport::HeapAllocator alloc(a_bytes + flag_bytes + freed_bytes + 4096);
   WEFT_CHECK(alloc.allocate(a_bytes, 1024, "ag_gemm_nodes A", &op.a_off));
   WEFT_CHECK(alloc.allocate(flag_bytes, 8, "ag_gemm_nodes flags", &op.flags_off));
+  WEFT_CHECK(alloc.allocate(freed_bytes, 8, "ag_gemm_nodes freed", &op.freed_off));
   WEFT_CHECK(transport::CudaHeap::create(boot, alloc.used(), &op.heap));
   transport::TransportOptions opt;
   opt.channels = op.channels;
@@ -328,6 +330,7 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
   mv.shard_bytes = op.shard_bytes;
   mv.chunk_bytes = op.chunk_bytes;
   mv.flags_offset = op.flags_off;
+  mv.freed_offset = op.freed_off;  // zero, as the heap is created: every peer has freed run 0
   op.kp.channels = op.channels;
   op.kp.heap = op.base();
   op.kp.peers = reinterpret_cast<char* const*>(op.heap->device_peer_table());

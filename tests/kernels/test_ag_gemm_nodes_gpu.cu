@@ -5,6 +5,8 @@
 //     every rank's gathered A equals its source rank's shard bit for bit (a misrouted shard differs),
 //     every flag holds the call's epoch, and C (poisoned before each call) matches an fp32 reference.
 //   - The gather alone (no compute blocks) moves the same bytes.
+//   - 20 calls back to back with random host delays and no barrier: the "freed" round keeps every
+//     put and forward out of a peer still in its last run (no deadlock, every check right at the end).
 //   - A rank that never launches: its rail peer's wait for that shard ends within the device timeout
 //     with kTimeout, and the job ends (every wait bounded).
 // One rank per GPU where there are enough; otherwise ranks share GPUs and compute on a few SMs each
@@ -19,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -92,7 +95,7 @@ int probe_gpu_count() {
 struct Rank {
   int rank = 0, world = 0, chunks = 1;
   int64_t m = 0;
-  uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0;
+  uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0, freed_off = 0;
   wk::AgNodesPlan plan;
   std::unique_ptr<wt::CudaHeap> heap;
   std::unique_ptr<wt::Transport> tp;
@@ -103,7 +106,7 @@ struct Rank {
   bf16 *b = nullptr, *c = nullptr, *a_full = nullptr;
   float* ref = nullptr;
   int32_t* push_err = nullptr;
-  uint64_t* epochs = nullptr;  // pinned host: epochs[e] = e, the source of every flag write of call e
+  uint64_t* epochs = nullptr;  // pinned host: epochs[e] = e (e < 32), the source of every flag write of call e
   unsigned long long* wrong = nullptr;
   cudaStream_t main = nullptr, copy = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
@@ -187,9 +190,10 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   r.shard_bytes = uint64_t(kRowsPerRank * kK) * sizeof(bf16);
   r.chunk_bytes = r.shard_bytes / uint64_t(r.chunks);
   const uint64_t a_bytes = r.shard_bytes * uint64_t(r.world), flag_bytes = 8ull * uint64_t(r.world * r.chunks);
-  wt::HeapAllocator alloc(a_bytes + flag_bytes + 4096);
+  wt::HeapAllocator alloc(a_bytes + flag_bytes + 16ull * uint64_t(r.world) + 4096);
   WEFT_TRY(alloc.allocate(a_bytes, 1024, "A", &r.a_off), 25);
   WEFT_TRY(alloc.allocate(flag_bytes, 8, "flags", &r.flags_off), 25);
+  WEFT_TRY(alloc.allocate(16ull * uint64_t(r.world), 8, "freed", &r.freed_off), 25);
   WEFT_TRY(wt::CudaHeap::create(boot, alloc.used(), &r.heap), 26);
   wt::TransportOptions opt;
   opt.backend = "socket";
@@ -220,8 +224,8 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   GPU_TRY(cudaMalloc(&r.push_err, 2 * sizeof(int32_t)));
   GPU_TRY(cudaMalloc(&r.wrong, sizeof(unsigned long long)));
   GPU_TRY(cudaMemset(r.push_err, 0, 2 * sizeof(int32_t)));
-  GPU_TRY(cudaHostAlloc(&r.epochs, 16 * sizeof(uint64_t), cudaHostAllocDefault));
-  for (uint64_t e = 0; e < 16; ++e) r.epochs[e] = e;
+  GPU_TRY(cudaHostAlloc(&r.epochs, 32 * sizeof(uint64_t), cudaHostAllocDefault));
+  for (uint64_t e = 0; e < 32; ++e) r.epochs[e] = e;
 
   // This rank's shard at its position 0; B fresh and random; the reference over every rank's shard.
   fill_shard<<<256, 256>>>(r.pos_ptr(0), kRowsPerRank * kK, r.rank);
@@ -269,6 +273,7 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   mv.shard_bytes = r.shard_bytes;
   mv.chunk_bytes = r.chunk_bytes;
   mv.flags_offset = r.flags_off;
+  mv.freed_offset = r.freed_off;  // zero (the heap is created zeroed): every peer has freed run 0
   r.kp.fifo[0] = r.fifo->get();
   r.kp.channels = 1;
   r.kp.heap = r.base();
@@ -311,8 +316,8 @@ std::string check_call(Rank& r, uint64_t e, bool compute) {
   return bad;
 }
 
-// Three calls with the GEMM, one gather alone; a barrier between calls (this op has no "freed"
-// round: a rank must not overwrite a position a peer still reads).
+// Three calls with the GEMM, one gather alone; a barrier between calls, so that positions can be
+// poisoned before each.
 int rank_body(weft::testing::ForkBootstrap& boot, int ngpu) {
   Rank r;
   if (int rc = setup(boot, ngpu, r)) return rc;
@@ -337,6 +342,31 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu) {
   WEFT_TRY(r.tp->stop(), 44);
   boot.report(summary);
   return r.heap->close(boot) == Status::kOk ? 0 : 45;
+}
+
+// Back to back: 20 calls with random host delays and no barrier between them; the freed round keeps a
+// rank from putting into (or forwarding into) a peer still in its last run. After the last call every
+// position, flag and C are checked.
+int back_to_back_body(weft::testing::ForkBootstrap& boot, int ngpu) {
+  Rank r;
+  if (int rc = setup(boot, ngpu, r)) return rc;
+  std::mt19937 rng(uint32_t(r.rank) * 7919u + 17u);
+  constexpr uint64_t kCalls = 20;
+  for (uint64_t e = 1; e <= kCalls; ++e) {
+    std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
+    GPU_TRY(r.enqueue(e, true));
+  }
+  GPU_TRY(cudaStreamSynchronize(r.main));
+  const std::string bad = check_call(r, kCalls, true);
+  const std::string summary = "rank " + std::to_string(r.rank) + ": " + std::to_string(kCalls) + " calls back to back" +
+                              (bad.empty() ? ": ok" : ":" + bad);
+  if (!bad.empty()) return boot.report(summary), 60;
+  WEFT_TRY(r.tp->flush(), 61);
+  WEFT_TRY(boot.barrier("done"), 62);
+  r.fifo.reset();
+  WEFT_TRY(r.tp->stop(), 63);
+  boot.report(summary);
+  return r.heap->close(boot) == Status::kOk ? 0 : 64;
 }
 
 // Rank `victim` never launches call 1: its rail peers wait for its shard until the device timeout.
@@ -397,6 +427,15 @@ TEST_CASE("ag_gemm_nodes: 4 nodes x 1 (every shard over the proxy)") {
   const int ngpu = gpus_or_skip();
   check_results(weft::testing::run_forked(
       kRanks, 1, [&](weft::testing::ForkBootstrap& b) { return rank_body(b, ngpu); }, 240));
+}
+
+TEST_CASE("ag_gemm_nodes: 20 calls back to back without a barrier (the freed round), 2 x 2 and 4 x 1") {
+  const int ngpu = gpus_or_skip();
+  for (int per_node : {2, 1}) {
+    CAPTURE(per_node);
+    check_results(weft::testing::run_forked(
+        kRanks, per_node, [&](weft::testing::ForkBootstrap& b) { return back_to_back_body(b, ngpu); }, 240));
+  }
 }
 
 TEST_CASE("ag_gemm_nodes: a rank that never launches ends its rail peer's wait within the device timeout") {

@@ -32,6 +32,8 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
   const int k_a = sim.kind("A", "position", "chunk");
   const int k_flag = sim.kind("flag", "position", "chunk");
   const int k_c = sim.kind("C", "shard", "chunk");
+  const int k_rail_freed = sim.kind("rail_freed", "rank");
+  const int k_mate_freed = sim.kind("mate_freed", "rank");
   const int64_t chunk_bytes = opt.shard_bytes / C;
   for (int r = 0; r < W; ++r)
     for (int c = 0; c < C; ++c) {
@@ -107,17 +109,34 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           a.body = relay(ue, 1);
           run.add(std::move(a));
         }
+      // inter_send: the rail peers' "freed" first (channel 0), then each put once its peer freed mine.
+      if (!p.sends.empty()) {
+        Action a;
+        a.stream = send[size_t(r)][0];
+        a.what = "rail peers: their puts of run " + num(e - 1) + " freed";
+        for (const kernels::AgNodesSend& s : p.sends) a.sets.push_back({{s.peer, k_rail_freed, r}, ue - 1});
+        run.add(std::move(a));
+      }
       for (int c = 0; c < C; ++c)
         for (const kernels::AgNodesSend& s : p.sends) {
           Action a;
           a.stream = send[size_t(r)][size_t(c % opt.channels)];
           a.what = "put of chunk " + num(c) + " to rank " + num(s.peer) + " position " + num(s.dst_pos);
+          if (opt.freed) a.waits.push_back({{r, k_rail_freed, s.peer}, ue - 1});
           a.reads.push_back({{r, k_a, 0, c}});
           a.writes.push_back({{s.peer, k_a, s.dst_pos, c}, Link::kNic, r, chunk_bytes});
           a.sets.push_back({{s.peer, k_flag, s.dst_pos, c}, ue});
           a.body = relay(ue, 1);
           run.add(std::move(a));
         }
+      // intra_comm block 0: the node-mates' "freed" first, then each forward once its mates freed mine.
+      if (!p.forwards.empty()) {
+        Action a;
+        a.stream = fwd[size_t(r)][0];
+        a.what = "node-mates: their forwards of run " + num(e - 1) + " freed";
+        for (auto [mate, pos] : p.forwards[0].to) a.sets.push_back({{mate, k_mate_freed, r}, ue - 1});
+        run.add(std::move(a));
+      }
       int item = 0;
       for (int c = 0; c < C; ++c)
         for (const kernels::AgNodesForward& f : p.forwards) {
@@ -125,6 +144,8 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           a.stream = fwd[size_t(r)][size_t(item++ % opt.forward_blocks)];
           a.what = "forward of shard " + num(f.shard) + " chunk " + num(c) + " (position " + num(f.src_pos) + ")";
           a.waits.push_back({{r, k_flag, f.src_pos, c}, ue});
+          if (opt.freed)
+            for (auto [mate, pos] : f.to) a.waits.push_back({{r, k_mate_freed, mate}, ue - 1});
           a.reads.push_back({{r, k_a, f.src_pos, c}});
           for (auto [mate, pos] : f.to) {
             a.writes.push_back({{mate, k_a, pos, c}, Link::kNvlink, r, chunk_bytes});
