@@ -64,4 +64,30 @@ else
   echo "FAIL    layout two 1x2 groups at once: weftrun bench exited non-zero (log: 42-layouts.log)" >>"$WEFT_SUMMARY"
   rc=1
 fi
+# The fused ops across 2 emulated nodes x 2 over the ofi backend (libfabric's tcp provider between the
+# nodes; `scripts/weft vendor` brings libfabric where the machine has none), validated and timed next
+# to NCCL + cuBLAS, when this build has the backend and it moves bytes here.
+if WEFT_NET_BACKEND=ofi timeout 120 "$weftrun" check -n 4 --emulate-nodes 2 --transport ofi >"$out/ofi-check.txt" 2>&1; then
+  for cfg in ag_gemm_2x2 gemm_rs_2x2 gemm_ar_2x2; do
+    report=$out/layout-ofi-$cfg.jsonl
+    : >"$report"
+    echo "=== WEFT_NET_BACKEND=ofi weftrun bench -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
+    if WEFT_NET_BACKEND=ofi WEFT_REPORT=$report timeout 240 "$weftrun" bench -n 4 --emulate-nodes 2 \
+      "$root/configs/examples/$cfg.yaml"; then
+      python3 - "$report" "$cfg" >>"$WEFT_SUMMARY" <<'PY'
+import json, sys
+v = {r["variant"]: r["ms"] for r in (json.loads(l) for l in open(sys.argv[1]) if l.strip())}
+fused = v.get("weft fused (one launch)", v.get("weft fused"))
+seq = next((x for name, x in v.items() if name.startswith(("nccl all-gather +", "cublas + nccl"))), None)
+f = lambda x: f"{x:.3f}" if x else "-"
+print(f"PASS    ofi 2x2 {sys.argv[2]}: weft {f(fused)} ms, NCCL + cuBLAS {f(seq)} ms")
+PY
+    else
+      echo "FAIL    ofi 2x2 $cfg: weftrun bench exited non-zero (log: 42-layouts.log)" >>"$WEFT_SUMMARY"
+      rc=1
+    fi
+  done
+else
+  echo "SKIP    ofi 2x2: weftrun check --transport ofi did not pass here ($(tail -1 "$out/ofi-check.txt"))" >>"$WEFT_SUMMARY"
+fi
 exit $rc
