@@ -59,18 +59,37 @@ double allgather_max(bootstrap::Bootstrap& boot, const std::string& key, double 
   return m;
 }
 
+// Zipf-skewed routing: row 0 of the router (feature 0, which set_feature0 makes 1 for every token)
+// biases expert e by -ln(e + 1), so expert e's share falls as 1/(e + 1) on top of the random part.
+__global__ void zipf_router_row(bf16* router, int experts) {
+  for (int e = threadIdx.x; e < experts; e += blockDim.x) router[e] = __float2bfloat16_rn(-logf(float(e + 1)));
+}
+__global__ void set_feature0(bf16* x, int64_t tokens, int64_t hidden) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < tokens; t += int64_t(gridDim.x) * blockDim.x)
+    x[t * hidden] = __float2bfloat16_rn(1.f);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int iters = 20;
+  bool zipf = false, graph = false;
   std::vector<int> token_list = {4096, 256};
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
       iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc)
       token_list = {std::max(1, std::min(65536, std::atoi(argv[++i])))};
+    else if (!std::strcmp(argv[i], "--routing") && i + 1 < argc && !std::strcmp(argv[i + 1], "zipf"))
+      zipf = true, ++i;
+    else if (!std::strcmp(argv[i], "--routing") && i + 1 < argc && !std::strcmp(argv[i + 1], "uniform"))
+      ++i;
+    else if (!std::strcmp(argv[i], "--graph"))
+      graph = true;
     else {
-      fprintf(stderr, "usage: weftrun exec -n W -- bench_moe_layer [--iters N] [--tokens T]\n");
+      fprintf(stderr,
+              "usage: weftrun exec -n W -- bench_moe_layer [--iters N] [--tokens T] [--routing uniform|zipf] "
+              "[--graph]\n");
       return 2;
     }
   }
@@ -102,11 +121,13 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   WEFT_CUDA_OK(cudaGetDeviceProperties(&prop, boot->info().local_rank % gpus));
   if (rank == 0) {
-    printf("# %s, %d ranks on %d GPU(s), median of %d calls after 5 warm-ups, slowest rank\n", prop.name, W,
-           std::min(W, gpus), iters);
+    printf("# %s, %d ranks on %d GPU(s), %s routing, median of %d calls after 5 warm-ups, slowest rank%s\n", prop.name,
+           W, std::min(W, gpus), zipf ? "Zipf-skewed" : "near-uniform", iters,
+           graph ? "; graph: the call captured once and replayed" : "");
     printf(
-        "| shape | T/rank | weft layer ms | route | dispatch | arrange (+wait) | grouped FFN | combine (+wait) |\n"
-        "|---|---|---|---|---|---|---|---|\n");
+        "| shape | T/rank | weft layer ms |%s route | dispatch | arrange (+wait) | grouped FFN | combine (+wait) |\n"
+        "|---|---|---|%s---|---|---|---|---|\n",
+        graph ? " graph ms |" : "", graph ? "---|" : "");
   }
   int shape_no = 0;
   for (int T : token_list)
@@ -122,6 +143,10 @@ int main(int argc, char** argv) {
       random_bf16(up, L * F * H, seed + 2, 0.05f);
       random_bf16(down, L * H * F, seed + 3, 0.05f);
       random_bf16(x, int64_t(T) * H, seed + 4, 1.f);
+      if (zipf) {
+        zipf_router_row<<<1, 256>>>(router, int(E));
+        set_feature0<<<64, 256>>>(x, T, H);
+      }
       WEFT_CUDA_OK(cudaDeviceSynchronize());
       runtime::Plan plan;
       plan.op = runtime::Op::kMoe;
@@ -149,6 +174,30 @@ int main(int argc, char** argv) {
         return 1;
       }
       const double worst = allgather_max(*boot, "bench.moe." + std::to_string(shape_no), ms);
+      // The same call captured in a CUDA graph once and replayed (a decode step's launch cost).
+      double graph_worst = 0;
+      if (graph) {
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t ge = nullptr;
+        WEFT_CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+        const Status captured = op->run(x, out, s);
+        WEFT_CUDA_OK(cudaStreamEndCapture(s, &g));
+        if (captured != Status::kOk) {
+          fprintf(stderr, "rank %d: %s: the call could not be captured\n", rank, sh.name);
+          return 1;
+        }
+        WEFT_CUDA_OK(cudaGraphInstantiate(&ge, g, 0));
+        WEFT_CUDA_OK(cudaGraphDestroy(g));
+        const double gms = weft::bench::time_ms(
+            iters, 1, s, [&](int) { WEFT_CUDA_OK(cudaGraphLaunch(ge, s)); }, [](cudaEvent_t) {});
+        WEFT_CUDA_OK(cudaStreamSynchronize(s));
+        WEFT_CUDA_OK(cudaGraphExecDestroy(ge));
+        if (op->dropped(&dropped) != Status::kOk || dropped != 0) {
+          fprintf(stderr, "rank %d: %s: %lld rows dropped in the replays\n", rank, sh.name, (long long)dropped);
+          return 1;
+        }
+        graph_worst = allgather_max(*boot, "bench.moe.graph." + std::to_string(shape_no), gms);
+      }
       // Where the time goes: each phase's median over more calls, on the slowest rank for that phase.
       cudaEvent_t ev[runtime::MoeOp::kPhases + 1];
       for (auto& e : ev) WEFT_CUDA_OK(cudaEventCreate(&e));
@@ -169,9 +218,12 @@ int main(int argc, char** argv) {
       for (int p = 0; p < runtime::MoeOp::kPhases; ++p)
         phase_ms[p] = allgather_max(*boot, "bench.moe.ph." + std::to_string(shape_no) + "." + std::to_string(p),
                                     weft::bench::median(ph[size_t(p)]));
-      if (rank == 0)
-        printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", sh.name, T, worst, phase_ms[0], phase_ms[1],
-               phase_ms[2], phase_ms[3], phase_ms[4]);
+      if (rank == 0) {
+        char g[32] = "";
+        if (graph) snprintf(g, sizeof g, " %.3f |", graph_worst);
+        printf("| %s | %d | %.3f |%s %.3f | %.3f | %.3f | %.3f | %.3f |\n", sh.name, T, worst, g, phase_ms[0],
+               phase_ms[1], phase_ms[2], phase_ms[3], phase_ms[4]);
+      }
       fflush(stdout);
       op.reset();
       cudaStreamDestroy(s);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU step of `scripts/weft gpu-check`: the MoE op (routing, dispatch, grouped expert FFN, combine)
 # on 1 rank, on every GPU of the machine, and as 4 ranks sharing the GPUs where there are fewer than 4
-# (tests/runtime/moe_gpu.sh); then the layer timed on every GPU (bench_moe_layer) and, in the same
+# (tests/runtime/moe_gpu.sh); then the layer timed on every GPU (bench_moe_layer: near-uniform and
+# Zipf-skewed routing, direct calls and graph replays) and, in the same
 # call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun).
 # Usage: 28-moe-op.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
@@ -23,15 +24,19 @@ fi
 n=$gpus
 [ "$n" -gt 8 ] && n=8
 if [ -x "$BUILD/bin/bench_moe_layer" ] && [ "$n" -ge 1 ]; then
-  if timeout 500 "$BUILD/bin/weftrun" exec -n "$n" -- "$BUILD/bin/bench_moe_layer" --iters "${MOE_LAYER_ITERS:-20}" \
-    >"$OUTDIR/moe-layer.md" 2>"$OUTDIR/moe-layer.log"; then
-    echo "moe layer, weft op on $n GPU(s):" >>"$SUMMARY"
-    cat "$OUTDIR/moe-layer.md" >>"$SUMMARY"
-  else
-    echo "FAIL    bench_moe_layer (moe-layer.log)" >>"$SUMMARY"
-    tail -20 "$OUTDIR/moe-layer.log"
-    rc=1
-  fi
+  # Near-uniform routing (direct calls and the call captured in a graph), then Zipf-skewed routing.
+  for routing in uniform zipf; do
+    md=$OUTDIR/moe-layer-$routing.md
+    if timeout 500 "$BUILD/bin/weftrun" exec -n "$n" -- "$BUILD/bin/bench_moe_layer" --iters "${MOE_LAYER_ITERS:-20}" \
+      --routing $routing --graph >"$md" 2>"$OUTDIR/moe-layer-$routing.log"; then
+      echo "moe layer, weft op on $n GPU(s), $routing routing:" >>"$SUMMARY"
+      cat "$md" >>"$SUMMARY"
+    else
+      echo "FAIL    bench_moe_layer --routing $routing (moe-layer-$routing.log)" >>"$SUMMARY"
+      tail -20 "$OUTDIR/moe-layer-$routing.log"
+      rc=1
+    fi
+  done
   if python3 -c "import torch" 2>/dev/null && command -v torchrun >/dev/null; then
     if timeout 500 torchrun --nproc-per-node "$n" "$ROOT/bench/peers/moe_sequential.py" --iters 10 \
       >"$OUTDIR/moe-sequential.md" 2>"$OUTDIR/moe-sequential.log"; then
