@@ -44,7 +44,7 @@ struct Region {
   // GPU's kernels (cuFlushGPUDirectRDMAWrites). CudaHeap::region() fills both. Below owner, ibverbs
   // has the receiving proxy flush and then set each signal itself (ibverbs_backend.cpp).
   int rdma_writes_ordering = -1;
-  std::function<Status()> flush_rdma_writes;
+  std::function<Status()> flush_rdma_writes = nullptr;
 };
 // The attribute's "owner" level: the GPU's own kernels see RDMA writes in the order the NIC made them.
 constexpr int kRdmaWritesOrderingOwner = 100;

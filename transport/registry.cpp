@@ -212,13 +212,13 @@ std::string auto_backend_choice(bool verbs_device, const std::string& verbs_why,
            (ofi_named.empty() ? " (libfabric's first choice)" : " (WEFT_OFI_PROVIDER)");
     return "ofi";
   }
-  *why = no_verbs + "; libfabric offers " + listed + ", ";
+  *why = no_verbs + "; libfabric offers " + listed + ": ";
   if (!offered)
     *why += "not WEFT_OFI_PROVIDER=" + ofi_named;
   else if (rdma_elsewhere.empty())
     *why += "none RDMA-capable (efa, verbs, cxi, psm3)";
   else
-    *why += "and would open " + opens + ", which is not RDMA-capable (WEFT_OFI_PROVIDER=" + rdma_elsewhere +
+    *why += "the ofi backend would open " + opens + ", which is not RDMA-capable (WEFT_OFI_PROVIDER=" + rdma_elsewhere +
             " would take " + rdma_elsewhere + ")";
   return "socket";
 }

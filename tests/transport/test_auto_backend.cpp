@@ -35,20 +35,20 @@ TEST_CASE("auto_backend_choice: ibverbs, then an RDMA-capable ofi provider, then
   CHECK(why.find("provider efa is RDMA-capable (libfabric's first choice)") != std::string::npos);
 
   CHECK(tr::auto_backend_choice(false, "no RDMA device", debian, "", &why) == "socket");
-  CHECK(why.find("libfabric offers tcp;ofi_rxm, udp;ofi_rxd, shm, sockets, tcp") != std::string::npos);
-  CHECK(why.find("none RDMA-capable") != std::string::npos);
+  CHECK(why.find("libfabric offers tcp;ofi_rxm, udp;ofi_rxd, shm, sockets, tcp: none RDMA-capable") !=
+        std::string::npos);
 
   // An RDMA-capable provider that is not libfabric's first choice: the ofi backend would open tcp.
   const std::vector<std::string> second = {"tcp;ofi_rxm", "verbs;ofi_rxm"};
   CHECK(tr::auto_backend_choice(false, "no RDMA device", second, "", &why) == "socket");
-  CHECK(why.find("would open tcp;ofi_rxm") != std::string::npos);
+  CHECK(why.find("the ofi backend would open tcp;ofi_rxm, which is not RDMA-capable") != std::string::npos);
   CHECK(why.find("WEFT_OFI_PROVIDER=verbs;ofi_rxm") != std::string::npos);
   // ... unless WEFT_OFI_PROVIDER names it.
   CHECK(tr::auto_backend_choice(false, "no RDMA device", second, "verbs;ofi_rxm", &why) == "ofi");
   CHECK(why.find("(WEFT_OFI_PROVIDER)") != std::string::npos);
   // WEFT_OFI_PROVIDER naming a provider that is not here, or a non-RDMA one.
   CHECK(tr::auto_backend_choice(false, "no RDMA device", efa, "cxi", &why) == "socket");
-  CHECK(why.find("not WEFT_OFI_PROVIDER=cxi") != std::string::npos);
+  CHECK(why.find("libfabric offers efa, tcp;ofi_rxm, shm: not WEFT_OFI_PROVIDER=cxi") != std::string::npos);
   CHECK(tr::auto_backend_choice(false, "no RDMA device", efa, "shm", &why) == "socket");
   // Nothing from libfabric (not built, or no provider).
   CHECK(tr::auto_backend_choice(false, "ibv_get_device_list: Function not implemented", {}, "", &why) == "socket");
@@ -91,5 +91,6 @@ TEST_CASE("on this machine (no RDMA device, libfabric with tcp/udp/shm-like prov
     CHECK(backend[r] == "socket");
     CHECK(reason[r].find("auto chose socket: rank 0 has no usable RDMA device (") != std::string::npos);
     CHECK(reason[r].find("libfabric") != std::string::npos);
+    CHECK(reason[r].find("none RDMA-capable") != std::string::npos);
   }
 }

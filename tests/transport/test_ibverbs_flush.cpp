@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -36,16 +37,26 @@ struct FlushOff {
   ~FlushOff() { tr::set_receiver_flush_off_for_testing(false); }
 };
 
+// What the receiver's copy hook reports to: how many stores, and a check run right after each one
+// (the moment a kernel polling the flag could see it).
+struct StoreHook {
+  uint64_t stores = 0;
+  std::function<void()> after_store;
+};
+
 // The receiver's copy hook: the flag store the proxy makes into "GPU memory" (host memory here),
 // with release order so a thread that acquires the flag sees what the flush made visible before it.
-tr::Status store_to_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
-  if (ctx) ++*static_cast<uint64_t*>(ctx);
+Status store_to_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
   if (bytes == 8 && reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
     uint64_t v;
     memcpy(&v, src, 8);
     __atomic_store_n(static_cast<uint64_t*>(dst), v, __ATOMIC_RELEASE);
   } else {
     memcpy(dst, src, bytes);
+  }
+  if (auto* h = static_cast<StoreHook*>(ctx)) {
+    ++h->stores;
+    if (h->after_store) h->after_store();
   }
   return Status::kOk;
 }
@@ -77,8 +88,9 @@ void run_sequences(int ordering, int rounds, bool defer, SequenceStats* st, fake
   c0.size = c1.size = 2;
   c0.nic_name = "mlx5_0", c1.nic_name = "mlx5_1";
   c0.timeout_s = c1.timeout_s = 10;
+  StoreHook hook;
   c1.copy_hooks.to_region = store_to_region;
-  c1.copy_hooks.ctx = &st->flag_stores;
+  c1.copy_hooks.ctx = &hook;
   std::unique_ptr<tr::NetBackend> b0, b1;
   REQUIRE(tr::make_ibverbs_backend(c0, &b0) == Status::kOk);
   REQUIRE(tr::make_ibverbs_backend(c1, &b1) == Status::kOk);
@@ -99,13 +111,35 @@ void run_sequences(int ordering, int rounds, bool defer, SequenceStats* st, fake
 
   std::mt19937 rng(4242);
   std::vector<int> len(kSlots, 0);  // words of this round's put to each slot (0: none this round)
+  std::vector<int> slots;           // this round's slots
+  int round = 0;
+  // The consumer: true when every flag of this round is set; counts a flag seen before its data.
+  auto consume = [&] {
+    bool all_set = true;
+    for (int s : slots) {
+      const uint64_t flag = __atomic_load_n(&dst[kFlagBase / 8 + s], __ATOMIC_ACQUIRE);
+      if (flag != uint64_t(round + 1)) {
+        all_set = false;
+        continue;
+      }
+      for (int w = 0; w < len[s]; ++w)
+        if (dst[s * kSlotWords + w] != pattern(round, s, w)) {
+          if (!st->flag_before_data++)
+            st->first_violation = "round " + std::to_string(round) + " slot " + std::to_string(s) + " word " +
+                                  std::to_string(w) + ": flag set, data not yet visible";
+          break;
+        }
+    }
+    return all_set;
+  };
+  hook.after_store = [&] { consume(); };
   std::vector<tr::Completion> done;
   uint64_t next_id = 1;
-  for (int round = 0; round < rounds; ++round) {
+  for (; round < rounds; ++round) {
     fab.set_exec_budget(1 + static_cast<int>(rng() % 3));
     std::fill(len.begin(), len.end(), 0);
     const int k = 1 + static_cast<int>(rng() % 4);
-    std::vector<int> slots;
+    slots.clear();
     while (static_cast<int>(slots.size()) < k) {
       const int s = static_cast<int>(rng() % kSlots);
       if (std::find(slots.begin(), slots.end(), s) == slots.end()) slots.push_back(s);
@@ -122,27 +156,14 @@ void run_sequences(int ordering, int rounds, bool defer, SequenceStats* st, fake
       ++st->signals;
     }
     ++st->rounds;
-    // Poll both ranks until every flag of this round is set, checking after each poll (bounded).
+    // Poll both ranks until every flag of this round is set, checking after each poll and after each
+    // flag the receiving proxy stores (bounded).
     bool all_set = false;
     for (int iter = 0; iter < 20000 && !all_set; ++iter) {
       done.clear();
       REQUIRE(b0->poll(&done) == Status::kOk);
       REQUIRE(b1->poll(&done) == Status::kOk);
-      all_set = true;
-      for (int s : slots) {
-        const uint64_t flag = __atomic_load_n(&dst[kFlagBase / 8 + s], __ATOMIC_ACQUIRE);
-        if (flag != uint64_t(round + 1)) {
-          all_set = false;
-          continue;
-        }
-        for (int w = 0; w < len[s]; ++w)
-          if (dst[s * kSlotWords + w] != pattern(round, s, w)) {
-            if (!st->flag_before_data++)
-              st->first_violation = "round " + std::to_string(round) + " slot " + std::to_string(s) + " word " +
-                                    std::to_string(w) + ": flag set, data not yet visible";
-            break;
-          }
-      }
+      all_set = consume();
     }
     // Every flag of the round set: the puts before them have executed, so their sources may be rewritten.
     REQUIRE_MESSAGE(all_set, "round " << round << ": not every flag arrived within 20000 polls (a lost signal)");
@@ -150,6 +171,7 @@ void run_sequences(int ordering, int rounds, bool defer, SequenceStats* st, fake
   CHECK(b0->close() == Status::kOk);
   CHECK(b1->close() == Status::kOk);
   fab.defer_visibility(nullptr, 0);
+  st->flag_stores = hook.stores;
 }
 
 }  // namespace
@@ -159,6 +181,9 @@ TEST_CASE("ordering none: signals go as SENDs, the receiver flushes then sets th
   SequenceStats st;
   run_sequences(0, 300, true, &st, fab);
   const fake::Counters c = fab.counters();
+  MESSAGE("flush path: " << st.rounds << " rounds, " << st.signals << " signals, " << st.flushes << " flushes, "
+                         << c.deferred << " deferred writes (" << c.early_visible << " visible before a flush), "
+                         << st.flag_before_data << " flags seen before their data");
   INFO(st.first_violation);
   CHECK(st.flag_before_data == 0);
   CHECK(c.sends == st.signals);         // every signal was a SEND
@@ -181,6 +206,8 @@ TEST_CASE("the same GPU with the receiver-side flush switched off: a flag is see
     run_sequences(0, 300, true, &st, fab);
   }
   const fake::Counters c = fab.counters();
+  MESSAGE("flush off: " << st.rounds << " rounds, " << st.signals << " signals, " << st.flag_before_data
+                        << " times a flag was seen before its data (first: " << st.first_violation << ")");
   CHECK(st.flag_before_data > 0);  // what the flush prevents
   CHECK(c.sends == 0);             // signals were plain WRITEs into the flag words
   CHECK(st.flushes == 0);
@@ -345,6 +372,7 @@ E2e run_transport(fake::Fabric& fab, const char* mode, int n, double timeout_s) 
           s = Status::kTimeout;
           break;
         }
+        std::this_thread::yield();  // the proxies need the CPU this machine has
       }
     }
     if (out.error[me].empty()) out.error[me] = t->error_message();
@@ -371,7 +399,11 @@ TEST_CASE("through Transport and its proxies, every signal mode: the data a flag
     CHECK(r.checked > 0);
     CHECK(r.bad == 0);
     CHECK(r.flushes > 0);
-    CHECK(fab.counters().sends == 600);
+    // Every signal a SEND (batched mode coalesces signals to one flag into the newest).
+    if (std::string(mode) == "batched")
+      CHECK((fab.counters().sends > 0 && fab.counters().sends <= 600));
+    else
+      CHECK(fab.counters().sends == 600);
     CHECK(fab.counters().early_visible > 0);
     CHECK(r.ordering[1].find("SENDs its proxy applies after cuFlushGPUDirectRDMAWrites (GPU RDMA write ordering 0)") !=
           std::string::npos);
