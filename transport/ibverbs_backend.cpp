@@ -35,7 +35,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -44,6 +43,7 @@
 #include "base/params.h"
 #include "transport/ibverbs_api.h"
 #include "transport/ibverbs_plan.h"
+#include "transport/ibverbs_signal_rx.h"
 #include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"
 
@@ -74,7 +74,7 @@ class IbvBackend final : public NetBackend {
  public:
   // Per-peer state is indexed by slot: the peer's place in peer_list_ (the peer set), so it grows
   // with the peers this rank faces, not with the job.
-  IbvBackend(const ibv::Api& api, const BackendConfig& c) : api_(api), cfg_(c) {
+  IbvBackend(const ibv::Api& api, const BackendConfig& c) : api_(api), cfg_(c), receiver_(api) {
     if (c.peers) {
       peer_list_ = *c.peers;
     } else {
@@ -192,11 +192,11 @@ class IbvBackend final : public NetBackend {
       const int p = peer_list_[i];
       ibv_qp_init_attr a{};
       a.send_cq = cq_;
-      a.recv_cq = recv_cq_ ? recv_cq_ : cq_;
+      a.recv_cq = receiver_.is_open() ? receiver_.cq() : cq_;
       a.qp_type = IBV_QPT_RC;
       a.sq_sig_all = 0;  // selective signalling
       a.cap.max_send_wr = sq_depth_;
-      a.cap.max_recv_wr = recv_cq_ ? recv_depth_ : 1;
+      a.cap.max_recv_wr = receiver_.is_open() ? recv_depth_ : 1;
       a.cap.max_send_sge = 1;
       a.cap.max_recv_sge = 1;
       a.cap.max_inline_data = ibv::kMaxInlineBytes;
@@ -210,12 +210,12 @@ class IbvBackend final : public NetBackend {
       if (api_.modify_qp(qps_[i], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return fail_errno("QP to INIT for rank " + std::to_string(p));
       // Signals from this peer arrive as SENDs: their receives are posted before the peer can send.
-      if (recv_cq_)
+      if (receiver_.is_open())
         for (int k = 0; k < recv_depth_; ++k) WEFT_CHECK(post_receive(static_cast<int>(i), static_cast<uint32_t>(k)));
       psn_[i] = rng() & 0xffffff;
       info.qps.push_back({p, qps_[i]->qp_num, psn_[i]});
     }
-    if (recv_cq_) info.flags |= IbvPeerInfo::kIbvSignalsBySend;
+    if (receiver_.is_open()) info.flags |= IbvPeerInfo::kIbvSignalsBySend;
     *out = info;
     return Status::kOk;
   }
@@ -335,10 +335,10 @@ class IbvBackend final : public NetBackend {
   // RC places one QP's WRITEs in order: the flag after the data posted before it (see the top of this
   // file); where this rank's GPU needs a flush, how signals to it are applied instead.
   std::string ordering() const override {
-    return recv_cq_ ? "RC in-order WRITEs; signals to this rank: SENDs its proxy applies after "
-                      "cuFlushGPUDirectRDMAWrites (GPU RDMA write ordering " +
-                          std::to_string(region_.rdma_writes_ordering) + ")"
-                    : "RC in-order WRITEs";
+    return receiver_.is_open() ? "RC in-order WRITEs; signals to this rank: SENDs its proxy applies after "
+                                 "cuFlushGPUDirectRDMAWrites (GPU RDMA write ordering " +
+                                     std::to_string(region_.rdma_writes_ordering) + ")"
+                               : "RC in-order WRITEs";
   }
 
  private:
@@ -430,70 +430,33 @@ class IbvBackend final : public NetBackend {
       return fail(Status::kInvalidArgument, why +
                                                 "; but there is no copy hook to store a flag in GPU memory "
                                                 "(TransportOptions::copy_hooks = cuda_copy_hooks())");
-    const int peers = static_cast<int>(peer_list_.size());
-    recv_cq_ = api_.create_cq(ctx_, std::min(max_cqe_, std::max(64, peers * recv_depth_ + 64)), nullptr, nullptr, 0);
-    if (!recv_cq_) return fail_errno("ibv_create_cq(receives)");
-    recv_bufs_.assign(std::max<size_t>(1, size_t(peers) * recv_depth_), ibv::SignalRecord{});
-    recv_mr_ =
-        api_.reg_mr(pd_, recv_bufs_.data(), recv_bufs_.size() * sizeof(ibv::SignalRecord), IBV_ACCESS_LOCAL_WRITE);
-    if (!recv_mr_) return fail_errno("ibv_reg_mr(signal receives)");
+    std::string why_not;
+    if (Status st = receiver_.open(ctx_, pd_, static_cast<int>(peer_list_.size()), recv_depth_, max_cqe_, &why_not);
+        st != Status::kOk)
+      return fail(st, why_not);
     return Status::kOk;
   }
 
   Status post_receive(int i, uint32_t k) {
-    ibv::SignalRecord* buf = &recv_bufs_[size_t(i) * recv_depth_ + k];
-    ibv_sge sge{reinterpret_cast<uint64_t>(buf), sizeof *buf, recv_mr_->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = ibv::make_recv_id(i, k);
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (int rc = api_.post_recv(qps_[i], &wr, &bad))
-      return fail(Status::kSystemError,
-                  "ibv_post_recv for signals from rank " + std::to_string(peer_list_[i]) + ": " + strerror(rc));
-    return Status::kOk;
+    std::string why;
+    Status st = receiver_.post(qps_[i], i, k, peer_list_[i], &why);
+    return st == Status::kOk ? st : fail(st, why);
   }
 
   // Signals that arrived as SENDs: checked, one flush for all of them (their data was placed before
   // each SEND completed), then each flag stored in order and its receive posted again.
   Status poll_receives() {
-    if (!recv_cq_) return Status::kOk;
-    ibv_wc wc[64];
-    const int n = api_.poll_cq(recv_cq_, 64, wc);
-    if (n < 0) return fail(Status::kSystemError, "ibv_poll_cq(receives) failed");
-    if (n == 0) return Status::kOk;
-    struct Arrived {
-      int slot;
-      uint32_t index;
-      ibv::SignalRecord record;
-    };
-    Arrived got[64];
-    for (int j = 0; j < n; ++j) {
-      const uint64_t id = wc[j].wr_id;
-      const int i = ibv::recv_slot(id);
-      const uint32_t k = ibv::recv_index(id);
-      if (!(id & ibv::kRecvTag) || i < 0 || i >= static_cast<int>(peer_list_.size()) ||
-          k >= static_cast<uint32_t>(recv_depth_))
-        return fail(Status::kProtocolError, "a receive completion names no receive this rank posted");
-      const int peer = peer_list_[i];
-      if (wc[j].status != IBV_WC_SUCCESS) {
-        char hex[16];
-        snprintf(hex, sizeof hex, "%x", wc[j].vendor_err);
-        return fail(Status::kPeerFailed, "receiving a signal from rank " + std::to_string(peer) +
-                                             " failed: " + api_.wc_status_str(wc[j].status) + " (status " +
-                                             std::to_string(wc[j].status) + ", vendor error 0x" + hex + ")");
-      }
-      got[j] = Arrived{i, k, recv_bufs_[size_t(i) * recv_depth_ + k]};
-      std::string why;
-      if (!ibv::signal_record_ok(wc[j].byte_len, got[j].record, region_.bytes, &why))
-        return fail(Status::kProtocolError, "rank " + std::to_string(peer) + " sent " + why);
-    }
-    Status s = region_.flush_rdma_writes();
+    if (!receiver_.is_open()) return Status::kOk;
+    arrived_.clear();
+    std::string why;
+    Status s = receiver_.poll(peer_list_, region_.bytes, &arrived_, &why);
+    if (s != Status::kOk) return fail(s, why);
+    if (arrived_.empty()) return Status::kOk;
+    s = region_.flush_rdma_writes();
     if (s != Status::kOk)
-      return fail(s, "flushing GPUDirect RDMA writes before " + std::to_string(n) + " signal(s) from rank " +
-                         std::to_string(peer_list_[got[0].slot]) + " failed");
-    for (int j = 0; j < n; ++j) {
-      const Arrived& a = got[j];
+      return fail(s, "flushing GPUDirect RDMA writes before " + std::to_string(arrived_.size()) +
+                         " signal(s) from rank " + std::to_string(peer_list_[arrived_[0].slot]) + " failed");
+    for (const auto& a : arrived_) {
       s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, static_cast<char*>(region_.base) + a.record.flag_offset,
                                     &a.record.value, sizeof a.record.value);
       if (s != Status::kOk)
@@ -544,8 +507,7 @@ class IbvBackend final : public NetBackend {
       if (q) api_.destroy_qp(q), q = nullptr;
     if (mr_) api_.dereg_mr(mr_), mr_ = nullptr;
     if (values_mr_) api_.dereg_mr(values_mr_), values_mr_ = nullptr;
-    if (recv_mr_) api_.dereg_mr(recv_mr_), recv_mr_ = nullptr;
-    if (recv_cq_) api_.destroy_cq(recv_cq_), recv_cq_ = nullptr;
+    receiver_.release();
     if (cq_) api_.destroy_cq(cq_), cq_ = nullptr;
     if (pd_) api_.dealloc_pd(pd_), pd_ = nullptr;
     if (ctx_) api_.close_device(ctx_), ctx_ = nullptr;
@@ -569,11 +531,9 @@ class IbvBackend final : public NetBackend {
   ibv_cq* cq_ = nullptr;
   ibv_mr* mr_ = nullptr;
   ibv_mr* values_mr_ = nullptr;
-  // Receiver-side signals (a GPU heap below "owner" ordering): their CQ, buffers (kRecvDepth per
-  // peer slot) and MR; null where the NIC writes flags itself.
-  ibv_cq* recv_cq_ = nullptr;
-  ibv_mr* recv_mr_ = nullptr;
-  std::vector<ibv::SignalRecord> recv_bufs_;
+  // Receiver-side signals (a GPU heap below "owner" ordering); not open where the NIC writes flags.
+  ibv::SignalReceiver receiver_;
+  std::vector<ibv::SignalReceiver::Arrived> arrived_;
   // Where a connected peer's heap lies, and whether it applies signals itself.
   struct Remote {
     uint64_t heap_addr = 0;
