@@ -69,7 +69,8 @@ void CudaHeap::export_dmabuf() {
     WEFT_INFO(kTransport,
               "rank %d: GPU %d does not order GPUDirect RDMA writes for its own kernels "
               "(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = %d): data an RDMA NIC writes must be flushed "
-              "(cuFlushGPUDirectRDMAWrites) before a kernel consumes the flag after it",
+              "(cuFlushGPUDirectRDMAWrites) before a kernel consumes the flag after it (ibverbs: the receiving "
+              "proxy flushes, then sets the flag)",
               rank_, device_, rdma_writes_ordering_);
   if (!supported) {
     WEFT_INFO(kTransport, "rank %d: GPU %d: no dma-buf export (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0)", rank_,
@@ -96,10 +97,22 @@ void CudaHeap::export_dmabuf() {
   dmabuf_offset_ = r.offset;
 }
 
-Status CudaHeap::flush_rdma_writes() const {
-  cudaError_t e = cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
-                                                     cudaFlushGPUDirectRDMAWritesToOwner);
-  return e == cudaSuccess ? Status::kOk : cuda_fail(e, rank_, "cudaDeviceFlushGPUDirectRDMAWrites");
+// The flush targets the current device: the proxy thread calling it starts with device 0 current.
+static Status flush_gpu_rdma_writes(int device, int rank) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return cuda_fail(e, rank, "cudaSetDevice before cudaDeviceFlushGPUDirectRDMAWrites");
+  e = cudaDeviceFlushGPUDirectRDMAWrites(cudaFlushGPUDirectRDMAWritesTargetCurrentDevice,
+                                         cudaFlushGPUDirectRDMAWritesToOwner);
+  return e == cudaSuccess ? Status::kOk : cuda_fail(e, rank, "cudaDeviceFlushGPUDirectRDMAWrites");
+}
+
+Status CudaHeap::flush_rdma_writes() const { return flush_gpu_rdma_writes(device_, rank_); }
+
+Region CudaHeap::region() const {
+  Region r{base_, bytes_, MemKind::kDevice, dmabuf_fd_, dmabuf_offset_};
+  r.rdma_writes_ordering = rdma_writes_ordering_;
+  r.flush_rdma_writes = [device = device_, rank = rank_] { return flush_gpu_rdma_writes(device, rank); };
+  return r;
 }
 
 Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_ptr<CudaHeap>* out) {

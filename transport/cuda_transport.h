@@ -25,13 +25,16 @@ class CudaHeap {
   CudaHeap& operator=(const CudaHeap&) = delete;
 
   // The heap for a net backend: with its dma-buf export (ibv_reg_dmabuf_mr) where the GPU and driver
-  // offer one (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), else dmabuf_fd -1 (ibverbs then tries peer memory).
-  Region region() const { return Region{base_, bytes_, MemKind::kDevice, dmabuf_fd_, dmabuf_offset_}; }
+  // offer one (CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED), else dmabuf_fd -1 (ibverbs then tries peer memory);
+  // with this GPU's RDMA write ordering and a flush for it (Region::flush_rdma_writes; usable from
+  // any thread, e.g. the proxy's, and after this object is gone: it names the device, not the heap).
+  Region region() const;
   // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING of this GPU: 0 none, 100 owner, 200 all devices.
   // Below 100, a kernel of this GPU that sees a flag written by the NIC may still read stale data the
-  // NIC wrote before it: the data must be flushed (flush_rdma_writes) before the flag is consumed.
+  // NIC wrote before it: the data must be flushed (flush_rdma_writes) before the flag is consumed. The
+  // ibverbs backend does that in the receiving proxy (transport/ibverbs_backend.cpp).
   int rdma_writes_ordering() const { return rdma_writes_ordering_; }
-  // cudaDeviceFlushGPUDirectRDMAWrites to the owner scope (cuFlushGPUDirectRDMAWrites).
+  // cudaDeviceFlushGPUDirectRDMAWrites to the owner scope (cuFlushGPUDirectRDMAWrites) on this heap's GPU.
   Status flush_rdma_writes() const;
   void* local() const { return base_; }
   // Peer heap base in this process's address space; nullptr for ranks on other nodes.

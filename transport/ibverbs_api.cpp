@@ -40,6 +40,7 @@ const Api& libibverbs_api() {
       [](ibv_qp* q, ibv_send_wr* w, ibv_send_wr** bad) { return ibv_post_send(q, w, bad); },
       [](ibv_cq* q, int n, ibv_wc* wc) { return ibv_poll_cq(q, n, wc); },
       [](ibv_wc_status s) { return ibv_wc_status_str(s); },
+      [](ibv_qp* q, ibv_recv_wr* w, ibv_recv_wr** bad) { return ibv_post_recv(q, w, bad); },
   };
   return table;
 }

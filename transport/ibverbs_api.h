@@ -35,6 +35,8 @@ struct Api {
   int (*post_send)(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad_wr);
   int (*poll_cq)(ibv_cq* cq, int num_entries, ibv_wc* wc);
   const char* (*wc_status_str)(ibv_wc_status status);
+  // Receives for signals sent as SENDs (a device heap whose GPU needs a flush before the flag).
+  int (*post_recv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad_wr);
 };
 
 // libibverbs itself.

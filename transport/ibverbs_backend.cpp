@@ -1,4 +1,4 @@
-// ibverbs net backend: RC QP per peer, heap registered once, RDMA WRITE data, inline WRITE signals.
+// ibverbs net backend: RC QP per peer, heap registered once, RDMA WRITE data, inline WRITE (or SEND) signals.
 // Every verbs call goes through the function table of ibverbs_api.h: libibverbs on a real NIC, the
 // tests' fake verbs in CI (which enforces the QP state machine, attribute masks, rkey bounds, send
 // queue depth and RC order, and moves the bytes). It has not yet run on a NIC: none exists on the
@@ -11,9 +11,21 @@
 //   posts neither, so a fence adds no WRITE-after-WRITE ordering (the flag is passed through when
 //   the proxy's signal mode asks for it, and costs a pipeline wait on some NICs).
 // - Whether a GPU kernel that sees the flag also sees the data is a property of the GPU, not of the
-//   QP: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (cuda_heap.cu reads it). Where it is
-//   insufficient the consumer must flush (cuFlushGPUDirectRDMAWrites, or a stream wait that flushes)
-//   before using the data the flag announces.
+//   QP: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (cuda_heap.cu reads it into the Region).
+//   At "owner" (100) or above, the flag WRITE is enough. Below it, a rank whose heap is on that GPU
+//   publishes kIbvSignalsBySend: its peers send each signal as a 16-byte SEND (flag offset, value)
+//   to its posted receives instead of writing the flag. RC delivers the SEND after the WRITEs posted
+//   before it on the QP, so when its receive completes the data is at the GPU; the receiving proxy
+//   then calls the region's flush (cuFlushGPUDirectRDMAWrites), which makes those writes visible to
+//   the GPU's kernels, and only then stores the flag through the copy hook (the ofi staged path's
+//   write into device memory). One flush covers every signal of a poll.
+//
+//   sender (any rank)                         receiver (GPU ordering < owner)
+//   RDMA WRITE data ------------------------> GPU heap (not yet visible to kernels)
+//   SEND {flag, value} (inline) ------------> posted receive -> receive CQ
+//                                             proxy: flush hook; to_region(flag, value); repost
+// - Receives: kRecvDepth per QP, posted before the QP connects and reposted as each is applied. A
+//   SEND that finds none waits in the NIC's RNR retry until the receiving proxy reposts.
 // - The heap is registered without IBV_ACCESS_RELAXED_ORDERING: relaxed ordering lets the NIC's
 //   PCIe writes pass each other, which would break data-before-flag.
 #include "transport/ibverbs_backend.h"
@@ -22,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -30,6 +43,7 @@
 #include "base/params.h"
 #include "transport/ibverbs_api.h"
 #include "transport/ibverbs_plan.h"
+#include "transport/ibverbs_signal_rx.h"
 #include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"
 
@@ -40,6 +54,9 @@ constexpr int kSendQueueDepth = 1024;
 constexpr int kCqDepth = 4096;
 constexpr int kSignalInterval = 32;
 constexpr int kMaxGidEntries = 1024;
+constexpr int kRecvDepth = 128;  // receives per QP for signals sent as SENDs
+
+std::atomic<bool> g_receiver_flush_off{false};
 
 // The site's traffic class for RoCE: mlx5 exposes the device default in sysfs
 // ("Global tclass=106"); absent or unreadable: 0.
@@ -57,7 +74,7 @@ class IbvBackend final : public NetBackend {
  public:
   // Per-peer state is indexed by slot: the peer's place in peer_list_ (the peer set), so it grows
   // with the peers this rank faces, not with the job.
-  IbvBackend(const ibv::Api& api, const BackendConfig& c) : api_(api), cfg_(c) {
+  IbvBackend(const ibv::Api& api, const BackendConfig& c) : api_(api), cfg_(c), receiver_(api) {
     if (c.peers) {
       peer_list_ = *c.peers;
     } else {
@@ -69,7 +86,7 @@ class IbvBackend final : public NetBackend {
     peers_.resize(n);
     ledgers_.resize(n);
     seq_.assign(n, 0);
-    values_.assign(n, 0);
+    values_.assign(n, ibv::SignalRecord{});
     posted_since_poll_.assign(n, 0);
   }
   ~IbvBackend() override { release(); }
@@ -104,6 +121,8 @@ class IbvBackend final : public NetBackend {
     if (api_.query_device(ctx_, &dattr)) return fail_errno("ibv_query_device");
     // The send queue: weft's depth, within what the device allows.
     sq_depth_ = std::max(16, std::min(kSendQueueDepth, dattr.max_qp_wr));
+    recv_depth_ = std::max(1, std::min(kRecvDepth, dattr.max_qp_wr));
+    max_cqe_ = dattr.max_cqe;
     for (size_t i = 0; i < peer_list_.size(); ++i) policies_.emplace_back(kSignalInterval, sq_depth_);
     WEFT_CHECK(pick_port(dattr.phys_port_cnt));
     WEFT_CHECK(pick_route());
@@ -117,7 +136,7 @@ class IbvBackend final : public NetBackend {
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
     values_.resize(std::max<size_t>(values_.size(), 1));  // a rank without peers still registers one word
-    values_mr_ = api_.reg_mr(pd_, values_.data(), values_.size() * sizeof(uint64_t), IBV_ACCESS_LOCAL_WRITE);
+    values_mr_ = api_.reg_mr(pd_, values_.data(), values_.size() * sizeof(ibv::SignalRecord), IBV_ACCESS_LOCAL_WRITE);
     if (!values_mr_) return fail_errno("ibv_reg_mr(signal values)");
     return Status::kOk;
   }
@@ -155,7 +174,7 @@ class IbvBackend final : public NetBackend {
     }
     WEFT_INFO(kNet, "rank %d channel %d: %s port %u: heap of %llu bytes registered (%s), %s", cfg_.rank, cfg_.channel,
               dev_name_.c_str(), port_num_, (unsigned long long)r.bytes, registration_.c_str(), route_why_.c_str());
-    return Status::kOk;
+    return choose_signal_apply();
   }
 
   Status local_info(PeerInfo* out) override {
@@ -173,11 +192,11 @@ class IbvBackend final : public NetBackend {
       const int p = peer_list_[i];
       ibv_qp_init_attr a{};
       a.send_cq = cq_;
-      a.recv_cq = cq_;
+      a.recv_cq = receiver_.is_open() ? receiver_.cq() : cq_;
       a.qp_type = IBV_QPT_RC;
       a.sq_sig_all = 0;  // selective signalling
       a.cap.max_send_wr = sq_depth_;
-      a.cap.max_recv_wr = 1;
+      a.cap.max_recv_wr = receiver_.is_open() ? recv_depth_ : 1;
       a.cap.max_send_sge = 1;
       a.cap.max_recv_sge = 1;
       a.cap.max_inline_data = ibv::kMaxInlineBytes;
@@ -190,9 +209,13 @@ class IbvBackend final : public NetBackend {
       m.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
       if (api_.modify_qp(qps_[i], &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return fail_errno("QP to INIT for rank " + std::to_string(p));
+      // Signals from this peer arrive as SENDs: their receives are posted before the peer can send.
+      if (receiver_.is_open())
+        for (int k = 0; k < recv_depth_; ++k) WEFT_CHECK(post_receive(static_cast<int>(i), static_cast<uint32_t>(k)));
       psn_[i] = rng() & 0xffffff;
       info.qps.push_back({p, qps_[i]->qp_num, psn_[i]});
     }
+    if (receiver_.is_open()) info.flags |= IbvPeerInfo::kIbvSignalsBySend;
     *out = info;
     return Status::kOk;
   }
@@ -216,7 +239,7 @@ class IbvBackend final : public NetBackend {
     mask = ibv::rts_attr(psn_[i], &s);
     if (int rc = api_.modify_qp(qps_[i], &s, mask))
       return fail(Status::kSystemError, "QP to RTS for rank " + std::to_string(peer) + ": " + strerror(rc));
-    peers_[i] = Remote{info->heap_addr, info->rkey};
+    peers_[i] = Remote{info->heap_addr, info->rkey, (info->flags & IbvPeerInfo::kIbvSignalsBySend) != 0};
     return Status::kOk;
   }
 
@@ -251,16 +274,21 @@ class IbvBackend final : public NetBackend {
     return Status::kOk;
   }
 
-  // The flag WRITE follows this QP's earlier data WRITEs in RC order (see the top of this file);
-  // flags.fence becomes IBV_SEND_FENCE, which orders only after READs/atomics.
+  // The flag WRITE (or the SEND of a peer that applies signals itself) follows this QP's earlier data
+  // WRITEs in RC order (see the top of this file); flags.fence becomes IBV_SEND_FENCE, which orders
+  // only after READs/atomics.
   Status post_signal(int peer, uint64_t flag_offset, uint64_t value, PostFlags flags, uint64_t wr_id) override {
     if (status_ != Status::kOk) return status_;
     const int i = slot(peer);
     if (i < 0) return not_a_peer(peer);
-    values_[i] = value;
-    auto w = ibv::plan_signal(peer, reinterpret_cast<uint64_t>(&values_[i]), values_mr_->lkey, peers_[i].heap_addr,
-                              peers_[i].rkey, flag_offset, flags.fence, flags.need_completion, wr_id, &seq_[i],
-                              ledgers_[i].in_flight(), &policies_[i]);
+    values_[i] = ibv::SignalRecord{flag_offset, value};  // inline: copied into the WQE at post time
+    if (peers_[i].by_send)
+      return post(
+          i, ibv::plan_signal_send(peer, reinterpret_cast<uint64_t>(&values_[i]), values_mr_->lkey, flags.fence,
+                                   flags.need_completion, wr_id, &seq_[i], ledgers_[i].in_flight(), &policies_[i]));
+    auto w = ibv::plan_signal(peer, reinterpret_cast<uint64_t>(&values_[i].value), values_mr_->lkey,
+                              peers_[i].heap_addr, peers_[i].rkey, flag_offset, flags.fence, flags.need_completion,
+                              wr_id, &seq_[i], ledgers_[i].in_flight(), &policies_[i]);
     return post(i, w);
   }
 
@@ -293,7 +321,7 @@ class IbvBackend final : public NetBackend {
       if (ledgers_[at].retire(wc[i].wr_id, &ids, &why) != Status::kOk) return fail(Status::kInternal, why);
       for (uint64_t id : ids) done->push_back({id, peer});
     }
-    return Status::kOk;
+    return poll_receives();
   }
 
   void wait_activity(double max_s) override { usleep(static_cast<useconds_t>(std::min(max_s, 50e-6) * 1e6)); }
@@ -304,8 +332,14 @@ class IbvBackend final : public NetBackend {
   }
 
   std::string error_message() const override { return error_; }
-  // RC places one QP's WRITEs in order: the flag after the data posted before it (see the top of this file).
-  std::string ordering() const override { return "RC in-order WRITEs"; }
+  // RC places one QP's WRITEs in order: the flag after the data posted before it (see the top of this
+  // file); where this rank's GPU needs a flush, how signals to it are applied instead.
+  std::string ordering() const override {
+    return receiver_.is_open() ? "RC in-order WRITEs; signals to this rank: SENDs its proxy applies after "
+                                 "cuFlushGPUDirectRDMAWrites (GPU RDMA write ordering " +
+                                     std::to_string(region_.rdma_writes_ordering) + ")"
+                               : "RC in-order WRITEs";
+  }
 
  private:
   // The mapped port (BackendConfig::nic_port), else the first ACTIVE one; it must be ACTIVE.
@@ -378,6 +412,61 @@ class IbvBackend final : public NetBackend {
     return c;
   }
 
+  // Once, at registration: who sets signals on this rank's heap (ibverbs_plan.h), logged once per
+  // transport (channel 0) for a GPU heap. The receiver-side path needs the region's flush and a copy
+  // hook into device memory, and a receive CQ and buffers of its own.
+  Status choose_signal_apply() {
+    std::string why;
+    const auto apply = ibv::choose_signal_apply(region_.kind == MemKind::kDevice, region_.rdma_writes_ordering,
+                                                g_receiver_flush_off.load(std::memory_order_acquire), &why);
+    if (region_.kind == MemKind::kDevice && cfg_.channel == 0)
+      WEFT_INFO(kNet, "rank %d: ibverbs signals: %s", cfg_.rank, why.c_str());
+    if (apply != ibv::SignalApply::kProxyAfterFlush) return Status::kOk;
+    if (!region_.flush_rdma_writes)
+      return fail(Status::kInvalidArgument, why +
+                                                "; but the heap's region carries no flush (CudaHeap::region() "
+                                                "supplies cuFlushGPUDirectRDMAWrites)");
+    if (!cfg_.copy_hooks.to_region)
+      return fail(Status::kInvalidArgument, why +
+                                                "; but there is no copy hook to store a flag in GPU memory "
+                                                "(TransportOptions::copy_hooks = cuda_copy_hooks())");
+    std::string why_not;
+    if (Status st = receiver_.open(ctx_, pd_, static_cast<int>(peer_list_.size()), recv_depth_, max_cqe_, &why_not);
+        st != Status::kOk)
+      return fail(st, why_not);
+    return Status::kOk;
+  }
+
+  Status post_receive(int i, uint32_t k) {
+    std::string why;
+    Status st = receiver_.post(qps_[i], i, k, peer_list_[i], &why);
+    return st == Status::kOk ? st : fail(st, why);
+  }
+
+  // Signals that arrived as SENDs: checked, one flush for all of them (their data was placed before
+  // each SEND completed), then each flag stored in order and its receive posted again.
+  Status poll_receives() {
+    if (!receiver_.is_open()) return Status::kOk;
+    arrived_.clear();
+    std::string why;
+    Status s = receiver_.poll(peer_list_, region_.bytes, &arrived_, &why);
+    if (s != Status::kOk) return fail(s, why);
+    if (arrived_.empty()) return Status::kOk;
+    s = region_.flush_rdma_writes();
+    if (s != Status::kOk)
+      return fail(s, "flushing GPUDirect RDMA writes before " + std::to_string(arrived_.size()) +
+                         " signal(s) from rank " + std::to_string(peer_list_[arrived_[0].slot]) + " failed");
+    for (const auto& a : arrived_) {
+      s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, static_cast<char*>(region_.base) + a.record.flag_offset,
+                                    &a.record.value, sizeof a.record.value);
+      if (s != Status::kOk)
+        return fail(s, "storing a signal from rank " + std::to_string(peer_list_[a.slot]) + " at flag offset " +
+                           std::to_string(a.record.flag_offset) + " of the GPU heap failed");
+      WEFT_CHECK(post_receive(a.slot, a.index));
+    }
+    return Status::kOk;
+  }
+
   // The peer's place in peer_list_, or -1.
   int slot(int peer) const {
     auto it = std::lower_bound(peer_list_.begin(), peer_list_.end(), peer);
@@ -418,6 +507,7 @@ class IbvBackend final : public NetBackend {
       if (q) api_.destroy_qp(q), q = nullptr;
     if (mr_) api_.dereg_mr(mr_), mr_ = nullptr;
     if (values_mr_) api_.dereg_mr(values_mr_), values_mr_ = nullptr;
+    receiver_.release();
     if (cq_) api_.destroy_cq(cq_), cq_ = nullptr;
     if (pd_) api_.dealloc_pd(pd_), pd_ = nullptr;
     if (ctx_) api_.close_device(ctx_), ctx_ = nullptr;
@@ -431,6 +521,8 @@ class IbvBackend final : public NetBackend {
   std::string route_why_;
   ibv_context* ctx_ = nullptr;
   int sq_depth_ = kSendQueueDepth;
+  int recv_depth_ = kRecvDepth;
+  int max_cqe_ = kCqDepth;
   uint8_t port_num_ = 1;
   ibv_port_attr port_{};
   uint8_t gid_[16] = {};
@@ -439,10 +531,14 @@ class IbvBackend final : public NetBackend {
   ibv_cq* cq_ = nullptr;
   ibv_mr* mr_ = nullptr;
   ibv_mr* values_mr_ = nullptr;
-  // Where a connected peer's heap lies.
+  // Receiver-side signals (a GPU heap below "owner" ordering); not open where the NIC writes flags.
+  ibv::SignalReceiver receiver_;
+  std::vector<ibv::SignalReceiver::Arrived> arrived_;
+  // Where a connected peer's heap lies, and whether it applies signals itself.
   struct Remote {
     uint64_t heap_addr = 0;
     uint32_t rkey = 0;
+    bool by_send = false;
   };
   std::vector<int> peer_list_;  // the peer set, ascending; everything below is indexed by slot
   std::vector<ibv_qp*> qps_;
@@ -451,7 +547,7 @@ class IbvBackend final : public NetBackend {
   std::vector<ibv::CompletionLedger> ledgers_;
   std::vector<ibv::SignalPolicy> policies_;
   std::vector<uint64_t> seq_;
-  std::vector<uint64_t> values_;
+  std::vector<ibv::SignalRecord> values_;  // per slot: the signal being posted (inline)
   std::vector<uint64_t> posted_since_poll_;
   Status status_ = Status::kOk;
   std::string error_;
@@ -487,5 +583,7 @@ Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBack
 Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBackend>* out) {
   return make_ibverbs_backend(config, out, nullptr);
 }
+
+void set_receiver_flush_off_for_testing(bool off) { g_receiver_flush_off.store(off, std::memory_order_release); }
 
 }  // namespace weft::transport

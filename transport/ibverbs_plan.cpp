@@ -53,6 +53,61 @@ WrPlan plan_signal(int peer, uint64_t value_addr, uint32_t lkey, uint64_t remote
   return w;
 }
 
+WrPlan plan_signal_send(int peer, uint64_t record_addr, uint32_t lkey, bool fence, bool need_completion,
+                        uint64_t user_wr_id, uint64_t* next_seq, uint64_t in_flight, SignalPolicy* policy) {
+  WrPlan w;
+  w.wr_id = make_wr_id(peer, (*next_seq)++);
+  w.local_addr = record_addr;
+  w.length = sizeof(SignalRecord);
+  w.lkey = lkey;
+  w.inline_data = true;
+  w.send = true;
+  w.fence = fence;
+  w.report = true;
+  w.user_wr_id = user_wr_id;
+  w.signaled = policy->choose(need_completion, in_flight + 1);
+  return w;
+}
+
+bool signal_record_ok(uint32_t byte_len, const SignalRecord& r, uint64_t heap_bytes, std::string* why) {
+  if (byte_len != sizeof(SignalRecord)) {
+    *why = "a signal of " + std::to_string(byte_len) + " bytes (a signal record is 16)";
+    return false;
+  }
+  if (r.flag_offset % 8 || heap_bytes < 8 || r.flag_offset > heap_bytes - 8) {
+    *why = "a signal for flag offset " + std::to_string(r.flag_offset) + ", not an aligned word of the " +
+           std::to_string(heap_bytes) + "-byte heap";
+    return false;
+  }
+  return true;
+}
+
+SignalApply choose_signal_apply(bool device_heap, int ordering, bool force_off, std::string* why) {
+  const std::string attr = "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING = " + std::to_string(ordering);
+  if (!device_heap) {
+    *why = "host heap: signals are RDMA WRITEs, placed after their data by RC order";
+    return SignalApply::kNicWrite;
+  }
+  if (ordering < 0) {
+    *why = "GPU heap whose RDMA write ordering was not stated: signals are RDMA WRITEs";
+    return SignalApply::kNicWrite;
+  }
+  if (ordering >= 100) {
+    *why = "GPU orders RDMA writes for its own kernels (" + attr + "): signals are RDMA WRITEs";
+    return SignalApply::kNicWrite;
+  }
+  if (force_off) {
+    *why = "GPU needs a flush (" + attr +
+           "), but the receiver-side flush is switched off (tests only): signals "
+           "are RDMA WRITEs and a kernel may see a flag before its data";
+    return SignalApply::kNicWrite;
+  }
+  *why = "GPU needs a flush (" + attr +
+         "): signals arrive as SENDs; the proxy flushes GPUDirect RDMA writes, then "
+         "sets the flag";
+  return SignalApply::kProxyAfterFlush;
+}
+
 WrPlan plan_probe(int peer, uint64_t* next_seq) {
   WrPlan w;
   w.wr_id = make_wr_id(peer, (*next_seq)++);

@@ -19,6 +19,7 @@ struct WrPlan {
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   bool inline_data = false;  // signals: the 8-byte value is copied into the WQE at post time
+  bool send = false;         // IBV_WR_SEND (a SignalRecord to the peer's receives), not an RDMA WRITE
   bool fence = false;        // IBV_SEND_FENCE
   bool signaled = false;     // IBV_SEND_SIGNALED: produces a CQE
   bool report = false;       // the last WR of a post: its retirement completes the caller's wr_id
@@ -57,6 +58,35 @@ std::vector<WrPlan> plan_put(int peer, uint64_t local_base, uint32_t lkey, uint6
 WrPlan plan_signal(int peer, uint64_t value_addr, uint32_t lkey, uint64_t remote_base, uint32_t rkey,
                    uint64_t flag_offset, bool fence, bool need_completion, uint64_t user_wr_id, uint64_t* next_seq,
                    uint64_t in_flight, SignalPolicy* policy);
+
+// A signal for a receiver that applies it itself (its heap is on a GPU that needs a flush between the
+// NIC's data and the flag): a 16-byte inline SEND of this record to one of its posted receives. RC
+// delivers it after every WRITE posted before it on the QP; the receiving proxy flushes, then stores
+// `value` at `flag_offset` in its own heap.
+struct SignalRecord {
+  uint64_t flag_offset = 0;
+  uint64_t value = 0;
+};
+static_assert(sizeof(SignalRecord) == 16, "SignalRecord is 16 bytes on the wire");
+// As plan_signal, but the record staged at `record_addr` goes as a SEND.
+WrPlan plan_signal_send(int peer, uint64_t record_addr, uint32_t lkey, bool fence, bool need_completion,
+                        uint64_t user_wr_id, uint64_t* next_seq, uint64_t in_flight, SignalPolicy* policy);
+// A received record is applied only if it is whole and names an aligned flag inside the heap.
+bool signal_record_ok(uint32_t byte_len, const SignalRecord& r, uint64_t heap_bytes, std::string* why);
+
+// Who sets a signal on a rank's heap, decided once per transport from the heap and its GPU:
+// the NIC (a WRITE straight into the flag word), or the rank's own proxy after a flush.
+enum class SignalApply { kNicWrite, kProxyAfterFlush };
+// kProxyAfterFlush for a device heap whose GPU orders RDMA writes below "owner" (attribute 0..99);
+// a host heap, a GPU at owner or above, or a device heap whose ordering was not stated (-1): kNicWrite.
+// `force_off` (tests only) keeps kNicWrite. *why says which and why, with the attribute value.
+SignalApply choose_signal_apply(bool device_heap, int rdma_writes_ordering, bool force_off, std::string* why);
+
+// Receive work-request ids: the peer's slot in the peer set and the receive buffer's index.
+constexpr uint64_t kRecvTag = 1ull << 63;
+inline uint64_t make_recv_id(int slot, uint32_t index) { return kRecvTag | (uint64_t(slot) << 32) | index; }
+inline int recv_slot(uint64_t id) { return static_cast<int>((id >> 32) & 0x7fffffff); }
+inline uint32_t recv_index(uint64_t id) { return static_cast<uint32_t>(id); }
 
 // A zero-length, signalled WRITE: posted when a QP's newest WR is unsignalled and the proxy has
 // stopped posting to that peer, so the unsignalled tail still produces a completion.

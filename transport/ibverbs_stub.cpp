@@ -21,4 +21,6 @@ Status make_ibverbs_backend(const BackendConfig& config, std::unique_ptr<NetBack
   return make_ibverbs_backend(config, out, nullptr);
 }
 
+void set_receiver_flush_off_for_testing(bool) {}
+
 }  // namespace weft::transport

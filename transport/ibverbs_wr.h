@@ -11,19 +11,21 @@
 
 namespace weft::transport::ibv {
 
-// Fills `wr` (and its one SGE, none for a zero-length probe) from a plan: RDMA WRITE with the
-// plan's signalled / fenced / inline flags.
+// Fills `wr` (and its one SGE, none for a zero-length probe) from a plan: RDMA WRITE (or SEND, for a
+// signal record) with the plan's signalled / fenced / inline flags.
 inline void to_send_wr(const WrPlan& w, ibv_sge* sge, ibv_send_wr* wr) {
   *sge = ibv_sge{w.local_addr, w.length, w.lkey};
   *wr = ibv_send_wr{};
   wr->wr_id = w.wr_id;
   wr->sg_list = w.length ? sge : nullptr;
   wr->num_sge = w.length ? 1 : 0;
-  wr->opcode = IBV_WR_RDMA_WRITE;
+  wr->opcode = w.send ? IBV_WR_SEND : IBV_WR_RDMA_WRITE;
   wr->send_flags =
       (w.signaled ? IBV_SEND_SIGNALED : 0) | (w.fence ? IBV_SEND_FENCE : 0) | (w.inline_data ? IBV_SEND_INLINE : 0);
-  wr->wr.rdma.remote_addr = w.remote_addr;
-  wr->wr.rdma.rkey = w.rkey;
+  if (!w.send) {
+    wr->wr.rdma.remote_addr = w.remote_addr;
+    wr->wr.rdma.rkey = w.rkey;
+  }
 }
 
 // How this side's QPs route: RoCE (an Ethernet link layer) always needs the global route header with

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,7 +39,15 @@ struct Region {
   MemKind kind = MemKind::kHost;
   int dmabuf_fd = -1;          // device heap exported as dma-buf, when available (ibverbs)
   uint64_t dmabuf_offset = 0;  // where base lies in that dma-buf (it covers whole pages around the heap)
+  // A device heap's GPU: CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING (0 none, 100 owner, 200
+  // all devices; -1 not stated) and the flush that makes the NIC's earlier writes visible to that
+  // GPU's kernels (cuFlushGPUDirectRDMAWrites). CudaHeap::region() fills both. Below owner, ibverbs
+  // has the receiving proxy flush and then set each signal itself (ibverbs_backend.cpp).
+  int rdma_writes_ordering = -1;
+  std::function<Status()> flush_rdma_writes = nullptr;
 };
+// The attribute's "owner" level: the GPU's own kernels see RDMA writes in the order the NIC made them.
+constexpr int kRdmaWritesOrderingOwner = 100;
 
 // Per-backend endpoint information, published through the bootstrap (the modex blob).
 struct SocketPeerInfo {
@@ -59,6 +68,10 @@ struct IbvPeerInfo {
   std::array<uint8_t, 16> gid{};  // RoCE / global routing
   uint64_t heap_addr = 0;         // remote virtual address of offset 0
   uint32_t rkey = 0;
+  uint32_t flags = 0;  // kIbvSignalsBySend, nothing else (decode refuses other bits)
+  // The publisher applies signals itself: send them as 16-byte SENDs (flag offset, value) to its
+  // posted receives, never as WRITEs into its heap (its GPU needs a flush between data and flag).
+  static constexpr uint32_t kIbvSignalsBySend = 1;
   // The QPs facing this rank's peer set (transport/peer_set.h), ascending by peer: O(peers), not
   // O(world). At most kMaxPeers; decode checks the count, the order and the 24-bit fields.
   std::vector<IbvQpEntry> qps;
@@ -86,9 +99,9 @@ using PeerInfo = std::variant<SocketPeerInfo, IbvPeerInfo, LoopbackPeerInfo, Ofi
 // Versioned serialisation of PeerInfo (kind, version and every length are checked on decode).
 // Layout: magic u32, version u16, kind u16, rank i32, node i32 (kEndpointHeaderBytes), then the kind's fields.
 constexpr uint64_t kEndpointHeaderBytes = 16;
-// Bytes of an ibverbs endpoint blob facing `peers` ranks: lid, port, mtu, gid, heap address, rkey
-// (32 bytes), the entry count and 12 bytes per entry.
-constexpr uint64_t ibv_peer_info_bytes(uint64_t peers) { return kEndpointHeaderBytes + 32 + 4 + 12 * peers; }
+// Bytes of an ibverbs endpoint blob facing `peers` ranks: lid, port, mtu, gid, heap address, rkey,
+// flags (36 bytes), the entry count and 12 bytes per entry.
+constexpr uint64_t ibv_peer_info_bytes(uint64_t peers) { return kEndpointHeaderBytes + 36 + 4 + 12 * peers; }
 bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info);
 Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node, PeerInfo* info);
 
@@ -150,9 +163,22 @@ class NetBackend {
   virtual std::string ordering() const { return ""; }
 };
 
-// WEFT_NET_BACKEND names: "auto" (ibverbs if an RDMA device is present, else socket), "ibverbs",
-// "ofi" (libfabric, provider from WEFT_OFI_PROVIDER), "socket", and "loopback" (ranks of one process; tests).
+// WEFT_NET_BACKEND names: "auto" (this rank's candidate: auto_backend_choice), "ibverbs", "ofi"
+// (libfabric, provider from WEFT_OFI_PROVIDER), "socket", and "loopback" (ranks of one process; tests).
 Status resolve_backend_name(const std::string& requested, std::string* resolved);
+// True for a libfabric provider name ("efa", "verbs;ofi_rxm", "tcp;ofi_rxm") that moves data by RDMA:
+// one of its ';'-separated parts is efa, verbs, cxi or psm3 (tcp, udp, sockets, shm and utility
+// providers layered over them are not).
+bool ofi_provider_is_rdma(const std::string& provider);
+// `auto` on one rank, as a pure function: ibverbs where a verbs device is present; else ofi where
+// the provider the ofi backend would open is RDMA-capable (`ofi_named`, WEFT_OFI_PROVIDER, else
+// libfabric's first choice, the first of `ofi_providers`, which lists what libfabric offers in its
+// order); else socket. *why says why, naming the providers that were passed over.
+std::string auto_backend_choice(bool verbs_device, const std::string& verbs_why,
+                                const std::vector<std::string>& ofi_providers, const std::string& ofi_named,
+                                std::string* why);
+// The same on this machine (libibverbs' device list, libfabric's providers); logs nothing.
+std::string auto_backend_here(std::string* why);
 Status make_backend(const std::string& resolved_name, const BackendConfig& config, std::unique_ptr<NetBackend>* out);
 
 // Factories (socket_backend.cpp, ibverbs_backend.cpp, loopback_backend.cpp).
@@ -168,5 +194,8 @@ Status make_ofi_backend(const BackendConfig& config, std::unique_ptr<NetBackend>
 // True when weft was built with libfabric and it offers an RDM endpoint with RMA through `provider`
 // ("" = any); *why says which provider it found or why none.
 bool ofi_provider_present(const std::string& provider, std::string* why);
+// The providers offering an RDM endpoint with RMA here, libfabric's first choice first (empty without
+// libfabric, or where it offers none).
+std::vector<std::string> ofi_provider_list();
 
 }  // namespace weft::transport

@@ -1,15 +1,22 @@
-// Backend registry (WEFT_NET_BACKEND) and the versioned endpoint blob every rank publishes.
+// Backend registry (WEFT_NET_BACKEND, what `auto` picks) and the versioned endpoint blob every rank publishes.
 #include <algorithm>
 #include <cstring>
 
 #include "base/log.h"
+#include "base/params.h"
 #include "transport/net_backend.h"
+#if WEFT_HAVE_OFI
+#include <rdma/fabric.h>
+
+#include "transport/ofi_info.h"
+#endif
 
 namespace weft::transport {
 namespace {
 
 constexpr uint32_t kEndpointMagic = 0x45544657u;  // "WFTE"
-constexpr uint16_t kEndpointVersion = 2;          // 2: ibverbs lists (peer, qpn, psn) for its peer set only
+// 2: ibverbs lists (peer, qpn, psn) for its peer set only; 3: ibverbs flags (signals by SEND)
+constexpr uint16_t kEndpointVersion = 3;
 
 class Writer {
  public:
@@ -86,6 +93,7 @@ bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
     for (uint8_t g : v->gid) w.put(g);
     w.put(v->heap_addr);
     w.put(v->rkey);
+    w.put(v->flags);
     w.put<uint32_t>(static_cast<uint32_t>(v->qps.size()));
     for (const IbvQpEntry& e : v->qps) {
       w.put(e.peer);
@@ -129,8 +137,9 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
       ok = r.get(&v.lid) && r.get(&v.port_num) && r.get(&v.mtu);
       for (auto& g : v.gid) ok = ok && r.get(&g);
       uint32_t n = 0;
-      ok =
-          ok && r.get(&v.heap_addr) && r.get(&v.rkey) && r.get(&n) && n <= IbvPeerInfo::kMaxPeers && r.left() / 12 >= n;
+      ok = ok && r.get(&v.heap_addr) && r.get(&v.rkey) && r.get(&v.flags) &&
+           (v.flags & ~IbvPeerInfo::kIbvSignalsBySend) == 0 && r.get(&n) && n <= IbvPeerInfo::kMaxPeers &&
+           r.left() / 12 >= n;
       if (ok) v.qps.resize(n);
       for (uint32_t i = 0; ok && i < n; ++i) {
         IbvQpEntry& e = v.qps[i];
@@ -165,6 +174,87 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
   return Status::kOk;
 }
 
+bool ofi_provider_is_rdma(const std::string& provider) {
+  static const char* const kRdma[] = {"efa", "verbs", "cxi", "psm3"};
+  for (size_t pos = 0; pos <= provider.size();) {
+    size_t end = provider.find(';', pos);
+    if (end == std::string::npos) end = provider.size();
+    const std::string part = provider.substr(pos, end - pos);
+    for (const char* r : kRdma)
+      if (part == r) return true;
+    pos = end + 1;
+  }
+  return false;
+}
+
+std::string auto_backend_choice(bool verbs_device, const std::string& verbs_why,
+                                const std::vector<std::string>& ofi_providers, const std::string& ofi_named,
+                                std::string* why) {
+  if (verbs_device) {
+    *why = "an RDMA device is present (libibverbs)";
+    return "ibverbs";
+  }
+  const std::string no_verbs = verbs_why.empty() ? std::string("no RDMA device") : verbs_why;
+  std::string listed, rdma_elsewhere;
+  for (const auto& p : ofi_providers) {
+    listed += (listed.empty() ? "" : ", ") + p;
+    if (ofi_provider_is_rdma(p) && rdma_elsewhere.empty()) rdma_elsewhere = p;
+  }
+  if (ofi_providers.empty()) {
+    *why = no_verbs + "; libfabric offers no provider with RDM and RMA here";
+    return "socket";
+  }
+  // The ofi backend opens WEFT_OFI_PROVIDER, else libfabric's first choice: judge that one.
+  const std::string& opens = ofi_named.empty() ? ofi_providers.front() : ofi_named;
+  const bool offered = std::find(ofi_providers.begin(), ofi_providers.end(), opens) != ofi_providers.end();
+  if (offered && ofi_provider_is_rdma(opens)) {
+    *why = no_verbs + "; libfabric provider " + opens + " is RDMA-capable" +
+           (ofi_named.empty() ? " (libfabric's first choice)" : " (WEFT_OFI_PROVIDER)");
+    return "ofi";
+  }
+  *why = no_verbs + "; libfabric offers " + listed + ": ";
+  if (!offered)
+    *why += "not WEFT_OFI_PROVIDER=" + ofi_named;
+  else if (rdma_elsewhere.empty())
+    *why += "none RDMA-capable (efa, verbs, cxi, psm3)";
+  else
+    *why += "the ofi backend would open " + opens + ", which is not RDMA-capable (WEFT_OFI_PROVIDER=" + rdma_elsewhere +
+            " would take " + rdma_elsewhere + ")";
+  return "socket";
+}
+
+#if WEFT_HAVE_OFI
+std::vector<std::string> ofi_provider_list() {
+  std::vector<std::string> names;
+  // First what the ofi backend opens with no provider named (libfabric's first choice), then the rest
+  // in libfabric's order.
+  fi_info* first = nullptr;
+  if (ofi_lookup("", -1, &first) == 0 && first) {
+    names.push_back(first->fabric_attr->prov_name);
+    fi_freeinfo(first);
+  }
+  fi_info* hints = ofi_hints("", false, false, -1);
+  fi_info* all = nullptr;
+  if (hints && fi_getinfo(kOfiApiVersion, nullptr, nullptr, 0, hints, &all) == 0) {
+    for (fi_info* i = all; i; i = i->next)
+      if (std::find(names.begin(), names.end(), i->fabric_attr->prov_name) == names.end())
+        names.push_back(i->fabric_attr->prov_name);
+    fi_freeinfo(all);
+  }
+  if (hints) fi_freeinfo(hints);
+  return names;
+}
+#else
+std::vector<std::string> ofi_provider_list() { return {}; }
+#endif
+
+std::string auto_backend_here(std::string* why) {
+  std::string verbs_why, named;
+  const bool verbs = ibverbs_device_present(&verbs_why);
+  if (get_param("WEFT_OFI_PROVIDER", &named) != Status::kOk) named.clear();
+  return auto_backend_choice(verbs, verbs_why, verbs ? std::vector<std::string>() : ofi_provider_list(), named, why);
+}
+
 Status resolve_backend_name(const std::string& requested, std::string* resolved) {
   if (requested == "socket" || requested == "ibverbs" || requested == "ofi" || requested == "loopback") {
     *resolved = requested;
@@ -172,9 +262,8 @@ Status resolve_backend_name(const std::string& requested, std::string* resolved)
   }
   if (requested == "auto" || requested.empty()) {
     std::string why;
-    *resolved = ibverbs_device_present(&why) ? "ibverbs" : "socket";
-    WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: %s%s%s", resolved->c_str(), why.empty() ? "" : " (",
-              why.empty() ? "" : (why + ")").c_str());
+    *resolved = auto_backend_here(&why);
+    WEFT_INFO(kTransport, "WEFT_NET_BACKEND=auto: %s (%s)", resolved->c_str(), why.c_str());
     return Status::kOk;
   }
   WEFT_WARN(kTransport, "net backend '%s' is not one of auto, ibverbs, ofi, socket, loopback (WEFT_NET_BACKEND)",

@@ -59,7 +59,7 @@ Status agree(bootstrap::Bootstrap& boot, const std::string& key, const std::stri
 Status agree_auto_choice(bootstrap::Bootstrap& boot, const std::string& prefix, std::string* name,
                          std::string* why_socket) {
   std::string local_why;
-  if (*name == "socket" && !ibverbs_device_present(&local_why) && local_why.empty()) local_why = "no RDMA device";
+  if (*name == "socket") auto_backend_here(&local_why);  // no verbs device, no RDMA-capable libfabric provider
   const std::string text = *name + "|" + local_why;
   std::vector<bootstrap::Blob> all;
   WEFT_CHECK(boot.allgather(prefix + "auto", bootstrap::Blob(text.begin(), text.end()), &all));

@@ -80,6 +80,8 @@ void peer_info_seeds() {
   ib.rkey = 0x1234;
   ib.qps = {{0, 11, 1}, {2, 13, 3}, {3, 14, 4}};
   put("peer_info", "ibverbs", encode_peer_info(1, 1, ib));
+  ib.flags = IbvPeerInfo::kIbvSignalsBySend;  // a GPU heap below owner RDMA write ordering
+  put("peer_info", "ibverbs_signals_by_send", encode_peer_info(1, 1, ib));
   put("peer_info", "loopback", encode_peer_info(1, 0, LoopbackPeerInfo{99, 4242}));
   OfiPeerInfo ofi;  // a tcp endpoint (a sockaddr_in), offsets, and a device heap's staging ring
   ofi.addr = {2, 0, 0x9c, 0x40, 127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0};

@@ -1,4 +1,5 @@
-// The fake verbs fabric: objects, QP state machine, send queues, in-order execution of RDMA WRITEs.
+// The fake verbs fabric: objects, QP state machine, send and receive queues, in-order execution of RDMA
+// WRITEs and SENDs, deferred visibility.
 #include "ibverbs_fake.h"
 
 #include <errno.h>
@@ -71,6 +72,7 @@ struct Cqe {
   ibv_wc wc{};
   ibv_qp* qp = nullptr;
   uint64_t slot = 0;  // the WR's send-queue sequence: a polled CQE frees the slots up to it
+  bool recv = false;  // a receive's completion: frees no send slot
 };
 struct FCq {
   ibv_cq cq{};
@@ -89,13 +91,24 @@ struct Wr {
   uint64_t wr_id = 0, slot = 0;
   uint32_t len = 0, lkey = 0, rkey = 0;
   uint64_t laddr = 0, raddr = 0;
-  bool signaled = false, fence = false, inl = false;
+  bool signaled = false, fence = false, inl = false, send = false;
   std::vector<uint8_t> data;  // inline payload, copied at post time
+};
+struct RecvWr {
+  uint64_t wr_id = 0, addr = 0;
+  uint32_t len = 0, lkey = 0;
+};
+// A WRITE into deferred memory, not yet visible there.
+struct Pending {
+  uint8_t* dst = nullptr;
+  std::vector<uint8_t> bytes;
 };
 struct FQp {
   ibv_qp qp{};
   FPd* pd = nullptr;
   FCq* scq = nullptr;
+  FCq* rcq = nullptr;
+  std::deque<RecvWr> recvs;  // posted receives, oldest first
   ibv_qp_init_attr init{};
   ibv_qp_state state = IBV_QPS_RESET;
   ibv_qp_attr attr{};
@@ -136,6 +149,9 @@ struct Fabric::Impl {
   uint64_t refuse_lo = 0, refuse_hi = 0;
   std::string unreachable;
   bool silent = false;
+  bool hold_sends = false;
+  uint64_t defer_lo = 0, defer_hi = 0;
+  std::deque<Pending> pending_writes;  // oldest first
   transport::ibv::Api api{};
 
   int refuse(int err, const std::string& why) {
@@ -156,7 +172,7 @@ struct Fabric::Impl {
     Cqe e;
     e.wc.wr_id = w.wr_id;
     e.wc.status = st;
-    e.wc.opcode = IBV_WC_RDMA_WRITE;
+    e.wc.opcode = w.send ? IBV_WC_SEND : IBV_WC_RDMA_WRITE;
     e.wc.qp_num = q->qp.qp_num;
     e.qp = &q->qp;
     e.slot = w.slot;
@@ -166,6 +182,28 @@ struct Fabric::Impl {
     }
     q->scq->q.push_back(e);
   }
+  // A receive's completion on the QP's receive CQ.
+  void complete_recv(FQp* q, const RecvWr& r, ibv_wc_status st, uint32_t byte_len) {
+    Cqe e;
+    e.wc.wr_id = r.wr_id;
+    e.wc.status = st;
+    e.wc.opcode = IBV_WC_RECV;
+    e.wc.byte_len = byte_len;
+    e.wc.qp_num = q->qp.qp_num;
+    e.qp = &q->qp;
+    e.recv = true;
+    if (!q->rcq) return;
+    if (static_cast<int>(q->rcq->q.size()) >= q->rcq->depth) {
+      violations.push_back("receive CQ overrun (depth " + std::to_string(q->rcq->depth) + ")");
+      return;
+    }
+    q->rcq->q.push_back(e);
+  }
+  // A QP in ERR flushes its posted receives.
+  void flush_recvs(FQp* q) {
+    for (const RecvWr& r : q->recvs) complete_recv(q, r, IBV_WC_WR_FLUSH_ERR, 0);
+    q->recvs.clear();
+  }
   // A failed WR: error CQE, QP to ERR. `misuse` (not a peer that went away) is also a violation.
   void to_error(FQp* q, const Wr& w, ibv_wc_status st, const std::string& why, bool misuse = true) {
     if (misuse)
@@ -174,6 +212,42 @@ struct Fabric::Impl {
       errors.push_back("QP " + std::to_string(q->qp.qp_num) + ": " + why);
     complete(q, w, st);
     q->state = IBV_QPS_ERR;
+    flush_recvs(q);
+  }
+  // Bytes arriving at `dst`: visible at once, or pending where the memory defers visibility.
+  void place(uint8_t* dst, const uint8_t* src, uint32_t len) {
+    const uint64_t a = reinterpret_cast<uint64_t>(dst);
+    if (a < defer_hi && a + len > defer_lo) {
+      pending_writes.push_back(Pending{dst, std::vector<uint8_t>(src, src + len)});
+      ++counters.deferred;
+      return;
+    }
+    memmove(dst, src, len);
+  }
+  static bool overlap(const Pending& x, const Pending& y) {
+    return x.dst < y.dst + y.bytes.size() && y.dst < x.dst + x.bytes.size();
+  }
+  // Some pending writes become visible, in a random order: each with probability 1/4, unless an older
+  // pending write overlaps it (the later bytes must win).
+  void drain_some() {
+    if (pending_writes.empty()) return;
+    std::vector<size_t> order(pending_writes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<bool> done(order.size(), false);
+    for (size_t j : order) {
+      if (rng() % 4) continue;
+      bool blocked = false;
+      for (size_t k = 0; k < j && !blocked; ++k) blocked = !done[k] && overlap(pending_writes[k], pending_writes[j]);
+      if (blocked) continue;
+      memmove(pending_writes[j].dst, pending_writes[j].bytes.data(), pending_writes[j].bytes.size());
+      done[j] = true;
+      ++counters.early_visible;
+    }
+    std::deque<Pending> left;
+    for (size_t i = 0; i < done.size(); ++i)
+      if (!done[i]) left.push_back(std::move(pending_writes[i]));
+    pending_writes.swap(left);
   }
   // Local source bytes of a non-inline WR, or nullptr.
   uint8_t* local(FQp* q, const Wr& w) {
@@ -224,6 +298,46 @@ struct Fabric::Impl {
       }
       q->checked_peer = true;
     }
+    if (w.send) {
+      if (hold_sends) return false;
+      if (r->recvs.empty()) {  // RNR: the NIC retries until the responder posts a receive
+        ++counters.rnr_waits;
+        return false;
+      }
+      const uint8_t* src = w.inl ? w.data.data() : (w.len ? local(q, w) : nullptr);
+      if (w.len && !src) {
+        to_error(q, w, IBV_WC_LOC_PROT_ERR, "lkey " + std::to_string(w.lkey) + " does not cover the source");
+        return true;
+      }
+      const RecvWr rw = r->recvs.front();
+      r->recvs.pop_front();
+      auto kit = by_key.find(rw.lkey);
+      FMr* mr = kit == by_key.end() ? nullptr : kit->second;
+      if (!mr || mr->pd != r->pd || !(mr->access & IBV_ACCESS_LOCAL_WRITE) || rw.addr < mr->start || rw.len > mr->len ||
+          rw.addr - mr->start > mr->len - rw.len) {
+        violations.push_back("QP " + std::to_string(r->qp.qp_num) + ": receive buffer outside its lkey's region");
+        complete_recv(r, rw, IBV_WC_LOC_PROT_ERR, 0);
+        to_error(q, w, IBV_WC_REM_OP_ERR, "the peer's receive failed", false);
+        return true;
+      }
+      if (w.len > rw.len) {
+        violations.push_back("QP " + std::to_string(r->qp.qp_num) + ": a " + std::to_string(w.len) +
+                             "-byte SEND into a " + std::to_string(rw.len) + "-byte receive");
+        complete_recv(r, rw, IBV_WC_LOC_LEN_ERR, 0);
+        to_error(q, w, IBV_WC_REM_INV_REQ_ERR, "the peer's receive is too short", false);
+        return true;
+      }
+      if (w.len) memmove(mr->host + (rw.addr - mr->start), src, w.len);
+      complete_recv(r, rw, IBV_WC_SUCCESS, w.len);
+      ++counters.sends;
+      if (w.inl) ++counters.inline_writes;
+      if (w.fence) ++counters.fenced;
+      if (w.signaled || q->init.sq_sig_all) {
+        ++counters.signaled;
+        complete(q, w, IBV_WC_SUCCESS);
+      }
+      return true;
+    }
     if (w.len > 0) {
       const uint8_t* src = w.inl ? w.data.data() : local(q, w);
       if (!src) {
@@ -243,7 +357,7 @@ struct Fabric::Impl {
         to_error(q, w, IBV_WC_REM_ACCESS_ERR, bad);
         return true;
       }
-      memmove(mr->host + (w.raddr - mr->start), src, w.len);
+      place(mr->host + (w.raddr - mr->start), src, w.len);
     } else {
       ++counters.zero_length;
     }
@@ -278,6 +392,7 @@ struct Fabric::Impl {
         ++done;
       }
     }
+    drain_some();
   }
 };
 
@@ -312,6 +427,8 @@ int modify_qp(ibv_qp* h, ibv_qp_attr* a, int mask) {
   if (to == IBV_QPS_ERR || to == IBV_QPS_RESET) {
     if (mask != IBV_QP_STATE) return g->refuse(EINVAL, "to ERR/RESET takes IBV_QP_STATE only");
     q->state = to;
+    if (to == IBV_QPS_ERR) g->flush_recvs(q);
+    if (to == IBV_QPS_RESET) q->recvs.clear();
     return 0;
   }
   const Transition* t = nullptr;
@@ -373,7 +490,8 @@ int post_send(ibv_qp* h, ibv_send_wr* wr, ibv_send_wr** bad) {
     *bad = wr;
     if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR)  // in ERR, WRs are accepted and flushed
       return g->refuse(EINVAL, std::string("ibv_post_send on a QP in state ") + state_name(q->state));
-    if (wr->opcode != IBV_WR_RDMA_WRITE) return g->refuse(EINVAL, "the fake runs RDMA WRITE only");
+    if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_SEND)
+      return g->refuse(EINVAL, "the fake runs RDMA WRITE and SEND only");
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->init.cap.max_send_sge)
       return g->refuse(EINVAL, "more SGEs than the QP was created with");
     if (q->busy.size() + 1 > q->init.cap.max_send_wr)
@@ -392,6 +510,7 @@ int post_send(ibv_qp* h, ibv_send_wr* wr, ibv_send_wr** bad) {
     w.signaled = wr->send_flags & IBV_SEND_SIGNALED;
     w.fence = wr->send_flags & IBV_SEND_FENCE;
     w.inl = wr->send_flags & IBV_SEND_INLINE;
+    w.send = wr->opcode == IBV_WR_SEND;
     if (w.inl) {
       if (w.len > q->init.cap.max_inline_data) return g->refuse(EINVAL, "inline WRITE above max_inline_data");
       for (int i = 0; i < wr->num_sge; ++i) {
@@ -402,6 +521,37 @@ int post_send(ibv_qp* h, ibv_send_wr* wr, ibv_send_wr** bad) {
     q->pending.push_back(std::move(w));
     q->busy.push_back(q->next_slot - 1);
     g->counters.max_outstanding = std::max<uint64_t>(g->counters.max_outstanding, q->busy.size());
+  }
+  *bad = nullptr;
+  return 0;
+}
+
+int post_recv(ibv_qp* h, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  Lock l(g->m);
+  FQp* q = g->qp(h);
+  if (!q) return *bad = wr, g->refuse(EINVAL, "ibv_post_recv on an unknown QP");
+  for (; wr; wr = wr->next) {
+    *bad = wr;
+    if (q->state == IBV_QPS_RESET) return g->refuse(EINVAL, "ibv_post_recv on a QP in state RESET");
+    if (!q->rcq) return g->refuse(EINVAL, "ibv_post_recv on a QP without a receive CQ");
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->init.cap.max_recv_sge)
+      return g->refuse(EINVAL, "more receive SGEs than the QP was created with");
+    if (q->recvs.size() + 1 > q->init.cap.max_recv_wr)
+      return g->refuse(ENOMEM, "receive queue overflow: " + std::to_string(q->recvs.size()) + " receives posted of " +
+                                   std::to_string(q->init.cap.max_recv_wr));
+    RecvWr r;
+    r.wr_id = wr->wr_id;
+    if (wr->num_sge > 0) {
+      r.addr = wr->sg_list[0].addr;
+      r.len = wr->sg_list[0].length;
+      r.lkey = wr->sg_list[0].lkey;
+    }
+    if (q->state == IBV_QPS_ERR) {  // accepted and flushed at once
+      g->complete_recv(q, r, IBV_WC_WR_FLUSH_ERR, 0);
+      continue;
+    }
+    q->recvs.push_back(r);
+    ++g->counters.recvs_posted;
   }
   *bad = nullptr;
   return 0;
@@ -418,7 +568,8 @@ int poll_cq(ibv_cq* h, int n, ibv_wc* wc) {
     Cqe e = cq->q.front();
     cq->q.pop_front();
     wc[got++] = e.wc;
-    if (FQp* q = g->qp(e.qp))  // the CQE frees its WR's slot and every earlier one
+    FQp* q = e.recv ? nullptr : g->qp(e.qp);
+    if (q)  // a send CQE frees its WR's slot and every earlier one
       while (!q->busy.empty() && q->busy.front() <= e.slot) q->busy.pop_front();
   }
   return got;
@@ -597,7 +748,8 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
     auto it = g->cqs.find(c);
     if (it == g->cqs.end()) return g->refuse(EINVAL, "ibv_destroy_cq on an unknown CQ");
     for (auto& [k, q] : g->qps)
-      if (q->scq == it->second.get()) return g->refuse(EBUSY, "ibv_destroy_cq with a QP still using it");
+      if (q->scq == it->second.get() || q->rcq == it->second.get())
+        return g->refuse(EBUSY, "ibv_destroy_cq with a QP still using it");
     g->cqs.erase(it);
     return 0;
   };
@@ -635,6 +787,8 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
     if (it == g->pds.end()) return g->refuse(EINVAL, "ibv_create_qp on an unknown PD"), nullptr;
     if (init->qp_type != IBV_QPT_RC) return g->refuse(EINVAL, "the fake makes RC QPs only"), nullptr;
     if (!g->cqs.count(init->send_cq)) return g->refuse(EINVAL, "ibv_create_qp: unknown send CQ"), nullptr;
+    if (init->cap.max_recv_wr > 0 && !g->cqs.count(init->recv_cq))
+      return g->refuse(EINVAL, "ibv_create_qp: receives without a known receive CQ"), nullptr;
     const auto* dev = g->pds[pd]->c->dev;
     if (init->cap.max_send_wr < 1 || init->cap.max_send_wr > static_cast<uint32_t>(dev->spec.max_qp_wr) ||
         init->cap.max_inline_data > 256)
@@ -642,6 +796,7 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
     auto q = std::make_unique<FQp>();
     q->pd = it->second.get();
     q->scq = g->cqs[init->send_cq].get();
+    q->rcq = init->cap.max_recv_wr > 0 ? g->cqs[init->recv_cq].get() : nullptr;
     q->init = *init;
     q->qp.context = pd->context;
     q->qp.pd = pd;
@@ -666,6 +821,7 @@ Fabric::Fabric(std::vector<DeviceSpec> devices) : impl_(std::make_unique<Impl>()
   };
   a.post_send = post_send;
   a.poll_cq = poll_cq;
+  a.post_recv = post_recv;
   a.wc_status_str = [](ibv_wc_status s) { return ibv_wc_status_str(s); };
   g = impl_.get();
   transport::ibv::set_api_for_testing(&impl_->api);
@@ -720,6 +876,32 @@ int Fabric::add_dmabuf(void* base, uint64_t bytes) {
   int fd = impl_->next_fd++;
   impl_->dmabufs[fd] = {static_cast<uint8_t*>(base), bytes};
   return fd;
+}
+
+}  // namespace weft::testing::fake_ibv
+
+namespace weft::testing::fake_ibv {
+
+void Fabric::defer_visibility(const void* base, uint64_t bytes) {
+  Lock l(impl_->m);
+  impl_->defer_lo = reinterpret_cast<uint64_t>(base);
+  impl_->defer_hi = impl_->defer_lo + bytes;
+}
+size_t Fabric::flush_deferred() {
+  Lock l(impl_->m);
+  const size_t n = impl_->pending_writes.size();
+  for (const Pending& p : impl_->pending_writes) memmove(p.dst, p.bytes.data(), p.bytes.size());
+  impl_->pending_writes.clear();
+  ++impl_->counters.flushes;
+  return n;
+}
+size_t Fabric::deferred_pending() const {
+  Lock l(impl_->m);
+  return impl_->pending_writes.size();
+}
+void Fabric::set_hold_sends(bool on) {
+  Lock l(impl_->m);
+  impl_->hold_sends = on;
 }
 
 }  // namespace weft::testing::fake_ibv

@@ -1,8 +1,11 @@
 // Fake verbs for tests: an in-process RDMA fabric behind the ibverbs function table. It enforces the QP
 // state machine (RESET -> INIT -> RTR -> RTS with the required and allowed attribute masks), routes
-// (LID on InfiniBand, a valid GID and global route on RoCE), lkey/rkey bounds and access, send-queue
-// depth and inline size, and executes each QP's WRITEs in order (RC), moving the bytes between ranks
-// of one process. Misuse fails the call as the real library would and is recorded in violations().
+// (LID on InfiniBand, a valid GID and global route on RoCE), lkey/rkey bounds and access, send- and
+// receive-queue depth and inline size, and executes each QP's WRITEs and SENDs in order (RC), moving
+// the bytes between ranks of one process; a SEND takes the peer's oldest posted receive and completes
+// it on the peer's receive CQ, and waits (RNR) while there is none. Memory marked with
+// defer_visibility() models a GPU whose kernels see RDMA writes in no particular order until a flush.
+// Misuse fails the call as the real library would and is recorded in violations().
 #pragma once
 
 #include <array>
@@ -60,6 +63,12 @@ struct Counters {
   uint64_t max_outstanding = 0;  // deepest send queue seen (slots not yet freed by a polled CQE)
   uint64_t dmabuf_mrs = 0;
   uint64_t plain_mrs = 0;
+  uint64_t sends = 0;          // SENDs executed (each completed a receive)
+  uint64_t recvs_posted = 0;   // ibv_post_recv work requests accepted
+  uint64_t rnr_waits = 0;      // times a SEND found no receive posted and waited
+  uint64_t deferred = 0;       // WRITEs into deferred memory (not visible at once)
+  uint64_t early_visible = 0;  // deferred WRITEs that became visible without a flush
+  uint64_t flushes = 0;        // flush_deferred() calls
 };
 
 class Fabric {
@@ -91,6 +100,16 @@ class Fabric {
   // A dma-buf the fake accepts in ibv_reg_dmabuf_mr: `bytes` of host memory at `base` stand for the
   // exported pages. Returns its fd (not a real descriptor).
   int add_dmabuf(void* base, uint64_t bytes);
+  // WRITEs landing in [base, base + bytes) are not visible there at once: each stays pending until a
+  // later poll makes it visible at random (in any order, except that overlapping writes keep theirs),
+  // or flush_deferred() makes every pending one visible. As a GPU below "owner" RDMA write ordering
+  // treats the NIC's writes, as its kernels see them.
+  void defer_visibility(const void* base, uint64_t bytes);
+  // The flush (cuFlushGPUDirectRDMAWrites): every pending write visible now, oldest first. Returns how many.
+  size_t flush_deferred();
+  size_t deferred_pending() const;
+  // SENDs never execute (a receiver that never gets a receive to them: RNR for ever).
+  void set_hold_sends(bool on);
 
   struct Impl;
 

@@ -175,7 +175,7 @@ TEST_CASE("resource budget at 128 x 8: queue pairs per GPU grow with N, not N x 
     CHECK(r.nvlink_peers == G - 1);
     CHECK(r.queue_pairs == (N - 1) * in.channels);
     CHECK(r.queue_pairs <= 512);
-    CHECK(r.exchange_bytes == uint64_t(in.channels) * (16 + 36 + 12 * (N - 1)));
+    CHECK(r.exchange_bytes == uint64_t(in.channels) * (16 + 40 + 12 * (N - 1)));
     CHECK(r.exchange_bytes / in.channels <= 2048);
     CHECK(r.fifo_depth == 256);
     CHECK(r.fifo_bytes <= 128 * 1024);
