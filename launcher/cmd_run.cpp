@@ -54,17 +54,8 @@ Status agree_on_plan(const RunOptions& o, const runtime::Workload& wl, bootstrap
   bool have = false;
   if (boot.info().rank == 0) {
     if (!o.plan_file.empty()) {
-      std::string text;
-      FILE* f = fopen(o.plan_file.c_str(), "rb");
-      if (!f) {
-        why = "cannot read " + o.plan_file + ": " + strerror(errno);
-      } else {
-        char buf[1 << 16];
-        size_t got = 0;
-        while ((got = fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= (1u << 20)) text.append(buf, got);
-        fclose(f);
-        have = runtime::parse_executed_json(text, &decided, &why) == Status::kOk;
-        if (!have) why = o.plan_file + ": " + why;
+      have = runtime::read_plan_file(o.plan_file, &decided, &why) == Status::kOk;
+      if (have) {
         decided.workload = wl.name;
         decided.source = o.plan_file;
       }

@@ -1,8 +1,10 @@
 // Printing a Plan: the table `weftrun plan` shows, and the JSON `weftrun plan --json` emits.
 #include "runtime/plan.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -167,6 +169,22 @@ bool dtype_from(const std::string& s, DType* out) {
 }
 
 }  // namespace
+
+Status read_plan_file(const std::string& path, Plan* out, std::string* error) {
+  FILE* f = fopen(path.c_str(), "rb");
+  if (!f) {
+    *error = "cannot read " + path + ": " + strerror(errno);
+    return Status::kNotFound;
+  }
+  std::string text;
+  char buf[1 << 16];
+  size_t got = 0;
+  while ((got = fread(buf, 1, sizeof buf, f)) > 0 && text.size() <= (1u << 20)) text.append(buf, got);
+  fclose(f);
+  const Status s = parse_executed_json(text, out, error);
+  if (s != Status::kOk) *error = path + ": " + *error;
+  return s;
+}
 
 Status parse_executed_json(const std::string& text, Plan* out, std::string* error) {
   if (text.size() > (1u << 20)) {

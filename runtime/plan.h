@@ -134,6 +134,9 @@ std::string executed_json(const Plan& plan);
 // --plan`): the fields that decide what runs; predictions stay empty. kInvalidArgument with *error
 // naming the key for text that is not such a plan (at most 1 MiB).
 Status parse_executed_json(const std::string& text, Plan* out, std::string* error);
+// A plan file (`weftrun plan --json`'s form): at most 1 MiB and a block more is read, then
+// parse_executed_json. *error starts with the path.
+Status read_plan_file(const std::string& path, Plan* out, std::string* error);
 // FNV-1a 64 of executed_json: every rank checks rank 0's before the first launch.
 uint64_t plan_hash(const Plan& plan);
 
