@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_ranks.h"
 #include "bench/gemm/bench_timing.h"
 #include "bootstrap/pmix_bootstrap.h"
 #include "kernels/moe_plan.h"
@@ -43,20 +44,6 @@ T* dalloc(int64_t n) {
   T* p = nullptr;
   WEFT_CUDA_OK(cudaMalloc(&p, size_t(n) * sizeof(T)));
   return p;
-}
-
-double allgather_max(bootstrap::Bootstrap& boot, const std::string& key, double v) {
-  bootstrap::Blob mine(8);
-  std::memcpy(mine.data(), &v, 8);
-  std::vector<bootstrap::Blob> all;
-  if (boot.allgather(key, mine, &all) != Status::kOk) std::exit(1);
-  double m = 0;
-  for (const auto& b : all) {
-    double x = 0;
-    if (b.size() == 8) std::memcpy(&x, b.data(), 8);
-    m = std::max(m, x);
-  }
-  return m;
 }
 
 // Zipf-skewed routing: row 0 of the router (feature 0, which set_feature0 makes 1 for every token)
@@ -173,7 +160,7 @@ int main(int argc, char** argv) {
         fprintf(stderr, "rank %d: %s: %lld rows dropped\n", rank, sh.name, (long long)dropped);
         return 1;
       }
-      const double worst = allgather_max(*boot, "bench.moe." + std::to_string(shape_no), ms);
+      const double worst = weft::bench::allgather_max(*boot, "bench.moe." + std::to_string(shape_no), ms);
       // The same call captured in a CUDA graph once and replayed (a decode step's launch cost).
       double graph_worst = 0;
       if (graph) {
@@ -196,7 +183,7 @@ int main(int argc, char** argv) {
           fprintf(stderr, "rank %d: %s: %lld rows dropped in the replays\n", rank, sh.name, (long long)dropped);
           return 1;
         }
-        graph_worst = allgather_max(*boot, "bench.moe.graph." + std::to_string(shape_no), gms);
+        graph_worst = weft::bench::allgather_max(*boot, "bench.moe.graph." + std::to_string(shape_no), gms);
       }
       // Where the time goes: each phase's median over more calls, on the slowest rank for that phase.
       cudaEvent_t ev[runtime::MoeOp::kPhases + 1];
@@ -216,8 +203,9 @@ int main(int argc, char** argv) {
       for (auto& e : ev) cudaEventDestroy(e);
       double phase_ms[runtime::MoeOp::kPhases];
       for (int p = 0; p < runtime::MoeOp::kPhases; ++p)
-        phase_ms[p] = allgather_max(*boot, "bench.moe.ph." + std::to_string(shape_no) + "." + std::to_string(p),
-                                    weft::bench::median(ph[size_t(p)]));
+        phase_ms[p] =
+            weft::bench::allgather_max(*boot, "bench.moe.ph." + std::to_string(shape_no) + "." + std::to_string(p),
+                                       weft::bench::median(ph[size_t(p)]));
       if (rank == 0) {
         char g[32] = "";
         if (graph) snprintf(g, sizeof g, " %.3f |", graph_worst);

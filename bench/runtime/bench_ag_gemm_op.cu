@@ -15,12 +15,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_ranks.h"
 #include "bench/gemm/bench_timing.h"
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
@@ -44,20 +43,6 @@ namespace {
       std::exit(1);                                                                       \
     }                                                                                     \
   } while (0)
-
-double allgather_max(bootstrap::Bootstrap& boot, const std::string& key, double v) {
-  bootstrap::Blob mine(8);
-  std::memcpy(mine.data(), &v, 8);
-  std::vector<bootstrap::Blob> all;
-  if (boot.allgather(key, mine, &all) != Status::kOk) std::exit(1);
-  double m = 0;
-  for (const auto& b : all) {
-    double x = 0;
-    if (b.size() == 8) std::memcpy(&x, b.data(), 8);
-    m = std::max(m, x);
-  }
-  return m;
-}
 
 __global__ void fill(bf16* p, int64_t n, uint32_t seed) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -89,13 +74,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal]\n");
     return 2;
   }
-  std::ifstream in(plan_file);
-  std::stringstream text;
-  text << in.rdbuf();
   runtime::Plan plan;
   std::string err;
-  if (text.str().size() > (1 << 20) || runtime::parse_executed_json(text.str(), &plan, &err) != Status::kOk) {
-    fprintf(stderr, "bench_ag_gemm_op: %s: %s\n", plan_file.c_str(), err.empty() ? "over 1 MiB" : err.c_str());
+  if (runtime::read_plan_file(plan_file, &plan, &err) != Status::kOk) {
+    fprintf(stderr, "bench_ag_gemm_op: %s\n", err.c_str());
     return 2;
   }
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
@@ -161,7 +143,7 @@ int main(int argc, char** argv) {
         normal ? "normal" : "uniform", iters, rounds);
   for (int mode = 0; mode < 4; ++mode) {
     const double worst =
-        allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
+        weft::bench::allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
     if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);
   }
   // The same plan through weftrun run's own harness (run_plan: its Context, inputs and timing loop),
@@ -171,7 +153,8 @@ int main(int argc, char** argv) {
   for (int rep = 0; rep < 2; ++rep) {
     runtime::RunReport report;
     if (runtime::run_plan(*boot, plan, spec, 0, &report) != Status::kOk) return 1;
-    const double worst = allgather_max(*boot, "bench.ag.run_plan." + std::to_string(rep), report.ms_median);
+    const double worst =
+        weft::bench::allgather_max(*boot, "bench.ag.run_plan." + std::to_string(rep), report.ms_median);
     if (rank == 0) printf("| run_plan (weftrun run's harness), %d | %.3f |\n", rep + 1, worst);
   }
   fflush(stdout);
