@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_epilogues.h"
 #include "kernels/gemm_types.h"
@@ -50,6 +51,36 @@ struct AgNodesDeviceMoves {
   // into a peer (back-to-back runs need no barrier).
   uint64_t freed_offset = 0;
 };
+
+// The plan's moves in the kernel's form, with the heap layout (offsets equal on every rank). The plan
+// must fit the arrays (at most kMaxSends sends, kMaxForwards forwards, kMaxTargets node-mates): the
+// runner refuses a larger one first.
+inline AgNodesDeviceMoves ag_nodes_device_moves(const AgNodesPlan& plan, int32_t chunks, uint64_t a_offset,
+                                                uint64_t shard_bytes, uint64_t flags_offset, uint64_t freed_offset) {
+  AgNodesDeviceMoves m;
+  m.num_sends = int32_t(plan.sends.size());
+  for (int32_t s = 0; s < m.num_sends; ++s) {
+    m.send_peer[s] = plan.sends[size_t(s)].peer;
+    m.send_dst_pos[s] = plan.sends[size_t(s)].dst_pos;
+  }
+  m.num_forwards = int32_t(plan.forwards.size());
+  m.num_targets = plan.per_node - 1;
+  for (int32_t f = 0; f < m.num_forwards; ++f) {
+    m.fwd_src_pos[f] = plan.forwards[size_t(f)].src_pos;
+    for (int32_t t = 0; t < m.num_targets; ++t) {
+      m.fwd_mate[f][t] = plan.forwards[size_t(f)].to[size_t(t)].first;
+      m.fwd_dst_pos[f][t] = plan.forwards[size_t(f)].to[size_t(t)].second;
+    }
+  }
+  m.positions = plan.world;
+  m.chunks = chunks;
+  m.a_offset = a_offset;
+  m.shard_bytes = shard_bytes;
+  m.chunk_bytes = shard_bytes / uint64_t(chunks);
+  m.flags_offset = flags_offset;
+  m.freed_offset = freed_offset;
+  return m;
+}
 
 struct AgNodesKernelParams {
   GemmParams gemm;     // A = the heap's positions, num_shards = positions * chunks, first_shard 0

@@ -309,28 +309,9 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
   for (int pos = 0; pos < op.world; ++pos) op.kp.epi.dst[pos] = op.c + int64_t(op.plan.order[pos]) * op.m_loc * op.n;
   op.kp.gate.flags = op.flag(0, 0);
   op.kp.gate.granularity = kernels::kFlagPerShard;
-  AgNodesDeviceMoves& mv = op.kp.moves;
-  mv.num_sends = int32_t(op.plan.sends.size());
-  for (int s = 0; s < mv.num_sends; ++s) {
-    mv.send_peer[s] = op.plan.sends[s].peer;
-    mv.send_dst_pos[s] = op.plan.sends[s].dst_pos;
-  }
-  mv.num_forwards = int32_t(op.plan.forwards.size());
-  mv.num_targets = op.plan.per_node - 1;
-  for (int f = 0; f < mv.num_forwards; ++f) {
-    mv.fwd_src_pos[f] = op.plan.forwards[f].src_pos;
-    for (int t = 0; t < mv.num_targets; ++t) {
-      mv.fwd_mate[f][t] = op.plan.forwards[f].to[t].first;
-      mv.fwd_dst_pos[f][t] = op.plan.forwards[f].to[t].second;
-    }
-  }
-  mv.positions = op.world;
-  mv.chunks = op.chunks;
-  mv.a_offset = op.a_off;
-  mv.shard_bytes = op.shard_bytes;
-  mv.chunk_bytes = op.chunk_bytes;
-  mv.flags_offset = op.flags_off;
-  mv.freed_offset = op.freed_off;  // zero, as the heap is created: every peer has freed run 0
+  // freed: zero, as the heap is created (every peer has freed run 0).
+  op.kp.moves =
+      kernels::ag_nodes_device_moves(op.plan, op.chunks, op.a_off, op.shard_bytes, op.flags_off, op.freed_off);
   op.kp.channels = op.channels;
   op.kp.heap = op.base();
   op.kp.peers = reinterpret_cast<char* const*>(op.heap->device_peer_table());
