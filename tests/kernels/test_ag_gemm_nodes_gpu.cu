@@ -26,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "fork_gpu.h"
 #include "kernels/ag_gemm_nodes.h"
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/frame.h"
@@ -66,30 +67,6 @@ __global__ void count_wrong(const bf16* got, int64_t n, int rank, unsigned long 
     bad += __bfloat16_as_ushort(got[i]) != __bfloat16_as_ushort(__float2bfloat16(shard_value(rank, i)));
   atomicAdd(wrong, bad);
 }
-
-int probe_gpu_count() {
-  pid_t pid = fork();  // CUDA must not be initialised in the parent before the ranks fork
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    cudaDeviceProp prop{};
-    if (n > 0 && (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9)) n = -1;
-    _exit(n < 0 ? 101 : (n > 100 ? 100 : n));
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? (WEXITSTATUS(st) == 101 ? -1 : WEXITSTATUS(st)) : 0;
-}
-
-#define GPU_TRY(call)                                                                                  \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
-  } while (0)
-#define WEFT_TRY(call, code)                                                 \
-  do {                                                                       \
-    if ((call) != Status::kOk) return boot.report(std::string(#call)), code; \
-  } while (0)
 
 // What one rank holds for the kernel.
 struct Rank {
@@ -162,15 +139,15 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   r.rank = info.rank;
   r.world = info.size;
   const int dev = r.rank % ngpu;
-  GPU_TRY(cudaSetDevice(dev));
-  WEFT_TRY(wt::preload_kernels({wk::ag_gemm_nodes_kernel_ptr(), reinterpret_cast<const void*>(fill_shard),
+  FORK_CUDA_TRY(cudaSetDevice(dev));
+  FORK_TRY(wt::preload_kernels({wk::ag_gemm_nodes_kernel_ptr(), reinterpret_cast<const void*>(fill_shard),
                                 reinterpret_cast<const void*>(count_wrong)},
                                "test_ag_gemm_nodes_gpu"),
            21);
   // Placement: the bootstrap's node and local rank of every rank.
   const int32_t mine[2] = {info.node, info.local_rank};
   std::vector<weft::bootstrap::Blob> all;
-  WEFT_TRY(boot.allgather("placement",
+  FORK_TRY(boot.allgather("placement",
                           weft::bootstrap::Blob(reinterpret_cast<const uint8_t*>(mine),
                                                 reinterpret_cast<const uint8_t*>(mine) + sizeof mine),
                           &all),
@@ -191,21 +168,21 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   r.chunk_bytes = r.shard_bytes / uint64_t(r.chunks);
   const uint64_t a_bytes = r.shard_bytes * uint64_t(r.world), flag_bytes = 8ull * uint64_t(r.world * r.chunks);
   wt::HeapAllocator alloc(a_bytes + flag_bytes + 16ull * uint64_t(r.world) + 4096);
-  WEFT_TRY(alloc.allocate(a_bytes, 1024, "A", &r.a_off), 25);
-  WEFT_TRY(alloc.allocate(flag_bytes, 8, "flags", &r.flags_off), 25);
-  WEFT_TRY(alloc.allocate(16ull * uint64_t(r.world), 8, "freed", &r.freed_off), 25);
-  WEFT_TRY(wt::CudaHeap::create(boot, alloc.used(), &r.heap), 26);
+  FORK_TRY(alloc.allocate(a_bytes, 1024, "A", &r.a_off), 25);
+  FORK_TRY(alloc.allocate(flag_bytes, 8, "flags", &r.flags_off), 25);
+  FORK_TRY(alloc.allocate(16ull * uint64_t(r.world), 8, "freed", &r.freed_off), 25);
+  FORK_TRY(wt::CudaHeap::create(boot, alloc.used(), &r.heap), 26);
   wt::TransportOptions opt;
   opt.backend = "socket";
   opt.signal_mode = "batched";
   opt.use_topology = false;
   opt.fifo_memory = wt::cuda_fifo_memory();
   opt.copy_hooks = wt::cuda_copy_hooks(dev);
-  WEFT_TRY(wt::Transport::create(boot, r.heap->region(), opt, &r.tp), 27);
-  WEFT_TRY(wt::DeviceFifoHandle::create(r.tp->fifo_ring(0), r.tp->timeout_s(), &r.fifo), 28);
+  FORK_TRY(wt::Transport::create(boot, r.heap->region(), opt, &r.tp), 27);
+  FORK_TRY(wt::DeviceFifoHandle::create(r.tp->fifo_ring(0), r.tp->timeout_s(), &r.fifo), 28);
 
   int sms = 0;
-  WEFT_TRY(wk::device_sm_count(&sms), 29);
+  FORK_TRY(wk::device_sm_count(&sms), 29);
   const bool shared = ngpu < r.world;
   const int forward_items = int(r.plan.forwards.size()) * r.chunks;
   r.roles.inter_send = r.plan.sends.empty() ? 0 : 1;
@@ -213,18 +190,18 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   // Sharing a GPU, every rank's persistent launch must fit beside the others' (and the copies').
   r.roles.compute = shared ? 16 : sms - r.roles.inter_send - r.roles.intra_comm;
 
-  GPU_TRY(cudaStreamCreateWithFlags(&r.main, cudaStreamNonBlocking));
-  GPU_TRY(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
-  GPU_TRY(cudaEventCreateWithFlags(&r.fork, cudaEventDisableTiming));
-  GPU_TRY(cudaEventCreateWithFlags(&r.join, cudaEventDisableTiming));
-  GPU_TRY(cudaMalloc(&r.b, size_t(kN * kK) * sizeof(bf16)));
-  GPU_TRY(cudaMalloc(&r.c, size_t(r.m * kN) * sizeof(bf16)));
-  GPU_TRY(cudaMalloc(&r.a_full, size_t(r.m * kK) * sizeof(bf16)));
-  GPU_TRY(cudaMalloc(&r.ref, size_t(r.m * kN) * sizeof(float)));
-  GPU_TRY(cudaMalloc(&r.push_err, 2 * sizeof(int32_t)));
-  GPU_TRY(cudaMalloc(&r.wrong, sizeof(unsigned long long)));
-  GPU_TRY(cudaMemset(r.push_err, 0, 2 * sizeof(int32_t)));
-  GPU_TRY(cudaHostAlloc(&r.epochs, 32 * sizeof(uint64_t), cudaHostAllocDefault));
+  FORK_CUDA_TRY(cudaStreamCreateWithFlags(&r.main, cudaStreamNonBlocking));
+  FORK_CUDA_TRY(cudaStreamCreateWithFlags(&r.copy, cudaStreamNonBlocking));
+  FORK_CUDA_TRY(cudaEventCreateWithFlags(&r.fork, cudaEventDisableTiming));
+  FORK_CUDA_TRY(cudaEventCreateWithFlags(&r.join, cudaEventDisableTiming));
+  FORK_CUDA_TRY(cudaMalloc(&r.b, size_t(kN * kK) * sizeof(bf16)));
+  FORK_CUDA_TRY(cudaMalloc(&r.c, size_t(r.m * kN) * sizeof(bf16)));
+  FORK_CUDA_TRY(cudaMalloc(&r.a_full, size_t(r.m * kK) * sizeof(bf16)));
+  FORK_CUDA_TRY(cudaMalloc(&r.ref, size_t(r.m * kN) * sizeof(float)));
+  FORK_CUDA_TRY(cudaMalloc(&r.push_err, 2 * sizeof(int32_t)));
+  FORK_CUDA_TRY(cudaMalloc(&r.wrong, sizeof(unsigned long long)));
+  FORK_CUDA_TRY(cudaMemset(r.push_err, 0, 2 * sizeof(int32_t)));
+  FORK_CUDA_TRY(cudaHostAlloc(&r.epochs, 32 * sizeof(uint64_t), cudaHostAllocDefault));
   for (uint64_t e = 0; e < 32; ++e) r.epochs[e] = e;
 
   // This rank's shard at its position 0; B fresh and random; the reference over every rank's shard.
@@ -233,7 +210,7 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   for (int q = 0; q < r.world; ++q)
     fill_shard<<<256, 256>>>(r.a_full + int64_t(q) * kRowsPerRank * kK, kRowsPerRank * kK, q);
   kt::reference(r.a_full, r.b, nullptr, r.ref, int(r.m), int(kN), int(kK));
-  GPU_TRY(cudaDeviceSynchronize());
+  FORK_CUDA_TRY(cudaDeviceSynchronize());
 
   wk::GemmArgs args;
   args.m = r.m;
@@ -243,44 +220,24 @@ int setup(weft::testing::ForkBootstrap& boot, int ngpu, Rank& r) {
   args.b = r.b;
   args.num_shards = r.world * r.chunks;
   args.first_shard = 0;
-  WEFT_TRY(wk::make_gemm_params(args, &r.kp.gemm), 30);
-  WEFT_TRY(r.frame.create(r.rank), 31);
-  WEFT_TRY(r.frame.params(r.roles, &r.kp.frame), 32);
+  FORK_TRY(wk::make_gemm_params(args, &r.kp.gemm), 30);
+  FORK_TRY(r.frame.create(r.rank), 31);
+  FORK_TRY(r.frame.params(r.roles, &r.kp.frame), 32);
   r.kp.epi.rows_per_owner = kRowsPerRank;
   r.kp.epi.ldc = kN;
   r.kp.epi.paired = true;
   for (int pos = 0; pos < r.world; ++pos) r.kp.epi.dst[pos] = r.c + int64_t(r.plan.order[pos]) * kRowsPerRank * kN;
   r.kp.gate.flags = r.flag(0, 0);
   r.kp.gate.granularity = wk::kFlagPerShard;
-  wk::AgNodesDeviceMoves& mv = r.kp.moves;
-  mv.num_sends = int32_t(r.plan.sends.size());
-  for (int s = 0; s < mv.num_sends; ++s) {
-    mv.send_peer[s] = r.plan.sends[s].peer;
-    mv.send_dst_pos[s] = r.plan.sends[s].dst_pos;
-  }
-  mv.num_forwards = int32_t(r.plan.forwards.size());
-  mv.num_targets = r.plan.per_node - 1;
-  for (int f = 0; f < mv.num_forwards; ++f) {
-    mv.fwd_src_pos[f] = r.plan.forwards[f].src_pos;
-    for (int t = 0; t < mv.num_targets; ++t) {
-      mv.fwd_mate[f][t] = r.plan.forwards[f].to[t].first;
-      mv.fwd_dst_pos[f][t] = r.plan.forwards[f].to[t].second;
-    }
-  }
-  mv.positions = r.world;
-  mv.chunks = r.chunks;
-  mv.a_offset = r.a_off;
-  mv.shard_bytes = r.shard_bytes;
-  mv.chunk_bytes = r.chunk_bytes;
-  mv.flags_offset = r.flags_off;
-  mv.freed_offset = r.freed_off;  // zero (the heap is created zeroed): every peer has freed run 0
+  // freed: zero, as the heap is created (every peer has freed run 0).
+  r.kp.moves = wk::ag_nodes_device_moves(r.plan, r.chunks, r.a_off, r.shard_bytes, r.flags_off, r.freed_off);
   r.kp.fifo[0] = r.fifo->get();
   r.kp.channels = 1;
   r.kp.heap = r.base();
   r.kp.peers = reinterpret_cast<char* const*>(r.heap->device_peer_table());
   r.kp.push_error = r.push_err;
   r.kp.push_error_peer = r.push_err + 1;
-  WEFT_TRY(boot.barrier("inputs"), 33);  // every shard written before anyone reads one
+  FORK_TRY(boot.barrier("inputs"), 33);  // every shard written before anyone reads one
   return 0;
 }
 
@@ -326,20 +283,20 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu) {
                         " forwards, " + std::to_string(r.chunks) + " chunks)";
   for (uint64_t e = 1; e <= 4; ++e) {
     const bool compute = e != 3;
-    GPU_TRY(cudaMemset(r.c, 0xFF, size_t(r.m * kN) * sizeof(bf16)));  // poison: NaN
-    GPU_TRY(cudaMemset(r.base() + r.a_off + r.shard_bytes, 0xFF, r.shard_bytes * uint64_t(r.world - 1)));
-    GPU_TRY(cudaDeviceSynchronize());
-    WEFT_TRY(boot.barrier("call." + std::to_string(e)), 40);
-    GPU_TRY(r.enqueue(e, compute));
-    GPU_TRY(cudaStreamSynchronize(r.main));
+    FORK_CUDA_TRY(cudaMemset(r.c, 0xFF, size_t(r.m * kN) * sizeof(bf16)));  // poison: NaN
+    FORK_CUDA_TRY(cudaMemset(r.base() + r.a_off + r.shard_bytes, 0xFF, r.shard_bytes * uint64_t(r.world - 1)));
+    FORK_CUDA_TRY(cudaDeviceSynchronize());
+    FORK_TRY(boot.barrier("call." + std::to_string(e)), 40);
+    FORK_CUDA_TRY(r.enqueue(e, compute));
+    FORK_CUDA_TRY(cudaStreamSynchronize(r.main));
     const std::string bad = check_call(r, e, compute);
     summary += "; call " + std::to_string(e) + (compute ? "" : " (gather alone)") + (bad.empty() ? ": ok" : ":" + bad);
     if (!bad.empty()) return boot.report(summary), 41;
   }
-  WEFT_TRY(r.tp->flush(), 42);
-  WEFT_TRY(boot.barrier("done"), 43);  // every rank has all it waits for: the transports may stop
+  FORK_TRY(r.tp->flush(), 42);
+  FORK_TRY(boot.barrier("done"), 43);  // every rank has all it waits for: the transports may stop
   r.fifo.reset();
-  WEFT_TRY(r.tp->stop(), 44);
+  FORK_TRY(r.tp->stop(), 44);
   boot.report(summary);
   return r.heap->close(boot) == Status::kOk ? 0 : 45;
 }
@@ -354,17 +311,17 @@ int back_to_back_body(weft::testing::ForkBootstrap& boot, int ngpu) {
   constexpr uint64_t kCalls = 20;
   for (uint64_t e = 1; e <= kCalls; ++e) {
     std::this_thread::sleep_for(std::chrono::microseconds(rng() % 3000));
-    GPU_TRY(r.enqueue(e, true));
+    FORK_CUDA_TRY(r.enqueue(e, true));
   }
-  GPU_TRY(cudaStreamSynchronize(r.main));
+  FORK_CUDA_TRY(cudaStreamSynchronize(r.main));
   const std::string bad = check_call(r, kCalls, true);
   const std::string summary = "rank " + std::to_string(r.rank) + ": " + std::to_string(kCalls) + " calls back to back" +
                               (bad.empty() ? ": ok" : ":" + bad);
   if (!bad.empty()) return boot.report(summary), 60;
-  WEFT_TRY(r.tp->flush(), 61);
-  WEFT_TRY(boot.barrier("done"), 62);
+  FORK_TRY(r.tp->flush(), 61);
+  FORK_TRY(boot.barrier("done"), 62);
   r.fifo.reset();
-  WEFT_TRY(r.tp->stop(), 63);
+  FORK_TRY(r.tp->stop(), 63);
   boot.report(summary);
   return r.heap->close(boot) == Status::kOk ? 0 : 64;
 }
@@ -383,8 +340,8 @@ int stall_body(weft::testing::ForkBootstrap& boot, int ngpu, int victim) {
     return 0;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  GPU_TRY(r.enqueue(1, true));
-  GPU_TRY(cudaStreamSynchronize(r.main));
+  FORK_CUDA_TRY(r.enqueue(1, true));
+  FORK_CUDA_TRY(cudaStreamSynchronize(r.main));
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Status st = r.frame.check("ag_gemm_nodes, a peer never launched");
   boot.report("rank " + std::to_string(r.rank) + (mine ? " (the victim's rail peer)" : "") + ": " +
@@ -403,34 +360,22 @@ void check_results(const std::vector<weft::testing::ForkResult>& res) {
   }
 }
 
-int gpus_or_skip() {
-  const int ngpu = probe_gpu_count();
-  if (ngpu <= 0) {
-    printf("SKIPPED: %s\n", ngpu < 0 ? "needs a Hopper GPU (compute capability 9.0)" : "no CUDA device visible");
-    fflush(stdout);
-    _exit(77);
-  }
-  if (ngpu < kRanks)
-    printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
-  return ngpu;
-}
-
 }  // namespace
 
 TEST_CASE("ag_gemm_nodes: 2 nodes x 2, every shard where the plan puts it, C right, three calls and a gather") {
-  const int ngpu = gpus_or_skip();
+  const int ngpu = weft::testing::fork_gpus_or_skip(kRanks, true);
   check_results(weft::testing::run_forked(
       kRanks, 2, [&](weft::testing::ForkBootstrap& b) { return rank_body(b, ngpu); }, 240));
 }
 
 TEST_CASE("ag_gemm_nodes: 4 nodes x 1 (every shard over the proxy)") {
-  const int ngpu = gpus_or_skip();
+  const int ngpu = weft::testing::fork_gpus_or_skip(kRanks, true);
   check_results(weft::testing::run_forked(
       kRanks, 1, [&](weft::testing::ForkBootstrap& b) { return rank_body(b, ngpu); }, 240));
 }
 
 TEST_CASE("ag_gemm_nodes: 20 calls back to back without a barrier (the freed round), 2 x 2 and 4 x 1") {
-  const int ngpu = gpus_or_skip();
+  const int ngpu = weft::testing::fork_gpus_or_skip(kRanks, true);
   for (int per_node : {2, 1}) {
     CAPTURE(per_node);
     check_results(weft::testing::run_forked(
@@ -439,7 +384,7 @@ TEST_CASE("ag_gemm_nodes: 20 calls back to back without a barrier (the freed rou
 }
 
 TEST_CASE("ag_gemm_nodes: a rank that never launches ends its rail peer's wait within the device timeout") {
-  const int ngpu = gpus_or_skip();
+  const int ngpu = weft::testing::fork_gpus_or_skip(kRanks, true);
   check_results(weft::testing::run_forked(
       kRanks, 2, [&](weft::testing::ForkBootstrap& b) { return stall_body(b, ngpu, 3); }, 120));
 }

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "bootstrap/rank_context.h"
+#include "fork_gpu.h"
 #include "kernels/gemm.h"
 #include "local_bootstrap.h"
 #include "runtime/ops/gemm_reduce_nodes.h"
@@ -50,35 +51,10 @@ __global__ void fill_rank(bf16* p, int64_t rows, int64_t cols, int64_t ld, int r
     p[(i / cols) * ld + i % cols] = __float2bfloat16(rank_value(rank, which, i));
 }
 
-int probe_gpu_count() {
-  pid_t pid = fork();  // CUDA must not be initialised in the parent before the ranks fork
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    cudaDeviceProp prop{};
-    if (n > 0 && (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major != 9)) n = -1;
-    _exit(n < 0 ? 101 : (n > 100 ? 100 : n));
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? (WEXITSTATUS(st) == 101 ? -1 : WEXITSTATUS(st)) : 0;
-}
-
-#define GPU_TRY(call)                                                                                  \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
-  } while (0)
-#define WEFT_TRY(call, code)                                                                          \
-  do {                                                                                                \
-    const Status s_ = (call);                                                                         \
-    if (s_ != Status::kOk) return boot.report(std::string(#call) + ": " + weft::to_string(s_)), code; \
-  } while (0)
-
 int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int nodes) {
   const auto& info = boot.info();
   const int W = info.size, me = info.rank, dev = me % ngpu;
-  GPU_TRY(cudaSetDevice(dev));
+  FORK_CUDA_TRY(cudaSetDevice(dev));
   const int64_t m = kRowsPerRank * W, k = kKPerRank * W;
   const std::string text =
       std::string("op: ") + (all_reduce ? "gemm_ar" : "gemm_rs") + "\ndtype: bf16\nshape: {m: " + std::to_string(m) +
@@ -100,9 +76,9 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   op.k_loc = kKPerRank;
   op.m_loc = kRowsPerRank;
   int sms = 0;
-  WEFT_TRY(weft::kernels::device_sm_count(&sms), 22);
+  FORK_TRY(weft::kernels::device_sm_count(&sms), 22);
   // Sharing a GPU, every rank's persistent launch must fit beside the others' (and the copies').
-  WEFT_TRY(op.setup(ctx, wl, boot, ngpu < W ? 17 : sms), 23);
+  FORK_TRY(op.setup(ctx, wl, boot, ngpu < W ? 17 : sms), 23);
 
   // This rank's A (m x k/W) and B (n x k/W) in place of the setup's random ones (enqueue copies A into
   // position order on every call); the reference: C = Σ_q A_q B_qᵀ = [A_0 | A_1 | ...] [B_0 | B_1 | ...]ᵀ.
@@ -115,7 +91,7 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
     fill_rank<<<256, 256>>>(b_full.p + q * kKPerRank, kN, kKPerRank, k, q, 1);
   }
   kt::reference(a_full.p, b_full.p, nullptr, ref.p, int(m), int(kN), int(k));
-  GPU_TRY(cudaDeviceSynchronize());
+  FORK_CUDA_TRY(cudaDeviceSynchronize());
   const float* want = all_reduce ? ref.p : ref.p + int64_t(me) * kRowsPerRank * kN;
 
   std::string summary = "rank " + std::to_string(me) + " " + (all_reduce ? "AllReduce" : "ReduceScatter") + " " +
@@ -123,11 +99,11 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
                         " pieces, " + std::to_string(op.nslots()) + " staged slots";
   for (int call = 1; call <= 4; ++call) {
     const bool compute = call != 3;  // call 3: the cross-node exchange alone
-    WEFT_TRY(op.poison(), 30);
-    WEFT_TRY(boot.barrier("call." + std::to_string(call)), 31);  // nobody writes into a slot being poisoned
-    WEFT_TRY(op.enqueue(compute), 32);
-    WEFT_TRY(op.sync(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 33);
-    WEFT_TRY(op.check(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 34);
+    FORK_TRY(op.poison(), 30);
+    FORK_TRY(boot.barrier("call." + std::to_string(call)), 31);  // nobody writes into a slot being poisoned
+    FORK_TRY(op.enqueue(compute), 32);
+    FORK_TRY(op.sync(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 33);
+    FORK_TRY(op.check(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 34);
     std::string line = "; call " + std::to_string(call);
     if (compute) {
       const kt::Compared c = kt::compare(op.result(), want, op.result_elems());
@@ -138,23 +114,16 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
       summary += line + ": exchange alone ok";
     }
   }
-  WEFT_TRY(op.tp->flush(), 36);
-  WEFT_TRY(boot.barrier("done"), 37);  // every rank has all it waits for: the transports may stop
+  FORK_TRY(op.tp->flush(), 36);
+  FORK_TRY(boot.barrier("done"), 37);  // every rank has all it waits for: the transports may stop
   op.fifos.clear();
-  WEFT_TRY(op.tp->stop(), 38);
+  FORK_TRY(op.tp->stop(), 38);
   boot.report(summary);
   return op.heap->close(boot) == Status::kOk ? 0 : 39;
 }
 
 void run_case(bool all_reduce, int nodes) {
-  const int ngpu = probe_gpu_count();
-  if (ngpu <= 0) {
-    printf("SKIPPED: %s\n", ngpu < 0 ? "needs a Hopper GPU (compute capability 9.0)" : "no CUDA device visible");
-    fflush(stdout);
-    _exit(77);
-  }
-  if (ngpu < kRanks)
-    printf("NOTE: %d GPU(s) for %d ranks: ranks share GPUs (the protocol, not NVLink)\n", ngpu, kRanks);
+  const int ngpu = weft::testing::fork_gpus_or_skip(kRanks, true);
   const auto res = weft::testing::run_forked(
       kRanks, kRanks / nodes, [&](weft::testing::ForkBootstrap& b) { return rank_body(b, ngpu, all_reduce, nodes); },
       240);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "fork_gpu.h"
 #include "local_bootstrap.h"
 #include "transport/cuda_transport.h"
 #include "transport/fifo_device.cuh"
@@ -79,29 +80,11 @@ __global__ void verify(char* heap, uint64_t region, uint64_t flag, int me, int s
   if (bad) atomicAdd(errors, bad);
 }
 
-int probe_gpu_count() {
-  pid_t pid = fork();  // CUDA must not be initialised in the parent before the ranks fork
-  if (pid == 0) {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-    _exit(n > 100 ? 100 : n);
-  }
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : 0;
-}
-
-#define GPU_TRY(call)                                                                                  \
-  do {                                                                                                 \
-    cudaError_t e_ = (call);                                                                           \
-    if (e_ != cudaSuccess) return boot.report(std::string(#call) + ": " + cudaGetErrorString(e_)), 20; \
-  } while (0)
-
 int rank_body(testing::ForkBootstrap& boot, int ngpu) {
   const int me = boot.info().rank;
   const int node = boot.info().node, local = boot.info().local_rank;
   const int dev = me % ngpu;
-  GPU_TRY(cudaSetDevice(dev));
+  FORK_CUDA_TRY(cudaSetDevice(dev));
   // push_inter waits on the proxy (the ring is shallower than its pushes) and verify on peers'
   // proxies; a lazy load of a kernel launched behind them would stall the proxy's copies until they
   // finish. Load every kernel up front.
@@ -114,9 +97,9 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu) {
   if (CudaHeap::create(boot, L.bytes, &heap) != Status::kOk) return boot.report("heap create failed"), 2;
   char* base = static_cast<char*>(heap->local());
   int* errors = nullptr;
-  GPU_TRY(cudaMalloc(&errors, sizeof(int)));
+  FORK_CUDA_TRY(cudaMalloc(&errors, sizeof(int)));
   cudaStream_t stream;
-  GPU_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  FORK_CUDA_TRY(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   const int inter_peer = (me + kPerNode) % kRanks;
   const int nvl_to = node * kPerNode + (local + 1) % kPerNode;
   const int nvl_from = node * kPerNode + (local + kPerNode - 1) % kPerNode;
@@ -134,19 +117,19 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu) {
     if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return boot.report("transport failed"), 3;
     std::unique_ptr<DeviceFifoHandle> fifo;
     if (DeviceFifoHandle::create(t->fifo_ring(0), 30, &fifo) != Status::kOk) return 4;
-    GPU_TRY(cudaMemsetAsync(errors, 0, sizeof(int), stream));
+    FORK_CUDA_TRY(cudaMemsetAsync(errors, 0, sizeof(int), stream));
     fill<<<64, 256, 0, stream>>>(base, L, me, epoch);
-    GPU_TRY(cudaStreamSynchronize(stream));
+    FORK_CUDA_TRY(cudaStreamSynchronize(stream));
     if (boot.barrier(std::string("filled.") + mode) != Status::kOk) return 5;
     auto t0 = std::chrono::steady_clock::now();
     push_inter<<<1, 256, 0, stream>>>(fifo->get(), L, me, inter_peer, epoch, errors);
     push_nvl<<<1, 1024, 0, stream>>>(reinterpret_cast<char* const*>(heap->device_peer_table()), L, me, nvl_to, epoch);
     verify<<<1, 1024, 0, stream>>>(base, L.recv_inter, L.flags_inter + 8 * inter_peer, me, inter_peer, epoch, errors);
     verify<<<1, 1024, 0, stream>>>(base, L.recv_nvl, L.flags_nvl + 8 * nvl_from, me, nvl_from, epoch, errors);
-    GPU_TRY(cudaStreamSynchronize(stream));
+    FORK_CUDA_TRY(cudaStreamSynchronize(stream));
     double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     int h_errors = -1;
-    GPU_TRY(cudaMemcpy(&h_errors, errors, sizeof(int), cudaMemcpyDeviceToHost));
+    FORK_CUDA_TRY(cudaMemcpy(&h_errors, errors, sizeof(int), cudaMemcpyDeviceToHost));
     if (t->flush() != Status::kOk || boot.barrier(std::string("verified.") + mode) != Status::kOk) return 6;
     TransportCounters c = t->counters();
     uint64_t dev_stalls = fifo->stalls();
@@ -168,7 +151,7 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu) {
 }  // namespace
 
 TEST_CASE("device FIFO producers, socket between emulated nodes, NVLink peers within a node") {
-  const int ngpu = probe_gpu_count();
+  const int ngpu = testing::fork_probe_gpus(false);
   if (ngpu <= 0) {
     printf("SKIPPED: no CUDA device visible\n");
     fflush(stdout);
