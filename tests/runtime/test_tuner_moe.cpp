@@ -56,6 +56,18 @@ MoeShape shape_of(const MoeMeasured& r) {
   return s;
 }
 
+// A layer row's phases as predicted, each with its error against the measured phase.
+std::string phases_text(const MoeStagedTime& st, const MoeMeasured& r) {
+  char text[256];
+  snprintf(text, sizeof text, "%.3f %s / %.3f %s / %.3f %s / %.3f %s / %.3f %s", st.route_s * 1e3,
+           err_pct(st.route_s * 1e3, r.route_ms).c_str(), st.dispatch_s * 1e3,
+           err_pct(st.dispatch_s * 1e3, r.dispatch_ms).c_str(), st.arrange_s * 1e3,
+           err_pct(st.arrange_s * 1e3, r.arrange_ms).c_str(), st.ffn_s() * 1e3,
+           err_pct(st.ffn_s() * 1e3, r.ffn_ms).c_str(), st.combine_s * 1e3,
+           err_pct(st.combine_s * 1e3, r.combine_ms).c_str());
+  return text;
+}
+
 void print(const std::string& table) {
   if (getenv("WEFT_TUNER_FIT_TABLE")) printf("%s", table.c_str());
 }
@@ -140,15 +152,8 @@ TEST_CASE("moe: the tuner's plan predicts the staged layer within the stated err
     const double pred = p.makespan_s * 1e3;
     const double eb = pred / r.ms - 1, ea = pred / r.ms_a - 1;
     char line[512];
-    snprintf(line, sizeof line,
-             "%-4s %-14s %6lld  %7.3f (%7.3f)   %8.3f  %+6.1f%% (%+6.1f%%)  "
-             "%.3f %s / %.3f %s / %.3f %s / %.3f %s / %.3f %s\n",
-             r.id, r.shape, (long long)r.tokens, r.ms, r.ms_a, pred, eb * 100, ea * 100, st.route_s * 1e3,
-             err_pct(st.route_s * 1e3, r.route_ms).c_str(), st.dispatch_s * 1e3,
-             err_pct(st.dispatch_s * 1e3, r.dispatch_ms).c_str(), st.arrange_s * 1e3,
-             err_pct(st.arrange_s * 1e3, r.arrange_ms).c_str(), st.ffn_s() * 1e3,
-             err_pct(st.ffn_s() * 1e3, r.ffn_ms).c_str(), st.combine_s * 1e3,
-             err_pct(st.combine_s * 1e3, r.combine_ms).c_str());
+    snprintf(line, sizeof line, "%-4s %-14s %6lld  %7.3f (%7.3f)   %8.3f  %+6.1f%% (%+6.1f%%)  %s\n", r.id, r.shape,
+             (long long)r.tokens, r.ms, r.ms_a, pred, eb * 100, ea * 100, phases_text(st, r).c_str());
     table << line;
     INFO(line);
     const auto b = kMissesB.find(r.id), a = kMissesA.find(r.id);
@@ -183,14 +188,8 @@ TEST_CASE("moe: the tuner's plan against the 4 x H200 layer rows (held out: anot
     CHECK(p.makespan_s == doctest::Approx(st.total_s()));
     const double pred = p.makespan_s * 1e3, e = pred / r.ms - 1;
     char line[512];
-    snprintf(line, sizeof line,
-             "%-4s %-14s %6lld  %9.3f  %9.3f  %+6.1f%%  %.3f %s / %.3f %s / %.3f %s / %.3f %s / %.3f %s\n", r.id,
-             r.shape, (long long)r.tokens, r.ms, pred, e * 100, st.route_s * 1e3,
-             err_pct(st.route_s * 1e3, r.route_ms).c_str(), st.dispatch_s * 1e3,
-             err_pct(st.dispatch_s * 1e3, r.dispatch_ms).c_str(), st.arrange_s * 1e3,
-             err_pct(st.arrange_s * 1e3, r.arrange_ms).c_str(), st.ffn_s() * 1e3,
-             err_pct(st.ffn_s() * 1e3, r.ffn_ms).c_str(), st.combine_s * 1e3,
-             err_pct(st.combine_s * 1e3, r.combine_ms).c_str());
+    snprintf(line, sizeof line, "%-4s %-14s %6lld  %9.3f  %9.3f  %+6.1f%%  %s\n", r.id, r.shape, (long long)r.tokens,
+             r.ms, pred, e * 100, phases_text(st, r).c_str());
     table << line;
     errors.push_back(std::fabs(e));
   }
