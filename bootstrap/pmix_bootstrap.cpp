@@ -45,7 +45,8 @@ std::shared_ptr<PmixBootstrap::State> g_state;  // for the event handler, which 
 PmixBootstrap* g_self = nullptr;
 
 // One outstanding non-blocking PMIx call. The callback may run after the waiter gave up, so the
-// callback owns a reference too.
+// callback owns a reference too. libpmix 4.2's PMIx_Get_nb keeps the key and info pointers it is
+// given and reads them later on its progress thread, so the Op owns both until the callback ran.
 struct Op {
   std::mutex mu;
   std::condition_variable cv;
@@ -53,8 +54,16 @@ struct Op {
   pmix_status_t status = PMIX_SUCCESS;
   pmix_value_t value;  // for gets, copied in the callback
   bool has_value = false;
+  char key[PMIX_MAX_KEYLEN + 1] = {};
+  pmix_info_t info[2];
+  Op() {
+    PMIX_INFO_CONSTRUCT(&info[0]);
+    PMIX_INFO_CONSTRUCT(&info[1]);
+  }
   ~Op() {
     if (has_value) PMIx_Value_destruct(&value);
+    PMIX_INFO_DESTRUCT(&info[0]);
+    PMIX_INFO_DESTRUCT(&info[1]);
   }
 };
 
@@ -222,21 +231,20 @@ Clock::time_point deadline_after(double s) {
 }
 
 // Non-blocking get with our deadline. `out` receives a copy the caller destructs (through Op).
-std::shared_ptr<Op> start_get(const pmix_proc_t& proc, const char* key, int timeout_s, bool immediate) {
+std::shared_ptr<Op> start_get(const pmix_proc_t& proc, const std::string& key, bool immediate) {
   auto op = std::make_shared<Op>();
-  pmix_info_t info[2];
-  PMIX_INFO_CONSTRUCT(&info[0]);
-  PMIX_INFO_CONSTRUCT(&info[1]);
-  PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+  if (key.size() > PMIX_MAX_KEYLEN) {  // our keys are short; a longer one is a bug here, not a peer's
+    op->status = PMIX_ERR_BAD_PARAM;
+    op->done = true;
+    return op;
+  }
+  std::memcpy(op->key, key.c_str(), key.size() + 1);
   bool yes = true;
-  PMIX_INFO_LOAD(&info[1], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
+  PMIX_INFO_LOAD(&op->info[0], PMIX_IMMEDIATE, &yes, PMIX_BOOL);
   auto* holder = new std::shared_ptr<Op>(op);
   // PMIX_TIMEOUT is not passed: libpmix 4.2 answers a get carrying it with PMIX_ERR_TIMEOUT at once
   // when the value is not cached yet. Our own deadline bounds the wait instead.
-  (void)timeout_s;
-  pmix_status_t rc = PMIx_Get_nb(&proc, key, immediate ? &info[1] : nullptr, immediate ? 1 : 0, value_cb, holder);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
+  pmix_status_t rc = PMIx_Get_nb(&proc, op->key, immediate ? op->info : nullptr, immediate ? 1 : 0, value_cb, holder);
   if (rc != PMIX_SUCCESS) {
     delete holder;
     op->status = rc;
@@ -306,12 +314,11 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
 }
 
 Status PmixBootstrap::query_identity() {
-  int t = static_cast<int>(std::ceil(timeout_s_));
   pmix_proc_t wild;
   PMIX_PROC_CONSTRUCT(&wild);
   PMIX_LOAD_PROCID(&wild, state_->me.nspace, PMIX_RANK_WILDCARD);
   auto get_num = [&](const pmix_proc_t& proc, const char* key, uint64_t* v, bool required) -> Status {
-    auto op = start_get(proc, key, t, false);
+    auto op = start_get(proc, key, false);
     Status s = wait_op(op, deadline_after(timeout_s_), [] { return Status::kOk; });
     if (s == Status::kOk && op->status == PMIX_SUCCESS && op->has_value && to_u64(op->value, v)) return Status::kOk;
     if (!required) return Status::kNotFound;
@@ -337,7 +344,7 @@ Status PmixBootstrap::query_identity() {
     }
     info_.num_nodes = max_node + 1;
   }
-  auto op = start_get(state_->me, PMIX_HOSTNAME, t, false);
+  auto op = start_get(state_->me, PMIX_HOSTNAME, false);
   if (wait_op(op, deadline_after(timeout_s_), [] { return Status::kOk; }) == Status::kOk && op->has_value &&
       op->value.type == PMIX_STRING && op->value.data.string) {
     info_.hostname = op->value.data.string;
@@ -434,7 +441,7 @@ std::string PmixBootstrap::missing_ranks(uint64_t seq) {
   for (int r = 0; r < info_.size; ++r) {
     if (r == info_.rank) continue;
     peer.rank = static_cast<pmix_rank_t>(r);
-    ops[r] = start_get(peer, key.c_str(), 1, false);
+    ops[r] = start_get(peer, key, false);
   }
   auto deadline = deadline_after(std::min(2.0, std::max(0.5, timeout_s_ / 4)));
   std::string missing;
@@ -464,17 +471,12 @@ Status PmixBootstrap::fence(const std::string& tag, bool collect) {
     return Status::kSystemError;
   }
   int t = static_cast<int>(std::ceil(timeout_s_));
-  pmix_info_t info[2];
-  PMIX_INFO_CONSTRUCT(&info[0]);
-  PMIX_INFO_CONSTRUCT(&info[1]);
-  PMIX_INFO_LOAD(&info[0], PMIX_TIMEOUT, &t, PMIX_INT);
-  PMIX_INFO_LOAD(&info[1], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
-  auto op = std::make_shared<Op>();
+  auto op = std::make_shared<Op>();  // owns the info until the callback, as for gets
+  PMIX_INFO_LOAD(&op->info[0], PMIX_TIMEOUT, &t, PMIX_INT);
+  PMIX_INFO_LOAD(&op->info[1], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
   auto* holder = new std::shared_ptr<Op>(op);
   auto t0 = Clock::now();
-  rc = PMIx_Fence_nb(nullptr, 0, info, 2, op_cb, holder);
-  PMIX_INFO_DESTRUCT(&info[0]);
-  PMIX_INFO_DESTRUCT(&info[1]);
+  rc = PMIx_Fence_nb(nullptr, 0, op->info, 2, op_cb, holder);
   if (rc != PMIX_SUCCESS) {
     delete holder;
     WEFT_WARN(kBoot, "rank %d: PMIx_Fence_nb for %s failed to start: %s", info_.rank, what.c_str(),
@@ -514,7 +516,7 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
   std::shared_ptr<Op> op;
   Status s = Status::kOk;
   for (int attempt = 0;; ++attempt) {
-    op = start_get(proc, full_key(key).c_str(), static_cast<int>(std::ceil(timeout_s_)), false);
+    op = start_get(proc, full_key(key), false);
     s = wait_op(op, deadline, [&] { return wait_peer_failure(what); });
     const bool retry = s == Status::kOk && (op->status == PMIX_ERR_TIMEOUT || op->status == PMIX_ERR_NOT_FOUND);
     if (!retry || Clock::now() >= deadline) break;
@@ -578,7 +580,7 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
     pmix_proc_t peer = state_->me;
     for (int r = 0; r < info_.size; ++r) {
       peer.rank = static_cast<pmix_rank_t>(r);
-      auto op = start_get(peer, PMIX_NODEID, 5, false);
+      auto op = start_get(peer, PMIX_NODEID, false);
       uint64_t v = 0;
       if (wait_op(op, deadline_after(timeout_s_), [] { return Status::kOk; }) == Status::kOk && op->has_value &&
           to_u64(op->value, &v))
