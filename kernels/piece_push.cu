@@ -12,6 +12,7 @@ constexpr int kUnroll = 8;  // 16-byte loads in flight per thread: 64 KiB per bl
 
 __global__ void __launch_bounds__(kThreads)
     piece_push_kernel(const __grid_constant__ PiecePushParams p, const FrameParams f) {
+  frame_note_launch(f, KernelKind::kPiecePush);  // where the op keeps a record of its movers
   __shared__ int ok;
   for (int32_t i = 0; i < p.steps; ++i) {
     const PiecePushStep& s = p.step[i];

@@ -85,6 +85,10 @@ nlohmann::json execution_json(const Execution& e) {
           {"group_m", e.group_m},
           {"capturable", e.capturable},
           {"reduce_blocks", e.reduce_blocks},
+          {"pieces", e.pieces},
+          {"lag", e.lag},
+          {"send", e.send},
+          {"gather", e.gather},
           {"gemm",
            {{"split_tail", e.gemm.split_tail},
             {"chunked_tail", e.gemm.chunked_tail},
@@ -258,6 +262,13 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
+    if (e.contains("pieces")) {  // plans written before the overlap variant was the runtime's have none
+      read(e, "pieces", &p.exec.pieces), read(e, "lag", &p.exec.lag);
+      read(e, "send", &p.exec.send), read(e, "gather", &p.exec.gather);
+      if (p.exec.pieces < 0 || p.exec.pieces > 64 || p.exec.lag < 0 || p.exec.lag > 64 || p.exec.send.size() > 8 ||
+          p.exec.gather.size() > 8)
+        throw std::invalid_argument("pieces and lag: 0 to 64; send and gather: short names");
+    }
     if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
       at = "execution.gemm";
       const auto& g = e.at("gemm");
@@ -351,6 +362,14 @@ std::string format_plan_table(const Plan& p) {
     if (!p.exec.sm_mover.empty()) os << " (" << p.exec.sm_mover << ")";
     if (p.exec.variant == "copy_engine")
       os << ", " << p.exec.copy_chunks << " cop" << (p.exec.copy_chunks == 1 ? "y" : "ies") << " per shard";
+    if (p.exec.variant == "overlap") {
+      os << ", " << p.exec.pieces << " piece" << (p.exec.pieces == 1 ? "" : "s") << " per rank's rows, own lag "
+         << p.exec.lag << ", sends by " << (p.exec.send == "sm" ? "the epilogue" : "the copy engines");
+      if (p.roles.intra_comm > 0) os << " and " << p.roles.intra_comm << " mover SMs";
+      if (!p.exec.gather.empty())
+        os << ", gather by " << (p.exec.gather == "sm" ? "the epilogue" : "copy-engine pushes");
+    }
+    if (p.exec.variant == "peer") os << ", " << p.exec.reduce_blocks << " reduction blocks";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
     const GemmChoices& g = p.exec.gemm;

@@ -43,12 +43,17 @@ struct GemmChoices {
 // How the op runs: every choice the op makes at run time. The tuner fills it; the op executes it as
 // it is (runtime/ops), and `weftrun run` reports it read back from the launch.
 struct Execution {
-  std::string variant;      // "copy_engine" or "sm_movers" (ag_gemm); "overlap" / "peer" (gemm_rs, gemm_ar)
-  std::string sm_mover;     // ag_gemm SM movers: "pull_vec", "push_vec", "pull_bulk", "push_bulk"; else ""
-  int copy_chunks = 1;      // copy engines: copies per shard, each with its own flag
-  int cluster = 1;          // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
-  int group_m = 16;         // raster group height in 128-row tiles
-  int reduce_blocks = 0;    // gemm_rs / gemm_ar "peer": blocks of the reduction kernel after the GEMM
+  std::string variant;    // "copy_engine" or "sm_movers" (ag_gemm); "peer" / "overlap" (gemm_rs, gemm_ar)
+  std::string sm_mover;   // ag_gemm SM movers: "pull_vec", "push_vec", "pull_bulk", "push_bulk"; else ""
+  int copy_chunks = 1;    // copy engines: copies per shard, each with its own flag
+  int cluster = 1;        // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
+  int group_m = 16;       // raster group height in 128-row tiles
+  int reduce_blocks = 0;  // gemm_rs / gemm_ar "peer": blocks of the reduction kernel after the GEMM
+  // gemm_rs / gemm_ar "overlap" (runtime/exec/reduce_overlap.h): partial pieces move while the GEMM runs.
+  int pieces = 0;           // pieces of each owner's row block (M-shards of the tile order)
+  int lag = 0;              // own piece j computed after round j + lag of the other owners' pieces
+  std::string send;         // "copy": copy engines (and roles.intra_comm mover SMs); "sm": the epilogue's stores
+  std::string gather;       // gemm_ar: "push" (copy engines) or "sm" (the epilogue's stores); else ""
   GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why
@@ -168,7 +173,7 @@ std::string format_plan_table(const Plan& plan);
 //  inter_backend,nics_per_node,nic_sharers,nic_share_gbps},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
-//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,
+//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,pieces,lag,send,gather,
 //               gemm:{split_tail,chunked_tail,dynamic_tiles,tma_store},executable,not_executable},"chosen_by",
 //  "heap":{bytes,regions:[{name,offset,bytes}]},"hash":"16 hex digits"}
 std::string format_plan_json(const Plan& plan);

@@ -97,18 +97,106 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 
-// GEMM+RS / GEMM+AR on one node (runtime/exec/gemm_reduce.cpp): the GEMM into this rank's partial in
-// the heap, then the reduction kernel pulls every rank's partial rows of its block over NVLink.
+// The overlap variant's choices and heap. Pieces: as many as asked, else the most (at most 4) of
+// whole tiles and at least 2 MiB each (more pieces cost host calls per copy; measured in
+// docs/results/2026-11-gemm-reduce.md). RS: copy-engine sends, own rows last (lag = pieces), and with
+// 3 or more ranks 4 mover SMs for each round's last owner's pieces; AR: the epilogue sends and
+// gathers, own piece j one round late (lag 1) — the fastest rows of that document.
+void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
+  const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, m_loc = m / W;
+  const bool ar = p->op == Op::kGemmAr;
+  Execution& e = p->exec;
+  e.reduce_blocks = 0;
+  if (W < 2) return refuse(p, w.error_at(gpus_key(w), "1 rank: the overlap variant needs 2 to 8 GPUs of one node"));
+  if (e.cluster != 1)
+    return refuse(p,
+                  w.error_at("plan.cluster", std::to_string(e.cluster) + ": the overlap variant runs 1-CTA clusters"));
+  if (m_loc % kTileRows != 0)
+    return refuse(p, w.error_at("shape.m", std::to_string(m) +
+                                               ": the overlap variant needs m / ranks to be a multiple "
+                                               "of " +
+                                               std::to_string(kTileRows) + " rows"));
+  if (n % 8 != 0) return refuse(p, w.error_at("shape.n", std::to_string(n) + ": expected a multiple of 8"));
+  const int64_t block_bytes = m_loc * n * 2;
+  if (w.plan.pieces) {
+    e.pieces = *w.plan.pieces;
+    if (m_loc % (kTileRows * e.pieces) != 0)
+      return refuse(p, w.error_at("plan.pieces", std::to_string(e.pieces) + ": each rank's " + std::to_string(m_loc) +
+                                                     " rows must split into pieces of a multiple of " +
+                                                     std::to_string(kTileRows) + " rows"));
+  } else {
+    e.pieces = 1;
+    while (e.pieces < 4 && m_loc % (kTileRows * e.pieces * 2) == 0 && block_bytes / (e.pieces * 2) >= (2 << 20))
+      e.pieces *= 2;
+  }
+  e.send = w.plan.send ? *w.plan.send : ar ? "sm" : "copy";
+  e.gather = !ar ? "" : w.plan.gather ? *w.plan.gather : e.send == "sm" ? "sm" : "push";
+  e.lag = w.plan.lag ? *w.plan.lag : ar ? 1 : e.pieces;
+  if (e.lag > e.pieces)
+    return refuse(p, w.error_at("plan.lag",
+                                std::to_string(e.lag) + ": expected 1 to the " + std::to_string(e.pieces) + " pieces"));
+  // Mover SMs are roles.intra_comm: as written, or 4 where they help (copy sends, 3 or more ranks).
+  if (!p->roles_explicit) {
+    const int movers = e.send == "copy" && W >= 3 ? 4 : 0;
+    p->roles.intra_comm = movers;
+    p->roles.compute = (p->sm_count - movers) / 2 * 2;
+    p->roles.inter_send = p->roles.inter_reduce = 0;
+  }
+  const int movers = p->roles.intra_comm;
+  if (movers > 0 && (e.send != "copy" || W < 3))
+    return refuse(p, w.error_at("roles.intra_comm",
+                                std::to_string(movers) +
+                                    " mover SMs: they push each round's last owner's pieces when the copy engines "
+                                    "send and there are 3 or more ranks; expected 0"));
+  if (movers > p->sm_count / 2 || e.pieces > 28)
+    return refuse(p, w.error_at(movers > p->sm_count / 2 ? "roles.intra_comm" : "plan.pieces",
+                                "the mover SMs take at most half the GPU and 28 pieces"));
+  if (p->roles.compute < 2 || p->roles.total() > p->sm_count)
+    return refuse(p, w.error_at("roles", "the GEMM and the movers must fit the GPU's " + std::to_string(p->sm_count) +
+                                             " SMs together"));
+  if (movers > 0)
+    p->notes.push_back(std::to_string(movers) +
+                       " intra_comm SMs push each round's last owner's pieces beside the GEMM (its compute blocks: " +
+                       std::to_string(p->roles.compute) + ")");
+  const uint64_t flags = uint64_t(W * e.pieces) * 8;
+  add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
+  add_region(p, "gemm_reduce.staging", uint64_t(m * n) * 2);  // W slots of m / W rows
+  if (ar) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
+  add_region(p, "gemm_reduce.arrived", flags);
+  add_region(p, "gemm_reduce.landed", flags);
+  add_region(p, "gemm_reduce.moved", flags);
+  add_region(p, "gemm_reduce.tiles", flags);
+  add_region(p, "gemm_reduce.gate", flags);
+  add_region(p, "gemm_reduce.freed", uint64_t(W) * 8);
+  add_region(p, "gemm_reduce.gathered", uint64_t(W) * 8);
+  add_region(p, "gemm_reduce.bcast", uint64_t(W) * 8);
+  p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
+}
+
+// GEMM+RS / GEMM+AR on one node (runtime/exec/gemm_reduce.cpp), two variants:
+//   peer: the GEMM into this rank's partial in the heap, then the reduction kernel pulls every rank's
+//     partial rows of its block over NVLink;
+//   overlap (runtime/exec/reduce_overlap.h): the partial pieces move to their owners while the GEMM
+//     runs, and the own rows are reduced in its epilogue.
 void plan_gemm_reduce(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, k = p->gemm.k;
+  const bool ar = p->op == Op::kGemmAr;
   Execution& e = p->exec;
   e.variant = "peer";
   e.cluster = 1;
   e.group_m = 16;
-  e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each), as the bench's peer path
   apply_plan_spec(w.plan, &e);
-  e.capturable = false;  // the reduction's flags count launches through a kernel argument
+  e.capturable = false;  // the flags count calls through kernel arguments and stream waits
   e.executable = true;
+  if (W > 8) return refuse(p, w.error_at(gpus_key(w), std::to_string(W) + " ranks: the reduction handles at most 8"));
+  if (m % W != 0)
+    return refuse(p, w.error_at("shape.m", std::to_string(m) + ": expected a multiple of the " + std::to_string(W) +
+                                               " ranks (each gets m / ranks rows)"));
+  if (k % W != 0 || (k / W) % 8 != 0)
+    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected k / ranks to be a multiple of 8 (16-byte "
+                                                               "rows for TMA)"));
+  if (e.variant == "overlap") return plan_gemm_reduce_overlap(w, p);
+  if (e.reduce_blocks == 0) e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each)
   if (e.reduce_blocks > 2 * p->sm_count)
     return refuse(p, w.error_at("plan.reduce_blocks", std::to_string(e.reduce_blocks) +
                                                           ": the reduction's blocks wait for each other, so all must "
@@ -122,16 +210,9 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
                                     std::to_string(p->roles.total()) + " blocks"));
   p->notes.push_back(
       "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap "
-      "path's, which weftrun bench measures");
-  if (W > 8) return refuse(p, w.error_at(gpus_key(w), std::to_string(W) + " ranks: the reduction handles at most 8"));
-  if (m % W != 0)
-    return refuse(p, w.error_at("shape.m", std::to_string(m) + ": expected a multiple of the " + std::to_string(W) +
-                                               " ranks (each gets m / ranks rows)"));
-  if (k % W != 0 || (k / W) % 8 != 0)
-    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected k / ranks to be a multiple of 8 (16-byte "
-                                                               "rows for TMA)"));
+      "path's (plan: {variant: overlap} runs it)");
   add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
-  if (p->op == Op::kGemmAr) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
+  if (ar) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
   add_region(p, "gemm_reduce.flags", uint64_t(3 * W) * 8);
   add_region(p, "gemm_reduce.arrive", 2 * 8);
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
@@ -203,9 +284,11 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
   p->exec.executable = true;
   // The variant first, so that a plan this build cannot run still says how it would move the bytes:
   // for AllGather+GEMM the mover the tuner planned with (the workload's plan.variant, else its roles:
-  // tuner.cpp, plan_mover); GEMM+RS/AR run the peer variant. Other ops and layouts have none.
+  // tuner.cpp, plan_mover); GEMM+RS/AR the peer variant unless the workload asks for overlap. Other
+  // ops and layouts have none.
   if (p->nodes == 1 && p->op == Op::kAgGemm) p->exec.variant = mover == IntraMover::kSm ? "sm_movers" : "copy_engine";
-  if (p->nodes == 1 && (p->op == Op::kGemmRs || p->op == Op::kGemmAr)) p->exec.variant = "peer";
+  if (p->nodes == 1 && (p->op == Op::kGemmRs || p->op == Op::kGemmAr))
+    p->exec.variant = w.plan.variant ? *w.plan.variant : "peer";
   if (p->dtype != DType::kBf16)
     return refuse(p, w.error_at("dtype", std::string(to_string(p->dtype)) +
                                              ": this build's kernels take bf16 only (expected bf16)"));

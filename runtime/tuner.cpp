@@ -425,10 +425,17 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
                             " has no execution choices a workload sets in this build (weftrun bench measures its "
                             "variants); expected no plan: map");
   if (w.op == Op::kAgGemm) {
-    if (s.variant && *s.variant == "peer")
-      return fail("plan.variant", "peer is a variant of gemm_rs and gemm_ar; expected copy_engine or sm_movers");
+    if (s.variant && (*s.variant == "peer" || *s.variant == "overlap"))
+      return fail("plan.variant",
+                  *s.variant + " is a variant of gemm_rs and gemm_ar; expected copy_engine or sm_movers");
     if (s.reduce_blocks)
       return fail("plan.reduce_blocks", "ag_gemm has no reduction kernel; expected no reduce_blocks");
+    if (s.pieces || s.lag || s.send || s.gather)
+      return fail(s.pieces ? "plan.pieces"
+                  : s.lag  ? "plan.lag"
+                  : s.send ? "plan.send"
+                           : "plan.gather",
+                  "a choice of gemm_rs and gemm_ar's overlap variant; ag_gemm has none");
     const int intra = w.roles.automatic ? -1 : w.roles.counts.intra_comm;
     const std::string variant = s.variant ? *s.variant : intra > 0 ? "sm_movers" : "copy_engine";
     if (variant == "copy_engine" && intra > 0)
@@ -447,10 +454,23 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
                   "only the copy_engine variant copies shards (this plan runs sm_movers); "
                   "expected no copy_chunks, or variant: copy_engine");
   } else {
-    if (s.variant && *s.variant != "peer")
-      return fail("plan.variant", *s.variant + " is a variant of ag_gemm; expected peer for " + op);
-    if (s.sm_mover) return fail("plan.sm_mover", op + " has no SM movers; expected no sm_mover");
-    if (s.copy_chunks) return fail("plan.copy_chunks", op + "'s peer variant makes no copies; expected no copy_chunks");
+    if (s.variant && *s.variant != "peer" && *s.variant != "overlap")
+      return fail("plan.variant", *s.variant + " is a variant of ag_gemm; expected peer or overlap for " + op);
+    if (s.sm_mover)
+      return fail("plan.sm_mover", op + " has no SM movers of that kind (the overlap variant's mover SMs are "
+                                        "roles.intra_comm); expected no sm_mover");
+    if (s.copy_chunks) return fail("plan.copy_chunks", op + " has no copy_chunks; expected none");
+    const bool overlap = s.variant && *s.variant == "overlap";
+    if (!overlap && (s.pieces || s.lag || s.send || s.gather))
+      return fail(s.pieces ? "plan.pieces"
+                  : s.lag  ? "plan.lag"
+                  : s.send ? "plan.send"
+                           : "plan.gather",
+                  "a choice of the overlap variant; expected variant: overlap with it");
+    if (overlap && s.reduce_blocks)
+      return fail("plan.reduce_blocks", "the peer variant's reduction kernel; the overlap variant has none");
+    if (s.gather && w.op != Op::kGemmAr)
+      return fail("plan.gather", op + " gathers nothing (AllReduce's choice); expected no gather");
   }
   if (s.cluster == std::optional<int>(2) && s.dynamic_tiles == std::optional<bool>(true))
     return fail("plan.gemm.dynamic_tiles",

@@ -75,18 +75,21 @@ struct TransportSpec {
 // `plan:` -- the Plan's execution choices written in the workload (configs/README.md). An unset choice
 // is the tuner's; a set one is used as written, or the workload is refused naming its line.
 struct PlanSpec {
-  std::optional<std::string> variant;   // "copy_engine", "sm_movers" (ag_gemm) or "peer" (gemm_rs, gemm_ar)
+  std::optional<std::string> variant;   // "copy_engine", "sm_movers" (ag_gemm), "peer" or "overlap" (gemm_rs, gemm_ar)
   std::optional<std::string> sm_mover;  // sm_movers: "pull_vec", "push_vec", "pull_bulk" or "push_bulk"
   std::optional<int> copy_chunks;       // copy_engine: copies per shard
   std::optional<int> cluster;           // GEMM CTAs per cluster, 1 or 2
   std::optional<int> group_m;           // raster group height in 128-row tiles
   std::optional<int> reduce_blocks;     // peer: blocks of the reduction kernel
+  std::optional<int> pieces, lag;       // overlap: pieces per rank's rows; own piece j after round j + lag
+  std::optional<std::string> send;      // overlap: "copy" or "sm"
+  std::optional<std::string> gather;    // overlap, gemm_ar: "push" or "sm"
   // plan.gemm: the GEMM core's launch choices (kernels::GemmOptions).
   std::optional<bool> split_tail, chunked_tail, dynamic_tiles, tma_store;
 
   bool empty() const {
-    return !variant && !sm_mover && !copy_chunks && !cluster && !group_m && !reduce_blocks && !split_tail &&
-           !chunked_tail && !dynamic_tiles && !tma_store;
+    return !variant && !sm_mover && !copy_chunks && !cluster && !group_m && !reduce_blocks && !pieces && !lag &&
+           !send && !gather && !split_tail && !chunked_tail && !dynamic_tiles && !tma_store;
   }
 };
 

@@ -605,14 +605,29 @@ bool Reader::read_plan(const YAML::Node& top) {
   YAML::Node p = top["plan"];
   if (!p) return true;
   remember("plan", p);
-  if (!want_map(p, "plan", "a map {variant, sm_mover, copy_chunks, cluster, group_m, reduce_blocks, gemm}"))
+  if (!want_map(p, "plan",
+                "a map {variant, sm_mover, copy_chunks, cluster, group_m, reduce_blocks, pieces, lag, send, gather, "
+                "gemm}"))
     return false;
-  if (!check_keys(p, "plan", {"variant", "sm_mover", "copy_chunks", "cluster", "group_m", "reduce_blocks", "gemm"}, ""))
+  if (!check_keys(p, "plan",
+                  {"variant", "sm_mover", "copy_chunks", "cluster", "group_m", "reduce_blocks", "pieces", "lag", "send",
+                   "gather", "gemm"},
+                  ""))
     return false;
   PlanSpec& s = w_->plan;
-  static const Keys kVariants = {"copy_engine", "sm_movers", "peer"};
+  static const Keys kVariants = {"copy_engine", "sm_movers", "peer", "overlap"};
   static const Keys kMovers = {"pull_vec", "push_vec", "pull_bulk", "push_bulk"};
+  static const Keys kBy = {"copy", "sm"};
+  static const Keys kGather = {"push", "sm"};
   int v = 0;
+  if (p["send"]) {
+    if (!get_enum(p["send"], "plan.send", kBy, &v)) return false;
+    s.send = kBy[size_t(v)];
+  }
+  if (p["gather"]) {
+    if (!get_enum(p["gather"], "plan.gather", kGather, &v)) return false;
+    s.gather = kGather[size_t(v)];
+  }
   if (p["variant"]) {
     if (!get_enum(p["variant"], "plan.variant", kVariants, &v)) return false;
     s.variant = kVariants[size_t(v)];
@@ -623,7 +638,8 @@ bool Reader::read_plan(const YAML::Node& top) {
   }
   if (!opt_int(p, "plan", "copy_chunks", 1, 1024, &s.copy_chunks) || !opt_int(p, "plan", "cluster", 1, 2, &s.cluster) ||
       !opt_int(p, "plan", "group_m", 1, 1024, &s.group_m) ||
-      !opt_int(p, "plan", "reduce_blocks", 1, 4096, &s.reduce_blocks))
+      !opt_int(p, "plan", "reduce_blocks", 1, 4096, &s.reduce_blocks) ||
+      !opt_int(p, "plan", "pieces", 1, 64, &s.pieces) || !opt_int(p, "plan", "lag", 1, 64, &s.lag))
     return false;
   YAML::Node g = p["gemm"];
   if (!g) return true;

@@ -28,11 +28,13 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   if (plan.op != Op::kGemmRs && plan.op != Op::kGemmAr)
     return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
   if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
-  if (plan.exec.variant != "peer") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
+  const bool overlap = plan.exec.variant == "overlap";
+  if (!overlap && plan.exec.variant != "peer") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
   if (plan.world_size != W || plan.nodes != 1 || W > kernels::PeerReduceArgs::kMaxRanks)
     return refuse(rank, "the plan is for " + std::to_string(plan.world_size) + " ranks on " +
                             std::to_string(plan.nodes) + " node(s), the job has " + std::to_string(W));
-  if (plan.roles.compute < 1 || plan.roles.total() > ctx.sm_count() || plan.exec.reduce_blocks < 1)
+  if (plan.roles.compute < 1 || plan.roles.total() > ctx.sm_count() || (!overlap && plan.exec.reduce_blocks < 1) ||
+      (overlap && (plan.roles.inter_send != 0 || plan.roles.inter_reduce != 0)))
     return refuse(rank, "the plan's SM counts do not fit this GPU");
   std::unique_ptr<GemmReduceOp> op(new GemmReduceOp());
   op->ctx_ = &ctx;
@@ -52,13 +54,26 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
     op->regions_.push_back({name, off, bytes});
     return Status::kOk;
   };
-  WEFT_CHECK(add("gemm_reduce.partial", uint64_t(op->m_ * op->n_) * 2));
-  if (op->all_reduce_) WEFT_CHECK(add("gemm_reduce.c", uint64_t(op->m_ * op->n_) * 2));
-  WEFT_CHECK(add("gemm_reduce.flags", uint64_t(3 * W) * 8));
-  WEFT_CHECK(add("gemm_reduce.arrive", 2 * 8));
+  const uint64_t mn_bytes = uint64_t(op->m_ * op->n_) * 2;
+  if (overlap) {  // the plan's order (plan_exec.cpp, plan_gemm_reduce_overlap)
+    const uint64_t flags = uint64_t(W) * uint64_t(plan.exec.pieces) * 8;
+    WEFT_CHECK(add("gemm_reduce.partial", mn_bytes));
+    WEFT_CHECK(add("gemm_reduce.staging", mn_bytes));
+    if (op->all_reduce_) WEFT_CHECK(add("gemm_reduce.c", mn_bytes));
+    for (const char* name :
+         {"gemm_reduce.arrived", "gemm_reduce.landed", "gemm_reduce.moved", "gemm_reduce.tiles", "gemm_reduce.gate"})
+      WEFT_CHECK(add(name, flags));
+    for (const char* name : {"gemm_reduce.freed", "gemm_reduce.gathered", "gemm_reduce.bcast"})
+      WEFT_CHECK(add(name, uint64_t(W) * 8));
+  } else {
+    WEFT_CHECK(add("gemm_reduce.partial", mn_bytes));
+    if (op->all_reduce_) WEFT_CHECK(add("gemm_reduce.c", mn_bytes));
+    WEFT_CHECK(add("gemm_reduce.flags", uint64_t(3 * W) * 8));
+    WEFT_CHECK(add("gemm_reduce.arrive", 2 * 8));
+  }
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "gemm_reduce", &op->arena_));
-  for (int r = 0; r < W; ++r) {
+  for (int r = 0; r < W && !overlap; ++r) {
     op->partial_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.partial", r)));
     if (op->all_reduce_) op->full_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.c", r)));
     op->flags_.push_back(static_cast<uint64_t*>(op->resolve("gemm_reduce.flags", r)));
@@ -69,8 +84,11 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
   WEFT_CHECK(op->record_.create());
   WEFT_CHECK(op->frame_.create(rank));
-  WEFT_CHECK(op->frame_.params(plan.roles, &op->frame_params_));
+  RoleCounts gemm_roles = plan.roles;
+  if (overlap) gemm_roles = RoleCounts{plan.roles.compute, 0, 0, 0};  // the movers are a kernel of their own
+  WEFT_CHECK(op->frame_.params(gemm_roles, &op->frame_params_));
   op->frame_params_.launch = op->record_.device();
+  if (overlap) WEFT_CHECK(op->create_overlap());
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.gemm_reduce.create." + std::to_string(op->arena_)));
   GemmReduceOp* raw = op.get();
@@ -97,6 +115,59 @@ GemmReduceOp::~GemmReduceOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
+Status GemmReduceOp::create_overlap() {
+  const int W = world_;
+  auto view = [&](const char* name) {
+    SymView v;
+    for (int r = 0; r < W; ++r) v.peers.push_back(resolve(name, r));
+    v.local = v.peers[size_t(rank_)];
+    return v;
+  };
+  OverlapBuffers b;
+  b.partial = view("gemm_reduce.partial");
+  b.staging = view("gemm_reduce.staging");
+  if (all_reduce_) {
+    b.c_full = view("gemm_reduce.c");
+    for (int r = 0; r < W; ++r) full_.push_back(static_cast<bf16*>(b.c_full.peers[size_t(r)]));
+  }
+  b.arrived = view("gemm_reduce.arrived");
+  b.landed = view("gemm_reduce.landed");
+  b.moved = view("gemm_reduce.moved");
+  b.freed = view("gemm_reduce.freed");
+  b.gathered = view("gemm_reduce.gathered");
+  b.bcast = view("gemm_reduce.bcast");
+  b.tiles = static_cast<uint64_t*>(resolve("gemm_reduce.tiles", rank_));
+  b.gate = static_cast<uint64_t*>(resolve("gemm_reduce.gate", rank_));
+  OverlapConfig c;
+  c.all_reduce = all_reduce_;
+  c.rank = rank_;
+  c.world = W;
+  c.m = m_;
+  c.n = n_;
+  c.k_loc = k_loc_;
+  c.pieces = plan_.exec.pieces;
+  c.lag = plan_.exec.lag;
+  c.sm_send = plan_.exec.send == "sm";
+  c.sm_gather = plan_.exec.gather == "sm";
+  c.movers = plan_.roles.intra_comm;
+  c.cluster = plan_.exec.cluster;
+  c.group_m = plan_.exec.group_m;
+  c.gemm = gemm_options(plan_.exec.gemm);
+  if ((plan_.exec.send != "copy" && plan_.exec.send != "sm") ||
+      (all_reduce_ ? plan_.exec.gather != "push" && plan_.exec.gather != "sm" : !plan_.exec.gather.empty()))
+    return refuse(rank_, "the overlap plan's send '" + plan_.exec.send + "' or gather '" + plan_.exec.gather +
+                             "' is not one this build runs (send: copy or sm; gather, AllReduce only: push or sm)");
+  kernels::FrameParams movers = frame_params_;
+  movers.roles = RoleCounts{0, c.movers, 0, 0};
+  movers.launch = nullptr;
+  if (c.movers > 0) {
+    WEFT_CHECK(mover_record_.create());
+    movers.launch = mover_record_.device();
+  }
+  overlap_.reset(new ReduceOverlap());
+  return overlap_->create(c, b, frame_params_, movers, side_);
+}
+
 void* GemmReduceOp::resolve(const std::string& name, int rank) const {
   for (const auto& r : regions_)
     if (r.name == name) return rank == rank_ ? ctx_->local(arena_ + r.offset) : ctx_->peer(rank, arena_ + r.offset);
@@ -112,6 +183,16 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
     return Status::kUnsupported;
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
+  if (overlap_) {
+    Status st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
+    if (st == Status::kOk && all_reduce_)  // C was gathered in the heap, where the peers write it
+      st = cudaMemcpyAsync(c, full_[size_t(rank_)], size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess
+               ? Status::kOk
+               : Status::kCudaError;
+    if (st == Status::kOk) st = record_done(done_, s);
+    if (st != Status::kOk) ctx_->poison("gemm_reduce run failed on rank " + std::to_string(rank_));
+    return st;
+  }
   if (a != a_ || b != b_) {
     kernels::GemmArgs args;
     args.m = m_;
@@ -161,18 +242,37 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
 }
 
 void GemmReduceOp::unstick() {
+  if (overlap_) {  // the stream waits are not bounded on the device: raise every word they wait on
+    overlap_->unstick(side_);
+    return;
+  }
   // The reduction kernel's waits are bounded on the device; the flags raised let its peers leave too.
   for (const auto& r : regions_)
     if (r.name == "gemm_reduce.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
-Status GemmReduceOp::clear_launch_record() { return record_.clear(); }
+Status GemmReduceOp::clear_launch_record() {
+  if (mover_record_.device()) WEFT_CHECK(mover_record_.clear());
+  return record_.clear();
+}
 
 Status GemmReduceOp::executed_plan(Plan* out) const {
-  return record_.executed(
+  // Both variants launch the GEMM core: a GEMM launch is the plan's variant (the movers' own record
+  // follows).
+  WEFT_CHECK(record_.executed(
       plan_, regions_, arena_bytes_, rank_, "gemm_reduce",
-      [](int32_t kernel) -> std::string { return kernel == int32_t(kernels::KernelKind::kGemm) ? "peer" : "unknown"; },
-      out);
+      [](int32_t kernel) -> std::string { return kernel == int32_t(kernels::KernelKind::kGemm) ? "gemm" : "unknown"; },
+      out));
+  if (out->exec.variant == "gemm") out->exec.variant = plan_.exec.variant;
+  if (!mover_record_.device()) return Status::kOk;
+  kernels::LaunchRecord rec{};
+  WEFT_CHECK(mover_record_.read(&rec));
+  if (rec.launches < 1 || rec.kernel != int32_t(kernels::KernelKind::kPiecePush)) {
+    WEFT_WARN(kKernel, "rank %d: gemm_reduce: the mover SMs' record shows no launch", rank_);
+    return Status::kNotFound;
+  }
+  out->roles.intra_comm = rec.blocks[int(Role::kIntraComm)] / rec.launches;
+  return Status::kOk;
 }
 
 }  // namespace weft::runtime

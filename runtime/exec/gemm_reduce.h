@@ -1,4 +1,4 @@
-// GEMM+ReduceScatter and GEMM+AllReduce as runtime ops on one node (the plan's "peer" variant).
+// GEMM+ReduceScatter and GEMM+AllReduce as runtime ops on one node: the plan's "peer" or "overlap" variant.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +14,7 @@
 #include "kernels/gemm_types.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/launch_record.h"
+#include "runtime/exec/reduce_overlap.h"
 #include "runtime/plan.h"
 
 namespace weft::runtime {
@@ -21,15 +22,19 @@ namespace weft::runtime {
 // Rank r holds A_r (m x k/W) and B_r (n x k/W); C = Σ_r A_r · B_rᵀ (m x n). ReduceScatter: rank r
 // gets rows [r m/W, (r+1) m/W) of C; AllReduce: every rank gets all of C. bf16, row-major.
 //
+// peer:
 //   S: GEMM on every SM: A_r · B_rᵀ into this rank's partial in the heap
 //      reduction kernel (kernels/reduce_slots.h, launch_peer_reduce): ready round; every block sums
 //      its share of rank r's rows of all W partials, in rank order (the same bits every run), pulled
 //      over NVLink; AllReduce: gathers every rank's reduced rows; done round (every peer finished
 //      reading this rank's partial, which the next call may overwrite)
+//   The reduction starts after the GEMM.
+// overlap (runtime/exec/reduce_overlap.h has the picture): the partial pieces move to their owners
+//   while the GEMM runs, the own rows are reduced in its epilogue; AllReduce's C is gathered in the
+//   heap and copied to the caller's c at the end.
 //
-// The reduction starts after the GEMM (not overlapped with it: `weftrun bench` measures the overlap
-// path, which is not yet a runtime op). Its flags count launches through a kernel argument: not
-// capturable. No allocation and no host synchronisation per call; every rank calls run() alike.
+// Both count calls in their flags (kernel arguments, stream waits): not capturable. No allocation
+// and no host synchronisation per call; every rank calls run() alike.
 class GemmReduceOp {
  public:
   static Status create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduceOp>* out);  // collective
@@ -64,6 +69,9 @@ class GemmReduceOp {
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
   OpLaunchRecord record_;
+  std::unique_ptr<ReduceOverlap> overlap_;  // the overlap variant's engine; null for peer
+  OpLaunchRecord mover_record_;             // overlap with mover SMs: their launches'
+  Status create_overlap();                  // create(): the overlap variant's views, config and engine
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;

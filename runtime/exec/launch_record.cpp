@@ -23,10 +23,15 @@ Status OpLaunchRecord::clear() {
   return Status::kOk;
 }
 
+Status OpLaunchRecord::read(kernels::LaunchRecord* out) const {
+  WEFT_CUDA_CHECK(cudaMemcpy(out, record_, sizeof *out, cudaMemcpyDeviceToHost));
+  return Status::kOk;
+}
+
 Status OpLaunchRecord::executed(const Plan& planned, const std::vector<HeapRegion>& heap, uint64_t heap_bytes, int rank,
                                 const char* op, std::string (*variant_of)(int32_t kernel), Plan* out) const {
   kernels::LaunchRecord rec{};
-  WEFT_CUDA_CHECK(cudaMemcpy(&rec, record_, sizeof rec, cudaMemcpyDeviceToHost));
+  WEFT_CHECK(read(&rec));
   Plan p = planned;
   std::string why;
   if (!apply_launch_record(rec, &p, &why)) {

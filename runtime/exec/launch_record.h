@@ -21,7 +21,8 @@ class OpLaunchRecord {
 
   Status create();  // allocated and zeroed
   kernels::LaunchRecord* device() const { return record_; }
-  Status clear();  // after the device is idle: the next launch is the only one recorded
+  Status clear();                                 // after the device is idle: the next launch is the only one recorded
+  Status read(kernels::LaunchRecord* out) const;  // after the device is idle
 
   // `planned` with the roles and cluster the recorded launch really had, the variant named by
   // `variant_of(kernel kind)` and the op's own heap; kNotFound (logged, naming rank and op) when the

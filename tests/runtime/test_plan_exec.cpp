@@ -171,6 +171,10 @@ TEST_CASE("the workload's plan: map is what runs, and chosen_by says so") {
 TEST_CASE("plan: choices that do not apply are refused with file:line:col and the reason") {
   CHECK(plan_error(parse(ag("plan: {variant: peer}\n"))) ==
         "t.yaml:5:17: plan.variant: peer is a variant of gemm_rs and gemm_ar; expected copy_engine or sm_movers");
+  CHECK(plan_error(parse(ag("plan: {variant: overlap}\n"))).find("plan.variant: overlap is a variant of gemm_rs") !=
+        std::string::npos);
+  CHECK(plan_error(parse(ag("plan: {pieces: 2}\n"))).find("plan.pieces: a choice of gemm_rs and gemm_ar's overlap") !=
+        std::string::npos);
   CHECK(plan_error(parse(ag("roles: {compute: 120, intra_comm: 12}\nplan: {variant: copy_engine}\n")))
             .rfind("t.yaml:6:17: plan.variant: copy_engine moves the shards without SMs, but roles.intra_comm is 12",
                    0) == 0);
@@ -189,7 +193,7 @@ TEST_CASE("plan: choices that do not apply are refused with file:line:col and th
   const std::string rs =
       "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
   CHECK(plan_error(parse(rs + "plan: {variant: copy_engine}\n")) ==
-        "t.yaml:5:17: plan.variant: copy_engine is a variant of ag_gemm; expected peer for gemm_rs");
+        "t.yaml:5:17: plan.variant: copy_engine is a variant of ag_gemm; expected peer or overlap for gemm_rs");
   CHECK(plan_error(parse(rs + "plan: {sm_mover: pull_vec}\n")).find("plan.sm_mover: gemm_rs has no SM movers") !=
         std::string::npos);
   // Ops and layouts without runtime variants take no plan: map.
@@ -275,6 +279,91 @@ TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals
   const Plan t = plan_for(parse(two));
   CHECK(!t.exec.executable);
   CHECK(t.exec.not_executable.find("weftrun bench") != std::string::npos);
+}
+
+TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and heap as planned, or refused") {
+  const std::string rs =
+      "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  std::string ar = rs;
+  ar.replace(ar.find("gemm_rs"), 7, "gemm_ar");
+  // RS: 2048 rows per rank in 4 pieces of 8 MiB, own rows last, copy sends and 4 mover SMs.
+  const Plan p = plan_for(parse(rs + "plan: {variant: overlap}\n"));
+  REQUIRE(p.exec.executable);
+  CHECK(p.exec.variant == "overlap");
+  CHECK(p.exec.pieces == 4);
+  CHECK(p.exec.lag == 4);
+  CHECK(p.exec.send == "copy");
+  CHECK(p.exec.gather.empty());
+  CHECK(p.exec.reduce_blocks == 0);
+  CHECK(!p.exec.capturable);
+  CHECK(p.roles.intra_comm == 4);
+  CHECK(p.roles.compute == p.sm_count - 4);
+  CHECK(p.roles.total() == p.sm_count);
+  for (const char* r : {"gemm_reduce.partial", "gemm_reduce.staging"}) {
+    REQUIRE(p.region(r) != nullptr);
+    CHECK(p.region(r)->bytes == uint64_t(8192) * 8192 * 2);
+  }
+  CHECK(p.region("gemm_reduce.c") == nullptr);
+  for (const char* r :
+       {"gemm_reduce.arrived", "gemm_reduce.landed", "gemm_reduce.moved", "gemm_reduce.tiles", "gemm_reduce.gate"}) {
+    REQUIRE(p.region(r) != nullptr);
+    CHECK(p.region(r)->bytes == 4 * 4 * 8);
+  }
+  CHECK(p.region("gemm_reduce.freed")->bytes == 4 * 8);
+  check_heap(p);
+  CHECK(format_plan_table(p).find("runs     overlap, 4 pieces per rank's rows, own lag 4, sends by the copy engines "
+                                  "and 4 mover SMs") != std::string::npos);
+  Plan back;
+  std::string err;
+  REQUIRE(parse_executed_json(executed_json(p), &back, &err) == Status::kOk);
+  CHECK(plan_hash(back) == plan_hash(p));
+  CHECK(back.exec.pieces == 4);
+  CHECK(back.exec.send == "copy");
+  // AR: the epilogue sends and gathers, own piece one round late, no mover SM.
+  const Plan a = plan_for(parse(ar + "plan: {variant: overlap}\n"));
+  REQUIRE(a.exec.executable);
+  CHECK(a.exec.send == "sm");
+  CHECK(a.exec.gather == "sm");
+  CHECK(a.exec.lag == 1);
+  CHECK(a.roles.intra_comm == 0);
+  REQUIRE(a.region("gemm_reduce.c") != nullptr);
+  check_heap(a);
+  // As written: pieces, lag, copy sends with pushes; explicit roles set the mover SMs.
+  const Plan w = plan_for(parse(ar + "roles: {compute: 120, intra_comm: 8}\n"
+                                     "plan: {variant: overlap, pieces: 2, lag: 2, send: copy, gather: push}\n"));
+  REQUIRE_MESSAGE(w.exec.executable, w.exec.not_executable);
+  CHECK(w.exec.pieces == 2);
+  CHECK(w.exec.lag == 2);
+  CHECK(w.exec.gather == "push");
+  CHECK(w.roles.compute == 120);
+  CHECK(w.roles.intra_comm == 8);
+  // Two ranks: no round has a last owner for the movers.
+  std::string two = rs;
+  two.replace(two.find("gpus_per_node: 4"), 16, "gpus_per_node: 2");
+  const Plan t = plan_for(parse(two + "plan: {variant: overlap}\n"));
+  REQUIRE(t.exec.executable);
+  CHECK(t.roles.intra_comm == 0);
+  CHECK(t.roles.compute == t.sm_count);
+  // Refused, naming the key.
+  auto refused = [&](const std::string& text, const std::string& what) {
+    const Plan r = plan_for(parse(text));
+    CHECK_MESSAGE(!r.exec.executable, text);
+    CHECK_MESSAGE(r.exec.not_executable.find(what) != std::string::npos, r.exec.not_executable);
+  };
+  refused(rs + "plan: {variant: overlap, pieces: 3}\n", "plan.pieces: 3: each rank's 2048 rows must split");
+  refused(rs + "plan: {variant: overlap, pieces: 2, lag: 3}\n", "plan.lag: 3: expected 1 to the 2 pieces");
+  refused(rs + "roles: {compute: 124, intra_comm: 8}\nplan: {variant: overlap, send: sm}\n",
+          "roles.intra_comm: 8 mover SMs");
+  refused(rs + "plan: {variant: overlap, cluster: 2}\n", "plan.cluster: 2: the overlap variant runs 1-CTA clusters");
+  std::string small = ar;
+  small.replace(small.find("m: 8192"), 7, "m: 256");
+  refused(small + "plan: {variant: overlap}\n", "shape.m: 256: the overlap variant needs m / ranks");
+  CHECK(plan_error(parse(rs + "plan: {variant: overlap, gather: sm}\n")).find("plan.gather: gemm_rs gathers nothing") !=
+        std::string::npos);
+  CHECK(plan_error(parse(rs + "plan: {pieces: 2}\n")).find("plan.pieces: a choice of the overlap variant") !=
+        std::string::npos);
+  CHECK(plan_error(parse(rs + "plan: {variant: overlap, reduce_blocks: 8}\n"))
+            .find("plan.reduce_blocks: the peer variant's reduction kernel") != std::string::npos);
 }
 
 TEST_CASE("every example: the executed form reads back to the same plan hash") {
