@@ -51,9 +51,9 @@
 namespace weft::transport {
 namespace {
 
-using ibv::kRecvDepth;
+using ibv::kRecvDepth;  // queue depths: ibverbs_sizes.h, shared with the resource report
 using ibv::kSendQueueDepth;
-using ibv::kSignalInterval;
+constexpr int kSignalInterval = 32;
 constexpr int kMaxGidEntries = 1024;
 
 std::atomic<bool> g_receiver_flush_off{false};

@@ -14,7 +14,6 @@ constexpr int kSendCqFloor = 4096;     // the send CQ never asks for fewer entri
 constexpr int kRecvDepth = 128;        // receives posted per QP for signals sent as SENDs
 constexpr int kRecvCqFloor = 64;       // the receive CQ never asks for fewer entries
 constexpr int kCqSlack = 64;           // entries above every queue full of signalled WRs
-constexpr int kSignalInterval = 32;    // selective signalling: one CQE per this many WRs
 // A signal record (flag offset, value): the staging word of every signal a channel posts (one per peer,
 // a rank without peers still registers one) and each receive buffer of a SEND signal.
 constexpr uint64_t kSignalRecordBytes = 16;
