@@ -10,6 +10,7 @@ namespace {
 constexpr double kGB = 1e9;
 constexpr double kTileM = 128, kTileN = 256;  // the GEMM core's tile (kernels/grouped_gemm.cu)
 constexpr double kHeaderBytes = 80;           // dispatch header per (token, rank) (kernels/moe_plan.h)
+constexpr double kGroupM = 16;                // row tiles per raster group (kernels/grouped_gemm.h, group_m)
 
 // Probability that `g` of the `experts` hold at least one of a token's `k` distinct experts.
 double group_hit(int64_t experts, int64_t k, int64_t g) {
@@ -59,10 +60,19 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
                           const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s) {
   const double h = double(hidden), f = double(ffn), rows = local_experts * tiles_per_expert * kTileM;
   const double row_tiles = local_experts * tiles_per_expert;
+  const double up_blocks = std::ceil(2 * f / kTileN), down_blocks = std::ceil(h / kTileN);
+  // The rows are read once per wave of their raster group, not once: a group of kGroupM row tiles runs
+  // every n block, row tiles fastest (kernels/moe_plan.h, moe_grouped_tile_at), so a wave holds a few
+  // n blocks of the group, and the blocks running together share its row tiles through L2; the next
+  // wave needs them again after the weight slices of every expert in the group have streamed through
+  // L2 (DeepSeek-V3 gate/up at 2.5 tiles an expert: about 190 MB of weights a wave, L2 holds 50 MB).
+  const double group_tiles = std::min(kGroupM, row_tiles);
+  const double up_row_reads = std::max(1.0, group_tiles * up_blocks / m.sm_count);
+  const double down_row_reads = std::max(1.0, group_tiles * down_blocks / m.sm_count);
   // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out.
-  *up_s =
-      grouped_pass(row_tiles * std::ceil(2 * f / kTileN), h, (local_experts * 2 * f * h + rows * (h + f)) * 2, m, c);
-  *down_s = grouped_pass(row_tiles * std::ceil(h / kTileN), f, (local_experts * f * h + rows * (f + h)) * 2, m, c);
+  *up_s = grouped_pass(row_tiles * up_blocks, h, (local_experts * 2 * f * h + rows * (h * up_row_reads + f)) * 2, m, c);
+  *down_s =
+      grouped_pass(row_tiles * down_blocks, f, (local_experts * f * h + rows * (f * down_row_reads + h)) * 2, m, c);
 }
 
 MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& m, const MoeStagedConstants& c) {

@@ -16,11 +16,12 @@ struct MoeStagedConstants {
   // The grouped GEMM (kernels/grouped_gemm.cu), fitted on bench_moe_single's one-GPU rows. A pass over
   // t tiles of 128 x 256 takes max(mma, hbm) + overlap_miss * min(mma, hbm), where
   // mma = ceil(t / SMs) waves of (tile FLOPs / (gemm_tflops / SMs) + gemm_tile_us) and hbm = the
-  // experts' weights and the padded rows in and out at gemm_hbm_gbps.
-  double gemm_tflops = 850;
+  // experts' weights and the padded rows in and out at gemm_hbm_gbps, the rows read once per wave of
+  // their raster group (moe_grouped_ffn_time).
+  double gemm_tflops = 915;
   double gemm_tile_us = 6;
-  double gemm_hbm_gbps = 2900;
-  double gemm_overlap_miss = 0.4;
+  double gemm_hbm_gbps = 3200;
+  double gemm_overlap_miss = 0.51;
   // The other phases, fitted on the per-phase times of the 2 x H100 layer rows of Mixtral-8x7B and
   // Qwen3-30B-A3B (DeepSeek-V3's are held out).
   double route_us = 16;         // route: fixed cost beside the router GEMM (launches, memsets, top-k)

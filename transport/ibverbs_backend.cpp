@@ -44,17 +44,17 @@
 #include "transport/ibverbs_api.h"
 #include "transport/ibverbs_plan.h"
 #include "transport/ibverbs_signal_rx.h"
+#include "transport/ibverbs_sizes.h"
 #include "transport/ibverbs_wr.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {
 namespace {
 
-constexpr int kSendQueueDepth = 1024;
-constexpr int kCqDepth = 4096;
+using ibv::kRecvDepth;  // queue depths: ibverbs_sizes.h, shared with the resource report
+using ibv::kSendQueueDepth;
 constexpr int kSignalInterval = 32;
 constexpr int kMaxGidEntries = 1024;
-constexpr int kRecvDepth = 128;  // receives per QP for signals sent as SENDs
 
 std::atomic<bool> g_receiver_flush_off{false};
 
@@ -131,11 +131,12 @@ class IbvBackend final : public NetBackend {
     // One CQ for every QP: deep enough for each send queue full of signalled WRs (serial mode),
     // within what the device allows.
     const int peers = static_cast<int>(peer_list_.size());
-    const int cq_depth = std::min(dattr.max_cqe, std::max(kCqDepth, peers * sq_depth_ + 64));
+    const int cq_depth = static_cast<int>(
+        std::min<uint64_t>(dattr.max_cqe, ibv::send_cq_entries(peers, static_cast<uint64_t>(sq_depth_))));
     cq_ = api_.create_cq(ctx_, cq_depth, nullptr, nullptr, 0);
     if (!cq_) return fail_errno("ibv_create_cq");
     // Signal values are staged here; inline WRITEs copy them into the WQE at post time.
-    values_.resize(std::max<size_t>(values_.size(), 1));  // a rank without peers still registers one word
+    values_.resize(ibv::signal_staging_bytes(values_.size()) / sizeof(ibv::SignalRecord));  // at least one
     values_mr_ = api_.reg_mr(pd_, values_.data(), values_.size() * sizeof(ibv::SignalRecord), IBV_ACCESS_LOCAL_WRITE);
     if (!values_mr_) return fail_errno("ibv_reg_mr(signal values)");
     return Status::kOk;
@@ -522,7 +523,7 @@ class IbvBackend final : public NetBackend {
   ibv_context* ctx_ = nullptr;
   int sq_depth_ = kSendQueueDepth;
   int recv_depth_ = kRecvDepth;
-  int max_cqe_ = kCqDepth;
+  int max_cqe_ = ibv::kSendCqFloor;
   uint8_t port_num_ = 1;
   ibv_port_attr port_{};
   uint8_t gid_[16] = {};

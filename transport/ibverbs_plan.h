@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "transport/ibverbs_sizes.h"
 
 namespace weft::transport::ibv {
 
@@ -67,7 +68,7 @@ struct SignalRecord {
   uint64_t flag_offset = 0;
   uint64_t value = 0;
 };
-static_assert(sizeof(SignalRecord) == 16, "SignalRecord is 16 bytes on the wire");
+static_assert(sizeof(SignalRecord) == kSignalRecordBytes, "SignalRecord is 16 bytes on the wire");
 // As plan_signal, but the record staged at `record_addr` goes as a SEND.
 WrPlan plan_signal_send(int peer, uint64_t record_addr, uint32_t lkey, bool fence, bool need_completion,
                         uint64_t user_wr_id, uint64_t* next_seq, uint64_t in_flight, SignalPolicy* policy);

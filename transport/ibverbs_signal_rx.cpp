@@ -7,17 +7,20 @@
 #include <cstdio>
 #include <cstring>
 
+#include "transport/ibverbs_sizes.h"
+
 namespace weft::transport::ibv {
 
 Status SignalReceiver::open(ibv_context* ctx, ibv_pd* pd, int peers, int depth, int max_cqe, std::string* why) {
   peers_ = peers;
   depth_ = depth;
-  cq_ = api_.create_cq(ctx, std::min(max_cqe, std::max(64, peers * depth + 64)), nullptr, nullptr, 0);
+  const uint64_t cqe = std::min<uint64_t>(max_cqe, recv_cq_entries(peers, depth));
+  cq_ = api_.create_cq(ctx, static_cast<int>(cqe), nullptr, nullptr, 0);
   if (!cq_) {
     *why = std::string("ibv_create_cq(signal receives): ") + strerror(errno);
     return Status::kSystemError;
   }
-  bufs_.assign(std::max<size_t>(1, size_t(peers) * depth), SignalRecord{});
+  bufs_.assign(recv_buffer_bytes(peers, depth) / sizeof(SignalRecord), SignalRecord{});
   mr_ = api_.reg_mr(pd, bufs_.data(), bufs_.size() * sizeof(SignalRecord), IBV_ACCESS_LOCAL_WRITE);
   if (!mr_) {
     *why = std::string("ibv_reg_mr(signal receives): ") + strerror(errno);

@@ -6,14 +6,11 @@
 
 #include "base/params.h"
 #include "transport/fifo_command.h"
+#include "transport/ibverbs_sizes.h"
 #include "transport/net_backend.h"
 
 namespace weft::transport {
 namespace {
-
-// The ibverbs backend's queue sizes (ibverbs_backend.cpp): per-QP send queue, and the CQ floor.
-constexpr uint64_t kSendQueueDepth = 1024;
-constexpr uint64_t kCqFloor = 4096;
 
 uint32_t pow2_at_least(uint64_t v) {
   uint64_t p = 2;
@@ -37,6 +34,7 @@ std::vector<std::vector<int>> index_layout(const RankLayout& l) {
 }  // namespace
 
 const char* to_string(PeerNeed need) { return need == PeerNeed::kRails ? "rails" : "every_rank"; }
+const char* to_string(SignalPath path) { return path == SignalPath::kSend ? "send" : "write"; }
 
 RankLayout block_layout(int nodes, int per_node) {
   RankLayout l;
@@ -177,13 +175,27 @@ Status rank_resources(const RankLayout& l, int rank, PeerNeed need, const Resour
   r.queue_pairs = ibv ? static_cast<int>(peers * ch) : 0;
   r.endpoints = ofi ? in.channels : sock ? static_cast<int>(peers * ch) : 0;
   r.address_entries = ofi ? static_cast<int>(peers * ch) : 0;
-  r.memory_registrations = ibv || ofi ? 2 * in.channels : 0;
-  r.registered_bytes = ibv || ofi ? ch * (in.heap_bytes + 8 * peers) : 0;
+  // ibverbs per channel: the heap, a staging record per peer and, where signals arrive as SENDs,
+  // kRecvDepth receive buffers per QP in one registration with a receive CQ of their own
+  // (ibverbs_backend.cpp, ibverbs_signal_rx.cpp; the sizes are ibverbs_sizes.h's).
+  const bool by_send = ibv && in.signals == SignalPath::kSend;
+  const uint64_t recv_depth = ibv::kRecvDepth;
+  if (ibv) {
+    r.memory_registrations = (by_send ? 3 : 2) * in.channels;
+    r.receive_entries = by_send ? ch * peers * recv_depth : 0;
+    r.receive_bytes = by_send ? ch * ibv::recv_buffer_bytes(peers, recv_depth) : 0;
+    r.registered_bytes = ch * (in.heap_bytes + ibv::signal_staging_bytes(peers)) + r.receive_bytes;
+    r.completion_queues = (by_send ? 2 : 1) * in.channels;
+    r.completion_entries = ch * (ibv::send_cq_entries(peers, ibv::kSendQueueDepth) +
+                                 (by_send ? ibv::recv_cq_entries(peers, recv_depth) : 0));
+  } else if (ofi) {
+    r.memory_registrations = 2 * in.channels;
+    r.registered_bytes = ch * (in.heap_bytes + 8 * peers);
+  }
   // Each chunk to each peer is one put+signal command; a channel carries its share of them.
   const uint64_t in_flight = (peers * static_cast<uint64_t>(in.chunks_per_peer) + ch - 1) / ch;
   r.fifo_depth = pow2_at_least(in_flight);
   r.fifo_bytes = ch * (uint64_t{r.fifo_depth} * sizeof(FifoCommand) + sizeof(FifoRingHeader));
-  r.completion_entries = ibv ? ch * std::max(kCqFloor, peers * kSendQueueDepth + 64) : 0;
   const uint64_t blob = ibv   ? ibv_peer_info_bytes(peers)
                         : ofi ? kEndpointHeaderBytes + 8 + OfiPeerInfo::kMaxAddrBytes + OfiPeerInfo::kMaxProviderChars +
                                     24                             // upper bound: the address varies
@@ -211,14 +223,19 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
                 {"heap_bytes", r.heap_bytes},
                 {"fifo_depth", r.fifo_depth},
                 {"fifo_bytes", r.fifo_bytes},
+                {"completion_queues", r.completion_queues},
                 {"completion_entries", r.completion_entries},
+                {"receive_entries", r.receive_entries},
+                {"receive_bytes", r.receive_bytes},
                 {"exchange_bytes", r.exchange_bytes}};
   };
   // Node and local index differ between ranks by definition; rows group on the rest.
   auto same_cost = [](const RankResources& a, const RankResources& b) {
     return a.net_peers == b.net_peers && a.nvlink_peers == b.nvlink_peers && a.queue_pairs == b.queue_pairs &&
            a.endpoints == b.endpoints && a.registered_bytes == b.registered_bytes && a.fifo_depth == b.fifo_depth &&
-           a.exchange_bytes == b.exchange_bytes && a.completion_entries == b.completion_entries;
+           a.exchange_bytes == b.exchange_bytes && a.completion_entries == b.completion_entries &&
+           a.memory_registrations == b.memory_registrations && a.completion_queues == b.completion_queues &&
+           a.receive_entries == b.receive_entries;
   };
   json ranks = json::array();
   RankResources first, prev, worst;
@@ -259,9 +276,9 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
   }
   json max = row(worst);
   max["rank"] = worst.rank;
-  *text =
-      json{{"need", to_string(need)}, {"backend", in.backend}, {"world_size", world}, {"ranks", ranks}, {"max", max}}
-          .dump();
+  *text = json{{"need", to_string(need)}, {"backend", in.backend}, {"signals", to_string(in.signals)},
+               {"world_size", world},     {"ranks", ranks},        {"max", max}}
+              .dump();
   return Status::kOk;
 }
 
@@ -281,7 +298,19 @@ std::string plan_resources_json(int nodes, int per_node, const std::string& back
     const uint64_t peers = static_cast<uint64_t>(nodes - 1), chunk = std::max<uint64_t>(nic_chunk_bytes, 1);
     const uint64_t chunks = peers ? (nic_bytes_out + chunk * peers - 1) / (chunk * peers) : 1;
     in.chunks_per_peer = static_cast<int>(std::clamp<uint64_t>(chunks, 1, 1 << 20));
-    if (resources_json(block_layout(nodes, per_node), PeerNeed::kRails, in, &text, &why) == Status::kOk) return text;
+    // ibverbs: count the SEND-signal wiring (the larger), and say what the NIC-written case needs.
+    const RankLayout layout = block_layout(nodes, per_node);
+    std::string write_text;
+    in.signals = in.backend == "ibverbs" ? SignalPath::kSend : SignalPath::kWrite;
+    if (resources_json(layout, PeerNeed::kRails, in, &text, &why) == Status::kOk) {
+      if (in.signals == SignalPath::kWrite) return text;
+      in.signals = SignalPath::kWrite;
+      if (resources_json(layout, PeerNeed::kRails, in, &write_text, &why) == Status::kOk) {
+        auto j = nlohmann::json::parse(text);
+        j["max_write_signals"] = nlohmann::json::parse(write_text)["max"];
+        return j.dump();
+      }
+    }
   }
   return nlohmann::json{{"error", why}}.dump();
 }

@@ -74,12 +74,21 @@ struct PeerSet {
 // or a rank outside it.
 Status peer_set(const RankLayout& layout, int rank, PeerNeed need, PeerSet* out, std::string* why);
 
+// How signals reach a rank's heap over ibverbs, which sets what its wiring holds. Known only at run time
+// (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING of the heap's GPU), so a report names the one it counts.
+enum class SignalPath : int {
+  kWrite = 0,  // the peer's NIC writes the flag: a host heap, or a GPU at "owner" RDMA write ordering or above
+  kSend = 1,   // SENDs to receives this rank posts, applied by its proxy after a flush: a GPU below "owner"
+};
+const char* to_string(SignalPath path);  // "write" | "send"
+
 // What the op asks of the transport, for the report below.
 struct ResourceInputs {
-  std::string backend = "ibverbs";  // ibverbs | ofi | socket | loopback | none
-  int channels = 1;                 // NIC channels (proxies), WEFT_NET_CHANNELS
-  uint64_t heap_bytes = 0;          // the op's symmetric heap on every rank
-  int chunks_per_peer = 1;          // chunk messages in flight to one net peer (the op's pipeline)
+  std::string backend = "ibverbs";          // ibverbs | ofi | socket | loopback | none
+  int channels = 1;                         // NIC channels (proxies), WEFT_NET_CHANNELS
+  uint64_t heap_bytes = 0;                  // the op's symmetric heap on every rank
+  int chunks_per_peer = 1;                  // chunk messages in flight to one net peer (the op's pipeline)
+  SignalPath signals = SignalPath::kWrite;  // ibverbs only: how signals reach every rank's heap
 };
 
 // Per rank, from peer_set(): what the wiring opens and holds. Counts are per rank, summed over channels.
@@ -88,31 +97,38 @@ struct RankResources {
   int net_peers = 0;     // connections per channel
   int nvlink_peers = 0;  // node-mates mapped through CUDA IPC
   int channels = 0;
-  int queue_pairs = 0;           // ibverbs: one RC QP per net peer per channel
-  int endpoints = 0;             // ofi: one RDM endpoint per channel; socket: one TCP stream per peer per channel
-  int address_entries = 0;       // ofi: address-vector entries (net peers per channel)
-  int memory_registrations = 0;  // ibverbs/ofi: the heap and the signal staging words, per channel
-  uint64_t registered_bytes = 0;
+  int queue_pairs = 0;      // ibverbs: one RC QP per net peer per channel
+  int endpoints = 0;        // ofi: one RDM endpoint per channel; socket: one TCP stream per peer per channel
+  int address_entries = 0;  // ofi: address-vector entries (net peers per channel)
+  // ibverbs/ofi: the heap and the signal staging records, per channel; ibverbs with SEND signals: and
+  // the receive buffers (one registration per channel).
+  int memory_registrations = 0;
+  uint64_t registered_bytes = 0;  // every registration above, receive buffers included
   uint64_t heap_bytes = 0;
   uint32_t fifo_depth = 0;          // GPU->proxy ring slots per channel: every in-flight chunk fits (power of two)
   uint64_t fifo_bytes = 0;          // all channels' rings
-  uint64_t completion_entries = 0;  // ibverbs: CQ entries, all channels
+  int completion_queues = 0;        // ibverbs: the send CQ per channel, and with SEND signals a receive CQ
+  uint64_t completion_entries = 0;  // ibverbs: entries of every CQ above, all channels
+  uint64_t receive_entries = 0;     // ibverbs with SEND signals: receives posted (kRecvDepth per QP), all channels
+  uint64_t receive_bytes = 0;       // their registered buffers (part of registered_bytes), all channels
   uint64_t exchange_bytes = 0;      // the endpoint blob this rank publishes, all channels
 };
 
 Status rank_resources(const RankLayout& layout, int rank, PeerNeed need, const ResourceInputs& in, RankResources* out,
                       std::string* why);
 
-// Every rank's report, as JSON: {"need": ..., "backend": ..., "ranks": [{"first_rank", "last_rank", ...}, ...],
-// "max": {...}}; consecutive ranks with equal reports share one entry (128 x 8 of one shape is one
-// entry, not 1,024).
+// Every rank's report, as JSON: {"need": ..., "backend": ..., "signals": "write"|"send", "ranks":
+// [{"first_rank", "last_rank", ...}, ...], "max": {...}}; consecutive ranks with equal reports share one
+// entry (128 x 8 of one shape is one entry, not 1,024). "signals" names the path every ibverbs figure counts.
 Status resources_json(const RankLayout& layout, PeerNeed need, const ResourceInputs& in, std::string* text,
                       std::string* why);
 
 // The "resources" section of `weftrun plan --json`: a block layout of nodes x per_node running a
 // fused op (rails), `backend` as the plan chose it ("none" on one node), WEFT_NET_CHANNELS channels,
 // the op's heap, and in-flight chunks per peer from the bytes each rank sends over the NIC and the
-// NIC chunk size. Malformed inputs give {"error": why}.
+// NIC chunk size. On ibverbs the GPU's RDMA write ordering is not known until run time, so "ranks" and
+// "max" count the costlier SEND-signal wiring ("signals": "send") and "max_write_signals" gives the
+// costliest rank where the NIC writes every flag. Malformed inputs give {"error": why}.
 std::string plan_resources_json(int nodes, int per_node, const std::string& backend, uint64_t heap_bytes,
                                 uint64_t nic_bytes_out, uint64_t nic_chunk_bytes);
 

@@ -134,8 +134,9 @@ TEST_CASE("moe: the tuner's plan predicts the staged layer within the stated err
   // the same call). See docs/tuner.md, "MoE", for what is held out from what.
   constexpr double kGoal = 0.20;
   // The rows the model does not bring within 20%, with the bound it reaches (docs/tuner.md says why).
-  // Run A of L05 is the outlier docs/moe.md names (1.697 ms against 0.410 in run B): not bounded.
-  const std::map<std::string, double> kMissesB = {{"L03", 0.25}, {"L04", 0.25}};
+  // L03's run A is 15% slower than its run B, which is within 20%. Run A of L05 is the outlier
+  // docs/moe.md names (1.697 ms against 0.410 in run B): not bounded.
+  const std::map<std::string, double> kMissesB = {{"L04", 0.25}};
   const std::map<std::string, double> kMissesA = {{"L03", 0.35}, {"L04", 0.25}};
   const MachineModel m = machine_model_h100();
   const MoeStagedConstants c = moe_staged_constants(m);
@@ -199,7 +200,7 @@ TEST_CASE("moe: the tuner's plan against the 4 x H200 layer rows (held out: anot
         << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
   INFO(table.str());
   print(table.str());
-  // Every row within the issue's 20% (at this commit: max 9.5%, median 3.8%; single phases miss by up
+  // Every row within the issue's 20% (at this commit: max 11.4%, median 4.1%; single phases miss by up
   // to 51%, the combine and arrange waits most, and partly cancel).
   CHECK(errors.back() <= 0.20);
 }

@@ -849,6 +849,17 @@ size_t Fabric::live_objects() const {
   Lock l(impl_->m);
   return impl_->contexts.size() + impl_->pds.size() + impl_->cqs.size() + impl_->mrs.size() + impl_->qps.size();
 }
+Fabric::Held Fabric::held() const {
+  Lock l(impl_->m);
+  Held h;
+  h.queue_pairs = impl_->qps.size();
+  h.memory_registrations = impl_->mrs.size();
+  h.completion_queues = impl_->cqs.size();
+  for (const auto& [k, mr] : impl_->mrs) h.registered_bytes += mr->len;
+  for (const auto& [k, cq] : impl_->cqs) h.completion_entries += static_cast<uint64_t>(cq->depth);
+  for (const auto& [k, q] : impl_->qps) h.receives_posted += q->recvs.size();
+  return h;
+}
 void Fabric::set_exec_budget(int n) {
   Lock l(impl_->m);
   impl_->budget = n < 0 ? 0 : n;

@@ -84,6 +84,16 @@ class Fabric {
   Counters counters() const;
   std::vector<RouteSeen> routes() const;
   size_t live_objects() const;  // contexts, PDs, CQs, MRs and QPs not yet released
+  // What the live objects hold, summed over every context: what a resource report should count.
+  struct Held {
+    uint64_t queue_pairs = 0;
+    uint64_t memory_registrations = 0;
+    uint64_t registered_bytes = 0;
+    uint64_t completion_queues = 0;
+    uint64_t completion_entries = 0;  // the depths the CQs were created with
+    uint64_t receives_posted = 0;     // receives posted and not yet consumed by a SEND
+  };
+  Held held() const;
 
   // Knobs.
   // 0 (default): a poll executes everything pending; n > 0: 1..n WRs per QP per poll (random), QPs in a

@@ -17,6 +17,7 @@
 #include "local_bootstrap.h"
 #include "transport/ibverbs_backend.h"
 #include "transport/ibverbs_plan.h"
+#include "transport/peer_set.h"
 #include "transport/transport.h"
 
 using weft::Status;
@@ -457,4 +458,67 @@ TEST_CASE("a signal whose receive never comes: bounded, and the error names rank
   CHECK(err[0].find("to rank 1") != std::string::npos);
   CHECK(fab.counters().sends == 0);
   CHECK(mem[1][1000] == 0);  // never set without its data
+}
+
+// The report a site reads before a job (transport/peer_set.h) against what the backend really holds on the
+// fake verbs, summed over ranks: 3 nodes x 1, 2 channels, rails (2 peers a rank). A GPU below "owner"
+// ordering adds the receive side (receives, their registered buffers, a receive CQ); at "owner" it has none.
+TEST_CASE("the resource report counts what the wiring holds, with SEND signals and with WRITE signals") {
+  for (const int ordering : {0, 100}) {
+    CAPTURE(ordering);
+    fake::Fabric fab({fake::ib_device("mlx5_0", 1)});
+    const int world = 3, channels = 2;
+    std::vector<std::vector<uint64_t>> mem(world, std::vector<uint64_t>(4096, 0));
+    fake::Fabric::Held held;
+    std::vector<tr::RankResources> planned(world);
+    auto st = weft::testing::run_threads(world, 1, [&](weft::bootstrap::Bootstrap& boot) -> Status {
+      const int me = boot.info().rank;
+      tr::TransportOptions o;
+      o.backend = "ibverbs";
+      o.channels = channels;
+      o.timeout_s = 10;
+      o.use_topology = false;
+      o.peers = tr::PeerNeed::kRails;
+      o.copy_hooks.to_region = store_to_region;
+      tr::Region heap{mem[me].data(), mem[me].size() * 8, tr::MemKind::kDevice};
+      heap.rdma_writes_ordering = ordering;
+      heap.flush_rdma_writes = [] { return Status::kOk; };
+      std::unique_ptr<tr::Transport> t;
+      WEFT_CHECK(tr::Transport::create(boot, heap, o, &t));
+      tr::ResourceInputs in;
+      in.backend = "ibverbs";
+      in.channels = channels;
+      in.heap_bytes = heap.bytes;
+      in.signals = ordering < 100 ? tr::SignalPath::kSend : tr::SignalPath::kWrite;
+      std::string why;
+      WEFT_CHECK(tr::rank_resources(t->layout(), me, tr::PeerNeed::kRails, in, &planned[me], &why));
+      WEFT_CHECK(boot.barrier("wired"));
+      if (me == 0) held = fab.held();
+      WEFT_CHECK(boot.barrier("counted"));
+      return t->stop();
+    });
+    fake::Fabric::Held sum;
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      CHECK(st[r] == Status::kOk);
+      CHECK(planned[r].net_peers == 2);
+      sum.queue_pairs += planned[r].queue_pairs;
+      sum.memory_registrations += planned[r].memory_registrations;
+      sum.registered_bytes += planned[r].registered_bytes;
+      sum.completion_queues += planned[r].completion_queues;
+      sum.completion_entries += planned[r].completion_entries;
+      sum.receives_posted += planned[r].receive_entries;
+    }
+    CHECK(held.queue_pairs == sum.queue_pairs);
+    CHECK(held.memory_registrations == sum.memory_registrations);
+    CHECK(held.registered_bytes == sum.registered_bytes);
+    CHECK(held.completion_queues == sum.completion_queues);
+    CHECK(held.completion_entries == sum.completion_entries);
+    CHECK(held.receives_posted == sum.receives_posted);
+    // The receive side exists exactly where the GPU needs the flush.
+    CHECK((held.receives_posted > 0) == (ordering < 100));
+    CHECK(fab.violations().empty());
+    INFO(joined(fab.violations()));
+    CHECK(fab.live_objects() == 0);
+  }
 }

@@ -7,10 +7,12 @@
 #include <random>
 #include <set>
 
+#include "transport/ibverbs_sizes.h"
 #include "transport/peer_set.h"
 
 using weft::Status;
 using namespace weft::transport;
+namespace ibv = weft::transport::ibv;
 
 namespace {
 
@@ -159,7 +161,10 @@ TEST_CASE("malformed layouts are refused with the reason") {
 //   endpoint blob        16 + 36 + 12 (N - 1) per channel = 1,576 bytes (published once per channel)
 //   FIFO                 pow2(ceil((N - 1) x chunks / channels)) = 256 slots per channel, 66,304 bytes in all
 //   completion entries   (N - 1) x 1,024 + 64 per channel (every send queue full of signalled WRs)
-//   registered memory    the heap and (N - 1) signal words, per channel
+//   registered memory    the heap and (N - 1) 16-byte signal records, per channel
+// and where signals arrive as SENDs (a GPU below "owner" RDMA write ordering), per channel:
+//   receives             (N - 1) x 128 = 16,256 posted, 16 bytes each registered (260,096 bytes)
+//   receive CQ           (N - 1) x 128 + 64 = 16,320 entries
 TEST_CASE("resource budget at 128 x 8: queue pairs per GPU grow with N, not N x G") {
   ResourceInputs in;
   in.backend = "ibverbs";
@@ -182,9 +187,20 @@ TEST_CASE("resource budget at 128 x 8: queue pairs per GPU grow with N, not N x 
     CHECK(r.completion_entries == uint64_t(in.channels) * ((N - 1) * 1024 + 64));
     CHECK(r.completion_entries / in.channels < (1u << 22));  // mlx5's max_cqe
     CHECK(r.memory_registrations == 2 * in.channels);
-    CHECK(r.registered_bytes == uint64_t(in.channels) * (in.heap_bytes + 8 * (N - 1)));
+    CHECK(r.registered_bytes == uint64_t(in.channels) * (in.heap_bytes + 16 * (N - 1)));
     CHECK(r.heap_bytes == in.heap_bytes);
+    CHECK(r.receive_entries == 0);
   }
+  ResourceInputs by_send = in;
+  by_send.signals = SignalPath::kSend;
+  const RankResources w = cost_of(l, 0, in), s = cost_of(l, 0, by_send);
+  CHECK(s.queue_pairs == w.queue_pairs);
+  CHECK(s.receive_entries == uint64_t(in.channels) * 16256);
+  CHECK(s.receive_bytes == uint64_t(in.channels) * 260096);
+  CHECK(s.registered_bytes == w.registered_bytes + s.receive_bytes);
+  CHECK(s.completion_entries == w.completion_entries + uint64_t(in.channels) * 16320);
+  CHECK(s.completion_entries / in.channels < (1u << 22));
+  CHECK(s.memory_registrations == 3 * in.channels);
   // Grows with N: the same per GPU whatever G, and linear in N.
   CHECK(cost_of(block_layout(N, 1), 0, in).queue_pairs == cost_of(l, 0, in).queue_pairs);
   CHECK(cost_of(block_layout(64, G), 0, in).queue_pairs == 63 * in.channels);
@@ -227,6 +243,67 @@ TEST_CASE("resource report by backend, and inputs checked") {
   CHECK(why.find("carrier-pigeon") != std::string::npos);
 }
 
+// The SEND-signal path on a small layout, from the backend's own sizes (ibverbs_sizes.h): 3 nodes x 2,
+// rails, 2 channels: every rank faces 2 peers per channel.
+TEST_CASE("ibverbs with SEND signals: receives, their buffers and the receive CQ counted in the totals") {
+  ResourceInputs in;
+  in.backend = "ibverbs";
+  in.channels = 2;
+  in.heap_bytes = 1 << 20;
+  const RankLayout l = block_layout(3, 2);
+  const uint64_t ch = 2, peers = 2;
+  const RankResources w = cost_of(l, 3, in);
+  in.signals = SignalPath::kSend;
+  const RankResources s = cost_of(l, 3, in);
+  CHECK(w.net_peers == int(peers));
+  CHECK(s.net_peers == int(peers));
+
+  // Write signals: the heap and a staging record per peer; one send CQ per channel.
+  CHECK(w.queue_pairs == int(ch * peers));
+  CHECK(w.memory_registrations == int(2 * ch));
+  CHECK(w.registered_bytes == ch * (in.heap_bytes + peers * ibv::kSignalRecordBytes));
+  CHECK(w.completion_queues == int(ch));
+  CHECK(w.completion_entries ==
+        ch * std::max<uint64_t>(ibv::kSendCqFloor, peers * ibv::kSendQueueDepth + ibv::kCqSlack));
+  CHECK(w.completion_entries == ch * 4096);  // 2 x 1,024 + 64 is under the floor
+  CHECK(w.receive_entries == 0);
+  CHECK(w.receive_bytes == 0);
+
+  // Send signals: the same QPs, plus kRecvDepth receives per QP, their buffers (one more registration
+  // per channel) and a receive CQ per channel that holds every one of them.
+  CHECK(s.queue_pairs == w.queue_pairs);
+  CHECK(s.receive_entries == ch * peers * ibv::kRecvDepth);
+  CHECK(s.receive_entries == 512);
+  CHECK(s.receive_bytes == ch * peers * ibv::kRecvDepth * ibv::kSignalRecordBytes);
+  CHECK(s.receive_bytes == 8192);
+  CHECK(s.memory_registrations == int(3 * ch));
+  CHECK(s.registered_bytes == w.registered_bytes + s.receive_bytes);
+  CHECK(s.completion_queues == int(2 * ch));
+  CHECK(s.completion_entries ==
+        w.completion_entries + ch * std::max<uint64_t>(ibv::kRecvCqFloor, peers * ibv::kRecvDepth + ibv::kCqSlack));
+  CHECK(s.completion_entries == ch * (4096 + 320));
+  // Nothing else moves.
+  CHECK(s.fifo_depth == w.fifo_depth);
+  CHECK(s.exchange_bytes == w.exchange_bytes);
+
+  // Only ibverbs has a SEND path: the other backends report the same either way.
+  for (const char* backend : {"ofi", "socket", "none"}) {
+    CAPTURE(backend);
+    in.backend = backend;
+    in.signals = SignalPath::kWrite;
+    const RankResources a = cost_of(l, 3, in);
+    in.signals = SignalPath::kSend;
+    const RankResources b = cost_of(l, 3, in);
+    CHECK(a.registered_bytes == b.registered_bytes);
+    CHECK(a.memory_registrations == b.memory_registrations);
+    CHECK(b.receive_entries == 0);
+    CHECK(b.completion_entries == 0);
+  }
+  // One node: nothing is wired, whatever the signals.
+  in.backend = "ibverbs";
+  CHECK(cost_of(block_layout(1, 8), 0, in).receive_entries == 0);
+}
+
 TEST_CASE("the JSON report: ranks of one cost share an entry; uneven layouts split") {
   ResourceInputs in;
   in.channels = 4;
@@ -242,7 +319,25 @@ TEST_CASE("the JSON report: ranks of one cost share an entry; uneven layouts spl
   CHECK(j["ranks"][0]["last_rank"] == 1023);
   CHECK(j["ranks"][0]["queue_pairs"] == 127 * 4);
   CHECK(j["max"]["queue_pairs"] == 127 * 4);
+  CHECK(j["signals"] == "write");
+  CHECK(j["max"]["receive_entries"] == 0);
+  CHECK(j["max"]["completion_queues"] == 4);
   CHECK(text.size() < 2000);
+  // The SEND path: named, and its figures in every entry and in "max".
+  ResourceInputs by_send = in;
+  by_send.signals = SignalPath::kSend;
+  REQUIRE(resources_json(block_layout(128, 8), PeerNeed::kRails, by_send, &text, &why) == Status::kOk);
+  j = nlohmann::json::parse(text);
+  CHECK(j["signals"] == "send");
+  const RankResources s = cost_of(block_layout(128, 8), 0, by_send);
+  for (const auto& row : {j["ranks"][0], j["max"]}) {
+    CHECK(row["receive_entries"] == s.receive_entries);
+    CHECK(row["receive_bytes"] == s.receive_bytes);
+    CHECK(row["completion_queues"] == 8);
+    CHECK(row["completion_entries"] == s.completion_entries);
+    CHECK(row["memory_registrations"] == 12);
+    CHECK(row["registered_bytes"] == s.registered_bytes);
+  }
   // 3 + 1: ranks 0-2 face one peer, rank 3 faces three.
   REQUIRE(resources_json(RankLayout{{0, 0, 0, 1}, {0, 1, 2, 0}}, PeerNeed::kRails, in, &text, &why) == Status::kOk);
   j = nlohmann::json::parse(text);
@@ -262,12 +357,29 @@ TEST_CASE("the plan's resources section: rails on the plan's layout, chunks in f
   CHECK(j["max"]["queue_pairs"] == 127 * 4);
   CHECK(j["max"]["heap_bytes"] == 1ull << 30);
   CHECK(j["max"]["fifo_depth"] == 32);  // ceil(127 x 1 / 4)
+  // The GPU's RDMA write ordering is known only at run time: the plan counts the SEND-signal wiring,
+  // says so, and gives the costliest rank where the NIC writes the flags.
+  CHECK(j["signals"] == "send");
+  CHECK(j["max"]["receive_entries"] == 4 * 127 * ibv::kRecvDepth);
+  CHECK(j["max"]["completion_queues"] == 8);
+  REQUIRE(j.contains("max_write_signals"));
+  CHECK(j["max_write_signals"]["receive_entries"] == 0);
+  CHECK(j["max_write_signals"]["completion_queues"] == 4);
+  CHECK(j["max_write_signals"]["queue_pairs"] == 127 * 4);
+  CHECK(j["max"]["registered_bytes"].get<uint64_t>() ==
+        j["max_write_signals"]["registered_bytes"].get<uint64_t>() + j["max"]["receive_bytes"].get<uint64_t>());
   // 8 chunks per peer: 127 x 8 MiB out.
   j = nlohmann::json::parse(plan_resources_json(128, 8, "ibverbs", 0, 127ull * 8 << 20, 1 << 20));
   CHECK(j["max"]["fifo_depth"] == 256);
   // One node: nothing is wired.
   j = nlohmann::json::parse(plan_resources_json(1, 8, "none", 4096, 0, 0));
   CHECK(j["max"]["queue_pairs"] == 0);
+  CHECK(j["signals"] == "write");  // no ibverbs: no SEND path to count
+  CHECK_FALSE(j.contains("max_write_signals"));
+  j = nlohmann::json::parse(plan_resources_json(4, 8, "socket", 4096, 1 << 20, 1 << 16));
+  CHECK(j["signals"] == "write");
+  CHECK_FALSE(j.contains("max_write_signals"));
+  CHECK(j["max"]["receive_entries"] == 0);
   CHECK(j["max"]["nvlink_peers"] == 7);
   j = nlohmann::json::parse(plan_resources_json(0, 8, "ibverbs", 0, 0, 0));
   CHECK(j["error"].get<std::string>().find("out of range") != std::string::npos);
