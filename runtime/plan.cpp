@@ -356,7 +356,8 @@ std::string format_plan_table(const Plan& p) {
            p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
-  if (p.intra_mover() == IntraMover::kCopyEngine) os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
+  if (p.intra_mover() == IntraMover::kCopyEngine && p.roles.intra_comm == 0)
+    os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
   if (!p.exec.variant.empty()) {
     os << "  runs     " << p.exec.variant;
     if (!p.exec.sm_mover.empty()) os << " (" << p.exec.sm_mover << ")";

@@ -68,6 +68,18 @@ sed 's/^roles:.*$//' "$base" >"$out/sm8.yaml" && echo "roles: {compute: 124, int
 run_one ce120 "$out/ce120.yaml" ""
 run_one sm8 "$out/sm8.yaml" ""
 
+# GEMM+RS / GEMM+AR's overlap variant, as written: the defaults (RS: copy sends and 4 mover SMs,
+# whose own launch record gives roles.intra_comm back; AR: the epilogue sends and gathers), and AR
+# with copy sends and pushes.
+for op in gemm_rs gemm_ar; do
+  sed 's/^roles:.*$//' "$root/configs/examples/${op}_m8192.yaml" >"$out/${op}_overlap.yaml"
+  echo "plan: {variant: overlap}" >>"$out/${op}_overlap.yaml"
+  run_one "${op}_overlap" "$out/${op}_overlap.yaml" ""
+done
+sed 's/^roles:.*$//' "$root/configs/examples/gemm_ar_m8192.yaml" >"$out/gemm_ar_push.yaml"
+echo "plan: {variant: overlap, send: copy, gather: push}" >>"$out/gemm_ar_push.yaml"
+run_one gemm_ar_push "$out/gemm_ar_push.yaml" ""
+
 # A plan given whole, not the tuner's: 112 compute SMs.
 "$weftrun" plan $share --json "$base" | python3 -c '
 import json, sys

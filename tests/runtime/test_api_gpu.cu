@@ -344,16 +344,34 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
   const int W = g_ctx->size(), rank = g_ctx->rank();
   cudaStream_t s;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-  for (const char* op_name : {"gemm_rs", "gemm_ar"}) {
+  // The peer variant, then the overlap variant's ways of moving partials and reduced rows (2 or more
+  // ranks): the defaults (RS: copy sends, mover SMs from 3 ranks; AR: the epilogue sends and
+  // gathers), and the others, with 2 pieces per rank's rows.
+  struct Case {
+    const char* op;
+    const char* plan;
+  };
+  std::vector<Case> cases = {{"gemm_rs", ""}, {"gemm_ar", ""}};
+  if (W >= 2)
+    cases.insert(cases.end(), {{"gemm_rs", "plan: {variant: overlap}\n"},
+                               {"gemm_ar", "plan: {variant: overlap}\n"},
+                               {"gemm_rs", "plan: {variant: overlap, pieces: 2, send: sm}\n"},
+                               {"gemm_ar", "plan: {variant: overlap, pieces: 2, lag: 2, send: copy, gather: push}\n"},
+                               {"gemm_ar", "plan: {variant: overlap, send: copy, gather: sm}\n"}});
+  int index = 0;
+  for (const Case& k : cases) {
+    const char* op_name = k.op;
     CAPTURE(op_name);
-    const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + ".yaml";
+    CAPTURE(k.plan);
+    const std::string path =
+        "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + std::to_string(index++) + ".yaml";
     if (rank == 0) {
       FILE* f = fopen(path.c_str(), "w");
       REQUIRE(f != nullptr);
-      fprintf(
-          f,
-          "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: 1, gpus_per_node: %d}\n",
-          op_name, op_name, 128 * W, 64 * W, W);
+      fprintf(f,
+              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: 1, gpus_per_node: "
+              "%d}\n%s",
+              op_name, op_name, 256 * W, 64 * W, W, k.plan);
       fclose(f);
     }
     weft::Plan plan;

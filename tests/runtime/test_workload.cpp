@@ -424,7 +424,7 @@ TEST_CASE("plan: map: unknown keys, wrong types and values out of range are refu
   const std::string g(kGood);
   CHECK(starts_with(error_of(g + "plan: {variant: copy_engine, clustre: 2}\n"),
                     "w.yaml:6:30: plan.clustre: unknown key; did you mean 'cluster'? expected one of: variant, "
-                    "sm_mover, copy_chunks, cluster, group_m, reduce_blocks, gemm"));
+                    "sm_mover, copy_chunks, cluster, group_m, reduce_blocks, pieces, lag, send, gather, gemm"));
   CHECK(contains(error_of(g + "plan: {variant: sm_mover}\n"),
                  "w.yaml:6:17: plan.variant: unknown value 'sm_mover'; did you mean 'sm_movers'? expected one of "
                  "copy_engine, sm_movers, peer"));
@@ -434,6 +434,10 @@ TEST_CASE("plan: map: unknown keys, wrong types and values out of range are refu
   CHECK(contains(error_of(g + "plan: {copy_chunks: 0}\n"), "plan.copy_chunks: expected an integer between 1 and 1024"));
   CHECK(contains(error_of(g + "plan: {group_m: '8'}\n"), "plan.group_m: expected an integer between 1 and 1024"));
   CHECK(contains(error_of(g + "plan: {reduce_blocks: 5000}\n"), "plan.reduce_blocks: expected an integer"));
+  CHECK(contains(error_of(g + "plan: {pieces: 65}\n"), "plan.pieces: expected an integer between 1 and 64"));
+  CHECK(contains(error_of(g + "plan: {lag: 0}\n"), "plan.lag: expected an integer between 1 and 64"));
+  CHECK(contains(error_of(g + "plan: {send: nvlink}\n"), "plan.send: unknown value 'nvlink'"));
+  CHECK(contains(error_of(g + "plan: {gather: pull}\n"), "plan.gather: unknown value 'pull'"));
   CHECK(contains(error_of(g + "plan: copy_engine\n"), "w.yaml:6:7: plan: expected a map {variant, sm_mover"));
   CHECK(contains(error_of(g + "plan: {gemm: {split: false}}\n"),
                  "plan.gemm.split: unknown key; expected one of: split_tail, chunked_tail, dynamic_tiles, tma_store"));
