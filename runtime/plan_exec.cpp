@@ -148,7 +148,7 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
                                 std::to_string(movers) +
                                     " mover SMs: they push each round's last owner's pieces when the copy engines "
                                     "send and there are 3 or more ranks; expected 0"));
-  if (movers > p->sm_count / 2 || e.pieces > 28)
+  if (movers > p->sm_count / 2 || (movers > 0 && e.pieces > 28))
     return refuse(p, w.error_at(movers > p->sm_count / 2 ? "roles.intra_comm" : "plan.pieces",
                                 "the mover SMs take at most half the GPU and 28 pieces"));
   if (p->roles.compute < 2 || p->roles.total() > p->sm_count)

@@ -88,6 +88,7 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   if (overlap) gemm_roles = RoleCounts{plan.roles.compute, 0, 0, 0};  // the movers are a kernel of their own
   WEFT_CHECK(op->frame_.params(gemm_roles, &op->frame_params_));
   op->frame_params_.launch = op->record_.device();
+  WEFT_CUDA_CHECK(cudaDeviceSynchronize());  // the arena's zeros before the overlap's gate words
   if (overlap) WEFT_CHECK(op->create_overlap());
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.gemm_reduce.create." + std::to_string(op->arena_)));
@@ -179,10 +180,14 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
   if (capture != cudaStreamCaptureStatusNone) {
-    WEFT_WARN(kKernel, "rank %d: gemm_reduce: this plan's variant (peer) is not capturable in a CUDA graph", rank_);
+    WEFT_WARN(kKernel, "rank %d: gemm_reduce: this plan's variant (%s) is not capturable in a CUDA graph", rank_,
+              plan_.exec.variant.c_str());
     return Status::kUnsupported;
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
+  // One call at a time: a call on another stream than the last starts after it (the partials, the
+  // slots and the heap's C are reused).
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
     Status st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
     if (st == Status::kOk && all_reduce_)  // C was gathered in the heap, where the peers write it
@@ -190,7 +195,10 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
                ? Status::kOk
                : Status::kCudaError;
     if (st == Status::kOk) st = record_done(done_, s);
-    if (st != Status::kOk) ctx_->poison("gemm_reduce run failed on rank " + std::to_string(rank_));
+    if (st != Status::kOk) {
+      unstick();  // waits already enqueued on the side streams would otherwise never be satisfied
+      ctx_->poison("gemm_reduce run failed on rank " + std::to_string(rank_));
+    }
     return st;
   }
   if (a != a_ || b != b_) {

@@ -18,8 +18,9 @@ std::string ReduceOverlap::misfit(const OverlapConfig& c, int sm_count) {
   if (c.world < 2 || c.world > kernels::EpiReduceSlots::kMaxOwnMaps)
     return std::to_string(c.world) + " ranks: the overlap path runs on 2 to " +
            std::to_string(kernels::EpiReduceSlots::kMaxOwnMaps) + " GPUs of one node";
-  if (c.m % c.world != 0 || c.k_loc < 8 || c.k_loc % 8 != 0 || c.n % 8 != 0)
-    return "m must split over the ranks, k / ranks and n must be multiples of 8";
+  if (c.m % c.world != 0 || c.k_loc < 8 || c.k_loc % 8 != 0 || c.n % 8 != 0 || c.m >= (int64_t(1) << 31))
+    return "m (below 2^31) must split over the ranks, k / ranks and n must be multiples of 8";
+  if (c.cluster != 1) return "the overlap path runs 1-CTA clusters";
   if (c.pieces < 1 || c.pieces > 64 || (c.m / c.world) % (tile * c.pieces) != 0)
     return std::to_string(c.pieces) + " pieces: each rank's " + std::to_string(c.m / c.world) +
            " rows must split into 1 to 64 pieces of a multiple of " + std::to_string(tile) + " rows";
@@ -149,7 +150,7 @@ Status ReduceOverlap::prepare(const bf16* a, const bf16* b, bf16* out) {
     for (int o = 0; o < W; ++o)
       if (o != r) {
         slots[size_t(o)] = b_.staging.of<bf16>(o) + int64_t(r) * m_loc() * c_.n;
-        counts[size_t(o)] = b_.landed.of<uint64_t>(o) + r * S;
+        counts[size_t(o)] = b_.landed.of<uint64_t>(o) + o * S;  // o's own pieces' words: every sender adds there
       }
     WEFT_CHECK(kernels::enable_remote_partials(gemm_, slots.data(), counts.data(), W, int(m_piece()), &epi));
   }

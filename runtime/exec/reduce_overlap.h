@@ -9,11 +9,13 @@
 //   other owners' pieces: stored into `partial`; one stream per owner o (copy engines, no SM) waits
 //     freed[o] >= e-1 (o read last call's slots) and tiles[o S + j] complete, copies the piece into
 //     o's staging slot r over NVLink, then writes arrived[r S + j] = e in o's memory.
-//     send "sm": the epilogue stores the tile into o's slot itself (TMA) and adds 1 to landed[r..]
-//     in o's memory; movers (copy sends, 3 or more ranks): `movers` blocks beside the GEMM push each
-//     round's last owner's pieces (kernels/piece_push.h), moved[r S + j] += 1 per block on o.
+//     send "sm": the epilogue stores the tile into o's slot itself (TMA) and adds 1 to
+//     landed[o S + j] in o's memory (every sender adds to the owner's word for its piece j); movers (copy sends, 3 or
+//     more ranks): `movers` blocks beside the GEMM push each round's last owner's pieces (kernels/piece_push.h),
+//     moved[r S + j] += 1 per block on o.
 //   own piece j: its tiles wait (producer, bounded) on gate[r S + j] >= e, which the gate stream
-//     raises once every peer's piece j is in its slot (or, send "sm", on landed counts directly);
+//     raises once every peer's piece j is in its slot (or, send "sm", on landed[r S + j] reaching
+//     calls x (W-1) x tiles per piece);
 //     the epilogue adds the W-1 slots in slot order (same bits every run) and stores the sum:
 //     RS: the caller's output; AR: this rank's rows of the heap's C, which then reach every peer:
 //       gather "push": one stream per peer copies each reduced piece -> gathered[r] = e on the peer;
@@ -76,7 +78,7 @@ struct OverlapBuffers {
   SymView freed;              // W: freed[o] = e once owner o has read its slots of call e
   SymView gathered;           // AR push: W: gathered[o] = e once owner o's reduced rows are here
   SymView bcast;              // AR sm gather: W: += 1 per tile of owner o's rows stored here
-  SymView landed;             // sm sends: W S: += 1 per tile of peer p's piece j stored here
+  SymView landed;             // sm sends: W S: landed[r S + j] += 1 per tile of own piece j a peer stored here
   SymView moved;              // movers: W S: += 1 per block of peer p's movers once its rows of piece j are here
   uint64_t* tiles = nullptr;  // W S, local: finished tiles per piece
   uint64_t* gate = nullptr;   // W S, local: the own pieces' gates (others' set to never wait)
