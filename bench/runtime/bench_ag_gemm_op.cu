@@ -21,6 +21,7 @@
 
 #include "bench/bench_ranks.h"
 #include "bench/gemm/bench_timing.h"
+#include "bench/runtime/op_bench.cuh"
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
@@ -32,27 +33,6 @@ namespace runtime = weft::runtime;
 namespace bootstrap = weft::bootstrap;
 using weft::Status;
 using bf16 = __nv_bfloat16;
-
-namespace {
-
-#define BENCH_CUDA(x)                                                                     \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-__global__ void fill(bf16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(float(h & 0xFFFF) / 65536.f - 0.5f);
-  }
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int iters = 20, rounds = 3;
@@ -80,12 +60,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "bench_ag_gemm_op: %s\n", err.c_str());
     return 2;
   }
-  std::unique_ptr<bootstrap::PmixBootstrap> boot;
-  if (bootstrap::PmixBootstrap::connect(&boot) != Status::kOk) return 1;
+  std::unique_ptr<bootstrap::PmixBootstrap> boot = weft::bench::join_job();
+  if (!boot) return 1;
   const int rank = boot->info().rank, W = boot->info().size;
-  int gpus = 0;
-  BENCH_CUDA(cudaGetDeviceCount(&gpus));
-  BENCH_CUDA(cudaSetDevice(boot->info().local_rank % gpus));
   const int64_t m = plan.gemm.m, n = plan.gemm.n / W, k = plan.gemm.k;
   std::unique_ptr<runtime::Context> ctx;
   if (runtime::Context::create(*boot, uint64_t(m * k) * 2 + (uint64_t(64) << 20), &ctx) != Status::kOk) return 1;
@@ -100,8 +77,8 @@ int main(int argc, char** argv) {
         runtime::fill_random_bf16(b, n * k, 91, rank, 1.0f, nullptr) != Status::kOk)
       return 1;
   } else {
-    fill<<<1024, 256>>>(a, m / W * k, 17u + uint32_t(rank));
-    fill<<<1024, 256>>>(b, n * k, 91u + uint32_t(rank));
+    weft::bench::fill_hash<<<1024, 256>>>(a, m / W * k, 17u + uint32_t(rank));
+    weft::bench::fill_hash<<<1024, 256>>>(b, n * k, 91u + uint32_t(rank));
   }
   BENCH_CUDA(cudaMemcpy(op->shard(), a, size_t(m / W * k) * 2, cudaMemcpyDeviceToDevice));
   cudaStream_t s;

@@ -21,6 +21,7 @@
 
 #include "bench/bench_ranks.h"
 #include "bench/gemm/bench_timing.h"
+#include "bench/runtime/op_bench.cuh"
 #include "bootstrap/pmix_bootstrap.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
@@ -33,23 +34,6 @@ using weft::Status;
 using bf16 = __nv_bfloat16;
 
 namespace {
-
-#define BENCH_CUDA(x)                                                                     \
-  do {                                                                                    \
-    cudaError_t e_ = (x);                                                                 \
-    if (e_ != cudaSuccess) {                                                              \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                       \
-    }                                                                                     \
-  } while (0)
-
-__global__ void fill(bf16* p, int64_t n, uint32_t seed) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    p[i] = __float2bfloat16(float(h & 0xFFFF) / 65536.f - 0.5f);
-  }
-}
 
 __global__ void poison(bf16* p, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -101,12 +85,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::unique_ptr<bootstrap::PmixBootstrap> boot;
-  if (bootstrap::PmixBootstrap::connect(&boot) != Status::kOk) return 1;
+  std::unique_ptr<bootstrap::PmixBootstrap> boot = weft::bench::join_job();
+  if (!boot) return 1;
   const int rank = boot->info().rank, W = boot->info().size;
-  int gpus = 0;
-  BENCH_CUDA(cudaGetDeviceCount(&gpus));
-  BENCH_CUDA(cudaSetDevice(boot->info().local_rank % gpus));
   const bool ar = plans[0].op == runtime::Op::kGemmAr;
   const int64_t m = plans[0].gemm.m, n = plans[0].gemm.n, kl = plans[0].gemm.k / W, rows = ar ? m : m / W;
   uint64_t heap = 64ull << 20;
@@ -123,8 +104,8 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaMalloc(&c, size_t(rows * n) * 2));
   BENCH_CUDA(cudaMalloc(&first, size_t(rows * n) * 2));
   BENCH_CUDA(cudaMallocManaged(&off, 8));
-  fill<<<1024, 256>>>(a, m * kl, 17u + uint32_t(rank));
-  fill<<<1024, 256>>>(b, n * kl, 91u + uint32_t(rank));
+  weft::bench::fill_hash<<<1024, 256>>>(a, m * kl, 17u + uint32_t(rank));
+  weft::bench::fill_hash<<<1024, 256>>>(b, n * kl, 91u + uint32_t(rank));
   cudaStream_t s;
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BENCH_CUDA(cudaDeviceSynchronize());
