@@ -123,7 +123,13 @@ Status ReduceOverlap::prepare(const bf16* a, const bf16* b, bf16* out) {
   args.piece_major_lag = c_.lag;
   WEFT_CHECK(kernels::make_gemm_params(args, &gemm_));
   tiles_per_piece_ = uint64_t(m_piece() / kernels::GemmConfig::kTileM) * uint64_t(gemm_.n_blocks);
+  order_.assign(size_t(W * S), 0);
+  for (int step = 0; step < W * S; ++step) order_[size_t(step)] = gemm_.sched.shard_at(uint32_t(step));
 
+  // The epilogue's count words are the same every call: the plan's, from any call.
+  kernels::OverlapCounts first;
+  first.epoch = 1;
+  const kernels::OverlapCall words = kernels::overlap_call(shape(), order_, tiles_per_piece_, first);
   kernels::EpiReduceSlots epi;
   epi.partial = b_.partial.mine<bf16>();
   epi.out = c_.all_reduce ? b_.c_full.mine<bf16>() + int64_t(r) * m_loc() * c_.n : out;
@@ -135,12 +141,9 @@ Status ReduceOverlap::prepare(const bf16* a, const bf16* b, bf16* out) {
   epi.paired = c_.n % 2 == 0;
   epi.local_signal = true;
   std::vector<bf16*> peers;
-  if (c_.sm_gather) {
-    for (int i = 1; i < W; ++i) {
-      const int q = (r + i) % W;  // r+1 first: the peers' queues fill in turn
-      peers.push_back(b_.c_full.of<bf16>(q) + int64_t(r) * m_loc() * c_.n);
-      epi.bcast_flags[epi.nbcast++] = b_.bcast.of<uint64_t>(q) + r;
-    }
+  for (const kernels::OverlapWord& w : words.bcast_counts) {  // r+1 first: the peers' queues fill in turn
+    peers.push_back(b_.c_full.of<bf16>(w.rank) + int64_t(r) * m_loc() * c_.n);
+    epi.bcast_flags[epi.nbcast++] = word(w);
   }
   WEFT_CHECK(kernels::enable_own_tma_store(gemm_, peers.data(), int(peers.size()), &epi));
   WEFT_CHECK(kernels::enable_slot_loads(gemm_, &epi));
@@ -150,7 +153,7 @@ Status ReduceOverlap::prepare(const bf16* a, const bf16* b, bf16* out) {
     for (int o = 0; o < W; ++o)
       if (o != r) {
         slots[size_t(o)] = b_.staging.of<bf16>(o) + int64_t(r) * m_loc() * c_.n;
-        counts[size_t(o)] = b_.landed.of<uint64_t>(o) + o * S;  // o's own pieces' words: every sender adds there
+        counts[size_t(o)] = word(words.part_counts[size_t(o)]);
       }
     WEFT_CHECK(kernels::enable_remote_partials(gemm_, slots.data(), counts.data(), W, int(m_piece()), &epi));
   }
@@ -160,107 +163,89 @@ Status ReduceOverlap::prepare(const bf16* a, const bf16* b, bf16* out) {
   return Status::kOk;
 }
 
+uint64_t* ReduceOverlap::word(const kernels::OverlapWord& w) const {
+  using K = kernels::OverlapWordKind;
+  switch (w.kind) {
+    case K::kTiles:
+      return b_.tiles + w.index;  // local only: the plan names this rank's
+    case K::kGate:
+      return b_.gate + w.index;
+    case K::kArrived:
+      return b_.arrived.of<uint64_t>(w.rank) + w.index;
+    case K::kLanded:
+      return b_.landed.of<uint64_t>(w.rank) + w.index;
+    case K::kMoved:
+      return b_.moved.of<uint64_t>(w.rank) + w.index;
+    case K::kFreed:
+      return b_.freed.of<uint64_t>(w.rank) + w.index;
+    case K::kGathered:
+      return b_.gathered.of<uint64_t>(w.rank) + w.index;
+    case K::kBcast:
+      return b_.bcast.of<uint64_t>(w.rank) + w.index;
+  }
+  return nullptr;
+}
+
+// A stream's steps: runs of waits and writes as one batch each (at most 200 steps), copies between.
+Status ReduceOverlap::run_steps(cudaStream_t s, const std::vector<kernels::OverlapStep>& steps) {
+  using Step = kernels::OverlapStep;
+  const size_t piece_bytes = size_t(m_piece() * c_.n) * sizeof(bf16);
+  std::vector<StreamMemOp> batch;
+  auto flush = [&]() -> Status {
+    if (!batch.empty()) WEFT_CHECK(stream_mem_ops(s, batch));
+    batch.clear();
+    return Status::kOk;
+  };
+  for (const Step& st : steps) {
+    if (st.kind == Step::kWait || st.kind == Step::kWrite) {
+      batch.push_back({st.kind == Step::kWait ? StreamMemOp::kWaitGeq : StreamMemOp::kWrite, word(st.word), st.value});
+      if (batch.size() >= 200) WEFT_CHECK(flush());
+      continue;
+    }
+    WEFT_CHECK(flush());
+    if (st.kind == Step::kCopyPiece)
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(b_.staging.of<bf16>(st.to) + piece_row(c_.rank, st.piece) * c_.n,
+                                      b_.partial.mine<bf16>() + piece_row(st.owner, st.piece) * c_.n, piece_bytes,
+                                      cudaMemcpyDeviceToDevice, s));
+    else
+      WEFT_CUDA_CHECK(cudaMemcpyAsync(b_.c_full.of<bf16>(st.to) + piece_row(c_.rank, st.piece) * c_.n,
+                                      b_.c_full.mine<bf16>() + piece_row(c_.rank, st.piece) * c_.n, piece_bytes,
+                                      cudaMemcpyDeviceToDevice, s));
+  }
+  return flush();
+}
+
 Status ReduceOverlap::enqueue(const bf16* a, const bf16* b, bf16* out, cudaStream_t main) {
   WEFT_CHECK(prepare(a, b, out));
   const int W = c_.world, r = c_.rank, S = c_.pieces;
-  const uint64_t e = ++epoch_;
-  const uint64_t piece_done = e * tiles_per_piece_;
+  kernels::OverlapCounts n;
+  n.epoch = ++epoch_;
+  n.landed_runs = c_.sm_send ? ++landed_runs_ : landed_runs_;
+  n.bcast_runs = c_.sm_gather ? ++bcast_runs_ : bcast_runs_;
+  n.mover_runs = movers_on() ? ++mover_runs_ : mover_runs_;
+  const kernels::OverlapCall call = kernels::overlap_call(shape(), order_, tiles_per_piece_, n);
+
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, main));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(gates_, fork_));
-  for (int q = 0; q < W; ++q)
-    if (q != r) WEFT_CUDA_CHECK(cudaStreamWaitEvent(sends_[size_t(q)], fork_));
-
+  for (int q = 0; q < W; ++q) {
+    if (q == r) continue;
+    WEFT_CUDA_CHECK(cudaStreamWaitEvent(sends_[size_t(q)], fork_));
+    if (push_[size_t(q)]) WEFT_CUDA_CHECK(cudaStreamWaitEvent(push_[size_t(q)], fork_));
+  }
   // The GEMM first: should two streams share a hardware queue, its launch must not sit behind a
   // wait only it can satisfy. Only this rank's own pieces are gated.
-  kernels::FlagGate gate{b_.gate, kernels::kFlagPerShard, e, r * S, (r + 1) * S};
-  kernels::TileSignal signal{b_.tiles, kernels::kFlagPerShard, 1,
+  WEFT_CHECK(run_steps(main, call.before));
+  kernels::FlagGate gate{word(call.gate), kernels::kFlagPerShard, call.gate_at, r * S, (r + 1) * S};
+  kernels::TileSignal signal{word(call.tiles), kernels::kFlagPerShard, 1,
                              c_.sm_send ? kernels::kSignalDeferred : kernels::kSignalInLoop};
-  if (c_.sm_send) {
-    // The epilogue stores into the owners' slots: each owner must have read last call's slots, and
-    // own piece j opens once every peer's tiles of it have landed here.
-    std::vector<StreamMemOp> before;
-    for (int o = 0; o < W; ++o)
-      if (o != r) before.push_back({StreamMemOp::kWaitGeq, b_.freed.mine<uint64_t>() + o, e - 1});
-    WEFT_CHECK(stream_mem_ops(main, before));
-    ++landed_runs_;
-    gate.flags = b_.landed.mine<uint64_t>();
-    gate.expected = landed_runs_ * uint64_t(W - 1) * tiles_per_piece_;
-  }
-  if (c_.sm_gather) ++bcast_runs_;
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_, epi_, gate, signal, main, c_.gemm));
-  if (movers_on()) WEFT_CHECK(launch_movers(e, fork_));
-
-  // Copy sends: one stream per other owner, its pieces in the GEMM's order, each followed by its
-  // arrival word in the owner's memory (sent with the stream's next waits: one call fewer per piece).
-  std::vector<std::vector<StreamMemOp>> pend(static_cast<size_t>(W));
-  for (int step = 0; step < W * S && !c_.sm_send; ++step) {
-    const int shard = gemm_.sched.shard_at(uint32_t(step)), o = shard / S, j = shard % S;
-    if (o == r || (movers_on() && o == last_owner_of(r))) continue;  // own rows; the movers' pieces
-    std::vector<StreamMemOp>& q = pend[size_t(o)];
-    cudaStream_t s = sends_[size_t(o)];
-    if (j == 0) q.push_back({StreamMemOp::kWaitGeq, b_.freed.mine<uint64_t>() + o, e - 1});
-    q.push_back({StreamMemOp::kWaitGeq, b_.tiles + o * S + j, piece_done});
-    WEFT_CHECK(stream_mem_ops(s, q));
-    q.clear();
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(b_.staging.of<bf16>(o) + piece_row(r, j) * c_.n,
-                                    b_.partial.mine<bf16>() + piece_row(o, j) * c_.n,
-                                    size_t(m_piece() * c_.n) * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
-    q.push_back({StreamMemOp::kWrite, b_.arrived.of<uint64_t>(o) + r * S + j, e});
-  }
-  for (int o = 0; o < W; ++o)
-    if (!pend[size_t(o)].empty()) WEFT_CHECK(stream_mem_ops(sends_[size_t(o)], pend[size_t(o)]));
-
-  // Gate stream (copy sends): own piece j opens once every peer's piece j is in its slot.
-  if (!c_.sm_send) {
-    std::vector<StreamMemOp> g;
-    const int by_movers = (r + 1) % W;  // the peer whose last owner this rank is
-    for (int j = 0; j < S; ++j) {
-      for (int p = 0; p < W; ++p) {
-        if (p == r) continue;
-        if (movers_on() && p == by_movers)
-          g.push_back(
-              {StreamMemOp::kWaitGeq, b_.moved.mine<uint64_t>() + p * S + j, mover_runs_ * uint64_t(c_.movers)});
-        else
-          g.push_back({StreamMemOp::kWaitGeq, b_.arrived.mine<uint64_t>() + p * S + j, e});
-      }
-      g.push_back({StreamMemOp::kWrite, b_.gate + r * S + j, e});
-      if (g.size() > 200) {  // a batch holds at most 255 steps
-        WEFT_CHECK(stream_mem_ops(gates_, g));
-        g.clear();
-      }
-    }
-    WEFT_CHECK(stream_mem_ops(gates_, g));
-  }
-
-  // AR, copy-engine gather: one stream per peer pushes each reduced piece as its tiles complete.
-  if (c_.all_reduce && !c_.sm_gather) {
-    for (int i = 1; i < W; ++i) {
-      const int q = (r + i) % W;
-      cudaStream_t s = push_[size_t(q)];
-      WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, fork_));
-      for (int j = 0; j < S; ++j) {
-        WEFT_CHECK(stream_wait_u64_geq(s, b_.tiles + r * S + j, piece_done));
-        const int64_t at = piece_row(r, j) * c_.n;
-        WEFT_CUDA_CHECK(cudaMemcpyAsync(b_.c_full.of<bf16>(q) + at, b_.c_full.mine<bf16>() + at,
-                                        size_t(m_piece() * c_.n) * sizeof(bf16), cudaMemcpyDeviceToDevice, s));
-      }
-      WEFT_CHECK(stream_write_u64(s, b_.gathered.of<uint64_t>(q) + r, e));
-    }
-  }
-
-  // Behind the GEMM on the caller's stream: this rank has read its slots; AR: every owner's rows are here.
-  std::vector<StreamMemOp> after;
-  for (int p = 0; p < W; ++p)
-    if (p != r) after.push_back({StreamMemOp::kWrite, b_.freed.of<uint64_t>(p) + r, e});
-  for (int p = 0; p < W && c_.all_reduce; ++p) {
-    if (p == r) continue;
-    if (c_.sm_gather)
-      after.push_back(
-          {StreamMemOp::kWaitGeq, b_.bcast.mine<uint64_t>() + p, bcast_runs_ * tiles_per_piece_ * uint64_t(S)});
-    else
-      after.push_back({StreamMemOp::kWaitGeq, b_.gathered.mine<uint64_t>() + p, e});
-  }
-  WEFT_CHECK(stream_mem_ops(main, after));
+  if (!call.moves.empty()) WEFT_CHECK(launch_movers(call));
+  for (int q = 0; q < W; ++q)
+    if (q != r) WEFT_CHECK(run_steps(sends_[size_t(q)], call.sends[size_t(q)]));
+  WEFT_CHECK(run_steps(gates_, call.gates));
+  for (int q = 0; q < W; ++q)
+    if (push_[size_t(q)]) WEFT_CHECK(run_steps(push_[size_t(q)], call.push[size_t(q)]));
+  WEFT_CHECK(run_steps(main, call.after));
   for (int q = 0; q < W; ++q) {
     if (q == r) continue;
     WEFT_CUDA_CHECK(cudaEventRecord(sent_[size_t(q)], sends_[size_t(q)]));
@@ -281,30 +266,34 @@ Status ReduceOverlap::enqueue(const bf16* a, const bf16* b, bf16* out, cudaStrea
 
 // The mover blocks take each round's last owner's pieces whole (that owner is r - 1 for every
 // round: the piece-major order visits r+1, ..., r-1, then r's own piece).
-Status ReduceOverlap::launch_movers(uint64_t e, cudaEvent_t fork) {
-  const int W = c_.world, r = c_.rank, S = c_.pieces, o = last_owner_of(r);
+Status ReduceOverlap::launch_movers(const kernels::OverlapCall& call) {
+  const int r = c_.rank;
   kernels::PiecePushParams p;
-  for (int step = 0; step < W * S; ++step) {  // the GEMM's shard order
-    const int shard = gemm_.sched.shard_at(uint32_t(step));
-    if (shard / S != o) continue;
-    const int j = shard % S;
+  for (const kernels::OverlapMove& m : call.moves) {
     kernels::PiecePushStep& st = p.step[p.steps++];
-    st.src = b_.partial.mine<bf16>() + piece_row(o, j) * c_.n;
-    st.dst = b_.staging.of<bf16>(o) + piece_row(r, j) * c_.n;
+    st.src = b_.partial.mine<bf16>() + piece_row(m.owner, m.piece) * c_.n;
+    st.dst = b_.staging.of<bf16>(m.owner) + piece_row(r, m.piece) * c_.n;
     st.elems = m_piece() * c_.n;
-    st.ready = b_.tiles + o * S + j;
-    st.ready_at = e * tiles_per_piece_;
-    st.clear = b_.freed.mine<uint64_t>() + o;
-    st.clear_at = e - 1;
-    st.landed = b_.moved.of<uint64_t>(o) + r * S + j;
-    st.owner = o;
-    st.piece = j;
-    st.ready_index = o * S + j;
-    st.clear_index = o;
+    st.ready = word(m.ready);
+    st.ready_at = m.ready_at;
+    st.clear = word(m.clear);
+    st.clear_at = m.clear_at;
+    st.landed = word(m.landed);
+    st.owner = m.owner;
+    st.piece = m.piece;
+    st.ready_index = int32_t(m.ready.index);
+    st.clear_index = int32_t(m.clear.index);
   }
-  ++mover_runs_;
-  WEFT_CUDA_CHECK(cudaStreamWaitEvent(movers_, fork));
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(movers_, fork_));
   return kernels::launch_piece_push(p, mover_frame_, c_.movers, movers_);
+}
+
+kernels::OverlapShape ReduceOverlap::shape() const {
+  kernels::OverlapShape s;
+  s.world = c_.world, s.rank = c_.rank, s.pieces = c_.pieces, s.lag = c_.lag;
+  s.all_reduce = c_.all_reduce, s.sm_send = c_.sm_send, s.sm_gather = c_.sm_gather;
+  s.movers = c_.movers;
+  return s;
 }
 
 void ReduceOverlap::unstick(cudaStream_t s) const {

@@ -39,6 +39,7 @@
 #include "kernels/frame.h"
 #include "kernels/gemm.h"
 #include "kernels/gemm_types.h"
+#include "kernels/reduce_overlap_plan.h"
 
 namespace weft::runtime {
 
@@ -112,12 +113,14 @@ class ReduceOverlap {
 
  private:
   Status prepare(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* out);
-  Status launch_movers(uint64_t e, cudaEvent_t fork);
+  Status launch_movers(const kernels::OverlapCall& call);
+  Status run_steps(cudaStream_t s, const std::vector<kernels::OverlapStep>& steps);
+  uint64_t* word(const kernels::OverlapWord& w) const;  // the word's address (a peer's as mapped here)
+  kernels::OverlapShape shape() const;
   int64_t m_loc() const { return c_.m / c_.world; }
   int64_t m_piece() const { return m_loc() / c_.pieces; }
   int64_t piece_row(int owner, int j) const { return int64_t(owner) * m_loc() + int64_t(j) * m_piece(); }
-  bool movers_on() const { return !c_.sm_send && c_.movers > 0 && c_.world >= 3; }
-  int last_owner_of(int sender) const { return (sender + c_.world - 1) % c_.world; }
+  bool movers_on() const { return shape().movers_on(); }
 
   OverlapConfig c_;
   OverlapBuffers b_;
@@ -129,6 +132,7 @@ class ReduceOverlap {
   bool prepared_ = false;
   uint64_t epoch_ = 0, landed_runs_ = 0, bcast_runs_ = 0, mover_runs_ = 0;
   uint64_t tiles_per_piece_ = 0;
+  std::vector<int> order_;  // the GEMM's shard order (shard = owner * S + piece)
   std::vector<cudaStream_t> sends_, push_;
   std::vector<cudaEvent_t> sent_, pushed_;
   cudaStream_t gates_ = nullptr, movers_ = nullptr;
