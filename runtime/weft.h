@@ -126,8 +126,9 @@ class AgGemm {
 
 // GEMM+ReduceScatter or GEMM+AllReduce on one node (the plan's op): C = Σ_r A_r · B_rᵀ. Rank r holds
 // A_r (m x k/W) and B_r (n x k/W) and gets rows [r m/W, (r+1) m/W) of C (ReduceScatter, m/W x n) or
-// all of C (AllReduce, m x n); bf16, row-major, device memory. The GEMM writes into the heap, then
-// one kernel reduces over NVLink (the plan's "peer" variant; not capturable).
+// all of C (AllReduce, m x n); bf16, row-major, device memory. The plan's variant runs: "peer" (the
+// GEMM into the heap, then one kernel reduces over NVLink) or "overlap" (pieces move and are reduced
+// while the GEMM runs); neither is capturable.
 class GemmReduce {
  public:
   static Status create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduce>* out);  // collective
@@ -141,6 +142,9 @@ class GemmReduce {
   int64_t n() const;
   int64_t k_local() const;  // k / W: this rank's columns of A and B
   int64_t c_rows() const;   // rows of this rank's C: m / W, or m for AllReduce
+  // AllReduce: C inside the heap, where the op gathers it: pass it as `c` to skip the copy out (it
+  // holds the last call's C until the next call). nullptr for ReduceScatter.
+  void* heap_c() const;
 
  private:
   GemmReduce();

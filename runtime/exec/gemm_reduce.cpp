@@ -190,7 +190,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
     Status st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
-    if (st == Status::kOk && all_reduce_)  // C was gathered in the heap, where the peers write it
+    if (st == Status::kOk && all_reduce_ && c != heap_c())  // C was gathered in the heap, where the peers write it
       st = cudaMemcpyAsync(c, full_[size_t(rank_)], size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess
                ? Status::kOk
                : Status::kCudaError;
@@ -241,7 +241,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   kernels::FrameParams rf = frame_params_;
   rf.launch = nullptr;  // the record is the GEMM's: its grid and roles are the plan's
   if (st == Status::kOk) st = kernels::launch_peer_reduce(pr, rf, blocks_, s);
-  if (st == Status::kOk && all_reduce_)
+  if (st == Status::kOk && all_reduce_ && c != full)
     st = cudaMemcpyAsync(c, full, size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                                    : Status::kCudaError;
   if (st == Status::kOk) st = record_done(done_, s);

@@ -45,6 +45,8 @@ class GemmReduceOp {
   // a: m x k/W, b: n x k/W, c: m/W x n (ReduceScatter) or m x n (AllReduce).
   Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
   bool all_reduce() const { return all_reduce_; }
+  // AllReduce: C in the heap (run() copies it to c unless c is this); nullptr for ReduceScatter.
+  __nv_bfloat16* heap_c() const { return all_reduce_ ? full_[size_t(rank_)] : nullptr; }
   Status clear_launch_record();
   Status executed_plan(Plan* out) const;  // as AgGemmOp::executed_plan
   void unstick();

@@ -212,6 +212,7 @@ int64_t GemmReduce::m() const { return m_; }
 int64_t GemmReduce::n() const { return n_; }
 int64_t GemmReduce::k_local() const { return k_; }
 int64_t GemmReduce::c_rows() const { return rows_; }
+void* GemmReduce::heap_c() const { return op_->heap_c(); }
 
 Moe::Moe() = default;
 Moe::~Moe() = default;

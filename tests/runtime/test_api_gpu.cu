@@ -381,6 +381,7 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
     std::unique_ptr<weft::GemmReduce> op;
     REQUIRE(weft::GemmReduce::create(*g_ctx, plan, &op) == Status::kOk);
     CHECK(op->all_reduce() == (std::string(op_name) == "gemm_ar"));
+    CHECK((op->heap_c() != nullptr) == op->all_reduce());
     const int64_t m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
     uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
     float* c_ref = nullptr;
@@ -396,11 +397,14 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
       const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
       fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
       fill<<<64, 256, 0, s>>>(b, n * kl, seed, uint64_t(1000 + rank));
-      poison<<<64, 256, 0, s>>>(c, rows * n);
-      REQUIRE(op->run(a, b, c, s) == Status::kOk);
+      // AllReduce: every other call leaves C in the heap (heap_c(): no copy out).
+      uint16_t* out = op->all_reduce() && i % 2 ? static_cast<uint16_t*>(op->heap_c()) : c;
+      REQUIRE(out != nullptr);
+      poison<<<64, 256, 0, s>>>(out, rows * n);
+      REQUIRE(op->run(a, b, out, s) == Status::kOk);
       poison<<<64, 256, 0, s>>>(a, m * kl);
       reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);
-      compare_loose<<<64, 256, 0, s>>>(c, c_ref, rows * n, bad);
+      compare_loose<<<64, 256, 0, s>>>(out, c_ref, rows * n, bad);
     }
     REQUIRE(drain(s, 300));
     CHECK_MESSAGE(*bad == 0, *bad << " wrong or unwritten elements over 100 calls");
