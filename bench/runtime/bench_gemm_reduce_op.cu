@@ -5,8 +5,8 @@
 //   - every op is created on one heap, called once and its output compared with the first plan's
 //     (the same inputs: a variant that misroutes or skips a piece differs);
 //   - then rounds: each op in turn (the first op of a round rotates), `--iters` calls back to back
-//     after 5 warm-up calls, CUDA events around each call; rank 0 prints each plan's median over
-//     all rounds, slowest rank.
+//     after 5 warm-up calls, CUDA events around each call; AllReduce ops also with C left in the
+//     heap (no copy out); rank 0 prints each one's median over all rounds, slowest rank.
 // Usage: weftrun plan --json A.yaml > a.json; weftrun plan --json B.yaml > b.json
 //        weftrun exec -n W -- bench_gemm_reduce_op a.json b.json ... [--iters N] [--rounds R]
 #include <cuda_runtime.h>
@@ -138,23 +138,36 @@ int main(int argc, char** argv) {
     if (worst != 0) return 1;
   }
 
-  std::vector<std::vector<float>> ms(plans.size());
+  // What is timed: each plan with C copied out to the caller's buffer; AllReduce also with C left in
+  // the heap (c = heap_c(): no copy out).
+  struct Entry {
+    size_t plan;
+    bool heap_c;
+  };
+  std::vector<Entry> entries;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    entries.push_back({i, false});
+    if (ar) entries.push_back({i, true});
+  }
+  std::vector<std::vector<float>> ms(entries.size());
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   for (int round = 0; round < rounds; ++round)
-    for (size_t j = 0; j < plans.size(); ++j) {
-      const size_t i = (j + size_t(round)) % plans.size();
+    for (size_t j = 0; j < entries.size(); ++j) {
+      const size_t x = (j + size_t(round)) % entries.size();
+      runtime::GemmReduceOp& op = *ops[entries[x].plan];
+      bf16* out = entries[x].heap_c ? op.heap_c() : c;
       if (boot->barrier("bench.gr." + std::to_string(round) + "." + std::to_string(j)) != Status::kOk) return 1;
       for (int it = -5; it < iters; ++it) {
         if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it)], s));
-        if (ops[i]->run(a, b, c, s) != Status::kOk) return 1;
+        if (op.run(a, b, out, s) != Status::kOk) return 1;
         if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it + 1)], s));
       }
       BENCH_CUDA(cudaStreamSynchronize(s));
       for (int it = 0; it < iters; ++it) {
-        float x = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&x, ev[size_t(2 * it)], ev[size_t(2 * it + 1)]));
-        ms[i].push_back(x);
+        float t = 0;
+        BENCH_CUDA(cudaEventElapsedTime(&t, ev[size_t(2 * it)], ev[size_t(2 * it + 1)]));
+        ms[x].push_back(t);
       }
     }
   if (rank == 0)
@@ -162,10 +175,13 @@ int main(int argc, char** argv) {
         "# runtime %s op, m %lld n %lld k %lld, %d ranks; back-to-back calls, median of %d calls x %d rounds, "
         "slowest rank\n| plan | ms |\n|---|---|\n",
         ar ? "gemm_ar" : "gemm_rs", (long long)m, (long long)n, (long long)(kl * W), W, iters, rounds);
-  for (size_t i = 0; i < plans.size(); ++i) {
+  for (size_t x = 0; x < entries.size(); ++x) {
     const double worst =
-        weft::bench::allgather_max(*boot, "bench.gr.ms." + std::to_string(i), weft::bench::median(ms[i]));
-    if (rank == 0) printf("| %s (%s) | %.3f |\n", names[i].c_str(), files[i].c_str(), worst);
+        weft::bench::allgather_max(*boot, "bench.gr.ms." + std::to_string(x), weft::bench::median(ms[x]));
+    const size_t i = entries[x].plan;
+    if (rank == 0)
+      printf("| %s%s (%s) | %.3f |\n", names[i].c_str(), entries[x].heap_c ? ", C left in the heap" : "",
+             files[i].c_str(), worst);
   }
   fflush(stdout);
   for (auto& e : ev) cudaEventDestroy(e);
