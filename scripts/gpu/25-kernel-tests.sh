@@ -2,7 +2,7 @@
 # GPU step of `scripts/weft gpu-check`: the fused kernels' GPU tests on one GPU (reduce epilogue with
 # own tiles by registers, TMA and TMA broadcast; the small-shape reduction kernel; the mover SMs of
 # GEMM+RS/AR; the AllGather+GEMM kernel; the multi-node AllGather+GEMM and GEMM+RS/AR kernels between
-# emulated nodes).
+# emulated nodes; the RDMA-write flush beside a running kernel).
 # test_gemm runs in 20-gemm.sh, test_transport_gpu in 30-transport.sh. A test that skips on a GPU machine is a failure here.
 # Usage: 25-kernel-tests.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
@@ -11,7 +11,7 @@ BUILD=${WEFT_BUILD_DIR:?WEFT_BUILD_DIR not set}
 SUMMARY=${WEFT_SUMMARY:-/dev/null}
 rc=0
 for t in test_reduce_epilogue test_small_reduce test_piece_push test_ag_gemm_fused test_ag_gemm_nodes_gpu \
-  test_gemm_reduce_nodes_gpu; do
+  test_gemm_reduce_nodes_gpu test_rdma_flush_gpu; do
   log=$OUTDIR/$t.log
   if [ ! -x "$BUILD/bin/$t" ]; then
     echo "SKIP    $t: not built (WEFT_BUILD_TARGETS)" >>"$SUMMARY"
