@@ -98,12 +98,19 @@ int tune_rank(const TuneOptions& o) {
     return 1;
   }
   if (rank != 0) return 0;
-  printf("  %-3s %-12s %-9s %8s %8s  %s\n", "#", "variant", "mover", "compute", "intra", "ms (median, max over ranks)");
+  // How each candidate moves its bytes: AllGather+GEMM's SM mover; the overlap variant's pieces,
+  // sends and (AllReduce) gather.
+  auto how = [](const runtime::Plan& p) {
+    if (!p.exec.sm_mover.empty()) return p.exec.sm_mover;
+    if (p.exec.variant != "overlap") return std::string("-");
+    return std::to_string(p.exec.pieces) + "p " + p.exec.send + (p.exec.gather.empty() ? "" : "/" + p.exec.gather);
+  };
+  printf("  %-3s %-12s %-13s %8s %8s  %s\n", "#", "variant", "how", "compute", "intra", "ms (median, max over ranks)");
   for (size_t i = 0; i < cands.size(); ++i)
-    printf("  %-3zu %-12s %-9s %8d %8d  %s%s%s\n", i, cands[i].exec.variant.c_str(),
-           cands[i].exec.sm_mover.empty() ? "-" : cands[i].exec.sm_mover.c_str(), cands[i].roles.compute,
-           cands[i].roles.intra_comm, res.valid[i] ? std::to_string(res.ms[i]).c_str() : "FAILED validation",
-           i == 0 ? "  (the model's plan)" : "", int(i) == res.best ? "  <- fastest" : "");
+    printf("  %-3zu %-12s %-13s %8d %8d  %s%s%s\n", i, cands[i].exec.variant.c_str(), how(cands[i]).c_str(),
+           cands[i].roles.compute, cands[i].roles.intra_comm,
+           res.valid[i] ? std::to_string(res.ms[i]).c_str() : "FAILED validation", i == 0 ? "  (the model's plan)" : "",
+           int(i) == res.best ? "  <- fastest" : "");
   if (res.best < 0) {
     fprintf(stderr, "weftrun tune: no candidate validated: nothing stored\n");
     return 1;

@@ -160,8 +160,10 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* plan, std::stri
 // The plans `weftrun tune` measures for a problem: the model's plan first, then the variants and
 // role splits the op can run (AllGather+GEMM on one node: the copy engines on every SM, on the
 // fewest SMs that give the same waves and on the most whose last round is full; the SM movers with
-// 8 and 16 intra_comm SMs), each executable, with its own heap layout, no two alike. share_gpus:
-// copy-engine candidates leave 8 SMs for the copies between ranks of one GPU.
+// 8 and 16 intra_comm SMs; GEMM+RS/AR on one node: the peer variant and the overlap variant with
+// copy or epilogue sends and, AllReduce, push or epilogue gathers), each executable, with its own
+// heap layout, no two alike. share_gpus: copy-engine candidates leave 8 SMs for the copies between
+// ranks of one GPU.
 std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus);
 
 // A human-readable table (role counts, time per role, bytes per link, makespan, bound).

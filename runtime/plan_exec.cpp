@@ -346,6 +346,34 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     out.push_back(p);
   };
   add(model);
+  if ((model.op == Op::kGemmRs || model.op == Op::kGemmAr) && model.nodes == 1) {
+    // The peer variant and the overlap variant's ways of moving pieces and rows (each as the workload
+    // would ask for it, so the plan is the one `plan: {variant: overlap, ...}` gives).
+    const bool ar = model.op == Op::kGemmAr;
+    struct Way {
+      const char* variant;
+      const char* send;
+      const char* gather;
+    };
+    const std::vector<Way> ways =
+        ar ? std::vector<Way>{{"peer", nullptr, nullptr},
+                              {"overlap", "sm", "sm"},
+                              {"overlap", "copy", "push"},
+                              {"overlap", "copy", "sm"},
+                              {"overlap", "sm", "push"}}
+           : std::vector<Way>{{"peer", nullptr, nullptr}, {"overlap", "copy", nullptr}, {"overlap", "sm", nullptr}};
+    for (const Way& way : ways) {
+      Workload v = w;
+      v.plan.variant = way.variant;
+      if (way.send) v.plan.send = way.send;
+      if (way.gather) v.plan.gather = way.gather;
+      Plan p = model;
+      plan_execution(v, IntraMover::kCopyEngine, &p);
+      add(p);
+    }
+    for (auto& p : out) p.chosen_by = "model";
+    return out;
+  }
   if (model.op != Op::kAgGemm || model.nodes != 1) return out;
   const int S = model.sm_count, cap = share_gpus ? S - 8 : S;
   const int64_t W = model.world_size, n_loc = model.gemm.n / W;

@@ -1,11 +1,14 @@
-// Device-side test data for the ops: random fills that encode the source rank, poison, comparisons.
+// Device-side test data for the ops: random fills that encode the source rank, poison, comparisons,
+// and the buffers that hold them.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
+#include "base/log.h"
 #include "base/status.h"
 
 namespace weft::runtime {
@@ -26,5 +29,29 @@ struct Comparison {
 };
 // Compares two bf16 arrays element-wise on the device (synchronizes `s`).
 Status compare_bf16(const __nv_bfloat16* got, const __nv_bfloat16* ref, int64_t n, cudaStream_t s, Comparison* out);
+
+// Device buffers freed together when this goes out of scope (a harness's inputs and references).
+struct DeviceBuffers {
+  std::vector<void*> ptrs;
+  DeviceBuffers() = default;
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  ~DeviceBuffers() {
+    for (void* p : ptrs) cudaFree(p);
+  }
+  template <class T>
+  Status alloc(int64_t count, T** out) {
+    void* p = nullptr;
+    const cudaError_t e = cudaMalloc(&p, size_t(count) * sizeof(T));
+    if (e != cudaSuccess) {
+      WEFT_WARN(kKernel, "cudaMalloc of %lld bytes: %s", static_cast<long long>(count) * int64_t(sizeof(T)),
+                cudaGetErrorString(e));
+      return Status::kCudaError;
+    }
+    ptrs.push_back(p);
+    *out = static_cast<T*>(p);
+    return Status::kOk;
+  }
+};
 
 }  // namespace weft::runtime

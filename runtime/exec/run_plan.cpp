@@ -39,21 +39,6 @@ Status shared_seed(bootstrap::Bootstrap& boot, uint64_t* out) {
   return Status::kOk;
 }
 
-struct DeviceBuffers {
-  std::vector<void*> ptrs;
-  ~DeviceBuffers() {
-    for (void* p : ptrs) cudaFree(p);
-  }
-  template <class T>
-  Status alloc(int64_t count, T** out) {
-    void* p = nullptr;
-    WEFT_CUDA_CHECK(cudaMalloc(&p, size_t(count) * sizeof(T)));
-    ptrs.push_back(p);
-    *out = static_cast<T*>(p);
-    return Status::kOk;
-  }
-};
-
 // The calls of `run` (warm-up, then timed with events around each call), bounded, then one more
 // call with a fresh launch record for the plan as executed. Outputs poisoned before that call.
 template <class Op>

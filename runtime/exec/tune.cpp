@@ -1,4 +1,5 @@
-// tune_plans(): one op per candidate on one heap, one validation call each, then interleaved rounds.
+// tune_plans(): one op per candidate on one heap, one validation call each, then interleaved rounds
+// (AllGather+GEMM, GEMM+RS, GEMM+AR).
 #include "runtime/exec/tune.h"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
+#include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/reference_gemm.h"
 #include "runtime/exec/stream_ops.h"
 
@@ -36,66 +38,26 @@ Status max_over_ranks(bootstrap::Bootstrap& boot, const std::string& key, std::v
   return Status::kOk;
 }
 
-}  // namespace
+// The candidates as ops on one heap, checked and then timed the same way whatever the op: `call(i)`
+// enqueues one call of candidate i on s, `check(i)` one checked call (sets *bad), `unstick` raises
+// every op's words after a device failure.
+struct Measured {
+  std::function<Status(size_t)> call;
+  std::function<Status(size_t, bool*)> check;
+  std::function<void()> unstick;
+};
 
-Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates, const RunSpec& run,
-                  const std::function<void(int, int)>& progress, TuneResult* out) {
-  const size_t count = candidates.size();
-  if (count == 0) return Status::kInvalidArgument;
-  // A grouped plan is measured in every group at once, each on its group's bootstrap and heap (as
-  // run_plan runs it); the maxima below are over the group's ranks.
-  std::unique_ptr<bootstrap::GroupBootstrap> group;
-  if (candidates[0].grouped()) {
-    std::string why;
-    if (bootstrap::GroupBootstrap::create(&job, candidates[0].group_shape(), &group, &why) != Status::kOk) {
-      WEFT_WARN(kTune, "%s", why.c_str());
-      return Status::kInvalidArgument;
-    }
-  }
-  bootstrap::Bootstrap& boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : job;
-  for (const auto& p : candidates)
-    if (p.op != Op::kAgGemm || p.gemm.m != candidates[0].gemm.m || p.gemm.n != candidates[0].gemm.n ||
-        p.gemm.k != candidates[0].gemm.k) {
-      WEFT_WARN(kTune, "rank %d: tune measures AllGather+GEMM candidates of one shape", boot.info().rank);
-      return Status::kUnsupported;
-    }
-  uint64_t heap = 0;
-  for (const auto& p : candidates) heap += (p.heap_bytes + 4095) / 4096 * 4096;
-  std::unique_ptr<Context> ctx;
-  WEFT_CHECK(Context::create(boot, heap, &ctx));
-  std::vector<std::unique_ptr<AgGemmOp>> ops(count);
-  for (size_t i = 0; i < count; ++i) WEFT_CHECK(AgGemmOp::create(*ctx, candidates[i], &ops[i]));
-
-  const Plan& p0 = candidates[0];
-  const int rank = ctx->rank(), W = ctx->size();
-  const int64_t m = p0.gemm.m, n = p0.gemm.n / W, k = p0.gemm.k, m_loc = m / W;
-  bf16 *a = nullptr, *b = nullptr, *c = nullptr, *a_ref = nullptr, *c_ref = nullptr;
-  WEFT_CUDA_CHECK(cudaMalloc(&a, size_t(m_loc * k) * 2));
-  WEFT_CUDA_CHECK(cudaMalloc(&b, size_t(n * k) * 2));
-  WEFT_CUDA_CHECK(cudaMalloc(&c, size_t(m * n) * 2));
-  WEFT_CUDA_CHECK(cudaMalloc(&a_ref, size_t(m * k) * 2));
-  WEFT_CUDA_CHECK(cudaMalloc(&c_ref, size_t(m * n) * 2));
-  cudaStream_t s = nullptr;
-  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  const uint64_t seed = 0x7E57ull + uint64_t(m * 31 + k);  // the same on every rank; shards differ by rank
-  WEFT_CHECK(fill_random_bf16(a, m_loc * k, seed, rank, 1.0f, s));
-  WEFT_CHECK(fill_random_bf16(b, n * k, seed + 1, rank, 1.0f, s));
-  for (int q = 0; q < W; ++q) WEFT_CHECK(fill_random_bf16(a_ref + q * m_loc * k, m_loc * k, seed, q, 1.0f, s));
-  WEFT_CHECK(reference_gemm_tn(m, n, k, a_ref, k, b, k, c_ref, n, s));
+Status measure(bootstrap::Bootstrap& boot, size_t count, const Measured& m, const RunSpec& run, cudaStream_t s,
+               const std::function<void(int, int)>& progress, TuneResult* out) {
   double timeout = 10;
   WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
-
+  const int rank = boot.info().rank;
   // One checked call per candidate; a candidate that fails on any rank is left out of the rounds.
   std::vector<double> bad(count, 0);
   for (size_t i = 0; i < count; ++i) {
-    WEFT_CHECK(poison_bf16(c, m * n, s));
-    Status st = ops[i]->run(a, b, c, s);
-    AgGemmOp* raw = ops[i].get();
-    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
-    if (st != Status::kOk) return st;  // a device failure leaves the context poisoned
-    Comparison cmp;
-    WEFT_CHECK(compare_bf16(c, c_ref, m * n, s, &cmp));
-    bad[i] = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2) ? 1 : 0;
+    bool b = false;
+    WEFT_CHECK(m.check(i, &b));  // a device failure leaves the context poisoned
+    bad[i] = b ? 1 : 0;
   }
   WEFT_CHECK(max_over_ranks(boot, "weft.tune.valid", &bad));
 
@@ -108,12 +70,10 @@ Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates
       const size_t i = (j + size_t(r)) % count;  // each round starts at another candidate
       if (bad[i] > 0) continue;
       WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i], s));
-      WEFT_CHECK(ops[i]->run(a, b, c, s));
+      WEFT_CHECK(m.call(i));
       WEFT_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
     }
-    WEFT_CHECK(sync_bounded(s, timeout * double(count) + 1, "tune round", [&ops] {
-      for (auto& o : ops) o->unstick();
-    }));
+    WEFT_CHECK(sync_bounded(s, timeout * double(count) + 1, "tune round", m.unstick));
     if (r >= run.warmup)
       for (size_t i = 0; i < count; ++i) {
         if (bad[i] > 0) continue;
@@ -138,9 +98,150 @@ Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates
     out->valid[i] = bad[i] == 0;
     if (out->valid[i] && (out->best < 0 || ms[i] < ms[size_t(out->best)])) out->best = int(i);
   }
+  return Status::kOk;
+}
+
+// AllGather+GEMM: every rank's shard from its own seed; the reference gathers them all.
+Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
+                    const std::function<void(int, int)>& progress, TuneResult* out) {
+  const size_t count = candidates.size();
+  std::vector<std::unique_ptr<AgGemmOp>> ops(count);
+  for (size_t i = 0; i < count; ++i) WEFT_CHECK(AgGemmOp::create(ctx, candidates[i], &ops[i]));
+  const Plan& p0 = candidates[0];
+  const int rank = ctx.rank(), W = ctx.size();
+  const int64_t m = p0.gemm.m, n = p0.gemm.n / W, k = p0.gemm.k, m_loc = m / W;
+  DeviceBuffers buf;
+  bf16 *a = nullptr, *b = nullptr, *c = nullptr, *a_ref = nullptr, *c_ref = nullptr;
+  WEFT_CHECK(buf.alloc(m_loc * k, &a));
+  WEFT_CHECK(buf.alloc(n * k, &b));
+  WEFT_CHECK(buf.alloc(m * n, &c));
+  WEFT_CHECK(buf.alloc(m * k, &a_ref));
+  WEFT_CHECK(buf.alloc(m * n, &c_ref));
+  cudaStream_t s = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  const uint64_t seed = 0x7E57ull + uint64_t(m * 31 + k);  // the same on every rank; shards differ by rank
+  WEFT_CHECK(fill_random_bf16(a, m_loc * k, seed, rank, 1.0f, s));
+  WEFT_CHECK(fill_random_bf16(b, n * k, seed + 1, rank, 1.0f, s));
+  for (int q = 0; q < W; ++q) WEFT_CHECK(fill_random_bf16(a_ref + q * m_loc * k, m_loc * k, seed, q, 1.0f, s));
+  WEFT_CHECK(reference_gemm_tn(m, n, k, a_ref, k, b, k, c_ref, n, s));
+  double timeout = 10;
+  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
+  Measured me;
+  me.call = [&](size_t i) { return ops[i]->run(a, b, c, s); };
+  me.unstick = [&ops] {
+    for (auto& o : ops) o->unstick();
+  };
+  me.check = [&](size_t i, bool* bad) -> Status {
+    WEFT_CHECK(poison_bf16(c, m * n, s));
+    Status st = ops[i]->run(a, b, c, s);
+    AgGemmOp* raw = ops[i].get();
+    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
+    WEFT_CHECK(st);
+    Comparison cmp;
+    WEFT_CHECK(compare_bf16(c, c_ref, m * n, s, &cmp));
+    *bad = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
+    return Status::kOk;
+  };
+  WEFT_CHECK(measure(ctx.boot(), count, me, run, s, progress, out));
   ops.clear();
-  cudaStreamDestroy(s);
-  for (void* p : {(void*)a, (void*)b, (void*)c, (void*)a_ref, (void*)c_ref}) cudaFree(p);
+  return Status::kOk;
+}
+
+// GEMM+RS / GEMM+AR: every rank's A_r and B_r from its own seed; the reference is one GEMM over all
+// of K with every rank's slices (as run_plan validates).
+Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
+                        const std::function<void(int, int)>& progress, TuneResult* out) {
+  const size_t count = candidates.size();
+  std::vector<std::unique_ptr<GemmReduceOp>> ops(count);
+  for (size_t i = 0; i < count; ++i) WEFT_CHECK(GemmReduceOp::create(ctx, candidates[i], &ops[i]));
+  const Plan& p0 = candidates[0];
+  const int rank = ctx.rank(), W = ctx.size();
+  const bool ar = p0.op == Op::kGemmAr;
+  const int64_t m = p0.gemm.m, n = p0.gemm.n, k = p0.gemm.k, k_loc = k / W, m_loc = m / W, rows = ar ? m : m_loc;
+  DeviceBuffers buf;
+  bf16 *a = nullptr, *b = nullptr, *c = nullptr, *a_full = nullptr, *b_full = nullptr, *part = nullptr,
+       *c_ref = nullptr;
+  WEFT_CHECK(buf.alloc(m * k_loc, &a));
+  WEFT_CHECK(buf.alloc(n * k_loc, &b));
+  WEFT_CHECK(buf.alloc(rows * n, &c));
+  WEFT_CHECK(buf.alloc(m * k, &a_full));
+  WEFT_CHECK(buf.alloc(n * k, &b_full));
+  WEFT_CHECK(buf.alloc(std::max(m, n) * k_loc, &part));
+  WEFT_CHECK(buf.alloc(m * n, &c_ref));
+  cudaStream_t s = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  const uint64_t seed = 0x7E58ull + uint64_t(m * 31 + k);  // the same on every rank; slices differ by rank
+  WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, s));
+  WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, s));
+  for (int q = 0; q < W; ++q) {
+    WEFT_CHECK(fill_random_bf16(part, m * k_loc, seed, q, 1.0f, s));
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(a_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                      size_t(m), cudaMemcpyDeviceToDevice, s));
+    WEFT_CHECK(fill_random_bf16(part, n * k_loc, seed + 1, q, 1.0f, s));
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(b_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                      size_t(n), cudaMemcpyDeviceToDevice, s));
+  }
+  WEFT_CHECK(reference_gemm_tn(m, n, k, a_full, k, b_full, k, c_ref, n, s));
+  const bf16* want = ar ? c_ref : c_ref + int64_t(rank) * m_loc * n;
+  double timeout = 10;
+  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
+  Measured me;
+  me.call = [&](size_t i) { return ops[i]->run(a, b, c, s); };
+  me.unstick = [&ops] {
+    for (auto& o : ops) o->unstick();
+  };
+  me.check = [&](size_t i, bool* bad) -> Status {
+    WEFT_CHECK(poison_bf16(c, rows * n, s));
+    Status st = ops[i]->run(a, b, c, s);
+    GemmReduceOp* raw = ops[i].get();
+    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
+    WEFT_CHECK(st);
+    Comparison cmp;
+    WEFT_CHECK(compare_bf16(c, want, rows * n, s, &cmp));
+    *bad = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
+    return Status::kOk;
+  };
+  WEFT_CHECK(measure(ctx.boot(), count, me, run, s, progress, out));
+  ops.clear();
+  return Status::kOk;
+}
+
+}  // namespace
+
+Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates, const RunSpec& run,
+                  const std::function<void(int, int)>& progress, TuneResult* out) {
+  const size_t count = candidates.size();
+  if (count == 0) return Status::kInvalidArgument;
+  // A grouped plan is measured in every group at once, each on its group's bootstrap and heap (as
+  // run_plan runs it); the maxima below are over the group's ranks.
+  std::unique_ptr<bootstrap::GroupBootstrap> group;
+  if (candidates[0].grouped()) {
+    std::string why;
+    if (bootstrap::GroupBootstrap::create(&job, candidates[0].group_shape(), &group, &why) != Status::kOk) {
+      WEFT_WARN(kTune, "%s", why.c_str());
+      return Status::kInvalidArgument;
+    }
+  }
+  bootstrap::Bootstrap& boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : job;
+  const Plan& p0 = candidates[0];
+  const bool gemm_reduce = p0.op == Op::kGemmRs || p0.op == Op::kGemmAr;
+  for (const auto& p : candidates)
+    if ((p0.op != Op::kAgGemm && !gemm_reduce) || p.op != p0.op || p.gemm.m != p0.gemm.m || p.gemm.n != p0.gemm.n ||
+        p.gemm.k != p0.gemm.k) {
+      WEFT_WARN(kTune, "rank %d: tune measures AllGather+GEMM, GEMM+RS or GEMM+AR candidates of one op and shape",
+                boot.info().rank);
+      return Status::kUnsupported;
+    }
+  uint64_t heap = 0;
+  for (const auto& p : candidates) heap += (p.heap_bytes + 4095) / 4096 * 4096;
+  std::unique_ptr<Context> ctx;
+  WEFT_CHECK(Context::create(boot, heap, &ctx));
+  if (gemm_reduce)
+    WEFT_CHECK(tune_gemm_reduce(*ctx, candidates, run, progress, out));
+  else
+    WEFT_CHECK(tune_ag_gemm(*ctx, candidates, run, progress, out));
   WEFT_CHECK(boot.barrier("weft.tune.done"));
   return Status::kOk;
 }

@@ -103,6 +103,17 @@ if timeout 600 "$weftrun" tune $share "$base" 2>&1 | tee "$out/tune.txt" && grep
 else
   fail "tune: weftrun tune did not store a plan that plan then uses"
 fi
+# GEMM+RS's candidates (the peer variant and the overlap variant's ways) tuned the same way, and the
+# stored plan executed as planned.
+rs=$root/configs/examples/gemm_rs_m8192.yaml
+echo "=== weftrun tune $share $rs"
+if timeout 600 "$weftrun" tune $share "$rs" 2>&1 | tee "$out/tune-rs.txt" && grep -q "stored candidate" "$out/tune-rs.txt" &&
+  "$weftrun" plan $share --json "$rs" >"$out/plan-tuned-rs.json"; then
+  echo "PASS    run tune gemm_rs: $(grep -o 'stored candidate.*ms)' "$out/tune-rs.txt") ($where)" >>"$WEFT_SUMMARY"
+  run_one tuned_rs "$rs" "$out/plan-tuned-rs.json"
+else
+  fail "tune gemm_rs: weftrun tune did not store a plan"
+fi
 unset WEFT_TUNE_CACHE
 
 # Refused before any rank starts.

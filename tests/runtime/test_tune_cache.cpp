@@ -188,3 +188,36 @@ TEST_CASE("tune's candidates: the model's plan first, all runnable and distinct,
     if (p.exec.variant == "copy_engine") CHECK(p.roles.compute <= p.sm_count - 8);
   }
 }
+
+TEST_CASE("tune's candidates for GEMM+RS and GEMM+AR: the peer variant and the overlap variant's ways") {
+  TempDir d;
+  for (const char* op : {"gemm_rs", "gemm_ar"}) {
+    CAPTURE(op);
+    const Workload w = load(write_workload(d, std::string("name: t\nop: ") + op +
+                                                  "\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
+                                                  "layout: {nodes: 1, gpus_per_node: 4}\n"));
+    const Plan model = decide(w, nullptr, "");
+    const std::vector<Plan> c = candidate_plans(w, model, false);
+    const bool ar = std::string(op) == "gemm_ar";
+    REQUIRE(c.size() == (ar ? 5u : 3u));
+    CHECK(plan_hash(c[0]) == plan_hash(model));
+    std::vector<std::string> ways;
+    for (size_t i = 0; i < c.size(); ++i) {
+      CHECK(c[i].exec.executable);
+      CHECK(c[i].chosen_by == "model");
+      for (size_t j = 0; j < i; ++j) CHECK(plan_hash(c[i]) != plan_hash(c[j]));
+      ways.push_back(c[i].exec.variant + " " + c[i].exec.send + " " + c[i].exec.gather);
+      // The executed form each would be stored as reads back to the same plan.
+      Plan back;
+      std::string err;
+      REQUIRE(parse_executed_json(executed_json(c[i]), &back, &err) == Status::kOk);
+      CHECK(plan_hash(back) == plan_hash(c[i]));
+    }
+    const std::vector<std::string> want = ar ? std::vector<std::string>{"peer  ", "overlap sm sm", "overlap copy push",
+                                                                        "overlap copy sm", "overlap sm push"}
+                                             : std::vector<std::string>{"peer  ", "overlap copy ", "overlap sm "};
+    CHECK(ways == want);
+    for (const Plan& p : c)  // copy sends on 4 ranks: the mover SMs beside the GEMM
+      CHECK(p.roles.intra_comm == (p.exec.send == "copy" ? 4 : 0));
+  }
+}
