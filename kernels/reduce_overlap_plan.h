@@ -31,6 +31,9 @@
 
 namespace weft::kernels {
 
+// The most pieces the mover blocks take in one call (kernels/piece_push.h, PiecePushParams::kMaxSteps).
+constexpr int kOverlapMaxMoverPieces = 28;
+
 struct OverlapShape {
   int world = 2, rank = 0, pieces = 1, lag = 1;
   bool all_reduce = false, sm_send = false, sm_gather = false;

@@ -77,25 +77,43 @@ nlohmann::json shape_json(const Plan& p) {
   return nlohmann::json::object();
 }
 
+// The plan's notes and what its execution adds, from the execution itself: a plan whose execution
+// came from the tuning cache or a candidate list says what it runs, not what the model chose.
+std::vector<std::string> all_notes(const Plan& p) {
+  std::vector<std::string> notes = p.notes;
+  if (p.exec.variant == "peer")
+    notes.push_back(
+        "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap path's "
+        "(plan: {variant: overlap} runs it; weftrun tune measures both)");
+  if (p.exec.variant == "overlap" && p.roles.intra_comm > 0)
+    notes.push_back(std::to_string(p.roles.intra_comm) +
+                    " intra_comm SMs push each round's last owner's pieces beside the GEMM (its compute blocks: " +
+                    std::to_string(p.roles.compute) + ")");
+  return notes;
+}
+
 nlohmann::json execution_json(const Execution& e) {
-  return {{"variant", e.variant},
-          {"sm_mover", e.sm_mover},
-          {"copy_chunks", e.copy_chunks},
-          {"cluster", e.cluster},
-          {"group_m", e.group_m},
-          {"capturable", e.capturable},
-          {"reduce_blocks", e.reduce_blocks},
-          {"pieces", e.pieces},
-          {"lag", e.lag},
-          {"send", e.send},
-          {"gather", e.gather},
-          {"gemm",
-           {{"split_tail", e.gemm.split_tail},
-            {"chunked_tail", e.gemm.chunked_tail},
-            {"dynamic_tiles", e.gemm.dynamic_tiles},
-            {"tma_store", e.gemm.tma_store}}},
-          {"executable", e.executable},
-          {"not_executable", e.not_executable}};
+  nlohmann::json j = {{"variant", e.variant},
+                      {"sm_mover", e.sm_mover},
+                      {"copy_chunks", e.copy_chunks},
+                      {"cluster", e.cluster},
+                      {"group_m", e.group_m},
+                      {"capturable", e.capturable},
+                      {"reduce_blocks", e.reduce_blocks},
+                      {"gemm",
+                       {{"split_tail", e.gemm.split_tail},
+                        {"chunked_tail", e.gemm.chunked_tail},
+                        {"dynamic_tiles", e.gemm.dynamic_tiles},
+                        {"tma_store", e.gemm.tma_store}}},
+                      {"executable", e.executable},
+                      {"not_executable", e.not_executable}};
+  if (e.variant == "overlap") {  // only there: the other variants' plans (and hashes) stay as they were
+    j["pieces"] = e.pieces;
+    j["lag"] = e.lag;
+    j["send"] = e.send;
+    j["gather"] = e.gather;
+  }
+  return j;
 }
 
 nlohmann::json heap_json(const Plan& p) {
@@ -262,12 +280,14 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
-    if (e.contains("pieces")) {  // plans written before the overlap variant was the runtime's have none
+    if (p.exec.variant == "overlap") {  // its choices, only there
       read(e, "pieces", &p.exec.pieces), read(e, "lag", &p.exec.lag);
       read(e, "send", &p.exec.send), read(e, "gather", &p.exec.gather);
-      if (p.exec.pieces < 0 || p.exec.pieces > 64 || p.exec.lag < 0 || p.exec.lag > 64 || p.exec.send.size() > 8 ||
-          p.exec.gather.size() > 8)
-        throw std::invalid_argument("pieces and lag: 0 to 64; send and gather: short names");
+      if (p.exec.pieces < 1 || p.exec.pieces > 64 || p.exec.lag < 1 || p.exec.lag > p.exec.pieces ||
+          (p.exec.send != "copy" && p.exec.send != "sm") ||
+          (p.exec.gather != "" && p.exec.gather != "push" && p.exec.gather != "sm"))
+        throw std::invalid_argument(
+            "overlap: pieces 1 to 64, lag 1 to pieces, send copy or sm, gather push, sm or empty");
     }
     if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
       at = "execution.gemm";
@@ -356,7 +376,7 @@ std::string format_plan_table(const Plan& p) {
            p.intra_chunk_bytes ? human_bytes(double(p.intra_chunk_bytes)).c_str() : "-",
            p.inter_chunk_bytes ? human_bytes(double(p.inter_chunk_bytes)).c_str() : "-");
   os << line;
-  if (p.intra_mover() == IntraMover::kCopyEngine && p.roles.intra_comm == 0)
+  if (p.intra_mover() == IntraMover::kCopyEngine && p.roles.intra_comm == 0 && p.exec.variant != "overlap")
     os << "  NVLink   moved by the copy engines (no intra_comm SM)\n";
   if (!p.exec.variant.empty()) {
     os << "  runs     " << p.exec.variant;
@@ -407,7 +427,7 @@ std::string format_plan_table(const Plan& p) {
      << " TFLOP/s per GPU\n";
   os << "  bound    " << us(p.bound_s) << " = max(compute alone " << us(p.compute_alone_s) << ", communication alone "
      << us(p.comm_alone_s) << ")\n";
-  for (const auto& n : p.notes) os << "  NOTE: " << n << "\n";
+  for (const auto& n : all_notes(p)) os << "  NOTE: " << n << "\n";
   return os.str();
 }
 
@@ -451,7 +471,7 @@ std::string format_plan_json(const Plan& p) {
                      {"gbps", l.gbps},
                      {"us", us_json(l.time_s)}});
   j["links"] = links;
-  j["notes"] = p.notes;
+  j["notes"] = all_notes(p);
   j["execution"] = execution_json(p.exec);
   j["chosen_by"] = p.chosen_by;
   j["heap"] = heap_json(p);

@@ -175,8 +175,9 @@ std::string format_plan_table(const Plan& plan);
 //  inter_backend,nics_per_node,nic_sharers,nic_share_gbps},"roles":{compute,intra_comm,inter_send,inter_reduce,explicit},
 //  "tiles":{m,n,k},"chunks":{intra_bytes,inter_bytes},"predicted":{role_us:{...},makespan_us,tail_us,
 //  limited_by,compute_alone_us,comm_alone_us,bound_us,flops},"links":[{link,bytes_out,bytes_in,gbps,us}],"notes":[...],
-//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,pieces,lag,send,gather,
-//               gemm:{split_tail,chunked_tail,dynamic_tiles,tma_store},executable,not_executable},"chosen_by",
+//  "execution":{variant,sm_mover,copy_chunks,cluster,group_m,capturable,reduce_blocks,
+//               pieces,lag,send,gather (overlap
+//               only),gemm:{split_tail,chunked_tail,dynamic_tiles,tma_store},executable,not_executable},"chosen_by",
 //  "heap":{bytes,regions:[{name,offset,bytes}]},"hash":"16 hex digits"}
 std::string format_plan_json(const Plan& plan);
 

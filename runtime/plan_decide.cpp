@@ -96,6 +96,15 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
                       " (weftrun tune measures one)");
     }
   }
+  // Whatever chose it (the workload, the tuning cache): the overlap variant's GEMMs wait for each
+  // other's pieces while they run, so ranks that share a GPU cannot all be resident at once.
+  if (options.share_gpus && plan->exec.variant == "overlap" && plan->exec.executable) {
+    plan->exec.executable = false;
+    plan->exec.not_executable =
+        w.error_at("plan.variant",
+                   "overlap: with ranks sharing a GPU (--oversubscribe) their GEMMs, which wait "
+                   "for each other's pieces, cannot all run at once; expected peer");
+  }
   plan->notes.insert(plan->notes.end(), notes.begin(), notes.end());
   return Status::kOk;
 }

@@ -5,6 +5,7 @@
 #include "base/params.h"
 #include "kernels/frame.cuh"
 #include "kernels/moe_plan.h"
+#include "kernels/reduce_overlap_plan.h"
 #include "kernels/tile_scheduler.h"
 #include "runtime/plan.h"
 
@@ -117,6 +118,15 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
                                                "of " +
                                                std::to_string(kTileRows) + " rows"));
   if (n % 8 != 0) return refuse(p, w.error_at("shape.n", std::to_string(n) + ": expected a multiple of 8"));
+  // The GEMM with the reducing epilogue walks its tiles statically and splits its tail into K-slices
+  // only (kernels/gemm_sm90.cuh: kClaimsTiles, kChunkedTail).
+  if (w.plan.dynamic_tiles == std::optional<bool>(true) || w.plan.chunked_tail == std::optional<bool>(true))
+    return refuse(p, w.error_at(w.plan.dynamic_tiles == std::optional<bool>(true) ? "plan.gemm.dynamic_tiles"
+                                                                                  : "plan.gemm.chunked_tail",
+                                "true: the overlap variant's GEMM walks its tiles statically and splits its tail "
+                                "into K-slices only; expected false"));
+  e.gemm.dynamic_tiles = false;
+  e.gemm.chunked_tail = false;
   const int64_t block_bytes = m_loc * n * 2;
   if (w.plan.pieces) {
     e.pieces = *w.plan.pieces;
@@ -148,16 +158,13 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
                                 std::to_string(movers) +
                                     " mover SMs: they push each round's last owner's pieces when the copy engines "
                                     "send and there are 3 or more ranks; expected 0"));
-  if (movers > p->sm_count / 2 || (movers > 0 && e.pieces > 28))
+  if (movers > p->sm_count / 2 || (movers > 0 && e.pieces > kernels::kOverlapMaxMoverPieces))
     return refuse(p, w.error_at(movers > p->sm_count / 2 ? "roles.intra_comm" : "plan.pieces",
-                                "the mover SMs take at most half the GPU and 28 pieces"));
+                                "the mover SMs take at most half the GPU and " +
+                                    std::to_string(kernels::kOverlapMaxMoverPieces) + " pieces"));
   if (p->roles.compute < 2 || p->roles.total() > p->sm_count)
     return refuse(p, w.error_at("roles", "the GEMM and the movers must fit the GPU's " + std::to_string(p->sm_count) +
                                              " SMs together"));
-  if (movers > 0)
-    p->notes.push_back(std::to_string(movers) +
-                       " intra_comm SMs push each round's last owner's pieces beside the GEMM (its compute blocks: " +
-                       std::to_string(p->roles.compute) + ")");
   const uint64_t flags = uint64_t(W * e.pieces) * 8;
   add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
   add_region(p, "gemm_reduce.staging", uint64_t(m * n) * 2);  // W slots of m / W rows
@@ -208,9 +215,6 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
                                 "give " +
                                     std::to_string(p->roles.compute) + " compute of " +
                                     std::to_string(p->roles.total()) + " blocks"));
-  p->notes.push_back(
-      "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap "
-      "path's (plan: {variant: overlap} runs it)");
   add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
   if (ar) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
   add_region(p, "gemm_reduce.flags", uint64_t(3 * W) * 8);
@@ -346,7 +350,8 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     out.push_back(p);
   };
   add(model);
-  if ((model.op == Op::kGemmRs || model.op == Op::kGemmAr) && model.nodes == 1) {
+  // With ranks sharing a GPU the overlap variant cannot run (plan_decide.cpp): the peer variant only.
+  if ((model.op == Op::kGemmRs || model.op == Op::kGemmAr) && model.nodes == 1 && !share_gpus) {
     // The peer variant and the overlap variant's ways of moving pieces and rows (each as the workload
     // would ask for it, so the plan is the one `plan: {variant: overlap, ...}` gives).
     const bool ar = model.op == Op::kGemmAr;

@@ -393,7 +393,9 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
   const bool staged = w.op == Op::kMoe && layout.nodes == 1;
   if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines && !staged)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
-  if (copy_engines && c.intra_comm > 0)
+  // GEMM+RS/AR's overlap variant puts mover SMs on intra_comm (plan_exec.cpp says so, or refuses them).
+  const bool overlap_movers = w.plan.variant == std::optional<std::string>("overlap");
+  if (copy_engines && c.intra_comm > 0 && !overlap_movers)
     plan->notes.push_back("roles.intra_comm: the copy engines move the NVLink bytes, the intra_comm SMs will idle");
   if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)
     return fail("roles.inter_send", "0, but " + op + " sends data between nodes; expected at least 1");

@@ -142,8 +142,9 @@ class GemmReduce {
   int64_t n() const;
   int64_t k_local() const;  // k / W: this rank's columns of A and B
   int64_t c_rows() const;   // rows of this rank's C: m / W, or m for AllReduce
-  // AllReduce: C inside the heap, where the op gathers it: pass it as `c` to skip the copy out (it
-  // holds the last call's C until the next call). nullptr for ReduceScatter.
+  // AllReduce: C inside the heap, where the op gathers it: pass it as `c` to skip the copy out. It
+  // holds the last call's C until this rank's next run(): read it on the call's stream, or order
+  // the reads before the next call. nullptr for ReduceScatter.
   void* heap_c() const;
 
  private:

@@ -1,6 +1,10 @@
 // GemmReduceOp: heap layout from the allocator, the GEMM into the heap, the peer reduction kernel.
 #include "runtime/exec/gemm_reduce.h"
 
+#include <chrono>
+#include <memory>
+#include <utility>
+
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/gemm.h"
@@ -93,12 +97,19 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.gemm_reduce.create." + std::to_string(op->arena_)));
   GemmReduceOp* raw = op.get();
+  const double timeout = param_double_or_default("WEFT_DEVICE_TIMEOUT");
+  // The overlap variant's stream waits on peers' words (freed, gathered, bcast, arrivals) are not
+  // bounded on the device: a call that started on the device and has not finished within
+  // WEFT_DEVICE_TIMEOUT counts as a timed-out wait too (watch_stalled; the watchdog thread only).
+  auto stalled_since = std::make_shared<std::pair<uint64_t, std::chrono::steady_clock::time_point>>();
   op->watch_ = ctx.watch(
-      [raw](std::string* why) {
-        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
-        raw->frame_.check("gemm_reduce");
-        *why = "gemm_reduce: a device wait timed out on rank " + std::to_string(raw->rank_);
-        return true;
+      [raw, timeout, stalled_since](std::string* why) {
+        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) != 0) {
+          raw->frame_.check("gemm_reduce");
+          *why = "gemm_reduce: a device wait timed out on rank " + std::to_string(raw->rank_);
+          return true;
+        }
+        return raw->overlap_ && raw->watch_stalled(timeout, stalled_since.get(), why);
       },
       [raw] { raw->unstick(); });
   *out = std::move(op);
@@ -112,8 +123,27 @@ GemmReduceOp::~GemmReduceOp() {
     cudaEventDestroy(done_);
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
+  overlap_.reset();  // its streams are done (done_ above) before the words they wait on go
+  if (progress_host_) cudaFreeHost(progress_host_);
   if (side_) cudaStreamDestroy(side_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+bool GemmReduceOp::watch_stalled(double timeout_s, std::pair<uint64_t, std::chrono::steady_clock::time_point>* since,
+                                 std::string* why) const {
+  const uint64_t started = progress_[0], finished = progress_[1];
+  const auto now = std::chrono::steady_clock::now();
+  if (started == finished) return false;  // no call on the device
+  if (since->first != started) {          // a new call started: its clock starts now
+    *since = {started, now};
+    return false;
+  }
+  if (std::chrono::duration<double>(now - since->second).count() < timeout_s) return false;
+  *why = "gemm_reduce (overlap): rank " + std::to_string(rank_) + "'s call " + std::to_string(started) +
+         " has not finished " + std::to_string(timeout_s) +
+         " s after it started (WEFT_DEVICE_TIMEOUT): a stream waits for a peer's word (freed, arrived or landed, "
+         "gathered or bcast) that the peer never wrote";
+  return true;
 }
 
 Status GemmReduceOp::create_overlap() {
@@ -165,6 +195,10 @@ Status GemmReduceOp::create_overlap() {
     WEFT_CHECK(mover_record_.create());
     movers.launch = mover_record_.device();
   }
+  WEFT_CUDA_CHECK(cudaHostAlloc(&progress_host_, 2 * sizeof(uint64_t), cudaHostAllocMapped));
+  progress_host_[0] = progress_host_[1] = 0;
+  progress_ = progress_host_;
+  WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&progress_dev_), progress_host_, 0));
   overlap_.reset(new ReduceOverlap());
   return overlap_->create(c, b, frame_params_, movers, side_);
 }
@@ -189,11 +223,14 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   // slots and the heap's C are reused).
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
-    Status st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
+    const uint64_t call = ++overlap_calls_;
+    Status st = stream_write_u64(s, progress_dev_, call);  // started on the device (watch_stalled)
+    if (st == Status::kOk) st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
     if (st == Status::kOk && all_reduce_ && c != heap_c())  // C was gathered in the heap, where the peers write it
       st = cudaMemcpyAsync(c, full_[size_t(rank_)], size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess
                ? Status::kOk
                : Status::kCudaError;
+    if (st == Status::kOk) st = stream_write_u64(s, progress_dev_ + 1, call);  // finished
     if (st == Status::kOk) st = record_done(done_, s);
     if (st != Status::kOk) {
       unstick();  // waits already enqueued on the side streams would otherwise never be satisfied

@@ -4,9 +4,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -74,6 +76,14 @@ class GemmReduceOp {
   std::unique_ptr<ReduceOverlap> overlap_;  // the overlap variant's engine; null for peer
   OpLaunchRecord mover_record_;             // overlap with mover SMs: their launches'
   Status create_overlap();                  // create(): the overlap variant's views, config and engine
+  // Overlap: [0] the last call that started on the device, [1] the last that finished (host-mapped,
+  // written by the stream), and whether one has been on the device longer than timeout_s.
+  uint64_t* progress_host_ = nullptr;
+  const volatile uint64_t* progress_ = nullptr;
+  uint64_t* progress_dev_ = nullptr;
+  uint64_t overlap_calls_ = 0;
+  bool watch_stalled(double timeout_s, std::pair<uint64_t, std::chrono::steady_clock::time_point>* since,
+                     std::string* why) const;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;

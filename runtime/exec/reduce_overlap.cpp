@@ -12,6 +12,8 @@
 namespace weft::runtime {
 
 using bf16 = __nv_bfloat16;
+static_assert(kernels::PiecePushParams::kMaxSteps == kernels::kOverlapMaxMoverPieces,
+              "the plan's limit on the movers' pieces is the kernel's");
 
 std::string ReduceOverlap::misfit(const OverlapConfig& c, int sm_count) {
   const int64_t tile = kernels::GemmConfig::kTileM;
@@ -86,6 +88,7 @@ Status ReduceOverlap::create(const OverlapConfig& c, const OverlapBuffers& b, co
   for (int j = 0; j < c.pieces; ++j) gate[size_t(c.rank * c.pieces + j)] = 0;
   WEFT_CUDA_CHECK(cudaMemcpyAsync(b.gate, gate.data(), gate.size() * 8, cudaMemcpyHostToDevice, s));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  WEFT_INFO(kKernel, "rank %d: gemm_%s: %s", c.rank, c.all_reduce ? "ar" : "rs", text().c_str());
   return Status::kOk;
 }
 

@@ -105,8 +105,6 @@ Status measure(bootstrap::Bootstrap& boot, size_t count, const Measured& m, cons
 Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
                     const std::function<void(int, int)>& progress, TuneResult* out) {
   const size_t count = candidates.size();
-  std::vector<std::unique_ptr<AgGemmOp>> ops(count);
-  for (size_t i = 0; i < count; ++i) WEFT_CHECK(AgGemmOp::create(ctx, candidates[i], &ops[i]));
   const Plan& p0 = candidates[0];
   const int rank = ctx.rank(), W = ctx.size();
   const int64_t m = p0.gemm.m, n = p0.gemm.n / W, k = p0.gemm.k, m_loc = m / W;
@@ -120,6 +118,10 @@ Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const Run
   cudaStream_t s = nullptr;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  // The ops last: on an early return they go first, waiting for (and releasing) their streams before
+  // the buffers and the stream they used are freed.
+  std::vector<std::unique_ptr<AgGemmOp>> ops(count);
+  for (size_t i = 0; i < count; ++i) WEFT_CHECK(AgGemmOp::create(ctx, candidates[i], &ops[i]));
   const uint64_t seed = 0x7E57ull + uint64_t(m * 31 + k);  // the same on every rank; shards differ by rank
   WEFT_CHECK(fill_random_bf16(a, m_loc * k, seed, rank, 1.0f, s));
   WEFT_CHECK(fill_random_bf16(b, n * k, seed + 1, rank, 1.0f, s));
@@ -153,8 +155,6 @@ Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const Run
 Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
                         const std::function<void(int, int)>& progress, TuneResult* out) {
   const size_t count = candidates.size();
-  std::vector<std::unique_ptr<GemmReduceOp>> ops(count);
-  for (size_t i = 0; i < count; ++i) WEFT_CHECK(GemmReduceOp::create(ctx, candidates[i], &ops[i]));
   const Plan& p0 = candidates[0];
   const int rank = ctx.rank(), W = ctx.size();
   const bool ar = p0.op == Op::kGemmAr;
@@ -172,6 +172,10 @@ Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const
   cudaStream_t s = nullptr;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
+  // The ops last: on an early return they go first, waiting for (and releasing) their streams before
+  // the buffers and the stream they used are freed.
+  std::vector<std::unique_ptr<GemmReduceOp>> ops(count);
+  for (size_t i = 0; i < count; ++i) WEFT_CHECK(GemmReduceOp::create(ctx, candidates[i], &ops[i]));
   const uint64_t seed = 0x7E58ull + uint64_t(m * 31 + k);  // the same on every rank; slices differ by rank
   WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, s));
   WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, s));

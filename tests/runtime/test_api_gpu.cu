@@ -346,7 +346,7 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   // The peer variant, then the overlap variant's ways of moving partials and reduced rows (2 or more
   // ranks): the defaults (RS: copy sends, mover SMs from 3 ranks; AR: the epilogue sends and
-  // gathers), and the others, with 2 pieces per rank's rows.
+  // gathers; 1 piece at this size), and the others with 2 pieces per rank's rows.
   struct Case {
     const char* op;
     const char* plan;
@@ -355,9 +355,10 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
   if (W >= 2)
     cases.insert(cases.end(), {{"gemm_rs", "plan: {variant: overlap}\n"},
                                {"gemm_ar", "plan: {variant: overlap}\n"},
+                               {"gemm_rs", "plan: {variant: overlap, pieces: 2}\n"},
                                {"gemm_rs", "plan: {variant: overlap, pieces: 2, send: sm}\n"},
                                {"gemm_ar", "plan: {variant: overlap, pieces: 2, lag: 2, send: copy, gather: push}\n"},
-                               {"gemm_ar", "plan: {variant: overlap, send: copy, gather: sm}\n"}});
+                               {"gemm_ar", "plan: {variant: overlap, pieces: 2, send: copy, gather: sm}\n"}});
   int index = 0;
   for (const Case& k : cases) {
     const char* op_name = k.op;

@@ -309,8 +309,21 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
     REQUIRE(p.region(r) != nullptr);
     CHECK(p.region(r)->bytes == 4 * 4 * 8);
   }
+  REQUIRE(p.region("gemm_reduce.freed") != nullptr);
   CHECK(p.region("gemm_reduce.freed")->bytes == 4 * 8);
   check_heap(p);
+  // Its GEMM walks tiles statically and splits its tail into K-slices only: the plan says so.
+  CHECK(!p.exec.gemm.dynamic_tiles);
+  CHECK(!p.exec.gemm.chunked_tail);
+  CHECK(p.exec.gemm.split_tail);
+  const std::string table = format_plan_table(p);
+  CHECK(table.find("4 intra_comm SMs push each round's last owner's pieces") != std::string::npos);
+  CHECK(table.find("runs the peer variant") == std::string::npos);
+  CHECK(table.find("no intra_comm SM") == std::string::npos);
+  CHECK(format_plan_table(plan_for(parse(rs))).find("runs the peer variant") != std::string::npos);
+  // Only an overlap plan carries the overlap's fields: other plans (and their hashes) are unchanged.
+  CHECK(executed_json(p).find("\"pieces\"") != std::string::npos);
+  CHECK(executed_json(plan_for(parse(rs))).find("\"pieces\"") == std::string::npos);
   CHECK(format_plan_table(p).find("runs     overlap, 4 pieces per rank's rows, own lag 4, sends by the copy engines "
                                   "and 4 mover SMs") != std::string::npos);
   Plan back;
@@ -337,6 +350,7 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
   CHECK(w.exec.gather == "push");
   CHECK(w.roles.compute == 120);
   CHECK(w.roles.intra_comm == 8);
+  for (const auto& n : w.notes) CHECK_MESSAGE(n.find("will idle") == std::string::npos, n);
   // Two ranks: no round has a last owner for the movers.
   std::string two = rs;
   two.replace(two.find("gpus_per_node: 4"), 16, "gpus_per_node: 2");
@@ -355,6 +369,9 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
   refused(rs + "roles: {compute: 124, intra_comm: 8}\nplan: {variant: overlap, send: sm}\n",
           "roles.intra_comm: 8 mover SMs");
   refused(rs + "plan: {variant: overlap, cluster: 2}\n", "plan.cluster: 2: the overlap variant runs 1-CTA clusters");
+  refused(rs + "plan: {variant: overlap, gemm: {dynamic_tiles: true}}\n",
+          "plan.gemm.dynamic_tiles: true: the overlap variant's GEMM walks its tiles statically");
+  refused(rs + "plan: {variant: overlap, gemm: {chunked_tail: true}}\n", "plan.gemm.chunked_tail: true");
   std::string small = ar;
   small.replace(small.find("m: 8192"), 7, "m: 256");
   refused(small + "plan: {variant: overlap}\n", "shape.m: 256: the overlap variant needs m / ranks");

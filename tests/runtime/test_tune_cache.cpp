@@ -221,3 +221,28 @@ TEST_CASE("tune's candidates for GEMM+RS and GEMM+AR: the peer variant and the o
       CHECK(p.roles.intra_comm == (p.exec.send == "copy" ? 4 : 0));
   }
 }
+
+TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tune candidate") {
+  TempDir d;
+  const Workload w = load(write_workload(d,
+                                         "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
+                                         "layout: {nodes: 1, gpus_per_node: 4}\nplan: {variant: overlap}\n"));
+  DecideOptions o;
+  o.topology = std::string(WEFT_SOURCE_DIR) + "/tests/data/hwloc-nvidiaDGX2.xml";
+  o.share_gpus = true;
+  Plan p;
+  std::string err;
+  bool bad = false;
+  REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
+  CHECK(!p.exec.executable);
+  CHECK(p.exec.not_executable.find("sharing a GPU") != std::string::npos);
+  o.share_gpus = false;
+  REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.executable);
+  // Tune's candidates with shared GPUs: the peer variant only.
+  const Workload plain = load(write_workload(d,
+                                             "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
+                                             "layout: {nodes: 1, gpus_per_node: 4}\n"));
+  const Plan model = decide(plain, nullptr, "");
+  for (const Plan& c : candidate_plans(plain, model, true)) CHECK(c.exec.variant == "peer");
+}

@@ -90,7 +90,7 @@ TEST_CASE("overlap path: a copy send that does not wait for the owner to have re
   }
 }
 
-TEST_CASE("overlap path: a gate that opens before the last peer's piece arrived is caught") {
+TEST_CASE("overlap path: a gate that opens without waiting for one peer's piece races, named") {
   OverlapSimOptions o;
   o.world = 4, o.pieces = 2, o.lag = 1;
   o.mutate = [](int, OverlapCall* c) {
@@ -102,5 +102,6 @@ TEST_CASE("overlap path: a gate that opens before the last peer's piece arrived 
   };
   const Result r = simulate_overlap(o);
   REQUIRE_FALSE(r.ok());
+  CHECK(r.mentions("slot"));
   MESSAGE(r.text());
 }

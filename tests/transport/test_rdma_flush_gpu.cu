@@ -65,9 +65,14 @@ Status flush_beside_kernel(weft::bootstrap::Bootstrap& boot, Seen* seen) {
   SEEN_CUDA(cudaHostGetDevicePointer(&dev, host, 0));
   cudaStream_t s;
   SEEN_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  int sms = 0;
-  SEEN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  spin<<<sms, 32, 0, s>>>(dev, 30ull * 1000 * 1000 * 1000, dev + 1);  // every SM busy, at most 30 s
+  // One block per SM, each with all the shared memory an SM has, as a persistent GEMM holds them:
+  // nothing else fits beside it.
+  int device = 0, sms = 0, smem = 0;
+  SEEN_CUDA(cudaGetDevice(&device));
+  SEEN_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SEEN_CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  SEEN_CUDA(cudaFuncSetAttribute(spin, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  spin<<<sms, 32, size_t(smem), s>>>(dev, 30ull * 1000 * 1000 * 1000, dev + 1);  // at most 30 s
   SEEN_CUDA(cudaGetLastError());
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   seen->busy = cudaStreamQuery(s) == cudaErrorNotReady;  // the kernel holds the GPU
