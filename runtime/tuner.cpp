@@ -473,6 +473,15 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
       return fail("plan.reduce_blocks", "the peer variant's reduction kernel; the overlap variant has none");
     if (s.gather && w.op != Op::kGemmAr)
       return fail("plan.gather", op + " gathers nothing (AllReduce's choice); expected no gather");
+    // Keys written together that contradict each other (what the file leaves out is the plan's to fit).
+    if (s.lag && s.pieces && *s.lag > *s.pieces)
+      return fail("plan.lag", std::to_string(*s.lag) + ", but plan.pieces is " + std::to_string(*s.pieces) +
+                                  "; expected 1 to the pieces");
+    const int movers = w.roles.automatic ? 0 : w.roles.counts.intra_comm;
+    if (overlap && s.send == std::optional<std::string>("sm") && movers > 0)
+      return fail("roles.intra_comm", std::to_string(movers) +
+                                          " mover SMs, but plan.send is sm (the epilogue sends the pieces); expected "
+                                          "roles.intra_comm: 0, or send: copy");
   }
   if (s.cluster == std::optional<int>(2) && s.dynamic_tiles == std::optional<bool>(true))
     return fail("plan.gemm.dynamic_tiles",

@@ -365,9 +365,12 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
     CHECK_MESSAGE(r.exec.not_executable.find(what) != std::string::npos, r.exec.not_executable);
   };
   refused(rs + "plan: {variant: overlap, pieces: 3}\n", "plan.pieces: 3: each rank's 2048 rows must split");
-  refused(rs + "plan: {variant: overlap, pieces: 2, lag: 3}\n", "plan.lag: 3: expected 1 to the 2 pieces");
-  refused(rs + "roles: {compute: 124, intra_comm: 8}\nplan: {variant: overlap, send: sm}\n",
-          "roles.intra_comm: 8 mover SMs");
+  refused(rs + "plan: {variant: overlap, lag: 8}\n", "plan.lag: 8: expected 1 to the 4 pieces");
+  CHECK(plan_error(parse(rs + "roles: {compute: 124, intra_comm: 8}\nplan: {variant: overlap, send: sm}\n"))
+            .find("roles.intra_comm: 8 mover SMs, but plan.send is sm") != std::string::npos);
+  CHECK(plan_error(parse(rs + "plan: {variant: overlap, pieces: 2, lag: 3}\n"))
+            .find("plan.lag: 3, but plan.pieces is 2") != std::string::npos);
+  refused(two + "roles: {compute: 124, intra_comm: 8}\nplan: {variant: overlap}\n", "roles.intra_comm: 8 mover SMs");
   refused(rs + "plan: {variant: overlap, cluster: 2}\n", "plan.cluster: 2: the overlap variant runs 1-CTA clusters");
   refused(rs + "plan: {variant: overlap, gemm: {dynamic_tiles: true}}\n",
           "plan.gemm.dynamic_tiles: true: the overlap variant's GEMM walks its tiles statically");
