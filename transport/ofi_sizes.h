@@ -17,12 +17,12 @@
 
 namespace weft::transport::ofi {
 
-constexpr uint64_t kOpsPerPeer = 256;     // writes posted to libfabric, not completed, per peer
-constexpr uint64_t kRecvSlots = 32;       // control-message receives kept posted (hellos, staging credits)
-constexpr uint64_t kMsgBytes = 64;        // one control message: each receive buffer, the hello, each credit
-constexpr uint64_t kValueBytes = 8;       // control block: a signal value slot per operation context
-constexpr uint64_t kCqCeiling = 65536;    // the CQ never asks for more entries
-constexpr uint32_t kStageSlots = 8;       // device heaps: slots per peer and direction
+constexpr uint64_t kOpsPerPeer = 256;   // writes posted to libfabric, not completed, per peer
+constexpr uint64_t kRecvSlots = 32;     // control-message receives kept posted (hellos, staging credits)
+constexpr uint64_t kMsgBytes = 64;      // one control message: each receive buffer, the hello, each credit
+constexpr uint64_t kValueBytes = 8;     // control block: a signal value slot per operation context
+constexpr uint64_t kCqCeiling = 65536;  // the CQ never asks for more entries
+constexpr uint32_t kStageSlots = 8;     // device heaps: slots per peer and direction
 constexpr uint32_t kStageSlotBytes = 128u << 10;
 
 // What a channel faces: its peers and one entry of slack (the full mesh's sizes as they always were).

@@ -119,7 +119,7 @@ struct RankResources {
   uint64_t staging_bytes = 0;       // ofi, device heap: host staging rings (part of registered_bytes), all channels
   uint32_t fifo_depth = 0;          // GPU->proxy ring slots per channel: every in-flight chunk fits (power of two)
   uint64_t fifo_bytes = 0;          // all channels' rings
-  int completion_queues = 0;        // ibverbs: the send CQ per channel, and with SEND signals a receive CQ; ofi: one
+  int completion_queues = 0;        // per channel: ibverbs the send CQ and, with SEND signals, a receive CQ; ofi one
   uint64_t completion_entries = 0;  // ibverbs, ofi: entries of every CQ above, all channels
   // Receives posted, all channels: ibverbs with SEND signals kRecvDepth per QP; ofi kRecvSlots per channel.
   uint64_t receive_entries = 0;
