@@ -28,6 +28,7 @@
 #include "transport/net_backend.h"
 #include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
+#include "transport/ofi_sizes.h"
 #include "transport/ofi_stage.h"
 
 namespace weft::transport {
@@ -35,15 +36,16 @@ namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-constexpr size_t kOpsPerPeer = 256;      // posted to libfabric, not completed, per peer
-constexpr size_t kQueuedPerPeer = 1024;  // accepted from the proxy, not yet posted, per peer
-constexpr int kRecvSlots = 32;           // control-message receives kept posted
-constexpr size_t kMsgBytes = 64;
+// Sizes the resource report counts too (ofi_sizes.h).
+constexpr size_t kOpsPerPeer = ofi::kOpsPerPeer;
+constexpr int kRecvSlots = static_cast<int>(ofi::kRecvSlots);
+constexpr size_t kMsgBytes = ofi::kMsgBytes;
+constexpr uint32_t kStageSlots = ofi::kStageSlots;
+constexpr uint32_t kStageSlotBytes = ofi::kStageSlotBytes;
+constexpr size_t kQueuedPerPeer = 1024;                        // accepted from the proxy, not yet posted, per peer
 constexpr uint32_t kHelloMagic = 0x4f544657u;                  // "WFTO"
 constexpr uint32_t kCreditMagic = 0x43544657u;                 // "WFTC"
 constexpr uint64_t kHeapKey = 1, kCtrlKey = 2, kStageKey = 3;  // requested keys where the provider does not choose
-constexpr uint32_t kStageSlots = 8;                            // device heaps: slots per peer and direction
-constexpr uint32_t kStageSlotBytes = 128u << 10;
 
 // Control messages (the hello at connect, staging credits), one receive buffer each.
 struct CtrlMsg {
@@ -362,18 +364,23 @@ class OfiBackend final : public NetBackend {
     fi_cq_attr cq_attr{};
     cq_attr.format = FI_CQ_FORMAT_DATA;
     // Completion queue, address vector and operation contexts sized for the peer set (transport/peer_set.h),
-    // not the job: + 1 keeps the full mesh's sizes as they were.
-    const size_t faced = (cfg_.peers ? cfg_.peers->size() : static_cast<size_t>(cfg_.size - 1)) + 1;
-    cq_attr.size = std::min<size_t>(kOpsPerPeer * faced + 4 * kRecvSlots, 65536);
+    // not the job, by ofi_sizes.h (the resource report counts the same). What is asked for is recorded
+    // (tally_, ofi_plan.h) so a test can hold the report against it.
+    const size_t peers = cfg_.peers ? cfg_.peers->size() : static_cast<size_t>(cfg_.size - 1);
+    cq_attr.size = ofi::cq_entries(peers);
     rc = fi_cq_open(domain_, &cq_attr, &cq_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_cq_open: " + ofi_error(rc));
+    tally_.completion_queues += 1;
+    tally_.completion_entries += cq_attr.size;
     fi_av_attr av_attr{};
     av_attr.type = FI_AV_TABLE;
-    av_attr.count = faced;
+    av_attr.count = ofi::av_entries(peers);
     rc = fi_av_open(domain_, &av_attr, &av_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_av_open: " + ofi_error(rc));
+    tally_.address_entries += av_attr.count;
     rc = fi_endpoint(domain_, info_, &ep_, nullptr);
     if (rc) return fail(Status::kSystemError, "fi_endpoint: " + ofi_error(rc));
+    tally_.endpoints += 1;
     rc = fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV);
     if (!rc) rc = fi_ep_bind(ep_, &av_->fid, 0);
     if (!rc) rc = fi_enable(ep_);
@@ -381,10 +388,10 @@ class OfiBackend final : public NetBackend {
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
-    ctxs_.resize(kOpsPerPeer * faced + faced + kRecvSlots + 1);  // + credits, receives, the hello
+    ctxs_.resize(ofi::contexts(peers));  // the writes, credits, receives, the hello
     free_ctx_.clear();
     for (size_t i = ctxs_.size() - kRecvSlots; i-- > 0;) free_ctx_.push_back(static_cast<int>(i));
-    ctrl_bytes_ = hello_send_offset() + kMsgBytes * (kRecvSlots + 1 + cfg_.size);
+    ctrl_bytes_ = ofi::control_bytes(peers, static_cast<uint64_t>(cfg_.size));
     ctrl_storage_.assign(ctrl_bytes_ + 64, 0);
     ctrl_ = ctrl_storage_.data() + (64 - reinterpret_cast<uintptr_t>(ctrl_storage_.data()) % 64) % 64;
     if (staged_) {
@@ -403,6 +410,10 @@ class OfiBackend final : public NetBackend {
     heap_desc_ = mr_local_ && heap_mr_ ? fi_mr_desc(heap_mr_) : nullptr;
     ctrl_desc_ = mr_local_ ? fi_mr_desc(ctrl_mr_) : nullptr;
     for (int i = 0; i < kRecvSlots; ++i) WEFT_CHECK(post_recv(i));
+    tally_.receives_posted += kRecvSlots;
+    tally_.receive_bytes += uint64_t{kRecvSlots} * kMsgBytes;
+    add_ofi_wiring(cfg_.rank, tally_);
+    tally_ = OfiWiring{};
     WEFT_INFO(kNet,
               "rank %d channel %d: ofi provider %s, domain %s: signals ordered by %s (FI_FENCE %s, write-after-write "
               "%s up to %llu bytes), %s addresses, mr_mode 0x%llx, %s progress",
@@ -416,6 +427,8 @@ class OfiBackend final : public NetBackend {
   Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what) {
     int rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
     if (rc) return fail(Status::kSystemError, std::string("registering ") + what + ": fi_mr_reg: " + ofi_error(rc));
+    tally_.registrations += 1;
+    tally_.registered_bytes += bytes;
     if (mr_endpoint_) {
       rc = fi_mr_bind(*mr, &ep_->fid, 0);
       if (!rc) rc = fi_mr_enable(*mr);
@@ -435,7 +448,7 @@ class OfiBackend final : public NetBackend {
 
   Status open_stage(int peer) {
     Stage& st = stages_[peer];
-    const uint64_t bytes = 2ull * kStageSlots * kStageSlotBytes;
+    const uint64_t bytes = ofi::stage_bytes_per_peer();
     if (cfg_.copy_hooks.alloc_host) st.mem = static_cast<char*>(cfg_.copy_hooks.alloc_host(cfg_.copy_hooks.ctx, bytes));
     st.pinned = st.mem != nullptr;
     if (!st.mem) {
@@ -444,6 +457,9 @@ class OfiBackend final : public NetBackend {
     }
     WEFT_CHECK(reg(st.mem, bytes, FI_WRITE | FI_REMOTE_WRITE, kStageKey + peer, &st.mr, "a staging ring"));
     st.desc = mr_local_ ? fi_mr_desc(st.mr) : nullptr;
+    tally_.staging_bytes += bytes;
+    add_ofi_wiring(cfg_.rank, tally_);
+    tally_ = OfiWiring{};
     return Status::kOk;
   }
 
@@ -795,6 +811,7 @@ class OfiBackend final : public NetBackend {
   BackendConfig cfg_;
   std::string provider_;
   OfiTestSwitches switches_;
+  OfiWiring tally_;  // what this backend asked libfabric for, not yet added to the process's record
   Region region_;
   fi_info* info_ = nullptr;
   fid_fabric* fabric_ = nullptr;

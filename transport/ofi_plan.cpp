@@ -1,6 +1,7 @@
-// The ofi backend's ordering choice and test switches (no libfabric here: built and tested everywhere).
+// The ofi backend's ordering choice, test switches and wiring record (no libfabric here: built and tested everywhere).
 #include "transport/ofi_plan.h"
 
+#include <map>
 #include <mutex>
 
 namespace weft::transport {
@@ -8,6 +9,7 @@ namespace {
 
 std::mutex g_switch_mutex;
 OfiTestSwitches g_switches;
+std::map<int, OfiWiring> g_wiring;  // by rank, under g_switch_mutex
 
 }  // namespace
 
@@ -43,6 +45,31 @@ void set_ofi_test_switches(const OfiTestSwitches& s) {
 OfiTestSwitches ofi_test_switches() {
   std::lock_guard<std::mutex> lock(g_switch_mutex);
   return g_switches;
+}
+
+void add_ofi_wiring(int rank, const OfiWiring& more) {
+  std::lock_guard<std::mutex> lock(g_switch_mutex);
+  OfiWiring& w = g_wiring[rank];
+  w.endpoints += more.endpoints;
+  w.completion_queues += more.completion_queues;
+  w.completion_entries += more.completion_entries;
+  w.address_entries += more.address_entries;
+  w.registrations += more.registrations;
+  w.registered_bytes += more.registered_bytes;
+  w.staging_bytes += more.staging_bytes;
+  w.receives_posted += more.receives_posted;
+  w.receive_bytes += more.receive_bytes;
+}
+
+OfiWiring ofi_wiring(int rank) {
+  std::lock_guard<std::mutex> lock(g_switch_mutex);
+  auto it = g_wiring.find(rank);
+  return it == g_wiring.end() ? OfiWiring{} : it->second;
+}
+
+void reset_ofi_wiring() {
+  std::lock_guard<std::mutex> lock(g_switch_mutex);
+  g_wiring.clear();
 }
 
 }  // namespace weft::transport

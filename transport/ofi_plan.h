@@ -1,4 +1,5 @@
-// The ofi backend's decisions as pure functions: signal ordering from the provider's attributes, target addresses.
+// The ofi backend's decisions as pure functions (signal ordering from the provider's attributes, target addresses),
+// and its test-only switches and wiring record.
 #pragma once
 
 #include <cstdint>
@@ -45,5 +46,20 @@ struct OfiTestSwitches {
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();
+
+// What the ofi backends of one rank asked libfabric for, summed over its channels: recorded by the
+// backend as it opens (test-only reading: lets a test hold the resource report, peer_set.h, against
+// the wiring). Cumulative until reset_ofi_wiring(); closing a backend takes nothing off.
+struct OfiWiring {
+  uint64_t endpoints = 0;
+  uint64_t completion_queues = 0, completion_entries = 0;  // fi_cq_attr.size asked
+  uint64_t address_entries = 0;                            // fi_av_attr.count asked
+  uint64_t registrations = 0, registered_bytes = 0;        // fi_mr_reg calls and their lengths
+  uint64_t staging_bytes = 0;                              // of those, host staging rings (device heaps)
+  uint64_t receives_posted = 0, receive_bytes = 0;         // control receives kept posted, their buffers
+};
+void add_ofi_wiring(int rank, const OfiWiring& more);
+OfiWiring ofi_wiring(int rank);
+void reset_ofi_wiring();
 
 }  // namespace weft::transport

@@ -8,6 +8,7 @@
 #include "transport/fifo_command.h"
 #include "transport/ibverbs_sizes.h"
 #include "transport/net_backend.h"
+#include "transport/ofi_sizes.h"
 
 namespace weft::transport {
 namespace {
@@ -35,6 +36,7 @@ std::vector<std::vector<int>> index_layout(const RankLayout& l) {
 
 const char* to_string(PeerNeed need) { return need == PeerNeed::kRails ? "rails" : "every_rank"; }
 const char* to_string(SignalPath path) { return path == SignalPath::kSend ? "send" : "write"; }
+const char* to_string(HeapPlace place) { return place == HeapPlace::kDevice ? "device" : "host"; }
 
 RankLayout block_layout(int nodes, int per_node) {
   RankLayout l;
@@ -174,7 +176,7 @@ Status rank_resources(const RankLayout& l, int rank, PeerNeed need, const Resour
   r.channels = in.channels;
   r.queue_pairs = ibv ? static_cast<int>(peers * ch) : 0;
   r.endpoints = ofi ? in.channels : sock ? static_cast<int>(peers * ch) : 0;
-  r.address_entries = ofi ? static_cast<int>(peers * ch) : 0;
+  r.address_entries = ofi ? static_cast<int>(ofi::av_entries(peers) * ch) : 0;
   // ibverbs per channel: the heap, a staging record per peer and, where signals arrive as SENDs,
   // kRecvDepth receive buffers per QP in one registration with a receive CQ of their own
   // (ibverbs_backend.cpp, ibverbs_signal_rx.cpp; the sizes are ibverbs_sizes.h's).
@@ -189,8 +191,17 @@ Status rank_resources(const RankLayout& l, int rank, PeerNeed need, const Resour
     r.completion_entries = ch * (ibv::send_cq_entries(peers, ibv::kSendQueueDepth) +
                                  (by_send ? ibv::recv_cq_entries(peers, recv_depth) : 0));
   } else if (ofi) {
-    r.memory_registrations = 2 * in.channels;
-    r.registered_bytes = ch * (in.heap_bytes + 8 * peers);
+    // ofi per channel (ofi_backend.cpp; the sizes are ofi_sizes.h's): the control block, with the posted
+    // receives' buffers in it, and the heap (host) or a staging registration per peer (device).
+    const bool staged = in.heap == HeapPlace::kDevice;
+    const uint64_t world = l.node_of.size();
+    r.memory_registrations = static_cast<int>(ch * (1 + (staged ? peers : 1)));
+    r.staging_bytes = staged ? ch * peers * ofi::stage_bytes_per_peer() : 0;
+    r.registered_bytes = ch * (ofi::control_bytes(peers, world) + (staged ? 0 : in.heap_bytes)) + r.staging_bytes;
+    r.receive_entries = ch * ofi::kRecvSlots;
+    r.receive_bytes = ch * ofi::receive_bytes();
+    r.completion_queues = in.channels;
+    r.completion_entries = ch * ofi::cq_entries(peers);
   }
   // Each chunk to each peer is one put+signal command; a channel carries its share of them.
   const uint64_t in_flight = (peers * static_cast<uint64_t>(in.chunks_per_peer) + ch - 1) / ch;
@@ -221,6 +232,7 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
                 {"memory_registrations", r.memory_registrations},
                 {"registered_bytes", r.registered_bytes},
                 {"heap_bytes", r.heap_bytes},
+                {"staging_bytes", r.staging_bytes},
                 {"fifo_depth", r.fifo_depth},
                 {"fifo_bytes", r.fifo_bytes},
                 {"completion_queues", r.completion_queues},
@@ -235,7 +247,7 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
            a.endpoints == b.endpoints && a.registered_bytes == b.registered_bytes && a.fifo_depth == b.fifo_depth &&
            a.exchange_bytes == b.exchange_bytes && a.completion_entries == b.completion_entries &&
            a.memory_registrations == b.memory_registrations && a.completion_queues == b.completion_queues &&
-           a.receive_entries == b.receive_entries;
+           a.receive_entries == b.receive_entries && a.address_entries == b.address_entries;
   };
   json ranks = json::array();
   RankResources first, prev, worst;
@@ -276,9 +288,15 @@ Status resources_json(const RankLayout& l, PeerNeed need, const ResourceInputs& 
   }
   json max = row(worst);
   max["rank"] = worst.rank;
-  *text = json{{"need", to_string(need)}, {"backend", in.backend}, {"signals", to_string(in.signals)},
-               {"world_size", world},     {"ranks", ranks},        {"max", max}}
-              .dump();
+  *text = json{
+      {"need", to_string(need)},
+      {"backend", in.backend},
+      {"signals", to_string(in.signals)},
+      {"heap", to_string(in.heap)},
+      {"world_size", world},
+      {"ranks", ranks},
+      {"max",
+       max}}.dump();
   return Status::kOk;
 }
 
@@ -295,6 +313,7 @@ std::string plan_resources_json(int nodes, int per_node, const std::string& back
     in.backend = backend.empty() ? "none" : backend;
     in.channels = static_cast<int>(std::clamp<int64_t>(channels, 1, 64));
     in.heap_bytes = heap_bytes;
+    in.heap = HeapPlace::kDevice;  // a fused op's heap is GPU memory (ofi: staged through host rings)
     const uint64_t peers = static_cast<uint64_t>(nodes - 1), chunk = std::max<uint64_t>(nic_chunk_bytes, 1);
     const uint64_t chunks = peers ? (nic_bytes_out + chunk * peers - 1) / (chunk * peers) : 1;
     in.chunks_per_peer = static_cast<int>(std::clamp<uint64_t>(chunks, 1, 1 << 20));

@@ -82,6 +82,15 @@ enum class SignalPath : int {
 };
 const char* to_string(SignalPath path);  // "write" | "send"
 
+// Where a rank's heap lives, which sets what the ofi backend holds for it (ofi_sizes.h): a host heap is
+// registered and written directly; a device heap is staged through host rings, one registration per
+// peer, and is itself not registered. Only the ofi figures depend on it.
+enum class HeapPlace : int {
+  kHost = 0,    // `weftrun check`, host-heap tests and benchmarks
+  kDevice = 1,  // the fused ops: GPU memory
+};
+const char* to_string(HeapPlace place);  // "host" | "device"
+
 // What the op asks of the transport, for the report below.
 struct ResourceInputs {
   std::string backend = "ibverbs";          // ibverbs | ofi | socket | loopback | none
@@ -89,6 +98,7 @@ struct ResourceInputs {
   uint64_t heap_bytes = 0;                  // the op's symmetric heap on every rank
   int chunks_per_peer = 1;                  // chunk messages in flight to one net peer (the op's pipeline)
   SignalPath signals = SignalPath::kWrite;  // ibverbs only: how signals reach every rank's heap
+  HeapPlace heap = HeapPlace::kHost;        // ofi only: host heap (registered) or device heap (staged)
 };
 
 // Per rank, from peer_set(): what the wiring opens and holds. Counts are per rank, summed over channels.
@@ -99,27 +109,31 @@ struct RankResources {
   int channels = 0;
   int queue_pairs = 0;      // ibverbs: one RC QP per net peer per channel
   int endpoints = 0;        // ofi: one RDM endpoint per channel; socket: one TCP stream per peer per channel
-  int address_entries = 0;  // ofi: address-vector entries (net peers per channel)
-  // ibverbs/ofi: the heap and the signal staging records, per channel; ibverbs with SEND signals: and
-  // the receive buffers (one registration per channel).
+  int address_entries = 0;  // ofi: address-vector entries asked (net peers + 1 per channel), all channels
+  // Per channel. ibverbs: the heap and the signal staging records, and with SEND signals the receive
+  // buffers. ofi: the control block (signal values, hello, receive buffers, credits) and, for a host
+  // heap, the heap; for a device heap, a staging registration per peer instead of the heap.
   int memory_registrations = 0;
-  uint64_t registered_bytes = 0;  // every registration above, receive buffers included
+  uint64_t registered_bytes = 0;  // every registration above, receive buffers and staging rings included
   uint64_t heap_bytes = 0;
+  uint64_t staging_bytes = 0;       // ofi, device heap: host staging rings (part of registered_bytes), all channels
   uint32_t fifo_depth = 0;          // GPU->proxy ring slots per channel: every in-flight chunk fits (power of two)
   uint64_t fifo_bytes = 0;          // all channels' rings
-  int completion_queues = 0;        // ibverbs: the send CQ per channel, and with SEND signals a receive CQ
-  uint64_t completion_entries = 0;  // ibverbs: entries of every CQ above, all channels
-  uint64_t receive_entries = 0;     // ibverbs with SEND signals: receives posted (kRecvDepth per QP), all channels
-  uint64_t receive_bytes = 0;       // their registered buffers (part of registered_bytes), all channels
-  uint64_t exchange_bytes = 0;      // the endpoint blob this rank publishes, all channels
+  int completion_queues = 0;        // per channel: ibverbs the send CQ and, with SEND signals, a receive CQ; ofi one
+  uint64_t completion_entries = 0;  // ibverbs, ofi: entries of every CQ above, all channels
+  // Receives posted, all channels: ibverbs with SEND signals kRecvDepth per QP; ofi kRecvSlots per channel.
+  uint64_t receive_entries = 0;
+  uint64_t receive_bytes = 0;   // their registered buffers (part of registered_bytes), all channels
+  uint64_t exchange_bytes = 0;  // the endpoint blob this rank publishes, all channels
 };
 
 Status rank_resources(const RankLayout& layout, int rank, PeerNeed need, const ResourceInputs& in, RankResources* out,
                       std::string* why);
 
-// Every rank's report, as JSON: {"need": ..., "backend": ..., "signals": "write"|"send", "ranks":
-// [{"first_rank", "last_rank", ...}, ...], "max": {...}}; consecutive ranks with equal reports share one
-// entry (128 x 8 of one shape is one entry, not 1,024). "signals" names the path every ibverbs figure counts.
+// Every rank's report, as JSON: {"need": ..., "backend": ..., "signals": "write"|"send", "heap":
+// "host"|"device", "ranks": [{"first_rank", "last_rank", ...}, ...], "max": {...}}; consecutive ranks with
+// equal reports share one entry (128 x 8 of one shape is one entry, not 1,024). "signals" names the path
+// every ibverbs figure counts, "heap" the heap every ofi figure counts.
 Status resources_json(const RankLayout& layout, PeerNeed need, const ResourceInputs& in, std::string* text,
                       std::string* why);
 
@@ -128,7 +142,8 @@ Status resources_json(const RankLayout& layout, PeerNeed need, const ResourceInp
 // the op's heap, and in-flight chunks per peer from the bytes each rank sends over the NIC and the
 // NIC chunk size. On ibverbs the GPU's RDMA write ordering is not known until run time, so "ranks" and
 // "max" count the costlier SEND-signal wiring ("signals": "send") and "max_write_signals" gives the
-// costliest rank where the NIC writes every flag. Malformed inputs give {"error": why}.
+// costliest rank where the NIC writes every flag. A fused op's heap is GPU memory ("heap": "device"):
+// on ofi, the host staging rings. Malformed inputs give {"error": why}.
 std::string plan_resources_json(int nodes, int per_node, const std::string& backend, uint64_t heap_bytes,
                                 uint64_t nic_bytes_out, uint64_t nic_chunk_bytes);
 

@@ -9,12 +9,15 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "base/log.h"
 #include "local_bootstrap.h"
 #include "transport/heap.h"
 #include "transport/ofi_plan.h"
 #include "transport/ofi_stage.h"
+#include "transport/peer_set.h"
 #include "transport/transport.h"
 
 using namespace weft;
@@ -443,4 +446,90 @@ TEST_CASE("ofi over tcp: a peer killed mid-transfer: the rank writing to it fail
   CHECK(res[0].seconds < 15);
   CHECK(res[0].report.find("rank 1") != std::string::npos);
   MESSAGE("rank 0 after " << res[0].seconds << " s: " << res[0].report);
+}
+
+namespace {
+
+// Opens an ofi transport on a host or device heap and holds what the backend asked libfabric for (its
+// wiring record) against the resource report for this rank. `what` gets the first difference.
+Status wiring_matches_report(bootstrap::Bootstrap& boot, HeapPlace place, PeerNeed need, std::string* what) {
+  const int me = boot.info().rank;
+  std::vector<uint64_t> mem(8192, 0);
+  Region heap{mem.data(), mem.size() * 8, place == HeapPlace::kDevice ? MemKind::kDevice : MemKind::kHost, -1};
+  TransportOptions opt;
+  opt.backend = "ofi";
+  opt.peers = need;
+  opt.channels = 2;
+  opt.fifo_depth = 32;
+  opt.timeout_s = 20;
+  opt.use_topology = false;
+  opt.copy_hooks.to_region = to_dev;
+  opt.copy_hooks.from_region = from_dev;
+  std::unique_ptr<Transport> t;
+  WEFT_CHECK(Transport::create(boot, heap, opt, &t));
+  // Every peer is connected (and its staging rings set up) once create returns; one flagged word to each
+  // shows this wiring is the one that carries data.
+  for (int p : t->peer_set().net) WEFT_CHECK(t->put_signal(0, p, 0, 8 * (16 + me), 8, 8 * (64 + me), 1));
+  for (int p : t->peer_set().net) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (__atomic_load_n(&mem[64 + p], __ATOMIC_ACQUIRE) < 1) {
+      if (t->status() != Status::kOk) return t->status();
+      if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
+      std::this_thread::yield();
+    }
+  }
+  WEFT_CHECK(t->flush());
+  WEFT_CHECK(boot.barrier("wired"));
+  ResourceInputs in;
+  in.backend = "ofi";
+  in.channels = opt.channels;
+  in.heap_bytes = heap.bytes;
+  in.heap = place;
+  RankResources planned;
+  std::string why;
+  WEFT_CHECK(rank_resources(t->layout(), me, need, in, &planned, &why));
+  const OfiWiring w = ofi_wiring(me);
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> pairs[] = {
+      {"endpoints", {w.endpoints, uint64_t(planned.endpoints)}},
+      {"completion_queues", {w.completion_queues, uint64_t(planned.completion_queues)}},
+      {"completion_entries", {w.completion_entries, planned.completion_entries}},
+      {"address_entries", {w.address_entries, uint64_t(planned.address_entries)}},
+      {"memory_registrations", {w.registrations, uint64_t(planned.memory_registrations)}},
+      {"registered_bytes", {w.registered_bytes, planned.registered_bytes}},
+      {"staging_bytes", {w.staging_bytes, planned.staging_bytes}},
+      {"receive_entries", {w.receives_posted, planned.receive_entries}},
+      {"receive_bytes", {w.receive_bytes, planned.receive_bytes}},
+  };
+  for (const auto& [name, v] : pairs)
+    if (v.first != v.second && what->empty())
+      *what = "rank " + std::to_string(me) + " " + name + ": the backend asked for " + std::to_string(v.first) +
+              ", the report counts " + std::to_string(v.second);
+  WEFT_CHECK(t->stop());
+  return what->empty() ? Status::kOk : Status::kInternal;
+}
+
+}  // namespace
+
+TEST_CASE("ofi over tcp: the resource report counts what the backend registered, for a host and a device heap") {
+  if (!have_provider()) return;
+  for (HeapPlace place : {HeapPlace::kHost, HeapPlace::kDevice})
+    for (PeerNeed need : {PeerNeed::kRails, PeerNeed::kEveryRank}) {
+      CAPTURE(to_string(place));
+      CAPTURE(to_string(need));
+      reset_ofi_wiring();
+      std::vector<std::string> what(4);
+      // 2 nodes x 2: rails face 1 peer, the full mesh 3, in a 4-rank job (the control block counts the job).
+      auto st = testing::run_threads(
+          4, 2, [&](bootstrap::Bootstrap& b) { return wiring_matches_report(b, place, need, &what[b.info().rank]); });
+      for (int r = 0; r < 4; ++r) {
+        CAPTURE(r);
+        CHECK_MESSAGE(st[r] == Status::kOk, what[r]);
+      }
+      // The record is real: both channels' registrations, more on a device heap (a ring per peer).
+      const OfiWiring w = ofi_wiring(0);
+      const uint64_t peers = need == PeerNeed::kRails ? 1 : 3;
+      CHECK(w.endpoints == 2);
+      CHECK(w.registrations == (place == HeapPlace::kHost ? 4 : 2 * (1 + peers)));
+    }
+  reset_ofi_wiring();
 }

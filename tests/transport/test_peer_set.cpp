@@ -8,11 +8,13 @@
 #include <set>
 
 #include "transport/ibverbs_sizes.h"
+#include "transport/ofi_sizes.h"
 #include "transport/peer_set.h"
 
 using weft::Status;
 using namespace weft::transport;
 namespace ibv = weft::transport::ibv;
+namespace ofi = weft::transport::ofi;
 
 namespace {
 
@@ -220,7 +222,7 @@ TEST_CASE("resource report by backend, and inputs checked") {
   RankResources r = cost_of(l, 0, in);
   CHECK(r.queue_pairs == 0);
   CHECK(r.endpoints == 2);        // one RDM endpoint per channel ...
-  CHECK(r.address_entries == 6);  // ... addressing 3 rail peers each
+  CHECK(r.address_entries == 8);  // ... its address vector sized for 3 rail peers + 1
   in.backend = "socket";
   r = cost_of(l, 0, in);
   CHECK(r.endpoints == 6);  // a TCP stream per peer per channel
@@ -286,7 +288,8 @@ TEST_CASE("ibverbs with SEND signals: receives, their buffers and the receive CQ
   CHECK(s.fifo_depth == w.fifo_depth);
   CHECK(s.exchange_bytes == w.exchange_bytes);
 
-  // Only ibverbs has a SEND path: the other backends report the same either way.
+  // Only ibverbs has a SEND path: the other backends report the same either way (ofi posts its own
+  // control receives and has a CQ whatever the signals; socket and none have neither).
   for (const char* backend : {"ofi", "socket", "none"}) {
     CAPTURE(backend);
     in.backend = backend;
@@ -296,12 +299,87 @@ TEST_CASE("ibverbs with SEND signals: receives, their buffers and the receive CQ
     const RankResources b = cost_of(l, 3, in);
     CHECK(a.registered_bytes == b.registered_bytes);
     CHECK(a.memory_registrations == b.memory_registrations);
-    CHECK(b.receive_entries == 0);
-    CHECK(b.completion_entries == 0);
+    CHECK(a.receive_entries == b.receive_entries);
+    CHECK(a.completion_entries == b.completion_entries);
+    if (std::string(backend) != "ofi") {
+      CHECK(b.receive_entries == 0);
+      CHECK(b.completion_entries == 0);
+    }
   }
   // One node: nothing is wired, whatever the signals.
   in.backend = "ibverbs";
   CHECK(cost_of(block_layout(1, 8), 0, in).receive_entries == 0);
+}
+
+// ofi on a small layout, from the backend's own sizes (ofi_sizes.h): 3 nodes x 2, rails, 2 channels, a
+// 1 MiB heap: every rank faces 2 peers per channel in a 6-rank job. A host heap is registered; a device
+// heap is staged through a pair of host rings per peer and is not registered itself.
+TEST_CASE("ofi: control block, posted receives, CQ, address vector, and the heap or the staging rings") {
+  ResourceInputs in;
+  in.backend = "ofi";
+  in.channels = 2;
+  in.heap_bytes = 1 << 20;
+  const RankLayout l = block_layout(3, 2);
+  const uint64_t ch = 2, peers = 2, world = 6;
+  const RankResources h = cost_of(l, 3, in);
+  in.heap = HeapPlace::kDevice;
+  const RankResources d = cost_of(l, 3, in);
+
+  // The control block: a value slot per context (256 writes per faced peer, a credit each, 32 receives,
+  // the hello), then the hello, 32 receive buffers and a credit message per rank of the job.
+  CHECK(ofi::contexts(peers) == 256 * 3 + 3 + 32 + 1);
+  CHECK(ofi::control_bytes(peers, world) == 804 * 8 + 64 * (1 + 32 + 6));
+  CHECK(ofi::control_bytes(peers, world) == 8928);
+  CHECK(ofi::stage_bytes_per_peer() == 2 * 8 * (128 << 10));
+
+  // What does not depend on the heap: one endpoint, CQ and address vector per channel, 32 receives.
+  for (const RankResources& r : {h, d}) {
+    CHECK(r.net_peers == int(peers));
+    CHECK(r.queue_pairs == 0);
+    CHECK(r.endpoints == int(ch));
+    CHECK(r.address_entries == int(ch * ofi::av_entries(peers)));
+    CHECK(r.address_entries == 6);
+    CHECK(r.completion_queues == int(ch));
+    CHECK(r.completion_entries == ch * ofi::cq_entries(peers));
+    CHECK(r.completion_entries == ch * (256 * 3 + 4 * 32));
+    CHECK(r.receive_entries == ch * ofi::kRecvSlots);
+    CHECK(r.receive_entries == 64);
+    CHECK(r.receive_bytes == ch * ofi::kRecvSlots * ofi::kMsgBytes);
+    CHECK(r.receive_bytes == 4096);
+    CHECK(r.heap_bytes == in.heap_bytes);
+  }
+  // Host heap: the heap and the control block per channel.
+  CHECK(h.memory_registrations == int(2 * ch));
+  CHECK(h.registered_bytes == ch * (in.heap_bytes + ofi::control_bytes(peers, world)));
+  CHECK(h.registered_bytes == 2 * ((1 << 20) + 8928));
+  CHECK(h.staging_bytes == 0);
+  // Device heap: the control block and a staging registration per peer, per channel; not the heap.
+  CHECK(d.memory_registrations == int(ch * (1 + peers)));
+  CHECK(d.memory_registrations == 6);
+  CHECK(d.staging_bytes == ch * peers * ofi::stage_bytes_per_peer());
+  CHECK(d.staging_bytes == 8ull << 20);
+  CHECK(d.registered_bytes == ch * ofi::control_bytes(peers, world) + d.staging_bytes);
+  CHECK(d.registered_bytes == 2 * 8928 + (8ull << 20));
+  CHECK(d.fifo_depth == h.fifo_depth);
+  CHECK(d.exchange_bytes == h.exchange_bytes);
+
+  // The heap case is ofi's alone: ibverbs and socket report the same either way.
+  for (const char* backend : {"ibverbs", "socket"}) {
+    CAPTURE(backend);
+    in.backend = backend;
+    in.heap = HeapPlace::kHost;
+    const RankResources a = cost_of(l, 3, in);
+    in.heap = HeapPlace::kDevice;
+    const RankResources b = cost_of(l, 3, in);
+    CHECK(a.registered_bytes == b.registered_bytes);
+    CHECK(a.memory_registrations == b.memory_registrations);
+    CHECK(b.staging_bytes == 0);
+  }
+  // The CQ stops at its ceiling: a 1,024-rank full mesh asks for 65,536 entries, not 262,272.
+  in.backend = "ofi";
+  CHECK(cost_of(block_layout(128, 8), 0, in, PeerNeed::kEveryRank).completion_entries == ch * ofi::kCqCeiling);
+  // The credit messages are indexed by rank: the control block grows with the job, not only the peers.
+  CHECK(cost_of(block_layout(3, 4), 0, in).registered_bytes - d.registered_bytes == ch * 6 * ofi::kMsgBytes);
 }
 
 TEST_CASE("the JSON report: ranks of one cost share an entry; uneven layouts split") {
@@ -320,8 +398,10 @@ TEST_CASE("the JSON report: ranks of one cost share an entry; uneven layouts spl
   CHECK(j["ranks"][0]["queue_pairs"] == 127 * 4);
   CHECK(j["max"]["queue_pairs"] == 127 * 4);
   CHECK(j["signals"] == "write");
+  CHECK(j["heap"] == "host");
   CHECK(j["max"]["receive_entries"] == 0);
   CHECK(j["max"]["completion_queues"] == 4);
+  CHECK(j["max"]["staging_bytes"] == 0);
   CHECK(text.size() < 2000);
   // The SEND path: named, and its figures in every entry and in "max".
   ResourceInputs by_send = in;
@@ -383,6 +463,24 @@ TEST_CASE("the plan's resources section: rails on the plan's layout, chunks in f
   CHECK(j["max"]["nvlink_peers"] == 7);
   j = nlohmann::json::parse(plan_resources_json(0, 8, "ibverbs", 0, 0, 0));
   CHECK(j["error"].get<std::string>().find("out of range") != std::string::npos);
+}
+
+TEST_CASE("the plan's resources section on ofi: a fused op's device heap, staged through host rings") {
+  auto j = nlohmann::json::parse(plan_resources_json(128, 8, "ofi", 1ull << 30, 64ull << 20, 1 << 20));
+  REQUIRE_FALSE(j.contains("error"));
+  CHECK(j["heap"] == "device");
+  CHECK_FALSE(j.contains("max_write_signals"));
+  const auto& m = j["max"];
+  const uint64_t ch = 4, peers = 127;
+  CHECK(m["endpoints"] == ch);
+  CHECK(m["address_entries"] == ch * 128);
+  CHECK(m["memory_registrations"] == ch * (1 + peers));
+  CHECK(m["staging_bytes"] == ch * peers * ofi::stage_bytes_per_peer());
+  CHECK(m["staging_bytes"] == 1016ull << 20);  // 127 peers x 2 MiB x 4 channels of host memory per GPU
+  CHECK(m["registered_bytes"] == ch * ofi::control_bytes(peers, 1024) + m["staging_bytes"].get<uint64_t>());
+  CHECK(m["heap_bytes"] == 1ull << 30);  // held on the GPU, not registered
+  CHECK(m["completion_entries"] == ch * ofi::cq_entries(peers));
+  CHECK(m["receive_entries"] == ch * ofi::kRecvSlots);
 }
 
 TEST_CASE("the report of equal nodes is computed once: 16,384 x 8 ranks in one entry") {
