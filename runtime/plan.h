@@ -91,7 +91,7 @@ struct Plan {
   std::string gpu_reason;    // why that model was chosen
   bool gpu_assumed = false;  // the topology has no GPU: planned for the model's default GPU
   int sm_count = 0;
-  std::string inter_backend;  // "none" (one node), "ibverbs" or "socket"
+  std::string inter_backend;  // "none" (one node), "ibverbs", "ofi" or "socket"
   int nics_per_node = 0;      // distinct NICs the node's GPUs use (assumed when gpu_assumed)
   int nic_sharers = 0;        // ibverbs: the most ranks of a node sending through one NIC at once; else 0
   double nic_share_gbps = 0;  // ibverbs: one NIC's bandwidth divided among those ranks (before PCIe)

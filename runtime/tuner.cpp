@@ -182,7 +182,10 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
     r.nics_per_node = G;
     r.pcie_gbps = model.pcie_gbps;
     r.nic_gbps = std::min(model.nic_gbps, model.pcie_gbps);
-    r.inter_backend = w.transport.inter_node == InterNode::kSocket ? "socket" : "ibverbs";
+    // ofi: planned at an RDMA-capable provider's rates (efa, verbs), as ibverbs.
+    r.inter_backend = w.transport.inter_node == InterNode::kSocket ? "socket"
+                      : w.transport.inter_node == InterNode::kOfi  ? "ofi"
+                                                                   : "ibverbs";
     if (r.inter_backend == "socket") {
       r.nic_gbps = socket_gbps_per_gpu(model, G), r.pcie_gbps = 0;
     } else {
@@ -205,12 +208,14 @@ Status link_rates(const Workload& w, const Layout& layout, const topology::Topol
                               ") has no RDMA NIC for every GPU; expected auto or socket on this machine");
       return Status::kInvalidArgument;
     }
+    const bool ofi = w.transport.inter_node == InterNode::kOfi;
     if (socket) {
-      r.inter_backend = "socket";
+      // ofi without an RDMA NIC for every GPU: its tcp provider, at the socket backend's rates.
+      r.inter_backend = ofi ? "ofi" : "socket";
       r.nic_gbps = socket_gbps_per_gpu(model, G);
       r.pcie_gbps = 0;
     } else {
-      r.inter_backend = "ibverbs";
+      r.inter_backend = ofi ? "ofi" : "ibverbs";
       double worst = kInf, worst_pcie = kInf;
       for (int g = 0; g < G; ++g) {
         const auto& link = mapping.gpus[g];
@@ -560,6 +565,10 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       " Gb/s NIC per GPU");
   if (rates.inter_backend == "socket")
     p.notes.push_back("no RDMA NIC for every GPU: inter-node traffic would use the socket backend");
+  if (rates.inter_backend == "ofi")
+    p.notes.push_back(std::string("inter_node: ofi, planned at ") +
+                      (rates.pcie_gbps > 0 ? "an RDMA provider's rates (one NIC per GPU mapped)"
+                                           : "the tcp provider's rates (no RDMA NIC for every GPU)"));
   plan_execution(w, mover, &p);
   if (p.exec.variant == "staged" && layout.nodes == 1) {
     // What runs today: the staged MoE op, its phases one after another on every SM (tuner_moe.h).

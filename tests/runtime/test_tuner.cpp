@@ -340,6 +340,17 @@ TEST_CASE("the topology's NICs set the inter-node bandwidth; no NIC means the so
   CHECK(tune(ib, ib.layout, t0, m0, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
   INFO(err);
   CHECK(err.find("t.yaml:4:25: transport.inter_node: ibverbs, but the topology") == 0);
+  // ofi: its own backend in the plan (and its resource report), at an RDMA provider's rates where
+  // every GPU has a NIC, else at the tcp provider's (the socket rates).
+  Workload of = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 2, 4) + "transport: {inter_node: ofi}\n");
+  Plan o4, o0;
+  REQUIRE(tune(of, of.layout, t4, m4, machine_model_h200(), &o4, &err) == Status::kOk);
+  REQUIRE(tune(of, of.layout, t0, m0, machine_model_h200(), &o0, &err) == Status::kOk);
+  CHECK(o4.inter_backend == "ofi");
+  CHECK(o0.inter_backend == "ofi");
+  CHECK(o4.link("nic")->gbps == doctest::Approx(p4.link("nic")->gbps));
+  CHECK(o0.link("nic")->gbps == doctest::Approx(p0.link("nic")->gbps));
+  CHECK(format_plan_json(o4).find("\"backend\": \"ofi\"") != std::string::npos);
   // A layout wider than the node is refused.
   Workload wide = parse(text_for("ag_gemm", "{m: 8192, n: 28672, k: 8192}", 1, 8));
   CHECK(tune(wide, wide.layout, t4, m4, machine_model_h200(), &p, &err) == Status::kInvalidArgument);
