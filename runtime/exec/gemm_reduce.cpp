@@ -1,14 +1,13 @@
 // GemmReduceOp: heap layout from the allocator, the GEMM into the heap, the peer reduction kernel.
 #include "runtime/exec/gemm_reduce.h"
 
-#include <chrono>
 #include <memory>
-#include <utility>
 
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/gemm.h"
 #include "kernels/reduce_slots.h"
+#include "runtime/call_clock.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
@@ -101,15 +100,15 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   // The overlap variant's stream waits on peers' words (freed, gathered, bcast, arrivals) are not
   // bounded on the device: a call that started on the device and has not finished within
   // WEFT_DEVICE_TIMEOUT counts as a timed-out wait too (watch_stalled; the watchdog thread only).
-  auto stalled_since = std::make_shared<std::pair<uint64_t, std::chrono::steady_clock::time_point>>();
+  auto clock = std::make_shared<CallClock>(timeout);
   op->watch_ = ctx.watch(
-      [raw, timeout, stalled_since](std::string* why) {
+      [raw, clock](std::string* why) {
         if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) != 0) {
           raw->frame_.check("gemm_reduce");
           *why = "gemm_reduce: a device wait timed out on rank " + std::to_string(raw->rank_);
           return true;
         }
-        return raw->overlap_ && raw->watch_stalled(timeout, stalled_since.get(), why);
+        return raw->overlap_ && raw->watch_stalled(clock.get(), why);
       },
       [raw] { raw->unstick(); });
   *out = std::move(op);
@@ -129,18 +128,10 @@ GemmReduceOp::~GemmReduceOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
-bool GemmReduceOp::watch_stalled(double timeout_s, std::pair<uint64_t, std::chrono::steady_clock::time_point>* since,
-                                 std::string* why) const {
-  const uint64_t started = progress_[0], finished = progress_[1];
-  const auto now = std::chrono::steady_clock::now();
-  if (started == finished) return false;  // no call on the device
-  if (since->first != started) {          // a new call started: its clock starts now
-    *since = {started, now};
-    return false;
-  }
-  if (std::chrono::duration<double>(now - since->second).count() < timeout_s) return false;
-  *why = "gemm_reduce (overlap): rank " + std::to_string(rank_) + "'s call " + std::to_string(started) +
-         " has not finished " + std::to_string(timeout_s) +
+bool GemmReduceOp::watch_stalled(CallClock* clock, std::string* why) const {
+  if (!clock->stalled(progress_[0], progress_[1], CallClock::Clock::now())) return false;
+  *why = "gemm_reduce (overlap): rank " + std::to_string(rank_) + "'s call " + std::to_string(clock->call()) +
+         " has not finished " + std::to_string(clock->timeout_s()) +
          " s after it started (WEFT_DEVICE_TIMEOUT): a stream waits for a peer's word (freed, arrived or landed, "
          "gathered or bcast) that the peer never wrote";
   return true;

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
+#include "runtime/call_clock.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/launch_record.h"
 #include "runtime/exec/reduce_overlap.h"
@@ -77,13 +78,13 @@ class GemmReduceOp {
   OpLaunchRecord mover_record_;             // overlap with mover SMs: their launches'
   Status create_overlap();                  // create(): the overlap variant's views, config and engine
   // Overlap: [0] the last call that started on the device, [1] the last that finished (host-mapped,
-  // written by the stream), and whether one has been on the device longer than timeout_s.
+  // written by the stream); watch_stalled: whether one has been on the device longer than the clock's
+  // timeout (runtime/call_clock.h).
   uint64_t* progress_host_ = nullptr;
   const volatile uint64_t* progress_ = nullptr;
   uint64_t* progress_dev_ = nullptr;
   uint64_t overlap_calls_ = 0;
-  bool watch_stalled(double timeout_s, std::pair<uint64_t, std::chrono::steady_clock::time_point>* since,
-                     std::string* why) const;
+  bool watch_stalled(CallClock* clock, std::string* why) const;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
   int watch_ = -1;
