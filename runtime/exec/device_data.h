@@ -54,4 +54,10 @@ struct DeviceBuffers {
   }
 };
 
+// GEMM+RS / GEMM+AR's reference: every rank r's A_r (m x k/W) and B_r (n x k/W) filled again from
+// (seed, r) and (seed + 1, r), as each rank filled its own, side by side along K, and one reference GEMM
+// over all of K into *c_ref (m x n, allocated from buf). A slice from the wrong rank differs.
+Status reference_gemm_reduce(int64_t m, int64_t n, int64_t k, int world, uint64_t seed, DeviceBuffers* buf,
+                             __nv_bfloat16** c_ref, cudaStream_t s);
+
 }  // namespace weft::runtime

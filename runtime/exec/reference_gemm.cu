@@ -1,5 +1,8 @@
 // A 32 x 32 shared-memory tiled GEMM: each thread computes one element of C, k in ascending order.
+#include <algorithm>
+
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/exec/reference_gemm.h"
 
 namespace weft::runtime {
@@ -40,6 +43,25 @@ Status reference_gemm_tn(int64_t m, int64_t n, int64_t k, const __nv_bfloat16* a
   reference_gemm_tn_kernel<<<grid, dim3(kTile, kTile), 0, s>>>(m, n, k, a, lda, b, ldb, c, ldc);
   WEFT_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
+}
+
+Status reference_gemm_reduce(int64_t m, int64_t n, int64_t k, int world, uint64_t seed, DeviceBuffers* buf,
+                             __nv_bfloat16** c_ref, cudaStream_t s) {
+  const int64_t k_loc = k / world;
+  __nv_bfloat16 *a_full = nullptr, *b_full = nullptr, *part = nullptr;
+  WEFT_CHECK(buf->alloc(m * k, &a_full));
+  WEFT_CHECK(buf->alloc(n * k, &b_full));
+  WEFT_CHECK(buf->alloc(std::max(m, n) * k_loc, &part));
+  WEFT_CHECK(buf->alloc(m * n, c_ref));
+  for (int q = 0; q < world; ++q) {
+    WEFT_CHECK(fill_random_bf16(part, m * k_loc, seed, q, 1.0f, s));
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(a_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                      size_t(m), cudaMemcpyDeviceToDevice, s));
+    WEFT_CHECK(fill_random_bf16(part, n * k_loc, seed + 1, q, 1.0f, s));
+    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(b_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
+                                      size_t(n), cudaMemcpyDeviceToDevice, s));
+  }
+  return reference_gemm_tn(m, n, k, a_full, k, b_full, k, *c_ref, n, s);
 }
 
 }  // namespace weft::runtime

@@ -146,20 +146,8 @@ Status run_gemm_reduce(Context& ctx, const Plan& plan, const RunSpec& run, RunRe
   WEFT_CHECK(poison_bf16(c, c_rows * n, s));
   WEFT_CHECK(call_and_time(ctx, *op, "gemm_reduce", run, a, b, c, c_rows * n, s, out));
   if (run.validate) {
-    bf16 *a_full = nullptr, *b_full = nullptr, *part = nullptr, *c_ref = nullptr;
-    WEFT_CHECK(buf.alloc(m * k, &a_full));
-    WEFT_CHECK(buf.alloc(n * k, &b_full));
-    WEFT_CHECK(buf.alloc(std::max(m, n) * k_loc, &part));
-    WEFT_CHECK(buf.alloc(m * n, &c_ref));
-    for (int q = 0; q < W; ++q) {
-      WEFT_CHECK(fill_random_bf16(part, m * k_loc, seed, q, 1.0f, s));
-      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(a_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
-                                        size_t(m), cudaMemcpyDeviceToDevice, s));
-      WEFT_CHECK(fill_random_bf16(part, n * k_loc, seed + 1, q, 1.0f, s));
-      WEFT_CUDA_CHECK(cudaMemcpy2DAsync(b_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
-                                        size_t(n), cudaMemcpyDeviceToDevice, s));
-    }
-    WEFT_CHECK(reference_gemm_tn(m, n, k, a_full, k, b_full, k, c_ref, n, s));
+    bf16* c_ref = nullptr;
+    WEFT_CHECK(reference_gemm_reduce(m, n, k, W, seed, &buf, &c_ref, s));
     Comparison cc;
     WEFT_CHECK(compare_bf16(c, ar ? c_ref : c_ref + int64_t(rank) * m_loc * n, c_rows * n, s, &cc));
     WEFT_CUDA_CHECK(cudaStreamSynchronize(s));

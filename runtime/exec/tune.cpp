@@ -101,6 +101,30 @@ Status measure(bootstrap::Bootstrap& boot, size_t count, const Measured& m, cons
   return Status::kOk;
 }
 
+// Calls of op i on s, a checked call (output poisoned first, compared with `want`, rel err below 1e-2,
+// every element written) and the unstick of every op: what measure() needs, for either op type.
+template <class OpT>
+Measured measured_ops(std::vector<std::unique_ptr<OpT>>& ops, const bf16* a, const bf16* b, bf16* c, const bf16* want,
+                      int64_t elems, double timeout, cudaStream_t s) {
+  Measured me;
+  me.call = [&ops, a, b, c, s](size_t i) { return ops[i]->run(a, b, c, s); };
+  me.unstick = [&ops] {
+    for (auto& o : ops) o->unstick();
+  };
+  me.check = [&ops, a, b, c, want, elems, timeout, s](size_t i, bool* bad) -> Status {
+    WEFT_CHECK(poison_bf16(c, elems, s));
+    Status st = ops[i]->run(a, b, c, s);
+    OpT* raw = ops[i].get();
+    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
+    WEFT_CHECK(st);
+    Comparison cmp;
+    WEFT_CHECK(compare_bf16(c, want, elems, s, &cmp));
+    *bad = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
+    return Status::kOk;
+  };
+  return me;
+}
+
 // AllGather+GEMM: every rank's shard from its own seed; the reference gathers them all.
 Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
                     const std::function<void(int, int)>& progress, TuneResult* out) {
@@ -129,22 +153,7 @@ Status tune_ag_gemm(Context& ctx, const std::vector<Plan>& candidates, const Run
   WEFT_CHECK(reference_gemm_tn(m, n, k, a_ref, k, b, k, c_ref, n, s));
   double timeout = 10;
   WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
-  Measured me;
-  me.call = [&](size_t i) { return ops[i]->run(a, b, c, s); };
-  me.unstick = [&ops] {
-    for (auto& o : ops) o->unstick();
-  };
-  me.check = [&](size_t i, bool* bad) -> Status {
-    WEFT_CHECK(poison_bf16(c, m * n, s));
-    Status st = ops[i]->run(a, b, c, s);
-    AgGemmOp* raw = ops[i].get();
-    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
-    WEFT_CHECK(st);
-    Comparison cmp;
-    WEFT_CHECK(compare_bf16(c, c_ref, m * n, s, &cmp));
-    *bad = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
-    return Status::kOk;
-  };
+  const Measured me = measured_ops(ops, a, b, c, c_ref, m * n, timeout, s);
   WEFT_CHECK(measure(ctx.boot(), count, me, run, s, progress, out));
   ops.clear();
   return Status::kOk;
@@ -160,15 +169,10 @@ Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const
   const bool ar = p0.op == Op::kGemmAr;
   const int64_t m = p0.gemm.m, n = p0.gemm.n, k = p0.gemm.k, k_loc = k / W, m_loc = m / W, rows = ar ? m : m_loc;
   DeviceBuffers buf;
-  bf16 *a = nullptr, *b = nullptr, *c = nullptr, *a_full = nullptr, *b_full = nullptr, *part = nullptr,
-       *c_ref = nullptr;
+  bf16 *a = nullptr, *b = nullptr, *c = nullptr, *c_ref = nullptr;
   WEFT_CHECK(buf.alloc(m * k_loc, &a));
   WEFT_CHECK(buf.alloc(n * k_loc, &b));
   WEFT_CHECK(buf.alloc(rows * n, &c));
-  WEFT_CHECK(buf.alloc(m * k, &a_full));
-  WEFT_CHECK(buf.alloc(n * k, &b_full));
-  WEFT_CHECK(buf.alloc(std::max(m, n) * k_loc, &part));
-  WEFT_CHECK(buf.alloc(m * n, &c_ref));
   cudaStream_t s = nullptr;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t x) { cudaStreamDestroy(x); });
@@ -179,34 +183,11 @@ Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const
   const uint64_t seed = 0x7E58ull + uint64_t(m * 31 + k);  // the same on every rank; slices differ by rank
   WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, s));
   WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, s));
-  for (int q = 0; q < W; ++q) {
-    WEFT_CHECK(fill_random_bf16(part, m * k_loc, seed, q, 1.0f, s));
-    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(a_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
-                                      size_t(m), cudaMemcpyDeviceToDevice, s));
-    WEFT_CHECK(fill_random_bf16(part, n * k_loc, seed + 1, q, 1.0f, s));
-    WEFT_CUDA_CHECK(cudaMemcpy2DAsync(b_full + q * k_loc, size_t(k) * 2, part, size_t(k_loc) * 2, size_t(k_loc) * 2,
-                                      size_t(n), cudaMemcpyDeviceToDevice, s));
-  }
-  WEFT_CHECK(reference_gemm_tn(m, n, k, a_full, k, b_full, k, c_ref, n, s));
+  WEFT_CHECK(reference_gemm_reduce(m, n, k, W, seed, &buf, &c_ref, s));
   const bf16* want = ar ? c_ref : c_ref + int64_t(rank) * m_loc * n;
   double timeout = 10;
   WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
-  Measured me;
-  me.call = [&](size_t i) { return ops[i]->run(a, b, c, s); };
-  me.unstick = [&ops] {
-    for (auto& o : ops) o->unstick();
-  };
-  me.check = [&](size_t i, bool* bad) -> Status {
-    WEFT_CHECK(poison_bf16(c, rows * n, s));
-    Status st = ops[i]->run(a, b, c, s);
-    GemmReduceOp* raw = ops[i].get();
-    if (st == Status::kOk) st = sync_bounded(s, timeout + 1, "tune validation call", [raw] { raw->unstick(); });
-    WEFT_CHECK(st);
-    Comparison cmp;
-    WEFT_CHECK(compare_bf16(c, want, rows * n, s, &cmp));
-    *bad = cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
-    return Status::kOk;
-  };
+  const Measured me = measured_ops(ops, a, b, c, want, rows * n, timeout, s);
   WEFT_CHECK(measure(ctx.boot(), count, me, run, s, progress, out));
   ops.clear();
   return Status::kOk;
