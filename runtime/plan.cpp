@@ -48,6 +48,25 @@ bootstrap::GroupShape Plan::group_shape() const {
   return g;
 }
 
+namespace {
+std::string group_text(int nodes, int gpus) {
+  return nodes > 0 ? std::to_string(nodes) + " x " + std::to_string(gpus) : "none (the whole job)";
+}
+}  // namespace
+
+bool check_plan_group(const Plan& p, const bootstrap::GroupShape* ctx_group, int job_size, std::string* why) {
+  const bootstrap::GroupShape ps = p.group_shape();
+  const bool same = ctx_group ? p.grouped() && ps.group_nodes == ctx_group->group_nodes &&
+                                    ps.group_gpus == ctx_group->group_gpus && ps.world_size() == job_size
+                              : !p.grouped();
+  if (same) return true;
+  *why = "the plan's rank group is " + group_text(p.grouped() ? ps.group_nodes : 0, ps.group_gpus) +
+         ", this context's is " +
+         (ctx_group ? group_text(ctx_group->group_nodes, ctx_group->group_gpus) : group_text(0, 0)) +
+         " (Context::Options::group_nodes / group_gpus must match the workload's group:)";
+  return false;
+}
+
 const HeapRegion* Plan::region(const std::string& name) const {
   for (const auto& r : heap)
     if (r.name == name) return &r;

@@ -132,6 +132,10 @@ struct Plan {
   IntraMover intra_mover() const;
 };
 
+// A plan shared with a context must be for the context's rank group: `ctx_group` (null: the context
+// runs on the whole job of `job_size` ranks). False, with both named in `why`, where they differ.
+bool check_plan_group(const Plan& p, const bootstrap::GroupShape* ctx_group, int job_size, std::string* why);
+
 // The part of a plan that decides what runs (problem, layout, launch, execution, heap), as canonical
 // JSON; predictions and notes are left out. Two plans that execute the same way print the same.
 std::string executed_json(const Plan& plan);

@@ -38,34 +38,13 @@ struct Context::Impl {
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   std::unique_ptr<bootstrap::GroupBootstrap> group;  // with Options' group: the ops' bootstrap
   std::unique_ptr<runtime::Context> ctx;             // destroyed before group and boot
-  bootstrap::GroupShape shape;                       // group sides 0: no groups
+  bootstrap::GroupShape shape;                       // the group's, where `group` is set
   int gpu = -1;
   bootstrap::Bootstrap& op_boot() { return group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot; }
   const bootstrap::RankInfo& op_info() const { return group ? group->info() : boot->info(); }
 };
 
-namespace {
-
-std::string group_text(int nodes, int gpus) {
-  return nodes > 0 ? std::to_string(nodes) + " x " + std::to_string(gpus) : "none (the whole job)";
-}
-
-// A shared plan must be for this context's group: the plan's group shape against the context's.
-Status check_plan_group(const bootstrap::GroupShape& ctx_shape, int job_size, const runtime::Plan& p,
-                        std::string* error) {
-  const bool plan_grouped = p.grouped(), ctx_grouped = ctx_shape.group_nodes > 0;
-  const bootstrap::GroupShape ps = p.group_shape();
-  const bool same = plan_grouped == ctx_grouped &&
-                    (!ctx_grouped || (ps.group_nodes == ctx_shape.group_nodes &&
-                                      ps.group_gpus == ctx_shape.group_gpus && ps.world_size() == job_size));
-  if (same) return Status::kOk;
-  *error = "the plan's rank group is " + group_text(plan_grouped ? ps.group_nodes : 0, ps.group_gpus) +
-           ", this context's is " + group_text(ctx_shape.group_nodes, ctx_shape.group_gpus) +
-           " (Context::Options::group_nodes / group_gpus must match the workload's group:)";
-  return Status::kInvalidArgument;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 Context::Context() : impl_(new Impl()) {}
 Context::~Context() {
@@ -157,13 +136,17 @@ Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* e
     }
   }
   WEFT_CHECK(runtime::share_plan(*impl_->boot, have ? &decided : nullptr, why, out->p_.get(), error));
-  return check_plan_group(impl_->shape, impl_->boot->info().size, *out->p_, error);
+  return runtime::check_plan_group(*out->p_, impl_->group ? &impl_->shape : nullptr, impl_->boot->info().size, error)
+             ? Status::kOk
+             : Status::kInvalidArgument;
 }
 
 Status Context::share(const Plan& plan, Plan* out, std::string* error) {
   WEFT_CHECK(impl_->ctx->check_usable("share"));
   WEFT_CHECK(runtime::share_plan(*impl_->boot, job_rank() == 0 ? &plan.get() : nullptr, "", out->p_.get(), error));
-  return check_plan_group(impl_->shape, impl_->boot->info().size, *out->p_, error);
+  return runtime::check_plan_group(*out->p_, impl_->group ? &impl_->shape : nullptr, impl_->boot->info().size, error)
+             ? Status::kOk
+             : Status::kInvalidArgument;
 }
 
 AgGemm::AgGemm() = default;

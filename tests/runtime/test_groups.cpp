@@ -220,3 +220,31 @@ TEST_CASE("a grouped plan says its job, round-trips, and hashes apart from the u
   CHECK_MESSAGE(contains(table, "groups   4 groups of 8 in a job of 4 nodes x 8 GPUs = 32 ranks"), table);
   CHECK_MESSAGE(contains(table, " 13->1.5"), table);
 }
+
+TEST_CASE("a context takes only a plan of its own rank group (the whole job, or its group shape)") {
+  Plan p;
+  p.op = Op::kAgGemm;
+  p.nodes = 1, p.gpus_per_node = 4, p.world_size = 4;
+  p.gemm = {8192, 8192, 8192};
+  std::string why;
+  // A context without groups (Options 0 x 0) and a plan for the whole job of 4.
+  CHECK_MESSAGE(check_plan_group(p, nullptr, 4, &why), why);
+  // The same context and a plan of 1 x 2 groups in that job.
+  p.gpus_per_node = 2, p.world_size = 2;
+  p.job_nodes = 1, p.job_gpus_per_node = 4;
+  CHECK_FALSE(check_plan_group(p, nullptr, 4, &why));
+  CHECK_MESSAGE(contains(why, "the plan's rank group is 1 x 2, this context's is none (the whole job)"), why);
+  // A context of 1 x 2 groups takes it; one of 1 x 1 groups, or 1 x 2 in a job of 8, does not.
+  GroupShape g;
+  g.nodes = 1, g.gpus_per_node = 4, g.group_nodes = 1, g.group_gpus = 2;
+  CHECK_MESSAGE(check_plan_group(p, &g, 4, &why), why);
+  CHECK_FALSE(check_plan_group(p, &g, 8, &why));
+  g.group_gpus = 1;
+  CHECK_FALSE(check_plan_group(p, &g, 4, &why));
+  CHECK_MESSAGE(contains(why, "this context's is 1 x 1"), why);
+  // And a grouped context refuses the whole job's plan.
+  p.gpus_per_node = 4, p.world_size = 4, p.job_nodes = 0, p.job_gpus_per_node = 0;
+  g.group_gpus = 2;
+  CHECK_FALSE(check_plan_group(p, &g, 4, &why));
+  CHECK_MESSAGE(contains(why, "the plan's rank group is none (the whole job), this context's is 1 x 2"), why);
+}
