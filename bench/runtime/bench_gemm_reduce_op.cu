@@ -4,14 +4,18 @@
 // pieces, next to `weftrun bench`'s runner rows of the same workload.
 //   - every op is created on one heap, called once and its output compared with the first plan's
 //     (the same inputs: a variant that misroutes or skips a piece differs);
-//   - then rounds: each op in turn (the first op of a round rotates), `--iters` calls back to back
-//     after 5 warm-up calls, CUDA events around each call; AllReduce ops also with C left in the
-//     heap (no copy out); rank 0 prints each one's median over all rounds, slowest rank.
+//   - then rounds: each op in turn (the first op of a round rotates), `--iters` calls after 5 warm-up
+//     calls, CUDA events around each call, two ways: back to back (what a program calling the op in
+//     a loop sees), and lined up (a stream barrier of the ranks before each call, outside the events:
+//     how `weftrun bench` times its runners); AllReduce ops also with C left in the heap (no copy
+//     out). Rank 0 prints each one's median over all rounds, slowest rank, and the host's time to
+//     enqueue one call (median, slowest rank).
 // Usage: weftrun plan --json A.yaml > a.json; weftrun plan --json B.yaml > b.json
 //        weftrun exec -n W -- bench_gemm_reduce_op a.json b.json ... [--iters N] [--rounds R]
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +30,7 @@
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/run_plan.h"
+#include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 
 namespace runtime = weft::runtime;
@@ -149,39 +154,71 @@ int main(int argc, char** argv) {
     entries.push_back({i, false});
     if (ar) entries.push_back({i, true});
   }
-  std::vector<std::vector<float>> ms(entries.size());
+  // The stream barrier of the lined-up calls: every rank writes the call's number into a word of
+  // every rank's, then waits until all of its own words have it.
+  uint64_t align_at = 0;
+  if (ctx->reserve(uint64_t(W) * 8, "bench.align", &align_at) != Status::kOk) return 1;
+  BENCH_CUDA(cudaMemset(ctx->local(align_at), 0, size_t(W) * 8));
+  BENCH_CUDA(cudaDeviceSynchronize());
+  if (boot->barrier("bench.gr.align") != Status::kOk) return 1;
+  uint64_t lined_up = 0;
+  auto line_up = [&]() -> Status {
+    ++lined_up;
+    std::vector<weft::runtime::StreamMemOp> ops_;
+    for (int q = 0; q < W; ++q)
+      ops_.push_back({weft::runtime::StreamMemOp::kWrite,
+                      static_cast<uint64_t*>(q == rank ? ctx->local(align_at) : ctx->peer(q, align_at)) + rank,
+                      lined_up});
+    for (int q = 0; q < W; ++q)
+      ops_.push_back(
+          {weft::runtime::StreamMemOp::kWaitGeq, static_cast<uint64_t*>(ctx->local(align_at)) + q, lined_up});
+    return weft::runtime::stream_mem_ops(s, ops_);
+  };
+  std::vector<std::vector<float>> ms(entries.size()), ms_lined(entries.size());
+  std::vector<std::vector<float>> host_us(entries.size());
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   for (int round = 0; round < rounds; ++round)
-    for (size_t j = 0; j < entries.size(); ++j) {
-      const size_t x = (j + size_t(round)) % entries.size();
-      runtime::GemmReduceOp& op = *ops[entries[x].plan];
-      bf16* out = entries[x].heap_c ? op.heap_c() : c;
-      if (boot->barrier("bench.gr." + std::to_string(round) + "." + std::to_string(j)) != Status::kOk) return 1;
-      for (int it = -5; it < iters; ++it) {
-        if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it)], s));
-        if (op.run(a, b, out, s) != Status::kOk) return 1;
-        if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it + 1)], s));
+    for (size_t j = 0; j < entries.size(); ++j)
+      for (int lined : {0, 1}) {
+        const size_t x = (j + size_t(round)) % entries.size();
+        runtime::GemmReduceOp& op = *ops[entries[x].plan];
+        bf16* out = entries[x].heap_c ? op.heap_c() : c;
+        if (boot->barrier("bench.gr." + std::to_string(round) + "." + std::to_string(j) + "." +
+                          std::to_string(lined)) != Status::kOk)
+          return 1;
+        for (int it = -5; it < iters; ++it) {
+          if (lined && line_up() != Status::kOk) return 1;
+          if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it)], s));
+          const auto t0 = std::chrono::steady_clock::now();
+          if (op.run(a, b, out, s) != Status::kOk) return 1;
+          const auto t1 = std::chrono::steady_clock::now();
+          if (it >= 0 && !lined)
+            host_us[x].push_back(float(std::chrono::duration<double, std::micro>(t1 - t0).count()));
+          if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it + 1)], s));
+        }
+        BENCH_CUDA(cudaStreamSynchronize(s));
+        for (int it = 0; it < iters; ++it) {
+          float t = 0;
+          BENCH_CUDA(cudaEventElapsedTime(&t, ev[size_t(2 * it)], ev[size_t(2 * it + 1)]));
+          (lined ? ms_lined : ms)[x].push_back(t);
+        }
       }
-      BENCH_CUDA(cudaStreamSynchronize(s));
-      for (int it = 0; it < iters; ++it) {
-        float t = 0;
-        BENCH_CUDA(cudaEventElapsedTime(&t, ev[size_t(2 * it)], ev[size_t(2 * it + 1)]));
-        ms[x].push_back(t);
-      }
-    }
   if (rank == 0)
     printf(
-        "# runtime %s op, m %lld n %lld k %lld, %d ranks; back-to-back calls, median of %d calls x %d rounds, "
-        "slowest rank\n| plan | ms |\n|---|---|\n",
+        "# runtime %s op, m %lld n %lld k %lld, %d ranks; median of %d calls x %d rounds, slowest rank: back to back, "
+        "lined up (a stream barrier before each call), the host's enqueue\n| plan | back to back ms | lined up ms | "
+        "host enqueue us |\n|---|---|---|---|\n",
         ar ? "gemm_ar" : "gemm_rs", (long long)m, (long long)n, (long long)(kl * W), W, iters, rounds);
   for (size_t x = 0; x < entries.size(); ++x) {
-    const double worst =
-        weft::bench::allgather_max(*boot, "bench.gr.ms." + std::to_string(x), weft::bench::median(ms[x]));
+    const std::string key = std::to_string(x);
+    const double worst = weft::bench::allgather_max(*boot, "bench.gr.ms." + key, weft::bench::median(ms[x]));
+    const double lined = weft::bench::allgather_max(*boot, "bench.gr.lined." + key, weft::bench::median(ms_lined[x]));
+    const double host = weft::bench::allgather_max(*boot, "bench.gr.host." + key, weft::bench::median(host_us[x]));
     const size_t i = entries[x].plan;
     if (rank == 0)
-      printf("| %s%s (%s) | %.3f |\n", names[i].c_str(), entries[x].heap_c ? ", C left in the heap" : "",
-             files[i].c_str(), worst);
+      printf("| %s%s (%s) | %.3f | %.3f | %.0f |\n", names[i].c_str(), entries[x].heap_c ? ", C left in the heap" : "",
+             files[i].c_str(), worst, lined, host);
   }
   fflush(stdout);
   for (auto& e : ev) cudaEventDestroy(e);
