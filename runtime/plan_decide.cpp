@@ -47,6 +47,17 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
   }
   const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
   WEFT_CHECK(make_plan(w, layout, topo, mapping, plan, error, &names));
+  // GEMM+RS/AR's overlap variant, where the model chose it, cannot run with ranks that share a GPU
+  // (below): the model plans the peer variant for them instead.
+  if (options.share_gpus && plan->exec.variant == "overlap" && !w.plan.variant) {
+    Workload peer = w;
+    peer.plan.variant = "peer";
+    WEFT_CHECK(make_plan(peer, layout, topo, mapping, plan, error, &names));
+    plan->chosen_by = w.plan.empty() ? "model" : "workload";
+    notes.push_back(
+        "ranks share GPUs (--oversubscribe): the peer variant, since the overlap variant's GEMMs wait "
+        "for each other's pieces");
+  }
   if (w.group) {
     plan->job_nodes = job.nodes;
     plan->job_gpus_per_node = job.gpus_per_node;

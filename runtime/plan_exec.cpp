@@ -100,9 +100,13 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
 
 // The overlap variant's choices and heap. Pieces: as many as asked, else the most (at most 4) of
 // whole tiles and at least 2 MiB each (more pieces cost host calls per copy; measured in
-// docs/results/2026-11-gemm-reduce.md). RS: copy-engine sends, own rows last (lag = pieces), and with
-// 3 or more ranks 4 mover SMs for each round's last owner's pieces; AR: the epilogue sends and
-// gathers, own piece j one round late (lag 1) — the fastest rows of that document.
+// docs/results/2026-11-gemm-reduce.md). RS: own rows last (lag = pieces); copy-engine sends where a
+// rank's block of rows is at least 16 MiB (below that a copy's fixed latency is not hidden behind the
+// GEMM), with 3 or more ranks 4 mover SMs for each round's last owner's pieces, else the epilogue
+// sends; AR: the epilogue sends and gathers, own piece j one round late (lag 1) — the fastest rows of
+// that document, and the rule `weftrun bench` picks its runner's path by.
+constexpr int64_t kOverlapCopyBlockBytes = int64_t(16) << 20;
+
 void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, m_loc = m / W;
   const bool ar = p->op == Op::kGemmAr;
@@ -139,7 +143,7 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
     while (e.pieces < 4 && m_loc % (kTileRows * e.pieces * 2) == 0 && block_bytes / (e.pieces * 2) >= (2 << 20))
       e.pieces *= 2;
   }
-  e.send = w.plan.send ? *w.plan.send : ar ? "sm" : "copy";
+  e.send = w.plan.send ? *w.plan.send : ar || block_bytes < kOverlapCopyBlockBytes ? "sm" : "copy";
   e.gather = !ar ? "" : w.plan.gather ? *w.plan.gather : e.send == "sm" ? "sm" : "push";
   e.lag = w.plan.lag ? *w.plan.lag : ar ? 1 : e.pieces;
   if (e.lag > e.pieces)
@@ -185,6 +189,10 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
 //     partial rows of its block over NVLink;
 //   overlap (runtime/exec/reduce_overlap.h): the partial pieces move to their owners while the GEMM
 //     runs, and the own rows are reduced in its epilogue.
+// Unless the workload names one, the overlap variant wherever it can run as planned (a rank's rows
+// whole tiles, no choice of the peer variant's such as plan.reduce_blocks or plan.cluster: 2), else
+// peer (plan_decide.cpp also falls back to peer for ranks that share a GPU). Measured on 4 GPUs:
+// docs/results/2026-11-gemm-reduce-op.md.
 void plan_gemm_reduce(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, k = p->gemm.k;
   const bool ar = p->op == Op::kGemmAr;
@@ -203,6 +211,18 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
     return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected k / ranks to be a multiple of 8 (16-byte "
                                                                "rows for TMA)"));
   if (e.variant == "overlap") return plan_gemm_reduce_overlap(w, p);
+  if (!w.plan.variant && !w.plan.reduce_blocks && e.cluster == 1) {
+    Plan overlap = *p;
+    overlap.exec.variant = "overlap";
+    plan_gemm_reduce_overlap(w, &overlap);
+    if (overlap.exec.executable) {
+      *p = std::move(overlap);
+      return;
+    }
+  }
+  // The peer variant: the GEMM on every SM, then the reduction kernel (also where a plan of the
+  // overlap variant, with its mover SMs, is replanned as peer).
+  if (!p->roles_explicit) p->roles = RoleCounts{p->sm_count, 0, 0, 0};
   if (e.reduce_blocks == 0) e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each)
   if (e.reduce_blocks > 2 * p->sm_count)
     return refuse(p, w.error_at("plan.reduce_blocks", std::to_string(e.reduce_blocks) +
@@ -288,8 +308,8 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
   p->exec.executable = true;
   // The variant first, so that a plan this build cannot run still says how it would move the bytes:
   // for AllGather+GEMM the mover the tuner planned with (the workload's plan.variant, else its roles:
-  // tuner.cpp, plan_mover); GEMM+RS/AR the peer variant unless the workload asks for overlap. Other
-  // ops and layouts have none.
+  // tuner.cpp, plan_mover); GEMM+RS/AR the workload's, else peer until plan_gemm_reduce finds that
+  // the overlap variant can run. Other ops and layouts have none.
   if (p->nodes == 1 && p->op == Op::kAgGemm) p->exec.variant = mover == IntraMover::kSm ? "sm_movers" : "copy_engine";
   if (p->nodes == 1 && (p->op == Op::kGemmRs || p->op == Op::kGemmAr))
     p->exec.variant = w.plan.variant ? *w.plan.variant : "peer";
@@ -345,6 +365,7 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
   }
   auto add = [&](const Plan& p) {
     if (!p.exec.executable) return;
+    if (share_gpus && p.exec.variant == "overlap") return;  // plan_decide.cpp: its GEMMs wait for each other
     for (const auto& q : out)
       if (plan_hash(q) == plan_hash(p)) return;
     out.push_back(p);

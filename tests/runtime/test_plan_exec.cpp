@@ -252,7 +252,8 @@ TEST_CASE("what this build cannot run is refused in the plan, with where and why
 
 TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals") {
   const std::string rs =
-      "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+      "name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: "
+      "4}\nplan: {variant: peer}\n";
   const Plan p = plan_for(parse(rs));
   CHECK(p.exec.executable);
   CHECK(p.exec.variant == "peer");
@@ -274,7 +275,7 @@ TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals
   const Plan o = plan_for(parse(odd));
   CHECK(!o.exec.executable);
   CHECK(o.exec.not_executable.find("shape.k") != std::string::npos);
-  std::string two = rs;
+  std::string two = rs.substr(0, rs.find("plan:"));
   two.replace(two.find("nodes: 1, gpus_per_node: 4"), 26, "nodes: 2, gpus_per_node: 2");
   const Plan t = plan_for(parse(two));
   CHECK(!t.exec.executable);
@@ -320,10 +321,11 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
   CHECK(table.find("4 intra_comm SMs push each round's last owner's pieces") != std::string::npos);
   CHECK(table.find("runs the peer variant") == std::string::npos);
   CHECK(table.find("no intra_comm SM") == std::string::npos);
-  CHECK(format_plan_table(plan_for(parse(rs))).find("runs the peer variant") != std::string::npos);
+  CHECK(format_plan_table(plan_for(parse(rs + "plan: {variant: peer}\n"))).find("runs the peer variant") !=
+        std::string::npos);
   // Only an overlap plan carries the overlap's fields: other plans (and their hashes) are unchanged.
   CHECK(executed_json(p).find("\"pieces\"") != std::string::npos);
-  CHECK(executed_json(plan_for(parse(rs))).find("\"pieces\"") == std::string::npos);
+  CHECK(executed_json(plan_for(parse(rs + "plan: {variant: peer}\n"))).find("\"pieces\"") == std::string::npos);
   CHECK(format_plan_table(p).find("runs     overlap, 4 pieces per rank's rows, own lag 4, sends by the copy engines "
                                   "and 4 mover SMs") != std::string::npos);
   Plan back;
@@ -384,6 +386,51 @@ TEST_CASE("GEMM+RS and GEMM+AR's overlap variant: its choices, mover SMs and hea
         std::string::npos);
   CHECK(plan_error(parse(rs + "plan: {variant: overlap, reduce_blocks: 8}\n"))
             .find("plan.reduce_blocks: the peer variant's reduction kernel") != std::string::npos);
+}
+
+TEST_CASE("GEMM+RS and GEMM+AR's model plan: the overlap variant where it can run as planned, else peer") {
+  auto plan_of = [](const std::string& op, int64_t m, const std::string& extra) {
+    return plan_for(parse("name: t\nop: " + op + "\nshape: {m: " + std::to_string(m) +
+                          ", n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n" + extra));
+  };
+  // RS 8192: 32 MiB per rank's rows, copy sends and 4 mover SMs, the same plan as variant: overlap.
+  const Plan rs = plan_of("gemm_rs", 8192, "");
+  REQUIRE(rs.exec.executable);
+  CHECK(rs.exec.variant == "overlap");
+  CHECK(rs.exec.send == "copy");
+  CHECK(rs.roles.intra_comm == 4);
+  CHECK(rs.chosen_by == "model");
+  CHECK(plan_hash(rs) == plan_hash(plan_of("gemm_rs", 8192, "plan: {variant: overlap}\n")));
+  // RS 2048: 8 MiB per rank's rows, under the 16 MiB a copy's latency hides behind: the epilogue sends.
+  const Plan small = plan_of("gemm_rs", 2048, "");
+  REQUIRE(small.exec.executable);
+  CHECK(small.exec.variant == "overlap");
+  CHECK(small.exec.send == "sm");
+  CHECK(small.exec.pieces == 4);
+  CHECK(small.roles.intra_comm == 0);
+  CHECK(small.roles.compute == small.sm_count);
+  // AR 8192: the epilogue sends and gathers.
+  const Plan ar = plan_of("gemm_ar", 8192, "");
+  CHECK(ar.exec.variant == "overlap");
+  CHECK(ar.exec.send == "sm");
+  CHECK(ar.exec.gather == "sm");
+  // Where the overlap variant cannot run as planned: peer, executable.
+  const Plan tiny = plan_of("gemm_ar", 256, "");  // 64 rows per rank: not whole tiles
+  CHECK(tiny.exec.executable);
+  CHECK(tiny.exec.variant == "peer");
+  CHECK(tiny.exec.reduce_blocks == 2 * tiny.sm_count);
+  CHECK(plan_of("gemm_rs", 8192, "plan: {reduce_blocks: 64}\n").exec.variant == "peer");
+  CHECK(plan_of("gemm_rs", 8192, "plan: {cluster: 2}\n").exec.variant == "peer");
+  CHECK(plan_of("gemm_rs", 8192, "plan: {variant: peer}\n").exec.variant == "peer");
+  // Roles written for the peer variant that the overlap variant cannot take: peer, as written.
+  const Plan roles = plan_of("gemm_ar", 8192, "roles: {compute: 124, intra_comm: 8}\n");
+  CHECK(roles.exec.variant == "peer");
+  CHECK(roles.roles.intra_comm == 8);
+  // Two ranks: no round has a last owner for the movers; copy sends alone.
+  const Plan two = plan_for(
+      parse("name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 2}\n"));
+  CHECK(two.exec.variant == "overlap");
+  CHECK(two.roles.intra_comm == 0);
 }
 
 TEST_CASE("every example: the executed form reads back to the same plan hash") {

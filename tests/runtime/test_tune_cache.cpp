@@ -213,9 +213,10 @@ TEST_CASE("tune's candidates for GEMM+RS and GEMM+AR: the peer variant and the o
       REQUIRE(parse_executed_json(executed_json(c[i]), &back, &err) == Status::kOk);
       CHECK(plan_hash(back) == plan_hash(c[i]));
     }
-    const std::vector<std::string> want = ar ? std::vector<std::string>{"peer  ", "overlap sm sm", "overlap copy push",
+    // The model's plan first (the overlap variant's default way), then the others.
+    const std::vector<std::string> want = ar ? std::vector<std::string>{"overlap sm sm", "peer  ", "overlap copy push",
                                                                         "overlap copy sm", "overlap sm push"}
-                                             : std::vector<std::string>{"peer  ", "overlap copy ", "overlap sm "};
+                                             : std::vector<std::string>{"overlap copy ", "peer  ", "overlap sm "};
     CHECK(ways == want);
     for (const Plan& p : c)  // copy sends on 4 ranks: the mover SMs beside the GEMM
       CHECK(p.roles.intra_comm == (p.exec.send == "copy" ? 4 : 0));
@@ -244,5 +245,19 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
                                              "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
                                              "layout: {nodes: 1, gpus_per_node: 4}\n"));
   const Plan model = decide(plain, nullptr, "");
+  CHECK(model.exec.variant == "overlap");
   for (const Plan& c : candidate_plans(plain, model, true)) CHECK(c.exec.variant == "peer");
+  // The model plans the peer variant for them where it would plan the overlap variant, and says why.
+  Plan shared;
+  o.share_gpus = true;
+  REQUIRE(decide_plan(plain, o, &shared, &err, &bad) == Status::kOk);
+  CHECK(shared.exec.executable);
+  CHECK(shared.exec.variant == "peer");
+  CHECK(shared.chosen_by == "model");
+  bool said = false;
+  for (const auto& n : shared.notes) said = said || n.find("ranks share GPUs (--oversubscribe): the peer variant") == 0;
+  CHECK(said);
+  o.share_gpus = false;
+  REQUIRE(decide_plan(plain, o, &shared, &err, &bad) == Status::kOk);
+  CHECK(shared.exec.variant == "overlap");
 }

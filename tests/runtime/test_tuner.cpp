@@ -108,6 +108,8 @@ TEST_CASE("tuned counts use every SM, give every role with work at least one SM,
       // MoE op moves its rows with kernels between its phases, on every SM.
       if (p.exec.variant == "staged")
         CHECK(p.roles.compute == arch.sm_count);
+      else if (p.exec.variant == "overlap")  // mover SMs beside copy sends, with 3 or more ranks
+        CHECK(p.roles.intra_comm == (p.exec.send == "copy" && p.world_size >= 3 ? 4 : 0));
       else if (p.intra_mover() == IntraMover::kSm)
         CHECK((nv->bytes_out > 0) == (p.roles.intra_comm > 0));
       else
