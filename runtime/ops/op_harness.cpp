@@ -2,14 +2,16 @@
 #include "runtime/ops/op_harness.h"
 
 #include <cuda.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "base/log.h"
@@ -265,11 +267,29 @@ void print_results(bootstrap::Bootstrap& boot, const std::string& title, const s
   fflush(stdout);
   const char* path = getenv("WEFT_REPORT");
   if (!path || !*path) return;
-  std::ofstream f(path, std::ios::app);
-  for (const auto& r : rows)
-    f << "{\"title\": \"" << title << "\", \"variant\": \"" << r.what << "\", \"ms\": " << r.ms
-      << ", \"tflops\": " << r.tflops << ", \"note\": \"" << r.note << "\"" << (json_extra.empty() ? "" : ", ")
-      << json_extra << "}\n";
+  // One write per table on an append-only descriptor: rank 0 of each rank group may report into the
+  // same file at once, and its lines must not interleave.
+  nlohmann::json extra = nlohmann::json::object();
+  if (!json_extra.empty()) extra = nlohmann::json::parse("{" + json_extra + "}", nullptr, false);
+  if (!extra.is_object()) {
+    WEFT_WARN(kKernel, "WEFT_REPORT: the report's extra fields are not JSON (%s); left out", json_extra.c_str());
+    extra = nlohmann::json::object();
+  }
+  std::string text;
+  for (const auto& r : rows) {
+    nlohmann::json line = {{"title", title}, {"variant", r.what}, {"ms", r.ms}, {"tflops", r.tflops}, {"note", r.note}};
+    line.update(extra);
+    text += line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  }
+  const int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    WEFT_WARN(kKernel, "WEFT_REPORT: cannot open %s: %s", path, strerror(errno));
+    return;
+  }
+  const ssize_t wrote = write(fd, text.data(), text.size());
+  if (wrote != ssize_t(text.size()))
+    WEFT_WARN(kKernel, "WEFT_REPORT: wrote %zd of %zu bytes to %s", wrote, text.size(), path);
+  close(fd);
 }
 
 }  // namespace weft::runtime::ops

@@ -33,11 +33,12 @@ plan_of() {  # $1 example, $2 label, $3 plan: line (or "")
 }
 for op in gemm_rs_m8192 gemm_ar_m8192 gemm_rs_m2048; do
   plans=()
-  plan_of "$op" peer "" && plans+=("$out/$op-peer.json")
-  plan_of "$op" overlap "plan: {variant: overlap}" && plans+=("$out/$op-overlap.json")
-  if [ "${op#gemm_rs}" != "$op" ]; then
+  plan_of "$op" peer "plan: {variant: peer}" && plans+=("$out/$op-peer.json")
+  if [ "${op#gemm_rs}" != "$op" ]; then  # the model's plan is one of these (copy sends from 16 MiB per rank)
+    plan_of "$op" copy "plan: {variant: overlap, send: copy}" && plans+=("$out/$op-copy.json")
     plan_of "$op" sm "plan: {variant: overlap, send: sm}" && plans+=("$out/$op-sm.json")
   else
+    plan_of "$op" overlap "plan: {variant: overlap}" && plans+=("$out/$op-overlap.json")
     plan_of "$op" push "plan: {variant: overlap, send: copy, gather: push}" && plans+=("$out/$op-push.json")
     plan_of "$op" copy_sm "plan: {variant: overlap, send: copy, gather: sm}" && plans+=("$out/$op-copy_sm.json")
   fi

@@ -345,17 +345,20 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
   cudaStream_t s;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   // The peer variant, then the overlap variant's ways of moving partials and reduced rows (2 or more
-  // ranks): the defaults (RS: copy sends, mover SMs from 3 ranks; AR: the epilogue sends and
-  // gathers; 1 piece at this size), and the others with 2 pieces per rank's rows.
+  // ranks): the defaults, the model's plan at this size (RS and AR: the epilogue sends, AR's gathers
+  // too; 1 piece), and the others with 2 pieces per rank's rows.
   struct Case {
     const char* op;
     const char* plan;
   };
-  std::vector<Case> cases = {{"gemm_rs", ""}, {"gemm_ar", ""}};
-  if (W >= 2)
-    cases.insert(cases.end(), {{"gemm_rs", "plan: {variant: overlap}\n"},
-                               {"gemm_ar", "plan: {variant: overlap}\n"},
-                               {"gemm_rs", "plan: {variant: overlap, pieces: 2}\n"},
+  // Ranks that share a GPU run the peer variant only (the model plans it for them).
+  int gpus = 0;
+  REQUIRE(cudaGetDeviceCount(&gpus) == cudaSuccess);
+  std::vector<Case> cases = {
+      {"gemm_rs", "plan: {variant: peer}\n"}, {"gemm_ar", "plan: {variant: peer}\n"}, {"gemm_rs", ""}, {"gemm_ar", ""}};
+  if (W >= 2 && gpus >= W)
+    cases.insert(cases.end(), {{"gemm_rs", "plan: {variant: overlap, send: copy}\n"},
+                               {"gemm_rs", "plan: {variant: overlap, pieces: 2, send: copy}\n"},
                                {"gemm_rs", "plan: {variant: overlap, pieces: 2, send: sm}\n"},
                                {"gemm_ar", "plan: {variant: overlap, pieces: 2, lag: 2, send: copy, gather: push}\n"},
                                {"gemm_ar", "plan: {variant: overlap, pieces: 2, send: copy, gather: sm}\n"}});
