@@ -1,12 +1,13 @@
 // GPU all-gather on 2 emulated nodes x 2 GPUs: weft (NVLink stores within a node; device FIFO -> proxy ->
-// socket between nodes; tile-wise put+signal in each Perseus mode) next to NCCL's all-gather with
-// NCCL_HOSTID set per emulated node (so NCCL also crosses "nodes" through its network transport).
+// backend between nodes: socket, and ofi with --backends socket,ofi; tile-wise put+signal in each
+// Perseus mode) next to NCCL's all-gather with NCCL_HOSTID set per emulated node (so NCCL also crosses
+// "nodes" through its network transport), same sizes, same process.
 //
 //   rank:  0 (GPU 0)  1 (GPU 1)  | node 1: 2 (GPU 2)  3 (GPU 3)
 //   each rank's chunk lands in slot r of every rank's heap; inter-node chunks move in 1 MiB tiles,
 //   each tile a put followed by a signal on its own flag; a rank is done when every flag arrived.
 //
-//   bench_allgather_gpu [--json FILE] [--quick]
+//   bench_allgather_gpu [--json FILE] [--quick] [--backends socket[,ofi]]
 #include <cuda_runtime.h>
 #include <nccl.h>
 #include <sys/wait.h>
@@ -123,7 +124,7 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
     if (!(cond)) return boot.report(what), 1; \
   } while (0)
 
-int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick) {
+int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick, const std::vector<std::string>& backends) {
   const int me = boot.info().rank, node = boot.info().node;
   TRY(cudaSetDevice(me % ngpu) == cudaSuccess, "cudaSetDevice");
   // wait_all is launched while send may wait on the proxy: load every kernel before the first launch.
@@ -173,52 +174,53 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick) {
   int* errors = nullptr;
   TRY(cudaMalloc(&errors, 2 * sizeof(int)) == cudaSuccess, "malloc");
   uint64_t epoch = 0;
-  for (const char* mode : {"serial", "fenced", "batched"}) {
-    TransportOptions opt;
-    opt.backend = "socket";
-    opt.signal_mode = mode;
-    opt.fifo_memory = cuda_fifo_memory();
-    opt.copy_hooks = cuda_copy_hooks(me % ngpu);
-    opt.peers = PeerNeed::kEveryRank;  // block 0 puts to every other-node rank, not only the rail peer
-    std::unique_ptr<Transport> t;
-    TRY(Transport::create(boot, heap->region(), opt, &t) == Status::kOk, "transport");
-    std::unique_ptr<DeviceFifoHandle> fifo;
-    TRY(DeviceFifoHandle::create(t->fifo_ring(0), 60, &fifo) == Status::kOk, "device fifo");
-    for (uint64_t chunk : sizes) {
-      Layout L{chunk};
-      const uint32_t salt = uint32_t(epoch + 1) * 7919u;
-      fill<<<132, 512, 0, s>>>(base, L, me, salt);
-      cudaStreamSynchronize(s);
-      TransportCounters c0 = t->counters();
-      double best = 1e30;
-      for (int i = 0; i < iters; ++i) {
-        ++epoch;
-        cudaMemsetAsync(errors, 0, 2 * sizeof(int), s);
+  for (const std::string& backend : backends)
+    for (const char* mode : {"serial", "fenced", "batched"}) {
+      TransportOptions opt;
+      opt.backend = backend;
+      opt.signal_mode = mode;
+      opt.fifo_memory = cuda_fifo_memory();
+      opt.copy_hooks = cuda_copy_hooks(me % ngpu);
+      opt.peers = PeerNeed::kEveryRank;  // block 0 puts to every other-node rank, not only the rail peer
+      std::unique_ptr<Transport> t;
+      TRY(Transport::create(boot, heap->region(), opt, &t) == Status::kOk, "transport");
+      std::unique_ptr<DeviceFifoHandle> fifo;
+      TRY(DeviceFifoHandle::create(t->fifo_ring(0), 60, &fifo) == Status::kOk, "device fifo");
+      for (uint64_t chunk : sizes) {
+        Layout L{chunk};
+        const uint32_t salt = uint32_t(epoch + 1) * 7919u;
+        fill<<<132, 512, 0, s>>>(base, L, me, salt);
         cudaStreamSynchronize(s);
-        TRY(boot.barrier("weft" + std::to_string(epoch)) == Status::kOk, "barrier");
-        double t0 = now_s();
-        send<<<33, 512, 0, s>>>(fifo->get(), reinterpret_cast<char* const*>(heap->device_peer_table()), L, me, node,
-                                epoch, errors);
-        wait_all<<<1, 256, 0, s>>>(base, L, me, epoch, errors);
-        TRY(cudaStreamSynchronize(s) == cudaSuccess, "weft all-gather kernel failed");
-        best = std::min(best, now_s() - t0);
+        TransportCounters c0 = t->counters();
+        double best = 1e30;
+        for (int i = 0; i < iters; ++i) {
+          ++epoch;
+          cudaMemsetAsync(errors, 0, 2 * sizeof(int), s);
+          cudaStreamSynchronize(s);
+          TRY(boot.barrier("weft" + std::to_string(epoch)) == Status::kOk, "barrier");
+          double t0 = now_s();
+          send<<<33, 512, 0, s>>>(fifo->get(), reinterpret_cast<char* const*>(heap->device_peer_table()), L, me, node,
+                                  epoch, errors);
+          wait_all<<<1, 256, 0, s>>>(base, L, me, epoch, errors);
+          TRY(cudaStreamSynchronize(s) == cudaSuccess, "weft all-gather kernel failed");
+          best = std::min(best, now_s() - t0);
+          int h = 0;
+          cudaMemcpy(&h, errors, sizeof h, cudaMemcpyDeviceToHost);
+          TRY(h == 0, "weft/" + backend + " " + mode + ": push or wait failed");
+          TRY(t->flush() == Status::kOk, "flush");
+        }
+        verify<<<132, 512, 0, s>>>(base, L, salt, errors);
         int h = 0;
         cudaMemcpy(&h, errors, sizeof h, cudaMemcpyDeviceToHost);
-        TRY(h == 0, std::string("weft ") + mode + ": push or wait failed");
-        TRY(t->flush() == Status::kOk, "flush");
+        TRY(h == 0, "weft/" + backend + " " + mode + ": " + std::to_string(h) + " wrong words");
+        TransportCounters c1 = t->counters();
+        rows += "weft/" + backend + " " + mode + " " + std::to_string(chunk) + " " +
+                std::to_string(chunk * kRanks / best / 1e9) + " " + std::to_string(c1.fences - c0.fences) + " " +
+                std::to_string(c1.batches - c0.batches) + " " + std::to_string(c1.stalls - c0.stalls) + ";";
       }
-      verify<<<132, 512, 0, s>>>(base, L, salt, errors);
-      int h = 0;
-      cudaMemcpy(&h, errors, sizeof h, cudaMemcpyDeviceToHost);
-      TRY(h == 0, std::string("weft ") + mode + ": " + std::to_string(h) + " wrong words");
-      TransportCounters c1 = t->counters();
-      rows += std::string("weft ") + mode + " " + std::to_string(chunk) + " " +
-              std::to_string(chunk * kRanks / best / 1e9) + " " + std::to_string(c1.fences - c0.fences) + " " +
-              std::to_string(c1.batches - c0.batches) + " " + std::to_string(c1.stalls - c0.stalls) + ";";
+      TRY(boot.barrier("done." + backend + "." + mode) == Status::kOk, "barrier");
+      TRY(t->stop() == Status::kOk, "stop");
     }
-    TRY(boot.barrier(std::string("done.") + mode) == Status::kOk, "barrier");
-    TRY(t->stop() == Status::kOk, "stop");
-  }
   TRY(heap->close(boot) == Status::kOk, "heap close");
   if (me == 0) boot.report(rows);
   return 0;
@@ -229,11 +231,28 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu, bool quick) {
 int main(int argc, char** argv) {
   const char* json = nullptr;
   bool quick = false;
+  std::vector<std::string> backends = {"socket"};
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--json") && i + 1 < argc)
+    if (!strcmp(argv[i], "--json") && i + 1 < argc) {
       json = argv[++i];
-    else if (!strcmp(argv[i], "--quick"))
+    } else if (!strcmp(argv[i], "--quick")) {
       quick = true;
+    } else if (!strcmp(argv[i], "--backends") && i + 1 < argc) {
+      backends.clear();
+      for (std::string list = argv[++i]; !list.empty();) {
+        const size_t comma = list.find(',');
+        backends.push_back(list.substr(0, comma));
+        list = comma == std::string::npos ? "" : list.substr(comma + 1);
+      }
+      for (const std::string& b : backends)
+        if (b != "socket" && b != "ofi") {
+          fprintf(stderr, "bench_allgather_gpu: --backends takes socket and ofi, not '%s'\n", b.c_str());
+          return 2;
+        }
+    } else {
+      fprintf(stderr, "usage: bench_allgather_gpu [--json FILE] [--quick] [--backends socket[,ofi]]\n");
+      return 2;
+    }
   }
   const int ngpu = probe_gpu_count();
   if (ngpu <= 0) {
@@ -241,7 +260,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   auto res = testing::run_forked(
-      kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu, quick); }, 900);
+      kRanks, kPerNode, [&](testing::ForkBootstrap& b) { return rank_body(b, ngpu, quick, backends); }, 900);
   int rc = 0;
   for (const auto& r : res)
     if (!r.exited || r.exit_code) {
@@ -250,17 +269,17 @@ int main(int argc, char** argv) {
     }
   if (rc) return rc;
   printf("all-gather, %d ranks on 2 emulated nodes (%d GPUs visible), algbw = ranks x chunk / time\n", kRanks, ngpu);
-  printf("%-6s %-8s %12s %10s %8s %8s %8s\n", "impl", "mode", "chunk", "GB/s", "fences", "batches", "stalls");
+  printf("%-11s %-8s %12s %10s %8s %8s %8s\n", "impl", "mode", "chunk", "GB/s", "fences", "batches", "stalls");
   FILE* f = json ? fopen(json, "w") : nullptr;
   if (f) fprintf(f, "{\"ranks\": %d, \"gpus\": %d, \"rows\": [", kRanks, ngpu);
   const char* p = res[0].report.c_str();
-  char impl[16], mode[16];
+  char impl[24], mode[16];
   unsigned long long chunk, fences, batches, stalls;
   double gbps;
   int used = 0, n = 0;
-  while (sscanf(p, "%15s %15s %llu %lf %llu %llu %llu;%n", impl, mode, &chunk, &gbps, &fences, &batches, &stalls,
+  while (sscanf(p, "%23s %15s %llu %lf %llu %llu %llu;%n", impl, mode, &chunk, &gbps, &fences, &batches, &stalls,
                 &used) == 7) {
-    printf("%-6s %-8s %12llu %10.3f %8llu %8llu %8llu\n", impl, mode, chunk, gbps, fences, batches, stalls);
+    printf("%-11s %-8s %12llu %10.3f %8llu %8llu %8llu\n", impl, mode, chunk, gbps, fences, batches, stalls);
     if (f)
       fprintf(f,
               "%s{\"impl\": \"%s\", \"mode\": \"%s\", \"chunk_bytes\": %llu, \"algbw_gbps\": %.4f, \"fences\": %llu, "

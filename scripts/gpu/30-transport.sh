@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU step of `scripts/weft gpu-check`: transport GPU test (device FIFO producers, socket between 2 emulated
-# nodes, NVLink peers), the all-gather benchmark against NCCL with NCCL_HOSTID per emulated node (--quick: 1 and
-# 16 MiB chunks), and the socket put/signal benchmark (--quick). The CPU transport tests are CI's job (ctest -R
+# nodes, NVLink peers), the all-gather benchmark (weft over socket, and ofi where `check --transport ofi` passes)
+# against NCCL with NCCL_HOSTID per emulated node (--quick: 1 and 16 MiB chunks), and the socket put/signal
+# benchmark (--quick). The CPU transport tests are CI's job (ctest -R
 # test_transport), not repeated here; the step takes well under a minute when nothing hangs, and every command is
 # bounded. Full all-gather sizes: build/bin/bench_allgather_gpu --json FILE.
 # Usage: 30-transport.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
@@ -37,10 +38,19 @@ if [ "$gpus" -lt 4 ]; then
   # Its NCCL baseline needs a GPU per rank (NCCL refuses ranks that share one: ncclCommInitRank).
   row "SKIP transport all-gather bench: its 4 ranks need 4 GPUs for the NCCL baseline; this machine has $gpus"
 elif [ -x "$BIN/bench_allgather_gpu" ]; then
-  if timeout 240 "$BIN/bench_allgather_gpu" --quick --json "$OUTDIR/transport-allgather.json" \
+  # The ofi backend (libfabric's tcp provider between the emulated nodes) beside the socket backend and
+  # NCCL, where this build has it and it moves bytes here.
+  backends=socket
+  if WEFT_NET_BACKEND=ofi timeout 120 "$BIN/weftrun" check -n 4 --emulate-nodes 2 --transport ofi \
+    >"$OUTDIR/transport-ofi-check.txt" 2>&1; then
+    backends=socket,ofi
+  else
+    row "SKIP transport all-gather bench over ofi: weftrun check --transport ofi did not pass ($(tail -1 "$OUTDIR/transport-ofi-check.txt"))"
+  fi
+  if timeout 300 "$BIN/bench_allgather_gpu" --quick --backends "$backends" --json "$OUTDIR/transport-allgather.json" \
       >"$OUTDIR/transport-allgather.txt" 2>"$OUTDIR/transport-allgather.err"; then
     cat "$OUTDIR/transport-allgather.txt"
-    row "PASS transport all-gather bench (transport-allgather.txt)"
+    row "PASS transport all-gather bench, weft over $backends and NCCL (transport-allgather.txt)"
   else
     tail -20 "$OUTDIR/transport-allgather.err"
     row "FAIL transport all-gather bench (transport-allgather.err)"; rc=1

@@ -100,9 +100,9 @@ TEST_CASE("the RDMA-write flush returns while a persistent kernel spins on the G
   REQUIRE(st.size() == 1);
   REQUIRE_MESSAGE(st[0] == Status::kOk, seen.failed);
   MESSAGE("GPU RDMA write ordering " << seen.ordering << "; the flush "
-                                     << (seen.returned ? "returned after " : "had not returned after ") << seen.ms
-                                     << " ms, with the kernel " << (seen.running ? "still" : "no longer")
-                                     << " running");
+                                     << std::string(seen.returned ? "returned after " : "had not returned after ")
+                                     << seen.ms << " ms, with the kernel "
+                                     << std::string(seen.running ? "still" : "no longer") << " running");
   CHECK(seen.busy);
   CHECK(seen.flush == Status::kOk);
   CHECK_MESSAGE(seen.returned,
