@@ -192,7 +192,7 @@ void plan_gemm_reduce_overlap(const Workload& w, Plan* p) {
 // Unless the workload names one, the overlap variant wherever it can run as planned (a rank's rows
 // whole tiles, no choice of the peer variant's such as plan.reduce_blocks or plan.cluster: 2), else
 // peer (plan_decide.cpp also falls back to peer for ranks that share a GPU). Measured on 4 GPUs:
-// docs/results/2026-11-gemm-reduce-op.md.
+// docs/results/2026-11-26-gemm-reduce-op.md.
 void plan_gemm_reduce(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, k = p->gemm.k;
   const bool ar = p->op == Op::kGemmAr;
