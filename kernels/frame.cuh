@@ -26,7 +26,7 @@ struct LaunchRecord {
   int32_t kernel;             // KernelKind of the last launch
   int32_t grid;               // gridDim.x
   int32_t cluster;            // CTAs per cluster
-  int32_t blocks[kNumRoles];  // blocks that started, by the role the frame gave them (summed over launches)
+  int32_t blocks[kNumRoles];  // blocks that ran, by the role the frame gave them (summed over launches)
 };
 static_assert(sizeof(LaunchRecord) == 32, "LaunchRecord is read by the host as 8 words");
 
@@ -61,7 +61,8 @@ __device__ __forceinline__ void flag_add_release(uint64_t* p, uint64_t v) {
   asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// Called once per block at kernel entry: counts the block under its role (one atomic per block).
+// Called once per block, at kernel entry or (the GEMM kernel) at its end: counts the block under its
+// role (one atomic per block). The host reads the record only once the launch is over.
 __device__ __forceinline__ void frame_note_launch(const FrameParams& f, KernelKind kind) {
   if (!f.launch || threadIdx.x != 0) return;
   atomicAdd(&f.launch->blocks[int(f.roles.role_of(int32_t(blockIdx.x)))], 1);

@@ -8,6 +8,7 @@
 #include "runtime/exec/machine.h"
 #endif
 #include "base/log.h"
+#include "base/params.h"
 #include "runtime/tuner.h"
 #include "runtime/workload.h"
 #include "topology/topology.h"
@@ -39,6 +40,9 @@ Status decide_plan(const PlanOptions& options, const runtime::Workload& w, runti
   d.topology = options.topology;
   d.nodes = options.nodes;
   d.share_gpus = options.share_gpus;
+  // A heap the user sized (WEFT_HEAP_BYTES, checked by weftrun's preflight) is a budget the plan must fit.
+  int64_t heap = 0;
+  if (get_param("WEFT_HEAP_BYTES", &heap) == Status::kOk && heap > 0) d.heap_budget = uint64_t(heap);
 #if defined(WEFT_HAVE_EXEC)
   // The tuning cache holds what this machine measured: planning for another (--topology) uses the model.
   runtime::TuneMachine machine;

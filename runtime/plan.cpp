@@ -55,6 +55,9 @@ std::string group_text(int nodes, int gpus) {
 }  // namespace
 
 bool check_plan_group(const Plan& p, const bootstrap::GroupShape* ctx_group, int job_size, std::string* why) {
+  // A context whose one group is the whole job runs the whole job's plans.
+  if (ctx_group && ctx_group->group_nodes == ctx_group->nodes && ctx_group->group_gpus == ctx_group->gpus_per_node)
+    ctx_group = nullptr;
   const bootstrap::GroupShape ps = p.group_shape();
   const bool same = ctx_group ? p.grouped() && ps.group_nodes == ctx_group->group_nodes &&
                                     ps.group_gpus == ctx_group->group_gpus && ps.world_size() == job_size
@@ -102,12 +105,13 @@ std::vector<std::string> all_notes(const Plan& p) {
   std::vector<std::string> notes = p.notes;
   if (p.exec.variant == "peer")
     notes.push_back(
-        "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap path's "
-        "(plan: {variant: overlap} runs it; weftrun tune measures both)");
+        "runs the peer variant (the GEMM, then the reduction); the predictions are the overlap path's, "
+        "which the model plans where it can run (every rank's rows whole tiles, a GPU per rank, the heap "
+        "for its slots); weftrun tune measures both");
   if (p.exec.variant == "overlap" && p.roles.intra_comm > 0)
     notes.push_back(std::to_string(p.roles.intra_comm) +
                     " intra_comm SMs push each round's last owner's pieces beside the GEMM (its compute blocks: " +
-                    std::to_string(p.roles.compute) + ")");
+                    std::to_string(p.roles.compute) + "; the predictions are for the GEMM on every SM)");
   return notes;
 }
 

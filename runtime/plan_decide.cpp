@@ -48,15 +48,20 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
   const topology::Mapping mapping = topology::map_gpus_to_nics(topo);
   WEFT_CHECK(make_plan(w, layout, topo, mapping, plan, error, &names));
   // GEMM+RS/AR's overlap variant, where the model chose it, cannot run with ranks that share a GPU
-  // (below): the model plans the peer variant for them instead.
-  if (options.share_gpus && plan->exec.variant == "overlap" && !w.plan.variant) {
+  // (below), nor in a heap too small for its staging slots: the model plans the peer variant then.
+  const bool overlap_over_budget = options.heap_budget > 0 && plan->heap_bytes > options.heap_budget;
+  if (plan->exec.variant == "overlap" && !w.plan.variant && (options.share_gpus || overlap_over_budget)) {
+    const uint64_t overlap_bytes = plan->heap_bytes;
     Workload peer = w;
     peer.plan.variant = "peer";
     WEFT_CHECK(make_plan(peer, layout, topo, mapping, plan, error, &names));
     plan->chosen_by = w.plan.empty() ? "model" : "workload";
-    notes.push_back(
-        "ranks share GPUs (--oversubscribe): the peer variant, since the overlap variant's GEMMs wait "
-        "for each other's pieces");
+    notes.push_back(options.share_gpus
+                        ? "ranks share GPUs (--oversubscribe): the peer variant, since the overlap variant's GEMMs "
+                          "wait for each other's pieces"
+                        : "the peer variant: the overlap variant needs " + std::to_string(overlap_bytes) +
+                              " bytes of symmetric heap per rank, " + std::to_string(options.heap_budget) +
+                              " are free (raise WEFT_HEAP_BYTES or Context::Options::heap_bytes)");
   }
   if (w.group) {
     plan->job_nodes = job.nodes;
@@ -89,7 +94,13 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       WEFT_WARN(kTune, "%s", warning.c_str());
       notes.push_back(warning);
     }
-    if (found == Status::kOk) {
+    const bool cached_unfit =
+        found == Status::kOk && cached.exec.variant == "overlap" &&
+        (options.share_gpus || (options.heap_budget > 0 && cached.heap_bytes > options.heap_budget));
+    if (cached_unfit)
+      notes.push_back("the tuning cache's overlap plan (" + path +
+                      ") was not used: it cannot run with ranks sharing a GPU or in the heap that is free");
+    if (found == Status::kOk && !cached_unfit) {
       // What runs comes from the measurement; the predictions stay the model's, for its own choice.
       plan->roles = cached.roles;
       plan->roles_explicit = true;
@@ -102,7 +113,7 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       snprintf(line, sizeof line, "from the tuning cache (%s, tuned %s): %.3f ms measured, the model's plan %.3f ms",
                path.c_str(), used->tuned_at.c_str(), used->measured_ms, used->model_ms);
       notes.push_back(line);
-    } else {
+    } else if (!cached_unfit) {
       notes.push_back("the model's plan: no tuning cache entry for this machine and problem in " + path +
                       " (weftrun tune measures one)");
     }

@@ -348,7 +348,7 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string*
   r.inter_send = rec.blocks[int(Role::kInterSend)] / rec.launches;
   r.inter_reduce = rec.blocks[int(Role::kInterReduce)] / rec.launches;
   if (r.total() != rec.grid) {
-    *why = "the grid had " + std::to_string(rec.grid) + " blocks, " + std::to_string(r.total()) + " started per launch";
+    *why = "the grid had " + std::to_string(rec.grid) + " blocks, " + std::to_string(r.total()) + " ran per launch";
     return false;
   }
   p->roles = r;
@@ -371,7 +371,15 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     out.push_back(p);
   };
   add(model);
-  // With ranks sharing a GPU the overlap variant cannot run (plan_decide.cpp): the peer variant only.
+  // With ranks sharing a GPU the overlap variant cannot run (plan_decide.cpp): the peer variant only
+  // (planned here too where the model's plan is an overlap plan decided for unshared GPUs).
+  if (share_gpus && model.exec.variant == "overlap" && (model.op == Op::kGemmRs || model.op == Op::kGemmAr)) {
+    Workload v = w;
+    v.plan.variant = "peer";
+    Plan p = model;
+    plan_execution(v, IntraMover::kCopyEngine, &p);
+    add(p);
+  }
   if ((model.op == Op::kGemmRs || model.op == Op::kGemmAr) && model.nodes == 1 && !share_gpus) {
     // The peer variant and the overlap variant's ways of moving pieces and rows (each as the workload
     // would ask for it, so the plan is the one `plan: {variant: overlap, ...}` gives).

@@ -100,6 +100,9 @@ struct DecideOptions {
   std::string topology;     // hwloc XML; "": WEFT_TOPO_FILE, else this machine
   int nodes = 0;            // 0: the workload's layout.nodes
   bool share_gpus = false;  // ranks of a node share GPUs: leave SMs for the copies between them
+  // The symmetric heap the op must fit in, bytes per rank (a weft::Context's free heap); 0: the plan
+  // sizes the heap (weftrun run).
+  uint64_t heap_budget = 0;
   // This machine, to look the problem up in the tuning cache (tune_cache.h); nullptr: the model's plan.
   const TuneMachine* machine = nullptr;
   std::string tune_cache;  // "": tune_cache_path()

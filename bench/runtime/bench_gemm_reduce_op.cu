@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
     BENCH_CUDA(cudaStreamSynchronize(s));
     if (boot->barrier("bench.gr.check." + std::to_string(i)) != Status::kOk) return 1;
     if (ops[i]->run(a, b, c, s) != Status::kOk) return 1;
-    BENCH_CUDA(cudaStreamSynchronize(s));
+    if (weft::runtime::sync_bounded(s, 60, "the checked call", nullptr) != Status::kOk) return 1;
     *off = 0;
     if (i == 0) BENCH_CUDA(cudaMemcpy(first, c, size_t(rows * n) * 2, cudaMemcpyDeviceToDevice));
     count_off<<<1024, 256>>>(c, first, rows * n, off);
@@ -197,7 +197,13 @@ int main(int argc, char** argv) {
             host_us[x].push_back(float(std::chrono::duration<double, std::micro>(t1 - t0).count()));
           if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it + 1)], s));
         }
-        BENCH_CUDA(cudaStreamSynchronize(s));
+        // Bounded: a rank that stopped leaves the others' stream barrier or the op's waits unsatisfied.
+        if (weft::runtime::sync_bounded(s, 60, lined ? "lined-up calls" : "back-to-back calls", nullptr) !=
+            Status::kOk) {
+          fprintf(stderr, "bench_gemm_reduce_op: rank %d: %s's calls did not finish within 60 s\n", rank,
+                  names[entries[x].plan].c_str());
+          return 1;
+        }
         for (int it = 0; it < iters; ++it) {
           float t = 0;
           BENCH_CUDA(cudaEventElapsedTime(&t, ev[size_t(2 * it)], ev[size_t(2 * it + 1)]));

@@ -39,6 +39,8 @@ class Context {
   // Another rank of this node runs on this rank's GPU (weftrun run --oversubscribe): copies between
   // such ranks stay on one GPU and may then need SMs.
   bool shares_gpu() const { return shares_gpu_; }
+  // Ranks of the job outside this context's bootstrap (other rank groups) share GPUs with it.
+  void note_shared_gpu() { shares_gpu_ = true; }
 
   // Collective: an arena of `bytes` for an op (first fit, 4 KiB aligned). Every rank reserves and
   // releases in the same order, so the offsets agree; that is checked across ranks here.

@@ -1,6 +1,10 @@
 // The public API (runtime/weft.h) over the runtime: PMIx bootstrap, GPU binding, Context, Plan, ops.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "base/log.h"
 #include "base/params.h"
 #include "bootstrap/group_bootstrap.h"
@@ -40,11 +44,28 @@ struct Context::Impl {
   std::unique_ptr<runtime::Context> ctx;             // destroyed before group and boot
   bootstrap::GroupShape shape;                       // the group's, where `group` is set
   int gpu = -1;
+  bool shared_gpus = false;  // some ranks of the job share a GPU (job_shares_gpus)
   bootstrap::Bootstrap& op_boot() { return group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot; }
   const bootstrap::RankInfo& op_info() const { return group ? group->info() : boot->info(); }
 };
 
-namespace {}  // namespace
+namespace {
+
+// Whether any two ranks of the whole job use one GPU (collective over `boot`; every rank gets the same
+// answer): ranks of other rank groups are not in a group's own check (runtime::Context), yet their
+// GEMMs share the SMs, and the plan rank 0 decides must hold for every rank.
+Status job_shares_gpus(bootstrap::Bootstrap& boot, int device, bool* shared) {
+  char bus[32] = {0};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device) != cudaSuccess) return Status::kCudaError;
+  const std::string me = std::to_string(boot.info().node) + "/" + bus;
+  std::vector<bootstrap::Blob> all;
+  WEFT_CHECK(boot.allgather("weft.api.gpus", bootstrap::Blob(me.begin(), me.end()), &all));
+  std::sort(all.begin(), all.end());
+  *shared = std::adjacent_find(all.begin(), all.end()) != all.end();
+  return Status::kOk;
+}
+
+}  // namespace
 
 Context::Context() : impl_(new Impl()) {}
 Context::~Context() {
@@ -101,6 +122,8 @@ Status Context::create(const Options& options, std::unique_ptr<Context>* out) {
     heap = env > 0 ? uint64_t(env) : (uint64_t(1) << 30);
   }
   WEFT_CHECK(runtime::Context::create(c->impl_->op_boot(), heap, &c->impl_->ctx));
+  WEFT_CHECK(job_shares_gpus(boot, c->impl_->gpu, &c->impl_->shared_gpus));
+  if (c->impl_->shared_gpus) c->impl_->ctx->note_shared_gpu();
   *out = std::move(c);
   return Status::kOk;
 }
@@ -128,7 +151,8 @@ Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* e
     runtime::Workload w;
     if (runtime::load_workload(workload_yaml, &w, &why) == Status::kOk) {
       runtime::DecideOptions d;
-      d.share_gpus = impl_->ctx->shares_gpu();
+      d.share_gpus = impl_->shared_gpus;
+      d.heap_budget = impl_->ctx->heap_bytes() - std::min(impl_->ctx->heap_bytes(), impl_->ctx->reserved_bytes());
       runtime::TuneMachine machine;
       if (runtime::this_machine(&machine)) d.machine = &machine;
       bool bad_input = true;

@@ -247,4 +247,7 @@ TEST_CASE("a context takes only a plan of its own rank group (the whole job, or 
   g.group_gpus = 2;
   CHECK_FALSE(check_plan_group(p, &g, 4, &why));
   CHECK_MESSAGE(contains(why, "the plan's rank group is none (the whole job), this context's is 1 x 2"), why);
+  // Unless its one group is the whole job.
+  g.group_gpus = 4;
+  CHECK_MESSAGE(check_plan_group(p, &g, 4, &why), why);
 }

@@ -419,11 +419,18 @@ TEST_CASE("GEMM+RS and GEMM+AR's model plan: the overlap variant where it can ru
   CHECK(tiny.exec.executable);
   CHECK(tiny.exec.variant == "peer");
   CHECK(tiny.exec.reduce_blocks == 2 * tiny.sm_count);
-  CHECK(plan_of("gemm_rs", 8192, "plan: {reduce_blocks: 64}\n").exec.variant == "peer");
-  CHECK(plan_of("gemm_rs", 8192, "plan: {cluster: 2}\n").exec.variant == "peer");
-  CHECK(plan_of("gemm_rs", 8192, "plan: {variant: peer}\n").exec.variant == "peer");
+  for (const char* extra : {"plan: {reduce_blocks: 64}\n", "plan: {cluster: 2}\n", "plan: {variant: peer}\n"}) {
+    CAPTURE(extra);
+    const Plan peer = plan_of("gemm_rs", 8192, extra);
+    CHECK_MESSAGE(peer.exec.executable, peer.exec.not_executable);
+    CHECK(peer.exec.variant == "peer");
+    CHECK(peer.exec.reduce_blocks > 0);
+    REQUIRE(peer.region("gemm_reduce.partial") != nullptr);
+    CHECK(peer.region("gemm_reduce.staging") == nullptr);  // the overlap variant's slots are not there
+  }
   // Roles written for the peer variant that the overlap variant cannot take: peer, as written.
   const Plan roles = plan_of("gemm_ar", 8192, "roles: {compute: 124, intra_comm: 8}\n");
+  CHECK_MESSAGE(roles.exec.executable, roles.exec.not_executable);
   CHECK(roles.exec.variant == "peer");
   CHECK(roles.roles.intra_comm == 8);
   // Two ranks: no round has a last owner for the movers; copy sends alone.
@@ -519,7 +526,7 @@ TEST_CASE("the launch record gives the roles and cluster a launch ran with, or s
   CHECK(p.exec.cluster == 2);
   rec.grid = 132;  // 4 blocks never started
   CHECK(!apply_launch_record(rec, &p, &why));
-  CHECK(why.find("the grid had 132 blocks, 128 started") != std::string::npos);
+  CHECK(why.find("the grid had 132 blocks, 128 ran per launch") != std::string::npos);
 }
 
 TEST_CASE("moe on one node: the staged op with every SM computing and its heap; across nodes refused") {

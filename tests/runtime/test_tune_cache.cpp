@@ -246,7 +246,11 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
                                              "layout: {nodes: 1, gpus_per_node: 4}\n"));
   const Plan model = decide(plain, nullptr, "");
   CHECK(model.exec.variant == "overlap");
-  for (const Plan& c : candidate_plans(plain, model, true)) CHECK(c.exec.variant == "peer");
+  const std::vector<Plan> shared_candidates = candidate_plans(plain, model, true);
+  REQUIRE(shared_candidates.size() == 1);  // the model's plan, replanned as peer
+  CHECK(shared_candidates[0].exec.variant == "peer");
+  CHECK(shared_candidates[0].exec.executable);
+  CHECK(shared_candidates[0].roles.intra_comm == 0);
   // The model plans the peer variant for them where it would plan the overlap variant, and says why.
   Plan shared;
   o.share_gpus = true;
@@ -260,4 +264,57 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
   o.share_gpus = false;
   REQUIRE(decide_plan(plain, o, &shared, &err, &bad) == Status::kOk);
   CHECK(shared.exec.variant == "overlap");
+}
+
+TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache for shared GPUs: peer instead") {
+  TempDir d;
+  const Workload w = load(write_workload(d,
+                                         "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
+                                         "layout: {nodes: 1, gpus_per_node: 4}\n"));
+  DecideOptions o;
+  o.topology = std::string(WEFT_SOURCE_DIR) + "/tests/data/hwloc-nvidiaDGX2.xml";
+  Plan overlap, p;
+  std::string err;
+  bool bad = false;
+  REQUIRE(decide_plan(w, o, &overlap, &err, &bad) == Status::kOk);
+  REQUIRE(overlap.exec.variant == "overlap");
+  // A heap that holds the overlap plan keeps it; one byte less gets peer, which fits, and a note.
+  o.heap_budget = overlap.heap_bytes;
+  REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "overlap");
+  o.heap_budget = overlap.heap_bytes - 1;
+  REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "peer");
+  CHECK(p.exec.executable);
+  CHECK(p.heap_bytes <= o.heap_budget);
+  CHECK(p.chosen_by == "model");
+  bool said = false;
+  for (const auto& n : p.notes) said = said || n.find("the overlap variant needs") != std::string::npos;
+  CHECK(said);
+  // A workload that asks for overlap gets it, heap or not (run and the API say what is missing).
+  const Workload asked = load(write_workload(d,
+                                             "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
+                                             "layout: {nodes: 1, gpus_per_node: 4}\nplan: {variant: overlap}\n"));
+  REQUIRE(decide_plan(asked, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "overlap");
+  // A cached overlap plan is not used for ranks that share a GPU: the model's peer plan runs.
+  const std::string cache = d.path + "/tune.json";
+  REQUIRE(store_tune_entry(cache, {tune_key(machine(), overlap), executed_json(overlap), 0.4, 0.7, 3, "now"}, &err) ==
+          Status::kOk);
+  const TuneMachine m = machine();
+  DecideOptions c;
+  c.topology = o.topology;
+  c.machine = &m;
+  c.tune_cache = cache;
+  REQUIRE(decide_plan(w, c, &p, &err, &bad) == Status::kOk);
+  CHECK(p.chosen_by == "tuning cache");
+  CHECK(p.exec.variant == "overlap");
+  c.share_gpus = true;
+  REQUIRE(decide_plan(w, c, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "peer");
+  CHECK(p.exec.executable);
+  CHECK(p.chosen_by == "model");
+  said = false;
+  for (const auto& n : p.notes) said = said || n.find("the tuning cache's overlap plan") != std::string::npos;
+  CHECK(said);
 }
