@@ -1,8 +1,9 @@
 // Rank groups through the public API (runtime/weft.h), on a GPU, under `weftrun exec -n 4` (api_gpu.sh):
-// a context of 1 x 2 groups runs one AllGather+GEMM per group at once. Every rank's A shard and B
-// encode its job rank; after each of 10 calls (C poisoned first) every rank's C matches a reference
-// over its own group's shards only, so a shard gathered from the other group, or from the wrong rank,
-// fails.
+// a context of 1 x 2 groups runs one AllGather+GEMM per group at once, then one GEMM+ReduceScatter
+// and one GEMM+AllReduce per group (the model's plan: the overlap variant where every rank has a GPU
+// of its own, else peer). Every rank's inputs encode its job rank; after each of 10 calls (C poisoned
+// first) every rank's C matches a reference over its own group's members only, so a shard gathered
+// from the other group, a partial summed from it, or one from the wrong rank, fails.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,6 +16,7 @@
 #include <memory>
 #include <string>
 
+#include "runtime/plan.h"  // the plan's variant, for the message
 #include "runtime/weft.h"
 
 namespace {
@@ -25,6 +27,12 @@ using weft::Status;
 const char* kGrouped =
     "name: api-two-groups\nop: ag_gemm\ndtype: bf16\nshape: {m: 1024, n: 1024, k: 512}\n"
     "layout: {nodes: 1, gpus_per_node: 4}\ngroup: {nodes: 1, gpus_per_node: 2}\nroles: auto\n";
+// GEMM+RS / GEMM+AR: 512 rows per group member (whole tiles), K split over the group's two members.
+std::string reduce_workload(const char* op) {
+  return std::string("name: api-two-groups-") + op + "\nop: " + op +
+         "\ndtype: bf16\nshape: {m: 1024, n: 768, k: 512}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
+         "group: {nodes: 1, gpus_per_node: 2}\n";
+}
 
 __device__ float value(uint64_t job_rank, uint64_t which, uint64_t call, uint64_t i) {
   uint64_t x = (job_rank + 1) * 0xC2B2AE3D27D4EB4Full ^ (which + 1) * 0x9E3779B97F4A7C15ull ^
@@ -50,6 +58,22 @@ __global__ void check(const __nv_bfloat16* c, int64_t m, int64_t n, int64_t k, i
   for (int64_t x = 0; x < k; ++x) acc += value(owner, 0, call, (i % m_loc) * k + x) * value(me, 1, call, j * k + x);
   const float got = __bfloat162float(c[idx]);
   if (!(fabsf(got - acc) <= 0.01f * fabsf(acc) + 0.05f)) atomicAdd(bad, 1ull);
+}
+
+// GEMM+RS/AR: C[i][j] (rows row0.. of the result) = sum over the group's members q of
+// A_q[row0 + i] . B_q[j], A_q m x k_loc and B_q n x k_loc regenerated from q's job rank.
+__global__ void check_reduce(const __nv_bfloat16* c, int64_t rows, int64_t row0, int64_t n, int64_t k_loc,
+                             uint64_t first_member, int members, uint64_t call, unsigned long long* bad) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= rows * n) return;
+  const int64_t i = row0 + idx / n, j = idx % n;
+  float acc = 0;
+  for (int q = 0; q < members; ++q)
+    for (int64_t x = 0; x < k_loc; ++x)
+      acc += value(first_member + q, 0, call, i * k_loc + x) * value(first_member + q, 1, call, j * k_loc + x);
+  const float got = __bfloat162float(c[idx]);
+  // The partials are rounded to bf16 before they are summed.
+  if (!(fabsf(got - acc) <= 0.02f * fabsf(acc) + 0.25f)) atomicAdd(bad, 1ull);
 }
 
 #define CUDA_OK(x) REQUIRE((x) == cudaSuccess)
@@ -102,6 +126,59 @@ TEST_CASE("two 1 x 2 groups through the API: each group gathers its own shards, 
   cudaStreamDestroy(s);
   cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(bad);
   op.reset();
+  ctx.reset();
+}
+
+TEST_CASE("two 1 x 2 groups through the API: GEMM+ReduceScatter and GEMM+AllReduce per group, every C right") {
+  std::unique_ptr<weft::Context> ctx;
+  weft::Context::Options o;
+  o.group_nodes = 1, o.group_gpus = 2;
+  REQUIRE(weft::Context::create(o, &ctx) == Status::kOk);
+  REQUIRE(ctx->size() == 2);
+  const uint64_t me = uint64_t(ctx->job_rank()), first = uint64_t(ctx->group() * ctx->size());
+  for (const char* op_name : {"gemm_rs", "gemm_ar"}) {
+    CAPTURE(op_name);
+    const char* tmp = getenv("TMPDIR");
+    const std::string path = std::string(tmp && *tmp ? tmp : "/tmp") + "/weft-api-groups-" + op_name + "-" +
+                             std::to_string(getpid()) + ".yaml";
+    std::ofstream(path) << reduce_workload(op_name);
+    weft::Plan plan;
+    std::string err;
+    REQUIRE_MESSAGE(ctx->plan(path, &plan, &err) == Status::kOk, err);
+    unlink(path.c_str());
+    std::unique_ptr<weft::GemmReduce> op;
+    REQUIRE(weft::GemmReduce::create(*ctx, plan, &op) == Status::kOk);
+    const int64_t m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
+    const int64_t row0 = op->all_reduce() ? 0 : int64_t(ctx->rank()) * (m / ctx->size());
+    __nv_bfloat16 *a = nullptr, *b = nullptr, *c = nullptr;
+    unsigned long long* bad = nullptr;
+    CUDA_OK(cudaMalloc(&a, size_t(m * kl) * 2));
+    CUDA_OK(cudaMalloc(&b, size_t(n * kl) * 2));
+    CUDA_OK(cudaMalloc(&c, size_t(rows * n) * 2));
+    CUDA_OK(cudaMalloc(&bad, sizeof(unsigned long long)));
+    cudaStream_t s;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    unsigned long long total = 0;
+    for (uint64_t call = 0; call < 10; ++call) {
+      fill<<<256, 256, 0, s>>>(a, m * kl, me, 0, call);
+      fill<<<256, 256, 0, s>>>(b, n * kl, me, 1, call);
+      CUDA_OK(cudaMemsetAsync(c, 0xFF, size_t(rows * n) * 2, s));  // NaN: an element never written fails
+      CUDA_OK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
+      REQUIRE(op->run(a, b, c, s) == Status::kOk);
+      check_reduce<<<int((rows * n + 255) / 256), 256, 0, s>>>(c, rows, row0, n, kl, first, ctx->size(), call, bad);
+      unsigned long long h = 0;
+      CUDA_OK(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s));
+      CUDA_OK(cudaStreamSynchronize(s));
+      INFO("job rank " << me << " (group " << ctx->group() << ") call " << call);
+      CHECK(h == 0);
+      total += h;
+    }
+    MESSAGE("job rank " << me << ": " << op_name << " (" << plan.get().exec.variant << ") in group " << ctx->group()
+                        << ": 10 calls, " << total << " elements wrong");
+    cudaStreamDestroy(s);
+    cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(bad);
+    op.reset();
+  }
   ctx.reset();
 }
 
