@@ -7,11 +7,15 @@
 #include <pmix_server.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <thread>
 
 #include "base/log.h"
 
@@ -327,31 +331,74 @@ bool EmbeddedServer::finalized(int rank) {
   return finalized_.count(rank) != 0;
 }
 
+namespace {
+
+// A PMIx_Notify_event in flight: libpmix reads the info array on its progress thread after the call
+// returns, so the array lives here until the callback (a stack array, destructed at once, crashed
+// PMIx_server_finalize later: SIGSEGV after a SIGINT stopped the ranks).
+struct Notice {
+  pmix_info_t info[3];
+  std::atomic<int>* in_flight = nullptr;
+  ~Notice() {
+    for (auto& i : info) PMIX_INFO_DESTRUCT(&i);
+  }
+};
+void notice_done(pmix_status_t, void* cbdata) {
+  auto* n = static_cast<Notice*>(cbdata);
+  std::atomic<int>* in_flight = n->in_flight;
+  delete n;
+  in_flight->fetch_sub(1);
+}
+
+}  // namespace
+
 void EmbeddedServer::notify_rank_failed(int rank, int exit_code, const std::string& why) {
   pmix_proc_t affected;
   PMIX_PROC_CONSTRUCT(&affected);
   PMIX_LOAD_PROCID(&affected, nspace_.c_str(), static_cast<pmix_rank_t>(rank));
-  pmix_info_t info[3];
-  for (auto& i : info) PMIX_INFO_CONSTRUCT(&i);
-  PMIX_INFO_LOAD(&info[0], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
-  PMIX_INFO_LOAD(&info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
-  PMIX_INFO_LOAD(&info[2], PMIX_EVENT_TEXT_MESSAGE, why.c_str(), PMIX_STRING);
-  pmix_status_t rc = PMIx_Notify_event(PMIX_PROC_TERMINATED, nullptr, PMIX_RANGE_LOCAL, info, 3, nullptr, nullptr);
-  if (rc != PMIX_SUCCESS && rc != PMIX_OPERATION_SUCCEEDED)
-    WEFT_INFO(kLaunch, "could not tell the ranks that rank %d failed: %s", rank, PMIx_Error_string(rc));
-  for (auto& i : info) PMIX_INFO_DESTRUCT(&i);
+  auto* n = new Notice();
+  for (auto& i : n->info) PMIX_INFO_CONSTRUCT(&i);
+  PMIX_INFO_LOAD(&n->info[0], PMIX_EVENT_AFFECTED_PROC, &affected, PMIX_PROC);
+  PMIX_INFO_LOAD(&n->info[1], PMIX_EXIT_CODE, &exit_code, PMIX_INT);
+  PMIX_INFO_LOAD(&n->info[2], PMIX_EVENT_TEXT_MESSAGE, why.c_str(), PMIX_STRING);
+  n->in_flight = &notices_in_flight_;
+  notices_in_flight_.fetch_add(1);
+  pmix_status_t rc = PMIx_Notify_event(PMIX_PROC_TERMINATED, nullptr, PMIX_RANGE_LOCAL, n->info, 3, notice_done, n);
+  if (rc != PMIX_SUCCESS) {  // no callback comes: done (PMIX_OPERATION_SUCCEEDED) or refused
+    if (rc != PMIX_OPERATION_SUCCEEDED)
+      WEFT_INFO(kLaunch, "could not tell the ranks that rank %d failed: %s", rank, PMIx_Error_string(rc));
+    notice_done(rc, n);
+  }
 }
 
 EmbeddedServer::~EmbeddedServer() {
   if (initialized_) {
     run_pending();
-    pmix_proc_t proc;
+    // Everything handed to libpmix's progress thread completes before the server is finalized
+    // (bounded: a Sync whose wait timed out is left to its late callback, never freed under it).
+    const auto settle = [](const char* what, const std::function<void(Sync*)>& start) {
+      auto* s = new Sync();
+      start(s);
+      if (s->wait(2) == PMIX_ERR_TIMEOUT) {
+        WEFT_INFO(kLaunch, "%s did not complete within 2 s; finalizing the PMIx server anyway", what);
+        return;
+      }
+      delete s;
+    };
     for (int r = 0; r < layout_.ranks; ++r) {
       if (!client_registered_[r]) continue;
+      pmix_proc_t proc;
       PMIX_LOAD_PROCID(&proc, nspace_.c_str(), static_cast<pmix_rank_t>(r));
-      PMIx_server_deregister_client(&proc, nullptr, nullptr);
+      settle("PMIx_server_deregister_client", [&](Sync* s) { PMIx_server_deregister_client(&proc, sync_cb, s); });
     }
-    if (nspace_registered_) PMIx_server_deregister_nspace(nspace_.c_str(), nullptr, nullptr);
+    if (nspace_registered_)
+      settle("PMIx_server_deregister_nspace",
+             [&](Sync* s) { PMIx_server_deregister_nspace(nspace_.c_str(), sync_cb, s); });
+    for (int i = 0; i < 2000 && notices_in_flight_.load() > 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (notices_in_flight_.load() > 0)
+      WEFT_INFO(kLaunch, "%d rank-failure notices still in flight; finalizing the PMIx server anyway",
+                notices_in_flight_.load());
     pmix_status_t rc = PMIx_server_finalize();
     if (rc != PMIX_SUCCESS) WEFT_INFO(kLaunch, "PMIx_server_finalize: %s", PMIx_Error_string(rc));
   }

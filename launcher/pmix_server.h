@@ -1,6 +1,7 @@
 // weftrun's embedded PMIx server: one job of N local ranks, optionally split into emulated nodes.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -78,6 +79,7 @@ class EmbeddedServer {
   std::mutex mu_;
   std::vector<std::function<void()>> work_;
   std::vector<AbortRequest> aborts_;
+  std::atomic<int> notices_in_flight_{0};  // PMIx_Notify_event calls whose callback has not come
   std::set<int> finalized_;
 };
 
