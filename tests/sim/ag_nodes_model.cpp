@@ -48,7 +48,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
   auto in_range = [&](int pos) { return pos >= 0 && pos < W; };
 
   RunModel run(&sim, W, opt.barrier);
-  std::vector<int> copy(static_cast<size_t>(W));
+  std::vector<int> copy(static_cast<size_t>(W)), last(static_cast<size_t>(W), -1);
   std::vector<std::vector<int>> compute(static_cast<size_t>(W)), send(static_cast<size_t>(W)),
       fwd(static_cast<size_t>(W));
   for (int r = 0; r < W; ++r) {
@@ -59,6 +59,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
       fwd[size_t(r)].push_back(run.stream(r, "intra_comm block " + std::to_string(b)));
     for (int b = 0; b < opt.compute_blocks; ++b)
       compute[size_t(r)].push_back(run.stream(r, "compute block " + std::to_string(b)));
+    if (opt.copy_in == AgNodesSimOptions::CopyIn::kFreedAtEnd) last[size_t(r)] = run.stream(r, "last compute block");
   }
   for (int r = 0; r < W; ++r) {
     const kernels::AgNodesPlan& p = plans[size_t(r)];
@@ -86,11 +87,48 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
     return res;
   }
 
+  using CopyIn = AgNodesSimOptions::CopyIn;
+  const bool fresh = opt.copy_in != CopyIn::kFixedInput;
+  const bool freed_at_start = opt.copy_in != CopyIn::kFreedAtEnd;
+  // The ranks whose reads of my position 0 a copy-in must follow: node-mates (they pull it) and rail
+  // peers (their puts read it on my side); each raises its freed word in my memory.
+  // With a copy-in, the kernel and the copy stream start after it (the launch and the fork come
+  // after it on the main stream): every action of theirs follows this rank's own flags of the run.
+  auto launched = [&](int r, uint64_t e, Action* a) {
+    if (fresh) a->waits.push_back({{r, k_flag, 0, C - 1}, e});
+  };
+  auto mates_of = [&](int r) {
+    std::vector<int> m;
+    for (int q = 0; q < W; ++q)
+      if (q != r && same_node(r, q)) m.push_back(q);
+    return m;
+  };
   for (int e = 1; e <= opt.runs; ++e) {
     const uint64_t ue = uint64_t(e);
     run.begin_run(ue);
     for (int r = 0; r < W; ++r) {
       const kernels::AgNodesPlan& p = plans[size_t(r)];
+      if (fresh)
+        for (int c = 0; c < C; ++c) {
+          Action a;
+          a.stream = run.main_stream(r);
+          a.what = "copy-in of the caller's shard, chunk " + num(c);
+          if (opt.copy_in != CopyIn::kNone && e > 1) {
+            for (int q : mates_of(r)) a.waits.push_back({{r, k_mate_freed, q}, ue - 1});
+            for (const kernels::AgNodesSend& s : p.sends) a.waits.push_back({{r, k_rail_freed, s.peer}, ue - 1});
+          }
+          a.writes.push_back({{r, k_a, 0, c}, Link::kLocal, r, chunk_bytes});
+          a.body = [r, c, ue](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
+            Payload x;
+            x.block = r;
+            x.piece = c;
+            x.parts[r] = 1;
+            x.epoch = ue;
+            out->push_back(x);
+            return true;
+          };
+          run.add(std::move(a));
+        }
       for (int c = 0; c < C; ++c) {
         Action a;
         a.stream = run.main_stream(r);
@@ -102,7 +140,9 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
         for (int c = 0; c < C; ++c) {
           Action a;
           a.stream = copy[size_t(r)];
+          launched(r, ue, &a);
           a.what = "pull of rank " + num(pl.mate) + "'s shard chunk " + num(c) + " into position " + num(pl.dst_pos);
+          if (fresh) a.waits.push_back({{pl.mate, k_flag, 0, c}, ue});  // the mate's copy-in of this run
           a.reads.push_back({{pl.mate, k_a, 0, c}});
           a.writes.push_back({{r, k_a, pl.dst_pos, c}, Link::kNvlink, pl.mate, chunk_bytes});
           a.sets.push_back({{r, k_flag, pl.dst_pos, c}, ue});
@@ -110,9 +150,10 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           run.add(std::move(a));
         }
       // inter_send: the rail peers' "freed" first (channel 0), then each put once its peer freed mine.
-      if (!p.sends.empty()) {
+      if (!p.sends.empty() && freed_at_start) {
         Action a;
         a.stream = send[size_t(r)][0];
+        launched(r, ue, &a);
         a.what = "rail peers: their puts of run " + num(e - 1) + " freed";
         for (const kernels::AgNodesSend& s : p.sends) a.sets.push_back({{s.peer, k_rail_freed, r}, ue - 1});
         run.add(std::move(a));
@@ -121,8 +162,10 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
         for (const kernels::AgNodesSend& s : p.sends) {
           Action a;
           a.stream = send[size_t(r)][size_t(c % opt.channels)];
+          launched(r, ue, &a);
           a.what = "put of chunk " + num(c) + " to rank " + num(s.peer) + " position " + num(s.dst_pos);
           if (opt.freed) a.waits.push_back({{r, k_rail_freed, s.peer}, ue - 1});
+          if (fresh) a.waits.push_back({{r, k_flag, 0, c}, ue});  // after the copy-in (the launch's stream order)
           a.reads.push_back({{r, k_a, 0, c}});
           a.writes.push_back({{s.peer, k_a, s.dst_pos, c}, Link::kNic, r, chunk_bytes});
           a.sets.push_back({{s.peer, k_flag, s.dst_pos, c}, ue});
@@ -130,9 +173,10 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           run.add(std::move(a));
         }
       // intra_comm block 0: the node-mates' "freed" first, then each forward once its mates freed mine.
-      if (!p.forwards.empty()) {
+      if (!p.forwards.empty() && freed_at_start) {
         Action a;
         a.stream = fwd[size_t(r)][0];
+        launched(r, ue, &a);
         a.what = "node-mates: their forwards of run " + num(e - 1) + " freed";
         for (auto [mate, pos] : p.forwards[0].to) a.sets.push_back({{mate, k_mate_freed, r}, ue - 1});
         run.add(std::move(a));
@@ -142,6 +186,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
         for (const kernels::AgNodesForward& f : p.forwards) {
           Action a;
           a.stream = fwd[size_t(r)][size_t(item++ % opt.forward_blocks)];
+          launched(r, ue, &a);
           a.what = "forward of shard " + num(f.shard) + " chunk " + num(c) + " (position " + num(f.src_pos) + ")";
           a.waits.push_back({{r, k_flag, f.src_pos, c}, ue});
           if (opt.freed)
@@ -160,6 +205,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           const int unit = pos * C + c, shard = p.order[size_t(pos)];
           Action a;
           a.stream = compute[size_t(r)][size_t(unit % opt.compute_blocks)];
+          launched(r, ue, &a);
           a.what = "GEMM tiles of position " + num(pos) + " chunk " + num(c);
           a.waits.push_back({{r, k_flag, pos, c}, ue});
           a.reads.push_back({{r, k_a, pos, c}});
@@ -167,7 +213,7 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           a.body = [=](const std::vector<const Payload*>& in, std::vector<Payload>* out, std::string* why) {
             const Payload* x = in[0];
             if (!x) return *why = "position " + num(pos) + " holds nothing", false;
-            const uint64_t want = pos == 0 ? 0 : ue;
+            const uint64_t want = pos == 0 && !fresh ? 0 : ue;
             if (x->block != shard || x->piece != c)
               return *why = "position " + num(pos) + " chunk " + num(c) + " holds shard " + num(x->block) + " chunk " +
                             num(x->piece) + ", the order says shard " + num(shard),
@@ -181,6 +227,24 @@ Result simulate_ag_nodes(const std::vector<kernels::AgNodesPlan>& plans, const s
           };
           run.add(std::move(a));
         }
+      // Freed at the end: once every compute block is past its last tile of the run and every
+      // intra_comm block past its last forward (the kernel's last block to finish, whatever its
+      // role), this rank has read everything its mates and rail peers gave it.
+      if (!freed_at_start) {
+        std::vector<int> readers = compute[size_t(r)];
+        readers.insert(readers.end(), fwd[size_t(r)].begin(), fwd[size_t(r)].end());
+        Action a;
+        a.stream = last[size_t(r)];
+        launched(r, ue, &a);
+        a.what = "run " + num(e) + " read: mates and rail peers freed";
+        for (int st : readers) {
+          run.finish(st);
+          a.waits.push_back(run.finished(st));
+        }
+        for (int q : mates_of(r)) a.sets.push_back({{q, k_mate_freed, r}, ue});
+        for (const kernels::AgNodesSend& s : p.sends) a.sets.push_back({{s.peer, k_rail_freed, r}, ue});
+        run.add(std::move(a));
+      }
     }
     run.end_run();
     // After the run: every rank's C holds every shard of this run.

@@ -12,6 +12,9 @@
 //   compute  per position, per chunk (dealt over `compute_blocks` streams as the persistent
 //            scheduler deals tiles): wait flag[pos, c] ─► the GEMM reads it ─► C rows of that shard
 //
+// With copy_in (a runtime op's calls, below): main copies the caller's shard into position 0 first,
+// and with kFreedAtEnd the freed words move from the start of a run to after its last GEMM tile.
+//
 // Checked on top of the simulator's own checks: each position holds the shard the plan's order
 // says, written in this run (exactly once: a second write is an error), every rank's C has every
 // shard's rows of every run, NVLink moves stay inside a node and NIC moves join rail peers.
@@ -35,6 +38,18 @@ struct AgNodesSimOptions {
   bool barrier = true;                     // the harness's all-reduce before each run
   bool freed = true;                       // puts and forwards wait for their peer's "freed" (false: the
                                            //   kernel before the freed round, to show the race it had)
+  // A runtime op's calls (not the runner's fixed input): each run copies the caller's new shard into
+  // position 0 on the main stream before its own flags, and node-mates' pulls wait for the mate's own
+  // flag of the run. What the copy-in waits for:
+  //   kNone:      nothing but this rank's previous run (stream order) — races the readers of run e-1
+  //   kFreed:     every node-mate's mate_freed and every rail peer's rail_freed >= e - 1, with freed
+  //               raised at the start of a run as the kernel does now — a wait cycle
+  //   kFreedAtEnd: the same words, raised by each rank once its kernel of run e-1 is done (after its
+  //               last compute and intra_comm block), which covers every read of its position 0:
+  //               the mates' pulls and the rail peers' arrivals (so it does not rely on the
+  //               model's join of a rank's proxy streams with its run, which the real proxy lacks)
+  enum class CopyIn { kFixedInput, kNone, kFreed, kFreedAtEnd };
+  CopyIn copy_in = CopyIn::kFixedInput;
 };
 
 // node_of, local_of: per rank of the job, for the link checks. plans[r] is rank r's plan.

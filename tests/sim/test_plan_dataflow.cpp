@@ -248,3 +248,44 @@ TEST_CASE("back to back without the harness's barrier: the freed flags suffice (
     }
   }
 }
+
+TEST_CASE("AllGather+GEMM as a runtime op: a new shard each call needs the freed words raised at the end of a run") {
+  using CopyIn = AgNodesSimOptions::CopyIn;
+  for (auto [n, g] : std::vector<std::pair<int, int>>{{2, 2}, {4, 1}, {2, 4}, {1, 4}, {4, 8}}) {
+    for (int placement = 0; placement < 2; ++placement) {
+      const Layout l = placement ? cyclic(n, g) : block(n, g);
+      CAPTURE(n);
+      CAPTURE(g);
+      CAPTURE(placement);
+      AgNodesSimOptions opt;
+      opt.barrier = false;
+      opt.runs = 3;
+      opt.compute_blocks = 2;
+      opt.channels = 2;
+      opt.forward_blocks = 2;
+      // The caller's shard copied in with nothing to wait for: a node-mate's pull of run e - 1 may
+      // still read position 0. (One GPU per node: the model joins this rank's proxy with its run, so
+      // it cannot show the proxy's put of run e - 1 still reading; the real proxy is not joined.)
+      opt.copy_in = CopyIn::kNone;
+      const Result raced = simulate_ag_nodes(ag_plans(l), l.node_of, l.local_of, opt);
+      if (g > 1) CHECK_MESSAGE(raced.mentions("race: rank"), raced.text());
+      // Waiting for today's freed words, raised at the start of a run: each rank's copy-in waits for
+      // its peers' next run, which waits for its own — no run after the first completes.
+      opt.copy_in = CopyIn::kFreed;
+      const Result stuck = simulate_ag_nodes(ag_plans(l), l.node_of, l.local_of, opt);
+      CHECK_FALSE(stuck.ok());
+      CHECK_MESSAGE(stuck.mentions("copy-in of the caller's shard"), stuck.text());
+      // Freed raised once a rank's GEMM of the run is done: every byte once, no race, no deadlock,
+      // each run's C from that run's shards.
+      opt.copy_in = CopyIn::kFreedAtEnd;
+      const Result r = simulate_ag_nodes(ag_plans(l), l.node_of, l.local_of, opt);
+      CHECK_MESSAGE(r.ok(), r.text());
+      CHECK(r.fired == r.actions);
+      // The copy-in's waits, before the launch, already order this run's puts and forwards after
+      // their targets' previous run: the kernel's own freed waits are implied (no race without them).
+      opt.freed = false;
+      const Result implied = simulate_ag_nodes(ag_plans(l), l.node_of, l.local_of, opt);
+      CHECK_MESSAGE(implied.ok(), implied.text());
+    }
+  }
+}
