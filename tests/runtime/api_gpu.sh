@@ -11,6 +11,6 @@ fi
 share=""
 [ "$gpus" -lt 4 ] && share=--oversubscribe && echo "4 ranks share $gpus GPU(s): the API's promises, not NVLink"
 export WEFT_DEVICE_TIMEOUT=${WEFT_DEVICE_TIMEOUT:-5}  # the timeout case waits this long
-"$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_gpu" || exit 1
+timeout 400 "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_gpu" || exit 1
 # Rank groups through the API: two 1 x 2 groups at once, each gathering its own members' shards.
-exec "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_groups_gpu"
+exec timeout 180 "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_groups_gpu"

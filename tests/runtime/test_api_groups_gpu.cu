@@ -10,11 +10,14 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "runtime/plan.h"  // the plan's variant, for the message
 #include "runtime/weft.h"
@@ -80,15 +83,43 @@ __global__ void check_reduce(const __nv_bfloat16* c, int64_t rows, int64_t row0,
 
 std::string g_workload;
 
-}  // namespace
-
-TEST_CASE("two 1 x 2 groups through the API: each group gathers its own shards, every C right") {
+// A context of two 1 x 2 groups in the 4-rank job.
+std::unique_ptr<weft::Context> group_context() {
   std::unique_ptr<weft::Context> ctx;
   weft::Context::Options o;
   o.group_nodes = 1, o.group_gpus = 2;
   REQUIRE(weft::Context::create(o, &ctx) == Status::kOk);
   REQUIRE(ctx->size() == 2);
   REQUIRE(ctx->groups() == 2);
+  return ctx;
+}
+
+// Ten calls: `enqueue(call)` puts the call's fresh inputs, C poisoned, the op's call and the check
+// (counting wrong elements into *bad) on `s`; each call's count is read back within 60 s (a stuck
+// op fails the test instead of hanging it). Returns the wrong elements over all calls.
+unsigned long long ten_checked_calls(cudaStream_t s, unsigned long long* bad, const std::string& who,
+                                     const std::function<void(uint64_t call)>& enqueue) {
+  unsigned long long total = 0;
+  for (uint64_t call = 0; call < 10; ++call) {
+    CUDA_OK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
+    enqueue(call);
+    unsigned long long h = 0;
+    CUDA_OK(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s));
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (cudaStreamQuery(s) == cudaErrorNotReady && std::chrono::steady_clock::now() < end)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    INFO(who << " call " << call);
+    REQUIRE_MESSAGE(cudaStreamQuery(s) == cudaSuccess, "the call and its check did not finish within 60 s");
+    CHECK(h == 0);
+    total += h;
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE("two 1 x 2 groups through the API: each group gathers its own shards, every C right") {
+  std::unique_ptr<weft::Context> ctx = group_context();
   CHECK(ctx->group() == ctx->job_rank() / 2);
   CHECK(ctx->rank() == ctx->job_rank() % 2);
   weft::Plan plan;
@@ -106,21 +137,14 @@ TEST_CASE("two 1 x 2 groups through the API: each group gathers its own shards, 
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   const uint64_t me = uint64_t(ctx->job_rank()), first = uint64_t(ctx->group() * ctx->size());
-  unsigned long long total = 0;
-  for (uint64_t call = 0; call < 10; ++call) {
+  const std::string who = "job rank " + std::to_string(me) + " (group " + std::to_string(ctx->group()) + ")";
+  const unsigned long long total = ten_checked_calls(s, bad, who, [&](uint64_t call) {
     fill<<<256, 256, 0, s>>>(a, m_loc * k, me, 0, call);
     fill<<<256, 256, 0, s>>>(b, n * k, me, 1, call);
     CUDA_OK(cudaMemsetAsync(c, 0xFF, size_t(m * n) * 2, s));  // NaN: an element never written fails
-    CUDA_OK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
     REQUIRE(op->run(a, b, c, s) == Status::kOk);
     check<<<int((m * n + 255) / 256), 256, 0, s>>>(c, m, n, k, m_loc, first, me, call, bad);
-    unsigned long long h = 0;
-    CUDA_OK(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s));
-    CUDA_OK(cudaStreamSynchronize(s));
-    INFO("job rank " << me << " (group " << ctx->group() << ") call " << call);
-    CHECK(h == 0);
-    total += h;
-  }
+  });
   MESSAGE("job rank " << me << ": group " << ctx->group() << " of " << ctx->groups() << ", rank " << ctx->rank()
                       << " of " << ctx->size() << ": 10 calls, " << total << " elements wrong");
   cudaStreamDestroy(s);
@@ -130,11 +154,7 @@ TEST_CASE("two 1 x 2 groups through the API: each group gathers its own shards, 
 }
 
 TEST_CASE("two 1 x 2 groups through the API: GEMM+ReduceScatter and GEMM+AllReduce per group, every C right") {
-  std::unique_ptr<weft::Context> ctx;
-  weft::Context::Options o;
-  o.group_nodes = 1, o.group_gpus = 2;
-  REQUIRE(weft::Context::create(o, &ctx) == Status::kOk);
-  REQUIRE(ctx->size() == 2);
+  std::unique_ptr<weft::Context> ctx = group_context();
   const uint64_t me = uint64_t(ctx->job_rank()), first = uint64_t(ctx->group() * ctx->size());
   for (const char* op_name : {"gemm_rs", "gemm_ar"}) {
     CAPTURE(op_name);
@@ -158,21 +178,15 @@ TEST_CASE("two 1 x 2 groups through the API: GEMM+ReduceScatter and GEMM+AllRedu
     CUDA_OK(cudaMalloc(&bad, sizeof(unsigned long long)));
     cudaStream_t s;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    unsigned long long total = 0;
-    for (uint64_t call = 0; call < 10; ++call) {
+    const std::string who =
+        "job rank " + std::to_string(me) + " (group " + std::to_string(ctx->group()) + ") " + op_name;
+    const unsigned long long total = ten_checked_calls(s, bad, who, [&](uint64_t call) {
       fill<<<256, 256, 0, s>>>(a, m * kl, me, 0, call);
       fill<<<256, 256, 0, s>>>(b, n * kl, me, 1, call);
       CUDA_OK(cudaMemsetAsync(c, 0xFF, size_t(rows * n) * 2, s));  // NaN: an element never written fails
-      CUDA_OK(cudaMemsetAsync(bad, 0, sizeof(unsigned long long), s));
       REQUIRE(op->run(a, b, c, s) == Status::kOk);
       check_reduce<<<int((rows * n + 255) / 256), 256, 0, s>>>(c, rows, row0, n, kl, first, ctx->size(), call, bad);
-      unsigned long long h = 0;
-      CUDA_OK(cudaMemcpyAsync(&h, bad, sizeof h, cudaMemcpyDeviceToHost, s));
-      CUDA_OK(cudaStreamSynchronize(s));
-      INFO("job rank " << me << " (group " << ctx->group() << ") call " << call);
-      CHECK(h == 0);
-      total += h;
-    }
+    });
     MESSAGE("job rank " << me << ": " << op_name << " (" << plan.get().exec.variant << ") in group " << ctx->group()
                         << ": 10 calls, " << total << " elements wrong");
     cudaStreamDestroy(s);
