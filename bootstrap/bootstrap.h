@@ -1,6 +1,7 @@
 // How a rank learns who it is and exchanges small blobs with its peers (PMIx behind it in production).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,15 @@ class Bootstrap {
   virtual Status barrier(const std::string& tag) = 0;
   // Tells the launcher this rank failed (it stops the job); `why` reaches the user.
   virtual void abort(const std::string& why) = 0;
+
+  // This object's next exchange number, 0 first: every rank makes the same exchanges over its
+  // bootstrap in the same order, so numbered keys agree across ranks. Counted per object, not per
+  // address: a bootstrap made where an earlier one lived (a second weft::Context) starts at 0 on
+  // every rank, where a count kept by address continued on some ranks and restarted on others.
+  int next_exchange_id() { return exchange_seq_.fetch_add(1); }
+
+ private:
+  std::atomic<int> exchange_seq_{0};
 };
 
 }  // namespace weft::bootstrap

@@ -5,6 +5,7 @@
 #include <pmix.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -180,7 +181,17 @@ pmix_scope_t to_pmix(Scope s) {
   return PMIX_GLOBAL;
 }
 
-std::string full_key(const std::string& key) { return "weft." + key; }
+// PMIx connections this process has made, counted from 0 (see key_prefix_).
+std::atomic<int> g_connections{0};
+
+// libpmix counts PMIx_Init calls and disconnects at the last PMIx_Finalize. The first connection
+// takes one more, released at exit, so that a bootstrap destroyed and made again (a program's second
+// weft::Context) stays connected in between: a rank's disconnect reaching the server after its
+// peers had entered the next connection's first fence failed that fence ("a rank left the job",
+// 1 run in 12 of three connections in a row under weftrun).
+void release_process_connection() {
+  run_bounded([] { PMIx_Finalize(nullptr, 0); }, 2.0);
+}
 
 }  // namespace
 
@@ -281,6 +292,16 @@ Status PmixBootstrap::connect(std::unique_ptr<PmixBootstrap>* out) {
     return Status::kSystemError;
   }
   self->initialized_ = true;
+  // The job's key space outlives a connection: the PMIx server (and the node's folder) still hold
+  // every entry an earlier connection of this rank put, so a rank that connects again (a second
+  // weft::Context) names its keys after the connection, never reading the last one's entries.
+  // Every rank connects the same number of times, in the same order: the names agree.
+  const int connection = g_connections.fetch_add(1);
+  if (connection > 0) self->key_prefix_ = "c" + std::to_string(connection) + ".";
+  if (connection == 0) {
+    pmix_proc_t again;
+    if (PMIx_Init(&again, nullptr, 0) == PMIX_SUCCESS) atexit(release_process_connection);
+  }
   self->info_.rank = static_cast<int>(state->me.rank);
   self->info_.nspace = state->me.nspace;
   log::set_rank(self->info_.rank);
@@ -417,13 +438,13 @@ Status PmixBootstrap::put(const std::string& key, const Blob& blob, Scope scope)
   w.u32(static_cast<uint32_t>(info_.rank));
   w.bytes(blob);
   Blob sealed = seal_blob(kPutKind, kPutVersion, w.blob());
-  if (node_ready_) WEFT_CHECK(node_.publish(key, sealed));
+  if (node_ready_) WEFT_CHECK(node_.publish(key_prefix_ + key, sealed));
   pmix_value_t val;
   PMIX_VALUE_CONSTRUCT(&val);
   val.type = PMIX_BYTE_OBJECT;
   val.data.bo.bytes = reinterpret_cast<char*>(sealed.data());
   val.data.bo.size = sealed.size();
-  pmix_status_t rc = PMIx_Put(to_pmix(scope), full_key(key).c_str(), &val);  // copies the value
+  pmix_status_t rc = PMIx_Put(to_pmix(scope), pmix_key(key).c_str(), &val);  // copies the value
   if (rc != PMIX_SUCCESS) {
     WEFT_WARN(kBoot, "rank %d: PMIx_Put of '%s' (%zu bytes) failed: %s", info_.rank, key.c_str(), blob.size(),
               PMIx_Error_string(rc));
@@ -435,7 +456,7 @@ Status PmixBootstrap::put(const std::string& key, const Blob& blob, Scope scope)
 std::string PmixBootstrap::missing_ranks(uint64_t seq) {
   // Every rank puts an arrival marker before entering the fence; a peer whose marker its server
   // cannot produce now never reached the fence.
-  std::string key = full_key("arrive." + std::to_string(seq));
+  std::string key = pmix_key("arrive." + std::to_string(seq));
   std::vector<std::shared_ptr<Op>> ops(info_.size);
   pmix_proc_t peer = state_->me;
   for (int r = 0; r < info_.size; ++r) {
@@ -464,7 +485,7 @@ Status PmixBootstrap::fence(const std::string& tag, bool collect) {
   PMIX_VALUE_CONSTRUCT(&marker);
   marker.type = PMIX_UINT32;
   marker.data.uint32 = static_cast<uint32_t>(info_.rank);
-  PMIx_Put(PMIX_GLOBAL, full_key("arrive." + std::to_string(seq)).c_str(), &marker);
+  PMIx_Put(PMIX_GLOBAL, pmix_key("arrive." + std::to_string(seq)).c_str(), &marker);
   pmix_status_t rc = PMIx_Commit();
   if (rc != PMIX_SUCCESS) {
     WEFT_WARN(kBoot, "rank %d: PMIx_Commit before %s failed: %s", info_.rank, what.c_str(), PMIx_Error_string(rc));
@@ -516,7 +537,7 @@ Status PmixBootstrap::get(int peer, const std::string& key, Blob* out) {
   std::shared_ptr<Op> op;
   Status s = Status::kOk;
   for (int attempt = 0;; ++attempt) {
-    op = start_get(proc, full_key(key), false);
+    op = start_get(proc, pmix_key(key), false);
     s = wait_op(op, deadline, [&] { return wait_peer_failure(what); });
     const bool retry = s == Status::kOk && (op->status == PMIX_ERR_TIMEOUT || op->status == PMIX_ERR_NOT_FOUND);
     if (!retry || Clock::now() >= deadline) break;
@@ -570,7 +591,7 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
   WEFT_CHECK(put(key, mine, scope));
   WEFT_CHECK(fence("allgather " + key, true));
   // Every rank has passed this fence, so none still reads the files of earlier exchanges.
-  if (node_ready_) node_.retire_all_but(key);
+  if (node_ready_) node_.retire_all_but(key_prefix_ + key);
   all->assign(info_.size, Blob());
   (*all)[info_.rank] = mine;
   std::vector<int> nodes;
@@ -599,7 +620,7 @@ Status PmixBootstrap::allgather_scoped(const std::string& key, const Blob& mine,
     if (scope == Scope::kLocal && nodes[r] != info_.node) continue;
     if (scope == Scope::kRemote && nodes[r] == info_.node) continue;
     Blob sealed;
-    if (node_ready_ && node_.fetch(key, r, &sealed)) {
+    if (node_ready_ && node_.fetch(key_prefix_ + key, r, &sealed)) {
       WEFT_CHECK(decode_entry(r, key, sealed, &(*all)[r]));
       via_files += " " + std::to_string(r);
       continue;

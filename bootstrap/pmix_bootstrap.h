@@ -69,10 +69,13 @@ class PmixBootstrap final : public Bootstrap, public SubsetExchange {
   Status start_liveness();
   Status wait_peer_failure(const std::string& what) const;
   std::string missing_ranks(uint64_t seq);
+  // `key` as this connection names it in PMIx: "weft." + key_prefix_ + key.
+  std::string pmix_key(const std::string& key) const { return "weft." + key_prefix_ + key; }
 
   RankInfo info_;
   double timeout_s_ = 60;
   uint64_t fence_seq_ = 0;
+  std::string key_prefix_;    // "" on a process's first connection, "c<N>." on its N-th after that
   bool initialized_ = false;  // PMIx_Init succeeded: the destructor finalizes
   std::shared_ptr<State> state_;
   NodeExchange node_;  // same-host peers' blobs (node_exchange.h)

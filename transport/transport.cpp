@@ -7,8 +7,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <random>
 
 #include "base/log.h"
@@ -22,14 +20,7 @@ double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock:
 
 }  // namespace
 
-// Exchange keys must be unique within a job; every rank creates its transports in the same order,
-// so a count per bootstrap object (one per rank, also when ranks are threads) names them.
-int next_exchange_id(const bootstrap::Bootstrap* boot) {
-  static std::mutex m;
-  static std::map<const bootstrap::Bootstrap*, int> counts;
-  std::lock_guard<std::mutex> lock(m);
-  return counts[boot]++;
-}
+int next_exchange_id(bootstrap::Bootstrap* boot) { return boot->next_exchange_id(); }
 
 namespace {
 

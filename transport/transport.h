@@ -124,8 +124,8 @@ class Transport {
   bool stopped_ = false;
 };
 
-// A per-rank sequence number that keeps bootstrap exchange keys unique within a job.
-int next_exchange_id(const bootstrap::Bootstrap* boot);
+// The bootstrap's next exchange number (Bootstrap::next_exchange_id), for exchange keys.
+int next_exchange_id(bootstrap::Bootstrap* boot);
 
 // Resolves the signal mode: WEFT_SIGNAL_MODE, else the workload's value, else batched.
 Status resolve_signal_mode(const std::string& explicit_mode, const std::string& workload_mode, SignalMode* out);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <new>
 #include <string>
 
 #include "bootstrap/blob.h"
@@ -135,6 +136,28 @@ TEST_CASE("Wiring rejects a peer that published another version of the entries")
   Wiring w(boot, "net", 2);
   w.publish("addr", Blob{1});
   CHECK(w.exchange() == Status::kProtocolError);
+}
+
+// Exchange keys are numbered per bootstrap object. Counted by address instead, a bootstrap made
+// where an earlier one lived continued its numbers (on the ranks where the address came back, not
+// on the others): two ranks' keys then disagreed.
+TEST_CASE("a bootstrap made where an earlier one lived numbers its exchanges from 0") {
+  struct Fake : Bootstrap {
+    RankInfo i;
+    const RankInfo& info() const override { return i; }
+    Status allgather(const std::string&, const Blob&, std::vector<Blob>*) override { return Status::kOk; }
+    Status barrier(const std::string&) override { return Status::kOk; }
+    void abort(const std::string&) override {}
+  };
+  alignas(Fake) unsigned char storage[sizeof(Fake)];
+  Fake* a = new (storage) Fake();
+  CHECK(a->next_exchange_id() == 0);
+  CHECK(a->next_exchange_id() == 1);
+  a->~Fake();
+  Fake* b = new (storage) Fake();
+  CHECK(static_cast<void*>(b) == static_cast<void*>(a));
+  CHECK(b->next_exchange_id() == 0);
+  b->~Fake();
 }
 
 TEST_CASE("without a PMIx server in the environment, connect fails at once instead of hanging") {

@@ -200,6 +200,21 @@ TEST_CASE("a PMIx server that accepts but never answers cannot hang a rank: PMIx
   CHECK(r.err.find("PMIx_Init did not return within WEFT_BOOTSTRAP_TIMEOUT=3.0 s") != std::string::npos);
 }
 
+// A program that makes a second weft::Context connects to PMIx again: that connection must neither
+// reuse the last one's exchange numbers nor read the entries it put (a second context once mapped
+// a peer's freed heap from its first context's record).
+TEST_CASE("a rank that connects three times exchanges afresh each time, never reading an earlier entry") {
+  ProcResult r = weft::testing::run(
+      "exec " + weftrun("exec -n 3 -- " + std::string(WEFT_BINARY_DIR) + "/bin/bootstrap_reconnect_rank",
+                        "WEFT_BOOTSTRAP_TIMEOUT=3"),
+      90);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 0);
+  for (int rank = 0; rank < 3; ++rank)
+    CHECK(r.out.find("reconnect: rank " + std::to_string(rank) + ": 3 connections, every entry from its own") !=
+          std::string::npos);
+}
+
 TEST_CASE("weftrun run: a bad workload fails before any rank starts, GPU or not") {
   ProcResult r = weft::testing::run("exec " + weftrun("run /nonexistent/workload.yaml"), 30);
   INFO(r.out << r.err);
