@@ -131,6 +131,28 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
   } else if (role == Role::kInterSend) {
     if (idx == 0) inter_send(p);
   }
+  frame_note_launch(p.frame, KernelKind::kAgGemmNodes);  // at the end, as the GEMM kernel's (no spill)
+}
+
+// The end of a run (one thread, launched behind the kernel on its stream): tells the rail peers
+// (through the proxy) and the node-mates (over NVLink) that this rank's run `epoch` is over, so
+// they may overwrite what it read (their next shard, their next puts and forwards).
+__global__ void ag_gemm_nodes_freed_kernel(const __grid_constant__ AgNodesKernelParams p) {
+  const AgNodesDeviceMoves& m = p.moves;
+  if (threadIdx.x != 0) return;
+  for (int32_t s = 0; s < m.num_sends; ++s) {
+    const int rc = transport::device::push_signal<false>(
+        p.fifo[0], m.send_peer[s], m.freed_offset + uint64_t(p.frame.rank) * sizeof(uint64_t), p.epoch);
+    if (rc != 0) {
+      if (atomicCAS(p.push_error, 0, rc) == 0) *p.push_error_peer = m.send_peer[s];
+      return;
+    }
+  }
+  if (m.num_forwards > 0) {
+    __threadfence_system();
+    for (int32_t t = 0; t < m.num_targets; ++t)
+      flag_store_release(freed_at(p.peers[m.fwd_mate[0][t]], m, m.positions + p.frame.rank), p.epoch);
+  }
 }
 
 }  // namespace
@@ -138,6 +160,18 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
 size_t ag_gemm_nodes_smem_bytes() { return gemm_smem_bytes(); }
 
 const void* ag_gemm_nodes_kernel_ptr() { return reinterpret_cast<const void*>(ag_gemm_nodes_kernel); }
+const void* ag_gemm_nodes_freed_kernel_ptr() { return reinterpret_cast<const void*>(ag_gemm_nodes_freed_kernel); }
+
+Status launch_ag_gemm_nodes_freed(const AgNodesKernelParams& p, cudaStream_t stream) {
+  ag_gemm_nodes_freed_kernel<<<1, 32, 0, stream>>>(p);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) {
+    WEFT_WARN(kKernel, "ag_gemm_nodes: rank %d: launch of the end-of-run kernel failed: %s", p.frame.rank,
+              cudaGetErrorString(err));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
 
 Status launch_ag_gemm_nodes(const AgNodesKernelParams& p, cudaStream_t stream) {
   const int smem = int(gemm_smem_bytes());

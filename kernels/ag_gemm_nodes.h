@@ -11,8 +11,8 @@
 // node-mates (a store over NVLink) that its last run is over, so they may write into it; a put or a
 // forward into a peer waits for that peer's word first.
 //
-// The plan (which shard goes where) is kernels/ag_gemm_nodes_plan.h; the runner is
-// runtime/ops/ag_gemm_nodes_op.cpp.
+// The plan (which shard goes where) is kernels/ag_gemm_nodes_plan.h; the benchmark runner is
+// runtime/ops/ag_gemm_nodes_op.cpp, the runtime op runtime/exec/ag_gemm_nodes.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -104,5 +104,12 @@ size_t ag_gemm_nodes_smem_bytes();
 const void* ag_gemm_nodes_kernel_ptr();
 // Launches grid = frame.roles.total() blocks on `stream`.
 Status launch_ag_gemm_nodes(const AgNodesKernelParams& p, cudaStream_t stream);
+
+// The runtime op's end of a run (runtime/exec/ag_gemm_nodes.h), launched behind the kernel on its
+// stream: one thread raises this rank's freed word to `epoch` in every rail peer (a signal through
+// FIFO channel 0) and every node-mate (a store over NVLink). A new shard may be copied into a
+// rank's position 0 once its peers' words say they are done with the last one.
+Status launch_ag_gemm_nodes_freed(const AgNodesKernelParams& p, cudaStream_t stream);
+const void* ag_gemm_nodes_freed_kernel_ptr();
 
 }  // namespace weft::kernels

@@ -136,6 +136,7 @@ nlohmann::json execution_json(const Execution& e) {
     j["send"] = e.send;
     j["gather"] = e.gather;
   }
+  if (e.variant == "hierarchical") j["channels"] = e.channels;  // likewise
   return j;
 }
 
@@ -312,6 +313,10 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
         throw std::invalid_argument(
             "overlap: pieces 1 to 64, lag 1 to pieces, send copy or sm, gather push, sm or empty");
     }
+    if (p.exec.variant == "hierarchical") {
+      read(e, "channels", &p.exec.channels);
+      if (p.exec.channels < 1 || p.exec.channels > 8) throw std::invalid_argument("hierarchical: channels 1 to 8");
+    }
     if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
       at = "execution.gemm";
       const auto& g = e.at("gemm");
@@ -414,6 +419,9 @@ std::string format_plan_table(const Plan& p) {
         os << ", gather by " << (p.exec.gather == "sm" ? "the epilogue" : "copy-engine pushes");
     }
     if (p.exec.variant == "peer") os << ", " << p.exec.reduce_blocks << " reduction blocks";
+    if (p.exec.variant == "hierarchical")
+      os << ", " << p.exec.copy_chunks << " chunk" << (p.exec.copy_chunks == 1 ? "" : "s") << " per shard, "
+         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ")";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
     const GemmChoices& g = p.exec.gemm;

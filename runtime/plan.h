@@ -43,17 +43,21 @@ struct GemmChoices {
 // How the op runs: every choice the op makes at run time. The tuner fills it; the op executes it as
 // it is (runtime/ops), and `weftrun run` reports it read back from the launch.
 struct Execution {
-  std::string variant;    // "copy_engine" or "sm_movers" (ag_gemm); "peer" / "overlap" (gemm_rs, gemm_ar)
+  std::string variant;  // "copy_engine", "sm_movers" or "hierarchical" (ag_gemm); "peer" / "overlap" (gemm_rs, gemm_ar)
   std::string sm_mover;   // ag_gemm SM movers: "pull_vec", "push_vec", "pull_bulk", "push_bulk"; else ""
   int copy_chunks = 1;    // copy engines: copies per shard, each with its own flag
   int cluster = 1;        // GEMM CTAs per cluster: 1 claims tiles (K-sliced tail), 2 walks statically (chunked tail)
   int group_m = 16;       // raster group height in 128-row tiles
   int reduce_blocks = 0;  // gemm_rs / gemm_ar "peer": blocks of the reduction kernel after the GEMM
   // gemm_rs / gemm_ar "overlap" (runtime/exec/reduce_overlap.h): partial pieces move while the GEMM runs.
-  int pieces = 0;           // pieces of each owner's row block (M-shards of the tile order)
-  int lag = 0;              // own piece j computed after round j + lag of the other owners' pieces
-  std::string send;         // "copy": copy engines (and roles.intra_comm mover SMs); "sm": the epilogue's stores
-  std::string gather;       // gemm_ar: "push" (copy engines) or "sm" (the epilogue's stores); else ""
+  int pieces = 0;      // pieces of each owner's row block (M-shards of the tile order)
+  int lag = 0;         // own piece j computed after round j + lag of the other owners' pieces
+  std::string send;    // "copy": copy engines (and roles.intra_comm mover SMs); "sm": the epilogue's stores
+  std::string gather;  // gemm_ar: "push" (copy engines) or "sm" (the epilogue's stores); else ""
+  // ag_gemm "hierarchical" (across nodes, runtime/exec/ag_gemm_nodes.h): copy_chunks is the chunks per
+  // shard (a put+signal each across nodes, a pull or forward each inside one), channels the proxy
+  // channels (a proxy thread and its connections each) the puts are spread over.
+  int channels = 0;
   GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/params.h"
+#include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/frame.cuh"
 #include "kernels/moe_plan.h"
 #include "kernels/reduce_overlap_plan.h"
@@ -95,6 +96,72 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   }
   add_region(p, "ag_gemm.ready", uint64_t(W) * 8);     // [q]: epoch once rank q's shard is in place
   add_region(p, "ag_gemm.consumed", uint64_t(W) * 8);  // [q]: epoch once rank q has pulled this shard
+  p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
+}
+
+// AllGather+GEMM across nodes (runtime/exec/ag_gemm_nodes.h): every rank's shard crosses the NIC once
+// per other node (a put+signal per chunk, through the proxy) to its rail peer, which forwards it to its
+// node-mates over NVLink; node-mates' own shards are pulled by the copy engines; the GEMM runs over the
+// rank's order of positions (kernels/ag_gemm_nodes_plan.h), each chunk behind its flag. Chunks: the
+// most (at most 8) that divide a shard's 128-row tiles; channels: WEFT_NET_CHANNELS (4).
+constexpr int kMaxNodesRanks = 32;  // the scatter epilogue's owners (kernels/gemm_epilogues.h)
+
+void plan_ag_gemm_nodes(const Workload& w, Plan* p) {
+  const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, m_loc = m / W;
+  Execution& e = p->exec;
+  e.variant = "hierarchical";
+  e.cluster = 1;
+  e.group_m = 16;
+  e.copy_chunks = kernels::ag_nodes_chunks(m_loc, int(kTileRows), 8);
+  // Its GEMM walks the tiles statically, whole, storing C from registers (the kernel as measured by
+  // `weftrun bench`): none of the GEMM core's launch choices.
+  e.gemm = GemmChoices{false, false, false, false};
+  int64_t channels = 4;
+  if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk) channels = 4;
+  e.channels = int(channels);
+  // (Across nodes a workload's plan: map is refused: the tuner's check_plan_spec.)
+  // A call's stream waits and writes carry its epoch: a captured call would replay the first epoch.
+  e.capturable = false;
+  e.executable = true;
+  if (W > kMaxNodesRanks)
+    return refuse(p, w.error_at(nodes_key(w), std::to_string(W) + " ranks: ag_gemm across nodes runs at most " +
+                                                  std::to_string(kMaxNodesRanks) + " in this build"));
+  std::vector<int> node_of, local_of;
+  for (int r = 0; r < W; ++r) node_of.push_back(r / p->gpus_per_node), local_of.push_back(r % p->gpus_per_node);
+  kernels::AgNodesPlan moves;
+  std::string why;
+  if (!kernels::make_ag_nodes_plan(node_of, local_of, 0, &moves, &why)) return refuse(p, why);
+  if (moves.sends.size() > 8 || moves.forwards.size() > 8 || p->gpus_per_node > 9)
+    return refuse(
+        p, w.error_at(nodes_key(w),
+                      "ag_gemm across nodes moves at most 8 sends and 8 forwards per rank "
+                      "in this build (this layout needs " +
+                          std::to_string(moves.sends.size()) + " and " + std::to_string(moves.forwards.size()) + ")"));
+  if (m_loc % kTileRows != 0)
+    return refuse(p, w.error_at("shape.m", "m / ranks = " + std::to_string(m_loc) + " rows: expected a multiple of " +
+                                               std::to_string(kTileRows) + " (a tile must not span two shards)"));
+  if (k % 8 != 0)
+    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected a multiple of 8 (16-byte rows for TMA)"));
+  if ((m_loc / kTileRows) % e.copy_chunks != 0)
+    return refuse(p, w.error_at("plan.copy_chunks", std::to_string(e.copy_chunks) + ": a shard's " +
+                                                        std::to_string(m_loc / kTileRows) +
+                                                        " tiles of 128 rows must split evenly into the chunks"));
+  if (e.cluster != 1)
+    return refuse(p,
+                  w.error_at("plan.cluster", std::to_string(e.cluster) + ": ag_gemm across nodes runs 1-CTA clusters"));
+  if (!moves.sends.empty() && p->roles.inter_send < 1)
+    return refuse(p, w.error_at("roles.inter_send",
+                                "the shard's puts to the rail peers need an inter_send SM; the "
+                                "plan's roles give none"));
+  if (!moves.forwards.empty() && p->roles.intra_comm < 1)
+    return refuse(p, w.error_at("roles.intra_comm",
+                                "the forwards to the node-mates need intra_comm SMs; the "
+                                "plan's roles give none"));
+  if (p->roles.compute < 1) return refuse(p, w.error_at("roles.compute", "the GEMM needs compute SMs"));
+  add_region(p, "ag_nodes.a", uint64_t(m * k) * 2);                  // positions, in this rank's order
+  add_region(p, "ag_nodes.flags", uint64_t(W * e.copy_chunks) * 8);  // [position][chunk]: epoch once there
+  add_region(p, "ag_nodes.freed", uint64_t(2 * W) * 8);              // [rail q], [W + mate q]: q's last run over
+  add_region(p, "ag_nodes.ready", uint64_t(W) * 8);                  // [mate q]: q's new shard in position 0
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 
@@ -318,10 +385,7 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
                                              ": this build's kernels take bf16 only (expected bf16)"));
   switch (p->op) {
     case Op::kAgGemm:
-      if (p->nodes > 1)
-        return refuse(p, w.error_at(nodes_key(w),
-                                    "ag_gemm across nodes runs under `weftrun bench` only in this build "
-                                    "(the runtime's op is one node)"));
+      if (p->nodes > 1) return plan_ag_gemm_nodes(w, p);
       return plan_ag_gemm(w, p);
     case Op::kGemmRs:
     case Op::kGemmAr:

@@ -31,6 +31,12 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   WEFT_CHECK(ctx.check_usable("ag_gemm create"));
   if (plan.op != Op::kAgGemm) return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
   if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
+  if (plan.nodes > 1) {
+    std::unique_ptr<AgGemmOp> op(new AgGemmOp());
+    WEFT_CHECK(AgGemmNodesOp::create(ctx, plan, &op->nodes_));
+    *out = std::move(op);
+    return Status::kOk;
+  }
   if (plan.world_size != ctx.size() || plan.nodes != 1)
     return refuse(rank, "the plan is for " + std::to_string(plan.nodes) + " x " + std::to_string(plan.gpus_per_node) +
                             " ranks, the job has " + std::to_string(ctx.size()) + " (one node)");
@@ -150,9 +156,13 @@ void* AgGemmOp::resolve(const std::string& name, int rank) const {
   return nullptr;
 }
 
-bf16* AgGemmOp::shard() const { return a_[size_t(rank_)] + int64_t(rank_) * (m_ / world_) * k_; }
+bf16* AgGemmOp::shard() const {
+  return nodes_ ? nodes_->shard() : a_[size_t(rank_)] + int64_t(rank_) * (m_ / world_) * k_;
+}
 
-const bf16* AgGemmOp::gathered() const { return a_[size_t(rank_)]; }
+const bf16* AgGemmOp::gathered() const { return nodes_ ? nodes_->position(0) : a_[size_t(rank_)]; }
+
+int AgGemmOp::shard_at(int position) const { return nodes_ ? nodes_->shard_at(position) : position; }
 
 Status AgGemmOp::make_gemm(const bf16* b) {
   if (b == b_) return Status::kOk;
@@ -174,6 +184,7 @@ Status AgGemmOp::make_gemm(const bf16* b) {
 }
 
 Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
+  if (nodes_) return nodes_->run(a, b, c, s);
   WEFT_CHECK(ctx_->check_usable("ag_gemm run"));
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
@@ -273,15 +284,17 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
 }
 
 void AgGemmOp::unstick() {
+  if (nodes_) return nodes_->unstick();
   // Every word this op's streams wait on, raised past any epoch, from a stream of its own.
   for (const char* name : {"ag_gemm.ready", "ag_gemm.consumed", "ag_gemm.gate", "ag_gemm.flags"})
     for (const auto& r : regions_)
       if (r.name == name) cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
-Status AgGemmOp::clear_launch_record() { return record_.clear(); }
+Status AgGemmOp::clear_launch_record() { return nodes_ ? nodes_->clear_launch_record() : record_.clear(); }
 
 Status AgGemmOp::executed_plan(Plan* out) const {
+  if (nodes_) return nodes_->executed_plan(out);
   return record_.executed(
       plan_, regions_, arena_bytes_, rank_, "ag_gemm",
       [](int32_t kernel) -> std::string {

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
+#include "runtime/exec/ag_gemm_nodes.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/launch_record.h"
 #include "runtime/plan.h"
@@ -26,6 +27,9 @@ namespace weft::runtime {
 //         ready[r] = 1 in every peer
 //   copy: for q = r+1, r+2, ...: wait ready[q] = 1, reset it ─► pull A_q ─► gate[q] = 1 ─► consumed[r] = 1 in q
 //   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join ─► gates to 0
+//
+// Across nodes the op is AgGemmNodesOp (runtime/exec/ag_gemm_nodes.h), which this one runs for a
+// plan of more than one node.
 //
 // Every value is a constant, so a call can be captured in a CUDA graph and replayed. SM movers: the
 // same tokens, the shards moved by the plan's intra_comm blocks inside the GEMM's launch
@@ -45,7 +49,8 @@ class AgGemmOp {
   Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
 
   __nv_bfloat16* shard() const;           // this rank's rows of the gathered A, in the heap
-  const __nv_bfloat16* gathered() const;  // all of A (after a run has completed)
+  const __nv_bfloat16* gathered() const;  // all of A (after a run has completed), shard_at(0) first
+  int shard_at(int position) const;       // whose rows of A the gathered A holds at `position`
   int64_t shard_rows() const { return m_ / world_; }
 
   // Starts counting launches afresh (synchronizes the device; not for the hot path).
@@ -64,6 +69,7 @@ class AgGemmOp {
   Status run_sm_movers(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   void* resolve(const std::string& region, int rank) const;  // creation only: looks the region up by name
 
+  std::unique_ptr<AgGemmNodesOp> nodes_;  // a plan across nodes: every call goes to it
   Context* ctx_ = nullptr;
   Plan plan_;
   int rank_ = 0, world_ = 1;

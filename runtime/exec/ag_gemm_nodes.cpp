@@ -68,8 +68,9 @@ Status AgGemmNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgG
   const int64_t W = op->world_;
   if (op->m_loc_ % kRows != 0 || op->k_ % 8 != 0 || op->n_ < 1 || op->chunks_ < 1 ||
       (op->m_loc_ / kRows) % op->chunks_ != 0)
-    return refuse(rank, "m / ranks must be whole 128-row tiles, split evenly into the plan's chunks, and k a "
-                        "multiple of 8");
+    return refuse(rank,
+                  "m / ranks must be whole 128-row tiles, split evenly into the plan's chunks, and k a "
+                  "multiple of 8");
   std::vector<int> node_of, local_of;
   WEFT_CHECK(gather_placement(ctx.boot(), &node_of, &local_of));
   std::string why;
@@ -78,8 +79,9 @@ Status AgGemmNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgG
   if (W > kernels::EpiScatterBf16::kMaxOwners || int(op->moves_.sends.size()) > Moves::kMaxSends ||
       int(op->moves_.forwards.size()) > Moves::kMaxForwards || op->moves_.per_node - 1 > Moves::kMaxTargets ||
       plan.exec.channels < 1 || plan.exec.channels > Moves::kMaxChannels)
-    return refuse(rank, "the layout or the plan's channels exceed this build's kernel (at most 32 ranks, 8 sends, "
-                        "forwards, node-mates and channels)");
+    return refuse(rank,
+                  "the layout or the plan's channels exceed this build's kernel (at most 32 ranks, 8 sends, "
+                  "forwards, node-mates and channels)");
   if ((!op->moves_.sends.empty() && plan.roles.inter_send < 1) ||
       (!op->moves_.forwards.empty() && plan.roles.intra_comm < 1))
     return refuse(rank, "the plan's roles give no inter_send SM for the puts or no intra_comm SM for the forwards");

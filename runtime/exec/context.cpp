@@ -44,9 +44,37 @@ Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::uni
 Context::~Context() {
   stop_ = true;
   if (watchdog_.joinable()) watchdog_.join();
+  fifos_.clear();  // before the transport that owns the rings
+  if (transport_) transport_->stop();
   // Nobody frees a heap a peer still maps: a collective close, unless this rank already failed
   // (then a peer may never arrive; the bootstrap's timeout bounds the wait either way).
   if (heap_ && !poisoned_) heap_->close(*boot_);
+}
+
+Status Context::transport(const transport::TransportOptions& options, transport::Transport** out) {
+  if (!transport_) {
+    WEFT_CHECK(check_usable("transport"));
+    std::unique_ptr<transport::Transport> t;
+    Status st = transport::Transport::create(*boot_, heap_->region(), options, &t);
+    for (int ch = 0; st == Status::kOk && ch < t->channels(); ++ch) {
+      std::unique_ptr<transport::DeviceFifoHandle> f;
+      st = transport::DeviceFifoHandle::create(t->fifo_ring(ch), t->timeout_s(), &f);
+      if (st == Status::kOk) fifos_.push_back(std::move(f));
+    }
+    if (st != Status::kOk) {
+      fifos_.clear();
+      if (t) t->stop();
+      poison("the transport between the nodes could not be made: " + std::string(to_string(st)));
+      return st;
+    }
+    transport_ = std::move(t);
+  } else if (transport_->channels() != options.channels) {
+    WEFT_WARN(kKernel, "rank %d: an op asks for %d proxy channels; this context's transport has %d", rank_,
+              options.channels, transport_->channels());
+    return Status::kInvalidArgument;
+  }
+  *out = transport_.get();
+  return Status::kOk;
 }
 
 Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset) {

@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "transport/cuda_transport.h"
+#include "transport/transport.h"
 
 namespace weft::runtime {
 
@@ -49,11 +50,20 @@ class Context {
   uint64_t reserved_bytes() const;
 
   void* local(uint64_t offset) const { return static_cast<char*>(heap_->local()) + offset; }
+  // Every rank's heap base as mapped here (nullptr for other nodes), a device array (kernels' peers).
+  void* const* device_peers() const { return heap_->device_peer_table(); }
   // nullptr for ranks on other nodes.
   void* peer(int rank, uint64_t offset) const {
     void* base = heap_->peer(rank);
     return base ? static_cast<char*>(base) + offset : nullptr;
   }
+
+  // Collective on its first call: the transport between this context's nodes over its heap (a proxy
+  // thread per channel, the rail peers connected through the plan's backend) and a device FIFO per
+  // channel. Later calls get the same one; they must ask for as many channels. It stops before the
+  // heap goes.
+  Status transport(const transport::TransportOptions& options, transport::Transport** out);
+  const transport::DeviceFifo& fifo(int channel) const { return fifos_[size_t(channel)]->get(); }
 
   // The first failure of any op on this context; later calls fail fast with it.
   bool poisoned() const { return poisoned_.load(); }
@@ -83,6 +93,8 @@ class Context {
   bool shares_gpu_ = false;
   uint64_t heap_bytes_ = 0;
   std::unique_ptr<transport::CudaHeap> heap_;
+  std::unique_ptr<transport::Transport> transport_;                  // made by the first transport() call
+  std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos_;  // its rings, mapped for the device
   std::vector<Arena> arenas_;
   int exchanges_ = 0;
   std::string poison_;

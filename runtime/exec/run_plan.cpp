@@ -107,8 +107,14 @@ Status run_ag_gemm(Context& ctx, const Plan& plan, const RunSpec& run, RunReport
     WEFT_CHECK(buf.alloc(m * k, &a_ref));
     WEFT_CHECK(buf.alloc(m * n, &c_ref));
     for (int q = 0; q < W; ++q) WEFT_CHECK(fill_random_bf16(a_ref + q * m_loc * k, m_loc * k, seed, q, 1.0f, s));
+    // Position by position: across nodes the gathered A is in the rank's own order (shard_at).
     Comparison gathered;
-    WEFT_CHECK(compare_bf16(op->gathered(), a_ref, m * k, s, &gathered));
+    for (int pos = 0; pos < W; ++pos) {
+      Comparison one;
+      WEFT_CHECK(
+          compare_bf16(op->gathered() + pos * m_loc * k, a_ref + op->shard_at(pos) * m_loc * k, m_loc * k, s, &one));
+      gathered.mismatched += one.mismatched;
+    }
     WEFT_CHECK(reference_gemm_tn(m, n, k, a_ref, k, b, k, c_ref, n, s));
     Comparison cc;
     WEFT_CHECK(compare_bf16(c, c_ref, m * n, s, &cc));

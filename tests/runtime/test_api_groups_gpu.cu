@@ -187,8 +187,8 @@ TEST_CASE("two 1 x 2 groups through the API: GEMM+ReduceScatter and GEMM+AllRedu
       REQUIRE(op->run(a, b, c, s) == Status::kOk);
       check_reduce<<<int((rows * n + 255) / 256), 256, 0, s>>>(c, rows, row0, n, kl, first, ctx->size(), call, bad);
     });
-    MESSAGE("job rank " << me << ": " << op_name << " (" << plan.get().exec.variant << ") in group " << ctx->group()
-                        << ": 10 calls, " << total << " elements wrong");
+    MESSAGE("job rank " << me << ": " << std::string(op_name) << " (" << plan.get().exec.variant << ") in group "
+                        << ctx->group() << ": 10 calls, " << total << " elements wrong");
     cudaStreamDestroy(s);
     cudaFree(a), cudaFree(b), cudaFree(c), cudaFree(bad);
     op.reset();

@@ -239,15 +239,58 @@ TEST_CASE("what this build cannot run is refused in the plan, with where and why
                      "gpus_per_node: 4}\n"));
   CHECK(!ra.exec.executable);
   CHECK(ra.exec.not_executable.find("ring_attention is not built yet") != std::string::npos);
-  const Plan two = plan_for(parse(ag("", 2, 2)));
-  CHECK(!two.exec.executable);
-  CHECK(two.exec.not_executable.find("weftrun bench") != std::string::npos);
+  const Plan rs2 =
+      plan_for(parse("name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 2, "
+                     "gpus_per_node: 2}\n"));
+  CHECK(!rs2.exec.executable);
+  CHECK(rs2.exec.not_executable.find("weftrun bench") != std::string::npos);
   // A shard that is not whole tile rows.
   const Plan odd =
       plan_for(parse("name: t\nop: ag_gemm\nshape: {m: 4160, n: 4096, k: 4096}\nlayout: {nodes: 1, "
                      "gpus_per_node: 4}\n"));
   CHECK(!odd.exec.executable);
   CHECK(odd.exec.not_executable.find("shape.m: m / ranks = 1040 rows") != std::string::npos);
+}
+
+TEST_CASE("AllGather+GEMM across nodes: the hierarchical variant, its chunks, channels and heap, refusals") {
+  const Plan p = plan_for(parse(ag("", 2, 2)));
+  REQUIRE_MESSAGE(p.exec.executable, p.exec.not_executable);
+  CHECK(p.exec.variant == "hierarchical");
+  CHECK(p.exec.copy_chunks == 8);  // 2048 rows per shard: 16 tiles, at most 8 chunks
+  CHECK(p.exec.channels == 4);
+  CHECK(!p.exec.capturable);  // the calls' waits carry their epoch
+  CHECK(!p.exec.gemm.split_tail);
+  CHECK(!p.exec.gemm.dynamic_tiles);
+  CHECK(p.roles.inter_send >= 1);
+  CHECK(p.roles.intra_comm >= 1);  // two GPUs per node: the forwards
+  REQUIRE(p.region("ag_nodes.a") != nullptr);
+  CHECK(p.region("ag_nodes.a")->bytes == uint64_t(8192) * 8192 * 2);
+  REQUIRE(p.region("ag_nodes.flags") != nullptr);
+  CHECK(p.region("ag_nodes.flags")->bytes == 4 * 8 * 8);
+  REQUIRE(p.region("ag_nodes.freed") != nullptr);
+  CHECK(p.region("ag_nodes.freed")->bytes == 2 * 4 * 8);
+  REQUIRE(p.region("ag_nodes.ready") != nullptr);
+  check_heap(p);
+  // The plan's JSON carries the channels and reads back to the same plan.
+  Plan back;
+  std::string error;
+  REQUIRE_MESSAGE(parse_executed_json(executed_json(p), &back, &error) == Status::kOk, error);
+  CHECK(back.exec.channels == 4);
+  CHECK(plan_hash(back) == plan_hash(p));
+  // One GPU per node: no forwards, so no intra_comm SM needed.
+  const Plan four = plan_for(parse(ag("", 4, 1)));
+  CHECK_MESSAGE(four.exec.executable, four.exec.not_executable);
+  // Explicit roles run as written.
+  const Plan roles = plan_for(parse(ag("roles: {compute: 126, intra_comm: 4, inter_send: 2}\n", 2, 2)));
+  CHECK(roles.exec.executable);
+  CHECK(roles.roles.intra_comm == 4);
+  CHECK(roles.roles.inter_send == 2);
+  // More ranks than the kernel's scatter epilogue holds.
+  const Plan big =
+      plan_for(parse("name: t\nop: ag_gemm\nshape: {m: 65536, n: 65536, k: 8192}\nlayout: {nodes: 8, "
+                     "gpus_per_node: 8}\n"));
+  CHECK(!big.exec.executable);
+  CHECK(big.exec.not_executable.find("at most 32") != std::string::npos);
 }
 
 TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals") {
