@@ -1,6 +1,7 @@
 // AllGather+GEMM across nodes: placement, heap layout, the context's transport, and one call's steps.
 #include "runtime/exec/ag_gemm_nodes.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -55,6 +56,18 @@ Status AgGemmNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgG
     return refuse(rank, "the plan's roles use " + std::to_string(plan.roles.total()) + " SMs (" +
                             std::to_string(plan.roles.compute) + " compute), this GPU has " +
                             std::to_string(ctx.sm_count()));
+  // A kernel loaded lazily (CUDA's default) at its first launch while a call is in flight waits for
+  // the device to go idle, and the proxy's staging copies wait behind that load: a deadlock that the
+  // device timeout ends (4 H100s: a program's check kernels, first launched behind the first call).
+  // weftrun sets EAGER for its ranks; under srun or mpirun the user must.
+  const char* loading = getenv("CUDA_MODULE_LOADING");
+  if (rank == 0 && (!loading || strcmp(loading, "EAGER") != 0))
+    WEFT_WARN(kKernel,
+              "ag_gemm across nodes with CUDA_MODULE_LOADING=%s: a kernel of this program launched for the first "
+              "time while a call is in flight can deadlock with the proxy (CUDA loads it lazily and waits for the "
+              "device to go idle); set CUDA_MODULE_LOADING=EAGER, or launch each of your kernels once before the "
+              "first call",
+              loading ? loading : "(unset: lazy)");
   std::unique_ptr<AgGemmNodesOp> op(new AgGemmNodesOp());
   op->ctx_ = &ctx;
   op->plan_ = plan;

@@ -20,49 +20,12 @@
 
 #include "runtime/exec/context.h"  // poison(): the test makes one rank drop out
 #include "runtime/weft.h"
+#include "tests/runtime/api_testing.cuh"
 
 namespace {
 
-using weft::Status;
-std::unique_ptr<weft::Context> g_ctx;
+// ---- kernels of this test beyond api_testing.cuh ----
 
-// ---- small kernels of the test's own: data, poison, delay, reference, comparison ----
-
-__device__ uint16_t hash_bf16(uint64_t seed, uint64_t rank, uint64_t i) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (rank + 1) * 0xC2B2AE3D27D4EB4Full ^ i * 0x165667B19E3779F9ull;
-  x ^= x >> 31;
-  x *= 0x7FB5D329728EA185ull;
-  x ^= x >> 27;
-  const float f = float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);
-  uint32_t u = __float_as_uint(f);
-  return uint16_t((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
-}
-__device__ float bf16_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
-
-__global__ void fill(uint16_t* p, int64_t n, uint64_t seed, uint64_t rank) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = hash_bf16(seed, rank, i);
-}
-__global__ void poison(uint16_t* p, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    p[i] = 0xFFFF;  // NaN
-}
-__global__ void delay(int64_t cycles) {
-  const int64_t start = clock64();
-  while (clock64() - start < cycles) {
-  }
-}
-// c_ref[i][j] = sum_x A[i][x] * B[j][x] with A's row i regenerated from its owner's seed.
-__global__ void reference(float* c_ref, const uint16_t* b, int64_t m, int64_t n, int64_t k, int64_t m_loc,
-                          uint64_t seed) {
-  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (idx >= m * n) return;
-  const int64_t i = idx / n, j = idx % n, owner = i / m_loc, row = i % m_loc;
-  float acc = 0;
-  for (int64_t x = 0; x < k; ++x)
-    acc += bf16_to_float(hash_bf16(seed, owner, row * k + x)) * bf16_to_float(b[j * k + x]);
-  c_ref[idx] = acc;
-}
 // GEMM+RS/AR: c_ref[i][j] = Σ_q Σ_x A_q[i][x] B_q[j][x], every rank's A_q and B_q regenerated from
 // (seed, q); rows from `row0` on (ReduceScatter: this rank's block).
 __global__ void reference_reduce(float* c_ref, int64_t rows, int64_t row0, int64_t n, int64_t k_loc, int ranks,
@@ -84,13 +47,6 @@ __global__ void compare_loose(const uint16_t* c, const float* c_ref, int64_t n, 
   }
 }
 
-// bad[0]: elements off by more than bf16 rounding allows (or NaN: never written).
-__global__ void compare(const uint16_t* c, const float* c_ref, int64_t n, unsigned long long* bad) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float got = bf16_to_float(c[i]), ref = c_ref[i];
-    if (!(fabsf(got - ref) <= 0.02f * fabsf(ref) + 0.05f)) atomicAdd(bad, 1ull);
-  }
-}
 // Holds its SM until *release is set (or ~2 s pass): blocks that fill SMs beside the op.
 __global__ void hold(volatile int* release, int64_t max_cycles) {
   extern __shared__ char smem[];
@@ -119,72 +75,6 @@ void CUPTIAPI on_api(void* user, CUpti_CallbackDomain, CUpti_CallbackId, const v
   if (alloc) c->allocs++;
   if (sync) c->syncs++;
   if ((alloc || sync) && c->first_bad.empty()) c->first_bad = name;
-}
-
-// ---- one AllGather+GEMM problem on this job ----
-
-std::string workload(const std::string& name, int m, int n, int k, const std::string& extra = "") {
-  const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + name + ".yaml";
-  if (g_ctx->rank() == 0) {
-    FILE* f = fopen(path.c_str(), "w");
-    REQUIRE(f != nullptr);
-    fprintf(
-        f,
-        "name: %s\nop: ag_gemm\ndtype: bf16\nshape: {m: %d, n: %d, k: %d}\nlayout: {nodes: 1, gpus_per_node: %d}\n%s",
-        name.c_str(), m, n, k, g_ctx->size(), extra.c_str());
-    fclose(f);
-  }
-  return path;
-}
-
-struct Problem {
-  std::unique_ptr<weft::AgGemm> op;
-  int64_t m = 0, n = 0, k = 0, m_loc = 0;
-  uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
-  float* c_ref = nullptr;
-  unsigned long long* bad = nullptr;
-
-  void create(const std::string& name, int m_, int n_, int k_, const std::string& extra = "") {
-    weft::Plan plan;
-    std::string err;
-    REQUIRE_MESSAGE(g_ctx->plan(workload(name, m_, n_, k_, extra), &plan, &err) == Status::kOk, err);
-    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
-    REQUIRE(weft::AgGemm::create(*g_ctx, plan, &op) == Status::kOk);
-    m = op->m(), n = op->n_local(), k = op->k(), m_loc = m / g_ctx->size();
-    REQUIRE(cudaMalloc(&a, size_t(m_loc * k) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&b, size_t(n * k) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c, size_t(m * n) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c_ref, size_t(m * n) * 4) == cudaSuccess);
-    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
-    *bad = 0;
-  }
-  ~Problem() {
-    op.reset();
-    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
-  }
-  // One checked call on `s`: fresh A and B, poisoned C before, A poisoned right after, C compared.
-  Status call(uint64_t seed, cudaStream_t s, int64_t delay_cycles = 0) {
-    const int rank = g_ctx->rank();
-    fill<<<64, 256, 0, s>>>(a, m_loc * k, seed, uint64_t(rank));
-    fill<<<64, 256, 0, s>>>(b, n * k, seed, uint64_t(1000 + rank));
-    poison<<<64, 256, 0, s>>>(c, m * n);
-    if (delay_cycles > 0) delay<<<1, 1, 0, s>>>(delay_cycles);
-    const Status st = op->run(a, b, c, s);
-    if (st != Status::kOk) return st;
-    poison<<<64, 256, 0, s>>>(a, m_loc * k);  // the caller may overwrite A once the stream passed the call
-    reference<<<unsigned((m * n + 255) / 256), 256, 0, s>>>(c_ref, b, m, n, k, m_loc, seed);
-    compare<<<64, 256, 0, s>>>(c, c_ref, m * n, bad);
-    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kCudaError;
-  }
-};
-
-bool drain(cudaStream_t s, double seconds) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (cudaStreamQuery(s) == cudaErrorNotReady) {
-    if (std::chrono::steady_clock::now() > end) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return cudaStreamQuery(s) == cudaSuccess;
 }
 
 }  // namespace
