@@ -29,6 +29,8 @@
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/gemm.h"
 #include "launcher/op_registry.h"
+#include "runtime/exec/ag_gemm.h"
+#include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/op_harness.h"
@@ -375,6 +377,25 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
 
   if (wl.run.validate) WEFT_CHECK(validate(op, comm, blas, boot, wl));
 
+  // The runtime op (runtime/exec/ag_gemm_nodes.h, what `weftrun run` and the API execute) beside the
+  // runner, on a context of its own: with the runner's roles, and with the model's plan. Each copies
+  // the runner's shard into its heap on every call, as a program's call does.
+  const Plan model = plan_for(wl, info.rank);
+  std::unique_ptr<runtime::Context> rt_ctx;
+  std::unique_ptr<runtime::AgGemmOp> rt_same, rt_model;
+  bf16* rt_c = nullptr;
+  const bool rt = plan.exec.executable && model.exec.executable;
+  if (rt) {
+    WEFT_CHECK(runtime::Context::create(boot, std::max(plan.heap_bytes, model.heap_bytes) * 2 + (4u << 20), &rt_ctx));
+    WEFT_CHECK(runtime::AgGemmOp::create(*rt_ctx, plan, &rt_same));
+    WEFT_CHECK(runtime::AgGemmOp::create(*rt_ctx, model, &rt_model));
+    WEFT_CUDA_CHECK(cudaMalloc(&rt_c, size_t(op.m * op.n) * sizeof(bf16)));
+    WEFT_CHECK(poison_bf16(rt_c, op.m * op.n, op.main));  // an element no call writes fails the check below
+  } else if (info.rank == 0) {
+    printf("(no runtime op rows: %s)\n",
+           !plan.exec.executable ? plan.exec.not_executable.c_str() : model.exec.not_executable.c_str());
+  }
+
   const int warm = wl.run.warmup, iters = wl.run.iters;
   // The fused op and its baselines timed together, interleaved (InterleavedTimer: max over ranks);
   // the proxies' counters over those rounds count the fused runs' messages only (the others move
@@ -396,6 +417,10 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
     return Status::kOk;
   });
   timer.add([&] { return op.enqueue_gemm_only(); });  // 4
+  if (rt) {
+    timer.add([&] { return rt_same->run(op.pos_ptr(0), op.b, rt_c, op.main); });   // 5
+    timer.add([&] { return rt_model->run(op.pos_ptr(0), op.b, rt_c, op.main); });  // 6
+  }
   WEFT_CHECK(timer.run(boot, comm, op.main, warm, iters, "weft.ag_gemm_nodes.interleaved"));
   WEFT_CHECK(op.check("ag_gemm_nodes"));
   WEFT_CHECK(op.tp->flush());
@@ -404,6 +429,19 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
       comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t_gather));
   WEFT_CHECK(op.check("ag_gemm_nodes gather"));
 
+  // The runtime op's C of its last call (the model's plan), against cuBLAS on NCCL's gathered A.
+  Comparison rt_cmp;
+  if (rt) {
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+    WEFT_CHECK(compare_bf16(rt_c, op.c_ref, op.m * op.n, op.main, &rt_cmp));
+    if (rt_cmp.non_finite || !(rt_cmp.rel_err < 1e-2)) {
+      WEFT_WARN(kKernel,
+                "rank %d: ag_gemm_nodes: the runtime op's C differs from cuBLAS: rel err %.3g, %lld elements "
+                "not finite",
+                info.rank, rt_cmp.rel_err, static_cast<long long>(rt_cmp.non_finite));
+      return Status::kInternal;
+    }
+  }
   const double f = timer.ms(0), s = timer.ms(1), g = timer.ms(2), c = timer.ms(3), wg = timer.ms(4);
   double ga = 0;
   WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm_nodes.t_gather", t_gather, &ga));
@@ -434,6 +472,14 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
            double(c1.signals - c0.signals) / runs, double(c1.fences - c0.fences) / runs,
            double(c1.batches - c0.batches) / runs, double(c1.stalls - c0.stalls) / runs);
   rows.push_back({"weft gather alone (hierarchical)", ga, 0, note});
+  if (rt) {
+    snprintf(note, sizeof note, "%.3fx the runner's row; the runner's roles; shard copied in per call",
+             timer.ms(5) / f);
+    rows.push_back({"weft runtime op, same roles", timer.ms(5), tf(timer.ms(5)), note});
+    snprintf(note, sizeof note, "the model's plan: compute %d intra_comm %d inter_send %d; C rel err %.1e",
+             model.roles.compute, model.roles.intra_comm, model.roles.inter_send, rt_cmp.rel_err);
+    rows.push_back({"weft runtime op, the plan", timer.ms(6), tf(timer.ms(6)), note});
+  }
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d intra %d inter %d, limited by %s", plan.roles.compute,
              plan.roles.intra_comm, plan.roles.inter_send, plan.limited_by.c_str());
@@ -455,6 +501,10 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
 
   // Every rank has what it waited for once all are here: then the proxies may stop.
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+  rt_same.reset(), rt_model.reset();
+  if (rt_ctx) WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.runtime_done"));  // nobody frees a heap a peer reads
+  rt_ctx.reset();
+  if (rt_c) cudaFree(rt_c);
   WEFT_CHECK(op.tp->flush());
   WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.done"));
   op.fifos.clear();
