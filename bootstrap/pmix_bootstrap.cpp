@@ -190,7 +190,7 @@ std::atomic<int> g_connections{0};
 // peers had entered the next connection's first fence failed that fence ("a rank left the job",
 // 1 run in 12 of three connections in a row under weftrun).
 void release_process_connection() {
-  run_bounded([] { PMIx_Finalize(nullptr, 0); }, 2.0);
+  run_bounded([] { PMIx_Finalize(nullptr, 0); }, 5.0);  // as a destructor's bound at most
 }
 
 }  // namespace

@@ -140,6 +140,12 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
 __global__ void ag_gemm_nodes_freed_kernel(const __grid_constant__ AgNodesKernelParams p) {
   const AgNodesDeviceMoves& m = p.moves;
   if (threadIdx.x != 0) return;
+  // The node-mates first: a failed push below must not leave them waiting on this rank's word.
+  if (m.num_forwards > 0) {
+    __threadfence_system();
+    for (int32_t t = 0; t < m.num_targets; ++t)
+      flag_store_release(freed_at(p.peers[m.fwd_mate[0][t]], m, m.positions + p.frame.rank), p.epoch);
+  }
   for (int32_t s = 0; s < m.num_sends; ++s) {
     const int rc = transport::device::push_signal<false>(
         p.fifo[0], m.send_peer[s], m.freed_offset + uint64_t(p.frame.rank) * sizeof(uint64_t), p.epoch);
@@ -147,11 +153,6 @@ __global__ void ag_gemm_nodes_freed_kernel(const __grid_constant__ AgNodesKernel
       if (atomicCAS(p.push_error, 0, rc) == 0) *p.push_error_peer = m.send_peer[s];
       return;
     }
-  }
-  if (m.num_forwards > 0) {
-    __threadfence_system();
-    for (int32_t t = 0; t < m.num_targets; ++t)
-      flag_store_release(freed_at(p.peers[m.fwd_mate[0][t]], m, m.positions + p.frame.rank), p.epoch);
   }
 }
 

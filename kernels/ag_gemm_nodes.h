@@ -9,7 +9,8 @@
 //
 // "Freed" round: at its start a launch tells the rail peers (a signal through the proxy) and the
 // node-mates (a store over NVLink) that its last run is over, so they may write into it; a put or a
-// forward into a peer waits for that peer's word first.
+// forward into a peer waits for that peer's word first. The runtime op also raises the words at the
+// end of each run (launch_ag_gemm_nodes_freed), which its copy into position 0 waits for.
 //
 // The plan (which shard goes where) is kernels/ag_gemm_nodes_plan.h; the benchmark runner is
 // runtime/ops/ag_gemm_nodes_op.cpp, the runtime op runtime/exec/ag_gemm_nodes.cpp.

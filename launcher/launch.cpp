@@ -199,11 +199,12 @@ int launch_ranks(const LaunchOptions& o) {
   for (char** e = environ; *e; ++e)
     if (strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21)) base.push_back(*e);
   const char* visible = getenv("CUDA_VISIBLE_DEVICES");
-  // Every kernel loaded when CUDA starts, unless the user chose: with lazy loading (CUDA's default)
-  // a rank's first launch of a kernel while an op across nodes is in flight waits for the device to
-  // go idle, while the proxy's staging copies wait behind that load: a deadlock
-  // (transport/cuda_transport.h, preload_kernels). A program's own kernels cannot be preloaded by weft.
-  if (!getenv("CUDA_MODULE_LOADING")) base.push_back("CUDA_MODULE_LOADING=EAGER");
+  // A job across (emulated) nodes loads every kernel when CUDA starts, unless the user chose: with
+  // lazy loading (CUDA's default) a rank's first launch of a kernel while an op across nodes is in
+  // flight waits for the device to go idle, while the proxy's staging copies wait behind that load:
+  // a deadlock (transport/cuda_transport.h, preload_kernels). weft cannot preload a program's own
+  // kernels. One node keeps CUDA's default (eager loading costs a framework seconds at start).
+  if (o.nodes > 1 && !getenv("CUDA_MODULE_LOADING")) base.push_back("CUDA_MODULE_LOADING=EAGER");
 
   std::vector<Child> kids(o.ranks);
   std::string cause;  // the first failure, as printed

@@ -117,7 +117,10 @@ void plan_ag_gemm_nodes(const Workload& w, Plan* p) {
   // `weftrun bench`): none of the GEMM core's launch choices.
   e.gemm = GemmChoices{false, false, false, false};
   int64_t channels = 4;
-  if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk) channels = 4;
+  if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8) {
+    e.channels = 4;
+    return refuse(p, "WEFT_NET_CHANNELS: expected 1 to 8 proxy channels");
+  }
   e.channels = int(channels);
   // (Across nodes a workload's plan: map is refused: the tuner's check_plan_spec.)
   // A call's stream waits and writes carry its epoch: a captured call would replay the first epoch.

@@ -64,6 +64,9 @@ class Context {
   };
   // Collective: joins the job this process was started in (PMIx: weftrun exec, srun --mpi=pmix,
   // mpirun), binds the GPU of its local rank, creates the symmetric heap (the group's, with a group).
+  // The process stays connected to the job's PMIx server from its first context until it exits
+  // (contexts made one after another then never meet a peer's disconnect); a process that leaves
+  // with _exit() skips that last goodbye, and its launcher may report it as not finalized.
   static Status create(const Options& options, std::unique_ptr<Context>* out);
   ~Context();
   Context(const Context&) = delete;

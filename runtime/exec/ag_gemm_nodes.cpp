@@ -1,9 +1,12 @@
 // AllGather+GEMM across nodes: placement, heap layout, the context's transport, and one call's steps.
 #include "runtime/exec/ag_gemm_nodes.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "base/log.h"
 #include "base/params.h"
@@ -193,6 +196,7 @@ AgGemmNodesOp::~AgGemmNodesOp() {
   if (join_)
     event_wait_bounded(join_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm across nodes' last call",
                        [this] { unstick(); });
+  await_last_freed();
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
   if (copy_) cudaStreamSynchronize(copy_), cudaStreamDestroy(copy_);
   if (side_) cudaStreamSynchronize(side_), cudaStreamDestroy(side_);
@@ -200,6 +204,35 @@ AgGemmNodesOp::~AgGemmNodesOp() {
   if (join_) cudaEventDestroy(join_);
   if (push_error_) cudaFreeHost(push_error_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+void AgGemmNodesOp::await_last_freed() const {
+  if (!ctx_ || epoch_ == 0 || ctx_->poisoned()) return;
+  const auto end =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(param_double_or_default("WEFT_DEVICE_TIMEOUT"));
+  std::vector<uint64_t> freed(size_t(2 * world_));
+  for (;;) {
+    if (cudaMemcpy(freed.data(), word("ag_nodes.freed", rank_, 0), freed.size() * 8, cudaMemcpyDeviceToHost) !=
+        cudaSuccess)
+      return;
+    std::string missing;
+    for (const auto& send : moves_.sends)
+      if (freed[size_t(send.peer)] < epoch_)
+        missing += " rail peer " + std::to_string(send.peer) + " (through its proxy; seen " +
+                   std::to_string(freed[size_t(send.peer)]) + ")";
+    for (int q : mates_)
+      if (freed[size_t(world_ + q)] < epoch_)
+        missing += " node-mate " + std::to_string(q) + " (seen " + std::to_string(freed[size_t(world_ + q)]) + ")";
+    if (missing.empty()) return;
+    if (std::chrono::steady_clock::now() > end) {
+      WEFT_WARN(kKernel,
+                "rank %d: ag_gemm across nodes, destroyed after %llu calls: still no freed word of the last call "
+                "from%s within WEFT_DEVICE_TIMEOUT",
+                rank_, static_cast<unsigned long long>(epoch_), missing.c_str());
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 uint64_t AgGemmNodesOp::offset_of(const char* name) const {

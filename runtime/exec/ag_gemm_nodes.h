@@ -69,6 +69,10 @@ class AgGemmNodesOp {
   Status make_gemm(const __nv_bfloat16* b);
   uint64_t* word(const char* region, int rank, int64_t index) const;  // a flag word of `rank`'s heap
   uint64_t offset_of(const char* region) const;                       // heap offset (arena included)
+  // Destruction: every peer's freed word of the last call has landed (a rail peer's comes through its
+  // proxy, after its kernel): an op made next on this arena, or the context's transport stopping,
+  // meets none in flight. Bounded by WEFT_DEVICE_TIMEOUT; names the peers still missing.
+  void await_last_freed() const;
 
   Context* ctx_ = nullptr;
   Plan plan_;
