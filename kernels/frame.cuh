@@ -20,7 +20,14 @@ namespace weft::kernels {
 
 // What a launch really was, written by the kernel itself (device memory; kernels/frame.h reads it
 // back): `weftrun run` reports the plan it executed from this record, not from its input.
-enum class KernelKind : int32_t { kNone = 0, kGemm = 1, kAgGemmFused = 2, kPiecePush = 3, kAgGemmNodes = 4 };
+enum class KernelKind : int32_t {
+  kNone = 0,
+  kGemm = 1,
+  kAgGemmFused = 2,
+  kPiecePush = 3,
+  kAgGemmNodes = 4,
+  kGemmReduceNodes = 5
+};
 struct LaunchRecord {
   int32_t launches;           // blocks 0 of the launches since the record was cleared
   int32_t kernel;             // KernelKind of the last launch

@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
   } else if (role == Role::kInterSend) {
     if (idx == 0) inter_send(p);
   }
+  frame_note_launch(p.frame, KernelKind::kGemmReduceNodes);  // at the end, as the GEMM kernel's (no spill)
 }
 
 }  // namespace

@@ -136,7 +136,10 @@ nlohmann::json execution_json(const Execution& e) {
     j["send"] = e.send;
     j["gather"] = e.gather;
   }
-  if (e.variant == "hierarchical") j["channels"] = e.channels;  // likewise
+  if (e.variant == "hierarchical") {  // likewise
+    j["channels"] = e.channels;
+    if (e.pieces > 0) j["pieces"] = e.pieces;  // gemm_rs / gemm_ar across nodes
+  }
   return j;
 }
 
@@ -315,7 +318,9 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
     }
     if (p.exec.variant == "hierarchical") {
       read(e, "channels", &p.exec.channels);
-      if (p.exec.channels < 1 || p.exec.channels > 8) throw std::invalid_argument("hierarchical: channels 1 to 8");
+      if (e.contains("pieces")) read(e, "pieces", &p.exec.pieces);
+      if (p.exec.channels < 1 || p.exec.channels > 8 || p.exec.pieces < 0 || p.exec.pieces > 64)
+        throw std::invalid_argument("hierarchical: channels 1 to 8, pieces 0 to 64");
     }
     if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
       at = "execution.gemm";
@@ -419,7 +424,10 @@ std::string format_plan_table(const Plan& p) {
         os << ", gather by " << (p.exec.gather == "sm" ? "the epilogue" : "copy-engine pushes");
     }
     if (p.exec.variant == "peer") os << ", " << p.exec.reduce_blocks << " reduction blocks";
-    if (p.exec.variant == "hierarchical")
+    if (p.exec.variant == "hierarchical" && p.exec.pieces > 0)
+      os << ", " << p.exec.pieces << " piece" << (p.exec.pieces == 1 ? "" : "s") << " per rank's rows, "
+         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ")";
+    else if (p.exec.variant == "hierarchical")
       os << ", " << p.exec.copy_chunks << " chunk" << (p.exec.copy_chunks == 1 ? "" : "s") << " per shard, "
          << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ")";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"

@@ -5,6 +5,7 @@
 #include "base/params.h"
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/frame.cuh"
+#include "kernels/gemm_reduce_nodes_plan.h"
 #include "kernels/moe_plan.h"
 #include "kernels/reduce_overlap_plan.h"
 #include "kernels/tile_scheduler.h"
@@ -165,6 +166,70 @@ void plan_ag_gemm_nodes(const Workload& w, Plan* p) {
   add_region(p, "ag_nodes.flags", uint64_t(W * e.copy_chunks) * 8);  // [position][chunk]: epoch once there
   add_region(p, "ag_nodes.freed", uint64_t(2 * W) * 8);              // [rail q], [W + mate q]: q's last run over
   add_region(p, "ag_nodes.ready", uint64_t(W) * 8);                  // [mate q]: q's new shard in position 0
+  p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
+}
+
+// GEMM+RS and GEMM+AR across nodes (runtime/exec/gemm_reduce_nodes_op.h, the data flow drawn in
+// kernels/gemm_reduce_nodes_plan.h): the GEMM's epilogue stages partials; node-mates' partials move
+// by the copy engines; node sums cross the NIC through the proxy (one inter_send SM); AllReduce's
+// reduced rows come back the same ways. Pieces: the most (at most 8) of whole tiles and at least
+// 2 MiB each; channels: WEFT_NET_CHANNELS (4). Roles: every other SM computes.
+void plan_gemm_reduce_nodes(const Workload& w, Plan* p) {
+  const int64_t W = p->world_size, m = p->gemm.m, n = p->gemm.n, k = p->gemm.k, m_loc = m / W;
+  const bool ar = p->op == Op::kGemmAr;
+  Execution& e = p->exec;
+  e.variant = "hierarchical";
+  e.cluster = 1;
+  e.group_m = 16;
+  // The staged partials of positions below the reduce range leave through TMA stores; the GEMM walks
+  // its tiles statically and whole (the kernel as `weftrun bench` measures it).
+  e.gemm = GemmChoices{false, false, false, true};
+  e.pieces = kernels::rs_nodes_pieces(m_loc, n * 2, int(kTileRows), 0);
+  int64_t channels = 4;
+  if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8) {
+    e.channels = 4;
+    return refuse(p, "WEFT_NET_CHANNELS: expected 1 to 8 proxy channels");
+  }
+  e.channels = int(channels);
+  e.capturable = false;  // the flags carry the call's number (kernel arguments, stream waits)
+  e.executable = true;
+  if (m % (W * kTileRows) != 0)
+    return refuse(p, w.error_at("shape.m", "m / ranks = " + std::to_string(m / W) + " rows: expected a multiple of " +
+                                               std::to_string(kTileRows)));
+  if (k % W != 0 || (k / W) % 8 != 0)
+    return refuse(p, w.error_at("shape.k", std::to_string(k) + ": expected k / ranks to be a multiple of 8 (16-byte "
+                                                               "rows for TMA)"));
+  if (e.pieces < 1) return refuse(p, w.error_at("shape.m", "a rank's rows do not cut into whole 128-row pieces"));
+  std::vector<int> node_of, local_of;
+  for (int r = 0; r < W; ++r) node_of.push_back(r / p->gpus_per_node), local_of.push_back(r % p->gpus_per_node);
+  kernels::RsNodesPlan moves;
+  std::string why;
+  if (!kernels::make_rs_nodes_plan(node_of, local_of, 0, 10, &moves, &why))  // EpiReduceSlots::kMaxSlots
+    return refuse(p, w.error_at(nodes_key(w), why));
+  if (moves.rails.size() > 8)
+    return refuse(p, w.error_at(nodes_key(w), std::to_string(p->nodes) + " nodes: at most 9 in this build"));
+  if (p->roles_explicit && (p->roles.intra_comm > 0 || p->roles.inter_reduce > 0 || p->roles.inter_send < 1))
+    return refuse(p, w.error_at("roles",
+                                "across nodes this op runs compute SMs and one inter_send SM (the copy "
+                                "engines move the NVLink bytes; the epilogue sums); expected intra_comm: 0, "
+                                "inter_reduce: 0, inter_send: 1"));
+  if (!p->roles_explicit) p->roles = RoleCounts{p->sm_count - 1, 0, 1, 0};
+  // The runner's layout (runtime/exec/gemm_reduce_nodes.cpp, RsNodes::size), in its order and alignment.
+  const uint64_t R = uint64_t(moves.reduce_rows()), slots = moves.slots.size(), S = uint64_t(e.pieces);
+  const uint64_t block = uint64_t(m_loc * n) * 2, mn = uint64_t(m * n) * 2;
+  auto region = [&](const char* name, uint64_t bytes, uint64_t align) {
+    const uint64_t offset = align_up(p->heap_bytes, align);
+    p->heap.push_back({std::string("gemm_reduce_nodes.") + name, offset, bytes});
+    p->heap_bytes = offset + bytes;
+  };
+  region("partial", mn, 1024);
+  region("out", R * block, 1024);
+  region("slots", slots * R * block, 1024);
+  if (ar) region("c", mn, 1024);
+  region("arrived", 8 * slots * uint64_t(W) * S, 256);
+  region("mate_freed", 8 * uint64_t(W), 256);
+  region("rail_freed", 8 * uint64_t(W), 256);
+  region("c_arrived", 8 * uint64_t(W) * S, 256);
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 
@@ -392,10 +457,7 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* p) {
       return plan_ag_gemm(w, p);
     case Op::kGemmRs:
     case Op::kGemmAr:
-      if (p->nodes > 1)
-        return refuse(p, w.error_at(nodes_key(w), std::string(to_string(p->op)) +
-                                                      " across nodes runs under `weftrun bench` only in this build "
-                                                      "(the runtime's op is one node)"));
+      if (p->nodes > 1) return plan_gemm_reduce_nodes(w, p);
       return plan_gemm_reduce(w, p);
     case Op::kMoe:
       return plan_moe(w, p);

@@ -31,6 +31,13 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   if (plan.op != Op::kGemmRs && plan.op != Op::kGemmAr)
     return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
   if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
+  if (plan.nodes > 1) {
+    std::unique_ptr<GemmReduceOp> op(new GemmReduceOp());
+    WEFT_CHECK(GemmReduceNodesOp::create(ctx, plan, &op->nodes_));
+    op->all_reduce_ = op->nodes_->all_reduce();
+    *out = std::move(op);
+    return Status::kOk;
+  }
   const bool overlap = plan.exec.variant == "overlap";
   if (!overlap && plan.exec.variant != "peer") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
   if (plan.world_size != W || plan.nodes != 1 || W > kernels::PeerReduceArgs::kMaxRanks)
@@ -201,6 +208,7 @@ void* GemmReduceOp::resolve(const std::string& name, int rank) const {
 }
 
 Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
+  if (nodes_) return nodes_->run(a, b, c, s);
   WEFT_CHECK(ctx_->check_usable("gemm_reduce run"));
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   WEFT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
@@ -278,6 +286,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
 }
 
 void GemmReduceOp::unstick() {
+  if (nodes_) return nodes_->unstick();
   if (overlap_) {  // the stream waits are not bounded on the device: raise every word they wait on
     overlap_->unstick(side_);
     return;
@@ -288,11 +297,13 @@ void GemmReduceOp::unstick() {
 }
 
 Status GemmReduceOp::clear_launch_record() {
+  if (nodes_) return nodes_->clear_launch_record();
   if (mover_record_.device()) WEFT_CHECK(mover_record_.clear());
   return record_.clear();
 }
 
 Status GemmReduceOp::executed_plan(Plan* out) const {
+  if (nodes_) return nodes_->executed_plan(out);
   // Both variants launch the GEMM core: a GEMM launch is the plan's variant (the movers' own record
   // follows).
   WEFT_CHECK(record_.executed(

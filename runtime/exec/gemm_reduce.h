@@ -16,6 +16,7 @@
 #include "kernels/gemm_types.h"
 #include "runtime/call_clock.h"
 #include "runtime/exec/context.h"
+#include "runtime/exec/gemm_reduce_nodes_op.h"
 #include "runtime/exec/launch_record.h"
 #include "runtime/exec/reduce_overlap.h"
 #include "runtime/plan.h"
@@ -36,6 +37,9 @@ namespace weft::runtime {
 //   while the GEMM runs, the own rows are reduced in its epilogue; AllReduce's C is gathered in the
 //   heap and copied to the caller's c at the end.
 //
+// Across nodes the op is GemmReduceNodesOp (runtime/exec/gemm_reduce_nodes_op.h), which this one runs
+// for a plan of more than one node.
+//
 // Both count calls in their flags (kernel arguments, stream waits): not capturable. No allocation
 // and no host synchronisation per call; every rank calls run() alike.
 class GemmReduceOp {
@@ -49,7 +53,7 @@ class GemmReduceOp {
   Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
   bool all_reduce() const { return all_reduce_; }
   // AllReduce: C in the heap (run() copies it to c unless c is this); nullptr for ReduceScatter.
-  __nv_bfloat16* heap_c() const { return all_reduce_ ? full_[size_t(rank_)] : nullptr; }
+  __nv_bfloat16* heap_c() const { return nodes_ ? nodes_->heap_c() : all_reduce_ ? full_[size_t(rank_)] : nullptr; }
   Status clear_launch_record();
   Status executed_plan(Plan* out) const;  // as AgGemmOp::executed_plan
   void unstick();
@@ -58,6 +62,7 @@ class GemmReduceOp {
   GemmReduceOp() = default;
   void* resolve(const std::string& name, int rank) const;  // creation only: looks the region up by name
 
+  std::unique_ptr<GemmReduceNodesOp> nodes_;  // a plan across nodes: every call goes to it
   Context* ctx_ = nullptr;
   Plan plan_;
   bool all_reduce_ = false;

@@ -1,115 +1,21 @@
-// GEMM+ReduceScatter / GEMM+AllReduce across nodes: the op's state, shared by its setup and enqueue
-// (gemm_reduce_nodes_run.cpp) and its harness (gemm_reduce_nodes_op.cpp). The design is drawn in
-// kernels/gemm_reduce_nodes_plan.h.
+// GEMM+ReduceScatter / GEMM+AllReduce across nodes for `weftrun bench`: the op's state and schedule
+// are the runtime's (runtime/exec/gemm_reduce_nodes.h); the runner gives it a heap and transport of
+// its own, its random inputs and NCCL + cuBLAS's reference (gemm_reduce_nodes_op.cpp).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include <cstdint>
-#include <memory>
-#include <vector>
-
-#include "base/roles.h"
-#include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/rank_context.h"
-#include "kernels/gemm.h"
-#include "kernels/gemm_reduce_nodes.h"
-#include "kernels/gemm_reduce_nodes_plan.h"
+#include "runtime/exec/gemm_reduce_nodes.h"
 #include "runtime/workload.h"
-#include "transport/cuda_transport.h"
-#include "transport/transport.h"
 
 namespace weft::runtime::ops {
 
-struct RsNodes {
-  using bf16 = __nv_bfloat16;
-  bool all_reduce = false;
-  int rank = 0, world = 1, pieces = 1, channels = 1;
-  int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
-  uint64_t tiles_per_piece = 0;
-  uint64_t block_bytes = 0, piece_bytes = 0;  // one owner's rows of C, one piece of them
-  kernels::RsNodesPlan plan;
+using runtime::RsNodes;
 
-  // Symmetric heap (offsets equal on every rank):
-  //   partial  positions [0, lo) of this rank's partial (the rest of its M rows are never stored there)
-  //   out      positions [lo, W): node sums of the rail rows, this rank's partial of its mates' rows,
-  //            its own result (position W - 1)
-  //   slots    nslots x positions [lo, W): staged partials (zero where the slot's source sends nothing)
-  //   c        AllReduce: M x N in global row order
-  //   flags    arrived[slot][pos][piece], mate_freed[W], rail_freed[W], c_arrived[W][piece]
-  uint64_t partial_off = 0, out_off = 0, slots_off = 0, c_off = 0;
-  uint64_t arrived_off = 0, mate_freed_off = 0, rail_freed_off = 0, c_arrived_off = 0;
-  std::unique_ptr<transport::CudaHeap> heap;
-  std::unique_ptr<transport::Transport> tp;
-  std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos;
-
-  bf16 *a = nullptr, *a_pos = nullptr, *b = nullptr;  // A in global row order; A in position order
-  bf16 *ref = nullptr, *ref_partial = nullptr, *scratch = nullptr;
-  uint64_t *tiles = nullptr, *gate = nullptr;  // local, per shard (position x piece)
-  kernels::RsNodesMessage* msgs = nullptr;     // device copy of the messages
-  const uint64_t** waits = nullptr;            // device: the exchange-alone waits
-  int num_msgs = 0, num_waits = 0;
-  int32_t* push_err = nullptr;  // [status, peer]
-  uint64_t epoch = 0, tile_runs = 0;
-  cudaStream_t main = nullptr, copy = nullptr, gates = nullptr, ag = nullptr, fwd = nullptr;
-  cudaEvent_t fork = nullptr, joined[4] = {};
-  kernels::GemmParams gemm_alone;  // weft's GEMM on A in global order, EpiStoreBf16 into scratch
-  kernels::FrameHost frame;
-  kernels::FrameParams frame_params;
-  RoleCounts roles;
-  kernels::RsNodesKernelParams kp;
-  double host_us = 0;
-  int64_t host_runs = 0;
-
-  char* base() const { return static_cast<char*>(heap->local()); }
-  char* peer_base(int r) const { return static_cast<char*>(heap->peer(r)); }
-  template <typename T>
-  T* at(uint64_t off) const {
-    return reinterpret_cast<T*>(base() + off);
-  }
-  template <typename T>
-  T* peer_at(int r, uint64_t off) const {
-    return reinterpret_cast<T*>(peer_base(r) + off);
-  }
-  int nslots() const { return int(plan.slots.size()); }
-  uint64_t out_region(int pos) const { return out_off + uint64_t(pos - plan.lo) * block_bytes; }
-  uint64_t slot_region(int slot, int pos) const {
-    return slots_off + (uint64_t(slot) * uint64_t(plan.reduce_rows()) + uint64_t(pos - plan.lo)) * block_bytes;
-  }
-  uint64_t arrived_flag(int slot, int pos, int j) const {
-    return arrived_off + 8 * ((uint64_t(slot) * world + pos) * pieces + j);
-  }
-  uint64_t c_arrived_flag(int owner, int j) const { return c_arrived_off + 8 * (uint64_t(owner) * pieces + j); }
-  int shard(int pos, int j) const { return pos * pieces + j; }
-  // Whether slot `s` receives data at position `pos` (else its region there stays zero).
-  bool slot_has_data(int s, int pos) const;
-  bf16* result() const { return all_reduce ? at<bf16>(c_off) : at<bf16>(out_region(world - 1)); }
-  int64_t result_elems() const { return all_reduce ? m * n : m_loc * n; }
-
-  // Collective: heap, transport, buffers, GEMM params, kernel params (gemm_reduce_nodes_run.cpp).
-  Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms);
-  // One run: the fused op (compute), or the cross-node exchange alone (the same proxy messages, no
-  // GEMM, no NVLink moves). Enqueued on `main`; host time accounted.
-  Status enqueue(bool compute);
-  Status enqueue_gemm_alone();
-  // Poisons every buffer a run writes (results, staged data; the slots' zero regions stay zero).
-  Status poison();
-  // After a synchronized run: device timeouts (named), failed pushes, the proxies' first error.
-  Status check(const char* what) const;
-  // Reports every flag this rank still waits for in the current epoch, then raises the local ones so
-  // the streams drain (sync_bounded's unstick).
-  void unstick();
-  Status sync(const char* what);
-
-  RsNodes() = default;
-  RsNodes(const RsNodes&) = delete;
-  RsNodes& operator=(const RsNodes&) = delete;
-  ~RsNodes();
-};
-
-// Node and local index of every rank (collective).
-Status gather_rs_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of);
+// Collective: places the op (all_reduce, rank, world, m, n, k_loc, m_loc set), makes its heap and
+// transport (WEFT_GEMM_REDUCE_PIECES, WEFT_NET_CHANNELS, the workload's transport), the runner's
+// buffers with random A and B, and the GEMM alone; `sms` compute + inter_send blocks.
+Status setup_rs_nodes_bench(RsNodes& op, const bootstrap::RankContext& ctx, const Workload& wl,
+                            bootstrap::Bootstrap& boot, int sms);
 
 }  // namespace weft::runtime::ops

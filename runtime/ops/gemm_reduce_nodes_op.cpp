@@ -56,7 +56,7 @@ Status enqueue_collective(RsNodes& op, ncclComm_t comm) {
 Status fused_run(RsNodes& op, bootstrap::Bootstrap& boot, const char* name, const std::string& tag) {
   WEFT_CHECK(op.poison());
   WEFT_CHECK(boot.barrier(tag));
-  WEFT_CHECK(op.enqueue(true));
+  WEFT_CHECK(op.enqueue(op.a, op.b, op.main, true));
   Status synced = op.sync(name);
   WEFT_CHECK(op.check(name));
   return synced;
@@ -148,7 +148,7 @@ Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& 
   op.m_loc = op.m / op.world;
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
-  WEFT_CHECK(op.setup(ctx, wl, boot, sms));
+  WEFT_CHECK(setup_rs_nodes_bench(op, ctx, wl, boot, sms));
   bool deterministic = false;
   WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
 
@@ -183,9 +183,9 @@ Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& 
   op.host_us = 0;
   op.host_runs = 0;
   InterleavedTimer timer;
-  timer.add([&] { return op.enqueue(true); });                  // 0
-  timer.add([&] { return enqueue_sequence(op, comm, blas); });  // 1
-  timer.add([&] {                                               // 2
+  timer.add([&] { return op.enqueue(op.a, op.b, op.main, true); });  // 0
+  timer.add([&] { return enqueue_sequence(op, comm, blas); });       // 1
+  timer.add([&] {                                                    // 2
     return cublas_gemm_tn(blas, op.m, op.n, op.k_loc, op.a, op.k_loc, op.b, op.k_loc, op.ref_partial, op.n, op.main);
   });
   timer.add([&] { return enqueue_collective(op, comm); });  // 3
@@ -197,7 +197,7 @@ Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& 
   WEFT_CHECK(op.tp->flush());
   const transport::TransportCounters c1 = op.tp->counters();
   WEFT_CHECK(time_op(
-      comm, op.main, warm, iters, [&] { return op.enqueue(false); }, &t_exchange, unstick));
+      comm, op.main, warm, iters, [&] { return op.enqueue(op.a, op.b, op.main, false); }, &t_exchange, unstick));
   WEFT_CHECK(op.check((std::string(name) + " exchange").c_str()));
   WEFT_CHECK(op.frame.check(name));
 

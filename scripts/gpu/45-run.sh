@@ -5,7 +5,7 @@
 #   - explicit choices run as written: two role splits (copy engines on fewer SMs, SM movers) and a
 #     plan given with --plan that differs from the tuner's, each read back from the launch record;
 #   - two rank groups of 1 x 2 running the same op at once, each on its own heap and flags;
-#   - AllGather+GEMM across 2 emulated nodes x 2 GPUs (4 GPUs);
+#   - AllGather+GEMM, GEMM+RS and GEMM+AR across 2 emulated nodes x 2 GPUs (4 GPUs);
 #   - GEMM+RS/AR's overlap variant as written (4 GPUs), and tuned: weftrun tune's stored plan executed;
 #   - what it cannot run is refused before any rank starts (exit 2).
 # With fewer GPUs than ranks the ranks share GPUs (--oversubscribe): correct, but not NVLink, and
@@ -63,11 +63,13 @@ for cfg in ag_gemm_m2048 ag_gemm_llama70b ag_gemm_m16384 gemm_rs_m2048 gemm_rs_m
   run_one "$cfg" "$root/configs/examples/$cfg.yaml" ""
 done
 
-# AllGather+GEMM across 2 emulated nodes of 2 GPUs (the socket backend between them where there is
-# no RDMA NIC): the runtime op's copy-in, pulls, proxy puts and end-of-run freed words. Each rank
-# needs a GPU of its own (a persistent kernel per GPU): 4 GPUs only.
+# The ops across 2 emulated nodes of 2 GPUs (the socket backend between them where there is no RDMA
+# NIC): AllGather+GEMM's copy-in, pulls, proxy puts and end-of-run freed words; GEMM+RS/AR's staged
+# partials. Each rank needs a GPU of its own (a persistent kernel per GPU): 4 GPUs only.
 if [ -z "$share" ]; then
-  run_one ag_gemm_2x2 "$root/configs/examples/ag_gemm_2x2.yaml" "" --emulate-nodes 2
+  for cfg in ag_gemm_2x2 gemm_rs_2x2 gemm_ar_2x2; do
+    run_one "$cfg" "$root/configs/examples/$cfg.yaml" "" --emulate-nodes 2
+  done
 fi
 
 # Explicit role splits, as written.

@@ -1,7 +1,7 @@
 // GPU tests of the multi-node GEMM+ReduceScatter / GEMM+AllReduce kernel (kernels/gemm_reduce_nodes.h)
 // on its own, without weftrun or NCCL: ranks forked as emulated nodes (2 x 2 and 4 x 1), driven through
-// the op's setup and enqueue (runtime/ops/gemm_reduce_nodes.h), the device FIFO, proxy and socket
-// backend between nodes, CUDA IPC and copy engines within a node.
+// the op's setup and enqueue (runtime/exec/gemm_reduce_nodes.h, the runner's setup_rs_nodes_bench), the device FIFO,
+// proxy and socket backend between nodes, CUDA IPC and copy engines within a node.
 //   - Every rank's A and B encode that rank in every element; after each of three calls (every buffer
 //     a call writes poisoned first) this rank's rows (ReduceScatter) or all of C (AllReduce) match an
 //     fp32 reference summed over every rank's K slice: a misrouted or missing partial, an unwritten
@@ -78,7 +78,7 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   int sms = 0;
   FORK_TRY(weft::kernels::device_sm_count(&sms), 22);
   // Sharing a GPU, every rank's persistent launch must fit beside the others' (and the copies').
-  FORK_TRY(op.setup(ctx, wl, boot, ngpu < W ? 17 : sms), 23);
+  FORK_TRY(ops::setup_rs_nodes_bench(op, ctx, wl, boot, ngpu < W ? 17 : sms), 23);
 
   // This rank's A (m x k/W) and B (n x k/W) in place of the setup's random ones (enqueue copies A into
   // position order on every call); the reference: C = Σ_q A_q B_qᵀ = [A_0 | A_1 | ...] [B_0 | B_1 | ...]ᵀ.
@@ -101,7 +101,7 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
     const bool compute = call != 3;  // call 3: the cross-node exchange alone
     FORK_TRY(op.poison(), 30);
     FORK_TRY(boot.barrier("call." + std::to_string(call)), 31);  // nobody writes into a slot being poisoned
-    FORK_TRY(op.enqueue(compute), 32);
+    FORK_TRY(op.enqueue(op.a, op.b, op.main, compute), 32);
     FORK_TRY(op.sync(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 33);
     FORK_TRY(op.check(compute ? "gemm_reduce_nodes" : "gemm_reduce_nodes exchange"), 34);
     std::string line = "; call " + std::to_string(call);

@@ -11,6 +11,8 @@
 //          the rail peer freed its slot of the last run) ─► gate = epoch (the GEMM's producer waits)
 //   ag     AllReduce: own piece reduced ─► into this rank's C and every mate's C ─► their flags
 //   fwd    AllReduce: a rail peer's piece arrived through the proxy ─► into every mate's C ─► flags
+#include "runtime/exec/gemm_reduce_nodes.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -23,14 +25,13 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/gemm.h"
+#include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
-#include "runtime/ops/cuda_check.h"
-#include "runtime/ops/gemm_reduce.h"
-#include "runtime/ops/gemm_reduce_nodes.h"
-#include "runtime/ops/op_harness.h"
+#include "runtime/exec/stream_ops.h"
+#include "transport/cuda_transport.h"
 #include "transport/heap.h"
 
-namespace weft::runtime::ops {
+namespace weft::runtime {
 
 using bf16 = __nv_bfloat16;
 
@@ -38,7 +39,7 @@ Status gather_rs_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of
   const int32_t mine[2] = {boot.info().node, boot.info().local_rank};
   bootstrap::Blob blob(reinterpret_cast<const uint8_t*>(mine), reinterpret_cast<const uint8_t*>(mine) + sizeof mine);
   std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.gemm_reduce_nodes.placement", blob, &all));
+  WEFT_CHECK(boot.allgather("weft.gemm_reduce_nodes.placement." + std::to_string(boot.next_exchange_id()), blob, &all));
   node_of->clear();
   local_of->clear();
   for (const auto& x : all) {
@@ -58,7 +59,7 @@ bool RsNodes::slot_has_data(int s, int pos) const {
   return g == kernels::RsNodesGroup::kOwn || g == kernels::RsNodesGroup::kRail;
 }
 
-Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, int sms) {
+Status RsNodes::place(bootstrap::Bootstrap& boot) {
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
   std::vector<int> node_of, local_of;
   WEFT_CHECK(gather_rs_placement(boot, &node_of, &local_of));
@@ -72,64 +73,65 @@ Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, boo
               kernels::RsNodesKernelParams::kMaxRails);
     return Status::kUnsupported;
   }
-  int64_t want = 0, ch = 0;
-  WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PIECES", &want));
-  WEFT_CHECK(get_param("WEFT_NET_CHANNELS", &ch));
-  pieces = kernels::rs_nodes_pieces(m_loc, n * int64_t(sizeof(bf16)), kernels::GemmConfig::kTileM, int(want));
+  return Status::kOk;
+}
+
+Status RsNodes::size(int want_pieces, int want_channels, uint64_t base_off, uint64_t* end) {
+  const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
+  pieces = kernels::rs_nodes_pieces(m_loc, n * int64_t(sizeof(bf16)), kernels::GemmConfig::kTileM, want_pieces);
   if (pieces == 0) {
     WEFT_WARN(kKernel,
-              "rank %d: %s across nodes: WEFT_GEMM_REDUCE_PIECES=%lld must cut %lld rows into whole tiles of "
-              "%d rows (at most 64 pieces)",
-              rank, name, static_cast<long long>(want), static_cast<long long>(m_loc), kernels::GemmConfig::kTileM);
+              "rank %d: %s across nodes: %d pieces must cut %lld rows into whole tiles of %d rows (at most 64)", rank,
+              name, want_pieces, static_cast<long long>(m_loc), kernels::GemmConfig::kTileM);
     return Status::kInvalidArgument;
   }
-  channels = int(std::clamp<int64_t>(ch, 1, kernels::RsNodesKernelParams::kMaxChannels));
+  channels = std::clamp(want_channels, 1, kernels::RsNodesKernelParams::kMaxChannels);
   m_piece = m_loc / pieces;
   block_bytes = uint64_t(m_loc * n) * sizeof(bf16);
   piece_bytes = block_bytes / uint64_t(pieces);
   tiles_per_piece = uint64_t(m_piece / kernels::GemmConfig::kTileM) * uint64_t((n + 255) / 256);
-
   const int R = plan.reduce_rows(), W = world, S = pieces;
   const uint64_t mn_bytes = uint64_t(m * n) * sizeof(bf16);
+  // Every region's offset from the heap's base: from base_off on (the op's arena in a context's heap).
   transport::HeapAllocator alloc(~0ull);
-  WEFT_CHECK(alloc.allocate(mn_bytes, 1024, "partial", &partial_off));  // the TMA store's map covers M rows
-  WEFT_CHECK(alloc.allocate(uint64_t(R) * block_bytes, 1024, "out", &out_off));
-  WEFT_CHECK(alloc.allocate(uint64_t(nslots()) * R * block_bytes, 1024, "slots", &slots_off));
-  if (all_reduce) WEFT_CHECK(alloc.allocate(mn_bytes, 1024, "c", &c_off));
-  WEFT_CHECK(alloc.allocate(8ull * nslots() * W * S, 8, "arrived", &arrived_off));
-  WEFT_CHECK(alloc.allocate(8ull * W, 8, "mate_freed", &mate_freed_off));
-  WEFT_CHECK(alloc.allocate(8ull * W, 8, "rail_freed", &rail_freed_off));
-  WEFT_CHECK(alloc.allocate(8ull * W * S, 8, "c_arrived", &c_arrived_off));
-  WEFT_CHECK(transport::CudaHeap::create(boot, alloc.used(), &heap));
-  WEFT_CUDA_CHECK(cudaMemset(heap->local(), 0, alloc.used()));  // zero slot regions, flags at epoch 0
+  regions.clear();
+  auto region = [&](const char* what, uint64_t bytes, uint64_t align, uint64_t* off) -> Status {
+    WEFT_CHECK(alloc.allocate(bytes, align, what, off));
+    regions.push_back({std::string("gemm_reduce_nodes.") + what, *off, bytes});
+    *off += base_off;
+    return Status::kOk;
+  };
+  WEFT_CHECK(region("partial", mn_bytes, 1024, &partial_off));  // the TMA store's map covers M rows
+  WEFT_CHECK(region("out", uint64_t(R) * block_bytes, 1024, &out_off));
+  WEFT_CHECK(region("slots", uint64_t(nslots()) * R * block_bytes, 1024, &slots_off));
+  if (all_reduce) WEFT_CHECK(region("c", mn_bytes, 1024, &c_off));
+  WEFT_CHECK(region("arrived", 8ull * nslots() * W * S, 256, &arrived_off));
+  WEFT_CHECK(region("mate_freed", 8ull * W, 256, &mate_freed_off));
+  WEFT_CHECK(region("rail_freed", 8ull * W, 256, &rail_freed_off));
+  WEFT_CHECK(region("c_arrived", 8ull * W * S, 256, &c_arrived_off));
+  *end = base_off + alloc.used();
+  return Status::kOk;
+}
 
-  transport::TransportOptions opt;
-  opt.channels = channels;
-  opt.workload_signal_mode = to_string(wl.transport.signal_mode);
-  opt.workload_backend = to_string(wl.transport.inter_node);
-  opt.fifo_memory = transport::cuda_fifo_memory();
-  opt.copy_hooks = transport::cuda_copy_hooks(ctx.gpu);
-  WEFT_CHECK(transport::Transport::create(boot, heap->region(), opt, &tp));
-  for (int c = 0; c < channels; ++c) {
-    std::unique_ptr<transport::DeviceFifoHandle> f;
-    WEFT_CHECK(transport::DeviceFifoHandle::create(tp->fifo_ring(c), tp->timeout_s(), &f));
-    kp.fifo[c] = f->get();
-    fifos.push_back(std::move(f));
-  }
+void RsNodes::attach(char* local, std::vector<char*> peers, transport::Transport* t,
+                     const std::vector<transport::DeviceFifo>& rings) {
+  heap_base = local;
+  heap_peers = std::move(peers);
+  tp = t;
+  for (int c = 0; c < channels && c < int(rings.size()); ++c) kp.fifo[c] = rings[size_t(c)];
+}
+
+Status RsNodes::prepare(const RoleCounts& r, int32_t group_m_, kernels::LaunchRecord* launch) {
+  const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
+  const int W = world, S = pieces;
   WEFT_CHECK(transport::preload_kernels({kernels::gemm_reduce_nodes_kernel_ptr()}, name));
-
-  roles.inter_send = 1;
-  roles.compute = sms - roles.inter_send;
-  for (cudaStream_t* s : {&main, &copy, &gates, &ag, &fwd})
-    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking));
+  roles = r;
+  group_m = group_m_;
+  for (cudaStream_t* st : {&main, &copy, &gates, &ag, &fwd})
+    WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(st, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
   for (cudaEvent_t& e : joined) WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  WEFT_CUDA_CHECK(cudaMalloc(&a, size_t(m * k_loc) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&a_pos, size_t(m * k_loc) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&b, size_t(n * k_loc) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&ref, size_t(result_elems()) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&ref_partial, size_t(m * n) * sizeof(bf16)));
-  WEFT_CUDA_CHECK(cudaMalloc(&scratch, size_t(m * n) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&tiles, 8 * size_t(W * S)));
   WEFT_CUDA_CHECK(cudaMemset(tiles, 0, 8 * size_t(W * S)));
   WEFT_CUDA_CHECK(cudaMalloc(&gate, 8 * size_t(W * S)));
@@ -141,40 +143,21 @@ Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, boo
       for (int j = 0; j < S; ++j) gate_init[size_t(shard(pos, j))] = 0;
   WEFT_CUDA_CHECK(cudaMemcpy(gate, gate_init.data(), 8 * gate_init.size(), cudaMemcpyHostToDevice));
 
-  uint64_t seed = 0;
-  WEFT_CHECK(shared_seed(boot, std::string("weft.") + name + "_nodes.seed", &seed));
-  WEFT_CHECK(fill_random_bf16(a, m * k_loc, seed, rank, 1.0f, main));
-  WEFT_CHECK(fill_random_bf16(b, n * k_loc, seed + 1, rank, 1.0f, main));
-  WEFT_CUDA_CHECK(cudaStreamSynchronize(main));
-
-  // The fused GEMM: A in position order, one M-shard per (position, piece), walked in order.
-  kernels::GemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k_loc;
-  args.a = a_pos;
-  args.b = b;
-  args.num_shards = W * S;
-  args.first_shard = 0;
-  WEFT_CHECK(gemm_group(&args.group_m));
-  WEFT_CHECK(kernels::make_gemm_params(args, &kp.gemm));
-  args.a = a;
-  args.num_shards = 1;
-  WEFT_CHECK(kernels::make_gemm_params(args, &gemm_alone));
   WEFT_CHECK(frame.create(rank));
   WEFT_CHECK(frame.params(roles, &frame_params));
+  frame_params.launch = launch;
   kp.frame = frame_params;
 
   kernels::EpiReduceSlots& epi = kp.epi;
+  epi = kernels::EpiReduceSlots{};
   epi.partial = at<bf16>(partial_off);
   epi.out = at<bf16>(out_off);
-  for (int s = 0; s < nslots(); ++s) epi.slots[epi.nslots++] = at<bf16>(slot_region(s, plan.lo));
+  for (int sl = 0; sl < nslots(); ++sl) epi.slots[epi.nslots++] = at<bf16>(slot_region(sl, plan.lo));
   epi.lo = int32_t(plan.lo * m_loc);
   epi.hi = int32_t(W * m_loc);
   epi.ldc = n;
   epi.paired = n % 2 == 0;
   epi.local_signal = true;  // the counts are read by this GPU only (inter_send, copy engines, stream waits)
-  WEFT_CHECK(kernels::enable_tma_store(epi, &kp.gemm));  // positions [0, lo) leave through TMA stores
   kp.gate = kernels::FlagGate{};
   kp.gate.flags = gate;
   kp.gate.granularity = kernels::kFlagPerShard;
@@ -191,24 +174,24 @@ Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, boo
   // Proxy messages, in the order their rows complete: the rail peers' node sums, then (AllReduce)
   // this rank's reduced rows to every rail peer.
   std::vector<kernels::RsNodesMessage> list;
-  for (const kernels::RsNodesSend& s : plan.sends) {
-    const int rail = int(std::find(plan.rails.begin(), plan.rails.end(), s.peer) - plan.rails.begin());
+  for (const kernels::RsNodesSend& snd : plan.sends) {
+    const int rail = int(std::find(plan.rails.begin(), plan.rails.end(), snd.peer) - plan.rails.begin());
     for (int j = 0; j < S; ++j) {
       kernels::RsNodesMessage msg;
-      msg.peer = s.peer;
-      msg.wait_shard = shard(s.pos, j);
+      msg.peer = snd.peer;
+      msg.wait_shard = shard(snd.pos, j);
       msg.rail = rail;
-      msg.src_off = out_region(s.pos) + uint64_t(j) * piece_bytes;
-      msg.dst_off = slot_region(s.slot, s.peer_pos) + uint64_t(j) * piece_bytes;
+      msg.src_off = out_region(snd.pos) + uint64_t(j) * piece_bytes;
+      msg.dst_off = slot_region(snd.slot, snd.peer_pos) + uint64_t(j) * piece_bytes;
       msg.bytes = piece_bytes;
-      msg.flag_off = arrived_flag(s.slot, s.peer_pos, j);
+      msg.flag_off = arrived_flag(snd.slot, snd.peer_pos, j);
       list.push_back(msg);
     }
   }
   std::vector<const uint64_t*> wait_list;
-  for (int s = 0; s < nslots(); ++s)
-    if (plan.slots[size_t(s)].rail)
-      for (int j = 0; j < S; ++j) wait_list.push_back(at<uint64_t>(arrived_flag(s, W - 1, j)));
+  for (int sl = 0; sl < nslots(); ++sl)
+    if (plan.slots[size_t(sl)].rail)
+      for (int j = 0; j < S; ++j) wait_list.push_back(at<uint64_t>(arrived_flag(sl, W - 1, j)));
   if (all_reduce) {
     for (int j = 0; j < S; ++j)
       for (int peer : plan.rails) {
@@ -226,7 +209,7 @@ Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, boo
   }
   num_msgs = int(list.size());
   num_waits = int(wait_list.size());
-  WEFT_CUDA_CHECK(cudaMalloc(&msgs, sizeof(kernels::RsNodesMessage) * list.size()));
+  WEFT_CUDA_CHECK(cudaMalloc(&msgs, sizeof(kernels::RsNodesMessage) * std::max<size_t>(1, list.size())));
   WEFT_CUDA_CHECK(cudaMemcpy(msgs, list.data(), sizeof(kernels::RsNodesMessage) * list.size(), cudaMemcpyHostToDevice));
   WEFT_CUDA_CHECK(cudaMalloc(&waits, sizeof(uint64_t*) * std::max<size_t>(1, wait_list.size())));
   WEFT_CUDA_CHECK(cudaMemcpy(waits, wait_list.data(), sizeof(uint64_t*) * wait_list.size(), cudaMemcpyHostToDevice));
@@ -238,12 +221,31 @@ Status RsNodes::setup(const bootstrap::RankContext& ctx, const Workload& wl, boo
   kp.push_error = push_err;
   kp.push_error_peer = push_err + 1;
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
-  return boot.barrier(std::string("weft.") + name + "_nodes.setup");  // heaps zeroed everywhere first
+  return Status::kOk;
 }
 
-Status RsNodes::enqueue(bool compute) {
+Status RsNodes::set_b(const bf16* b_in) {
+  if (b_in == gemm_b) return Status::kOk;
+  // The fused GEMM: A in position order, one M-shard per (position, piece), walked in order.
+  kernels::GemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k_loc;
+  args.a = a_pos;
+  args.b = b_in;
+  args.num_shards = world * pieces;
+  args.first_shard = 0;
+  args.group_m = group_m;
+  WEFT_CHECK(kernels::make_gemm_params(args, &kp.gemm));
+  WEFT_CHECK(kernels::enable_tma_store(kp.epi, &kp.gemm));  // positions [0, lo) leave through TMA stores
+  gemm_b = b_in;
+  return Status::kOk;
+}
+
+Status RsNodes::enqueue(const bf16* a, const bf16* b, cudaStream_t main, bool compute) {
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t e = ++epoch;
+  if (compute) WEFT_CHECK(set_b(b));
   if (compute) ++tile_runs;
   const uint64_t done = tile_runs * tiles_per_piece;
   const int W = world, S = pieces;
@@ -358,12 +360,6 @@ Status RsNodes::enqueue(bool compute) {
   host_us += std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   ++host_runs;
   return Status::kOk;
-}
-
-Status RsNodes::enqueue_gemm_alone() {
-  kernels::EpiStoreBf16 epi{scratch, n, n % 2 == 0};
-  return kernels::launch_gemm(gemm_alone, frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, main,
-                              bench_gemm_options());
 }
 
 Status RsNodes::poison() {
@@ -500,8 +496,8 @@ RsNodes::~RsNodes() {
     if (e) cudaEventDestroy(e);
   for (cudaStream_t s : {main, copy, gates, ag, fwd})
     if (s) cudaStreamDestroy(s);
-  fifos.clear();  // before the transport that owns the rings
-  if (tp) tp->stop();
+  fifos.clear();               // before the transport that owns the rings
+  if (own_tp) own_tp->stop();  // the runner's own (a context stops its transport itself)
 }
 
-}  // namespace weft::runtime::ops
+}  // namespace weft::runtime
