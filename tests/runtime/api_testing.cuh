@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "runtime/exec/context.h"
 #include "runtime/weft.h"
@@ -129,6 +130,99 @@ bool drain(cudaStream_t s, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return cudaStreamQuery(s) == cudaSuccess;
+}
+
+// GEMM+RS/AR: c_ref[i][j] = Σ_q Σ_x A_q[i][x] B_q[j][x], every rank's A_q and B_q regenerated from
+// (seed, q); rows from `row0` on (ReduceScatter: this rank's block).
+__global__ void reference_reduce(float* c_ref, int64_t rows, int64_t row0, int64_t n, int64_t k_loc, int ranks,
+                                 uint64_t seed) {
+  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (idx >= rows * n) return;
+  const int64_t i = row0 + idx / n, j = idx % n;
+  float acc = 0;
+  for (int q = 0; q < ranks; ++q)
+    for (int64_t x = 0; x < k_loc; ++x)
+      acc += bf16_to_float(hash_bf16(seed, q, i * k_loc + x)) * bf16_to_float(hash_bf16(seed, 1000 + q, j * k_loc + x));
+  c_ref[idx] = acc;
+}
+// The partials are rounded to bf16 before they are summed: a looser absolute bound than one GEMM's.
+__global__ void compare_loose(const uint16_t* c, const float* c_ref, int64_t n, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float got = bf16_to_float(c[i]), ref = c_ref[i];
+    if (!(fabsf(got - ref) <= 0.02f * fabsf(ref) + 0.25f)) atomicAdd(bad, 1ull);
+  }
+}
+
+// ---- GEMM+RS / GEMM+AR through the API ----
+
+struct ReduceCase {
+  const char* op;    // "gemm_rs" or "gemm_ar"
+  const char* plan;  // the workload's plan: map ("" for the model's)
+};
+
+// Each case: a workload m = 256 W, n = 768, k = 64 W on the job's layout, its plan through the API,
+// then `calls` calls with fresh A and B, C poisoned before and A right after each call, every C
+// checked against Σ_q A_q B_qᵀ regenerated from every rank's seed (AllReduce: every other call
+// leaves C in the heap, heap_c()).
+void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
+  const int W = g_ctx->size(), rank = g_ctx->rank();
+  const int nodes = g_ctx->get().boot().info().num_nodes;
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  int index = 0;
+  for (const ReduceCase& k : cases) {
+    const char* op_name = k.op;
+    CAPTURE(op_name);
+    CAPTURE(k.plan);
+    const std::string path =
+        "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + std::to_string(index++) + ".yaml";
+    if (rank == 0) {
+      FILE* f = fopen(path.c_str(), "w");
+      REQUIRE(f != nullptr);
+      fprintf(f,
+              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: %d, gpus_per_node: "
+              "%d}\n%s",
+              op_name, op_name, 256 * W, 64 * W, nodes, W / nodes, k.plan);
+      fclose(f);
+    }
+    weft::Plan plan;
+    std::string err;
+    REQUIRE_MESSAGE(g_ctx->plan(path, &plan, &err) == Status::kOk, err);
+    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
+    std::unique_ptr<weft::GemmReduce> op;
+    REQUIRE(weft::GemmReduce::create(*g_ctx, plan, &op) == Status::kOk);
+    CHECK(op->all_reduce() == (std::string(op_name) == "gemm_ar"));
+    CHECK((op->heap_c() != nullptr) == op->all_reduce());
+    const int64_t m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
+    uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
+    float* c_ref = nullptr;
+    unsigned long long* bad = nullptr;
+    REQUIRE(cudaMalloc(&a, size_t(m * kl) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b, size_t(n * kl) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c, size_t(rows * n) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c_ref, size_t(rows * n) * 4) == cudaSuccess);
+    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
+    *bad = 0;
+    const int64_t row0 = op->all_reduce() ? 0 : int64_t(rank) * (m / W);
+    for (int i = 0; i < calls; ++i) {
+      const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
+      fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
+      fill<<<64, 256, 0, s>>>(b, n * kl, seed, uint64_t(1000 + rank));
+      // AllReduce: every other call leaves C in the heap (heap_c(): no copy out).
+      uint16_t* out = op->all_reduce() && i % 2 ? static_cast<uint16_t*>(op->heap_c()) : c;
+      REQUIRE(out != nullptr);
+      poison<<<64, 256, 0, s>>>(out, rows * n);
+      REQUIRE(op->run(a, b, out, s) == Status::kOk);
+      poison<<<64, 256, 0, s>>>(a, m * kl);
+      reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);
+      compare_loose<<<64, 256, 0, s>>>(out, c_ref, rows * n, bad);
+    }
+    REQUIRE(drain(s, 300));
+    CHECK_MESSAGE(*bad == 0, *bad << " wrong or unwritten elements over " << calls << " calls");
+    op.reset();
+    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
+  }
+  cudaStreamDestroy(s);
 }
 
 }  // namespace

@@ -26,27 +26,6 @@ namespace {
 
 // ---- kernels of this test beyond api_testing.cuh ----
 
-// GEMM+RS/AR: c_ref[i][j] = Σ_q Σ_x A_q[i][x] B_q[j][x], every rank's A_q and B_q regenerated from
-// (seed, q); rows from `row0` on (ReduceScatter: this rank's block).
-__global__ void reference_reduce(float* c_ref, int64_t rows, int64_t row0, int64_t n, int64_t k_loc, int ranks,
-                                 uint64_t seed) {
-  const int64_t idx = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (idx >= rows * n) return;
-  const int64_t i = row0 + idx / n, j = idx % n;
-  float acc = 0;
-  for (int q = 0; q < ranks; ++q)
-    for (int64_t x = 0; x < k_loc; ++x)
-      acc += bf16_to_float(hash_bf16(seed, q, i * k_loc + x)) * bf16_to_float(hash_bf16(seed, 1000 + q, j * k_loc + x));
-  c_ref[idx] = acc;
-}
-// The partials are rounded to bf16 before they are summed: a looser absolute bound than one GEMM's.
-__global__ void compare_loose(const uint16_t* c, const float* c_ref, int64_t n, unsigned long long* bad) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const float got = bf16_to_float(c[i]), ref = c_ref[i];
-    if (!(fabsf(got - ref) <= 0.02f * fabsf(ref) + 0.25f)) atomicAdd(bad, 1ull);
-  }
-}
-
 // Holds its SM until *release is set (or ~2 s pass): blocks that fill SMs beside the op.
 __global__ void hold(volatile int* release, int64_t max_cycles) {
   extern __shared__ char smem[];
@@ -231,20 +210,14 @@ TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena
 }
 
 TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each, fresh inputs, every C right") {
-  const int W = g_ctx->size(), rank = g_ctx->rank();
-  cudaStream_t s;
-  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  const int W = g_ctx->size();
   // The peer variant, then the overlap variant's ways of moving partials and reduced rows (2 or more
   // ranks): the defaults, the model's plan at this size (RS and AR: the epilogue sends, AR's gathers
   // too; 1 piece), and the others with 2 pieces per rank's rows.
-  struct Case {
-    const char* op;
-    const char* plan;
-  };
   // Ranks that share a GPU run the peer variant only (the model plans it for them).
   int gpus = 0;
   REQUIRE(cudaGetDeviceCount(&gpus) == cudaSuccess);
-  std::vector<Case> cases = {
+  std::vector<ReduceCase> cases = {
       {"gemm_rs", "plan: {variant: peer}\n"}, {"gemm_ar", "plan: {variant: peer}\n"}, {"gemm_rs", ""}, {"gemm_ar", ""}};
   if (W >= 2 && gpus >= W)
     cases.insert(cases.end(), {{"gemm_rs", "plan: {variant: overlap, send: copy}\n"},
@@ -252,60 +225,7 @@ TEST_CASE("GEMM+ReduceScatter and GEMM+AllReduce through the API: 100 calls each
                                {"gemm_rs", "plan: {variant: overlap, pieces: 2, send: sm}\n"},
                                {"gemm_ar", "plan: {variant: overlap, pieces: 2, lag: 2, send: copy, gather: push}\n"},
                                {"gemm_ar", "plan: {variant: overlap, pieces: 2, send: copy, gather: sm}\n"}});
-  int index = 0;
-  for (const Case& k : cases) {
-    const char* op_name = k.op;
-    CAPTURE(op_name);
-    CAPTURE(k.plan);
-    const std::string path =
-        "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + std::to_string(index++) + ".yaml";
-    if (rank == 0) {
-      FILE* f = fopen(path.c_str(), "w");
-      REQUIRE(f != nullptr);
-      fprintf(f,
-              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: 1, gpus_per_node: "
-              "%d}\n%s",
-              op_name, op_name, 256 * W, 64 * W, W, k.plan);
-      fclose(f);
-    }
-    weft::Plan plan;
-    std::string err;
-    REQUIRE_MESSAGE(g_ctx->plan(path, &plan, &err) == Status::kOk, err);
-    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
-    std::unique_ptr<weft::GemmReduce> op;
-    REQUIRE(weft::GemmReduce::create(*g_ctx, plan, &op) == Status::kOk);
-    CHECK(op->all_reduce() == (std::string(op_name) == "gemm_ar"));
-    CHECK((op->heap_c() != nullptr) == op->all_reduce());
-    const int64_t m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
-    uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
-    float* c_ref = nullptr;
-    unsigned long long* bad = nullptr;
-    REQUIRE(cudaMalloc(&a, size_t(m * kl) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&b, size_t(n * kl) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c, size_t(rows * n) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c_ref, size_t(rows * n) * 4) == cudaSuccess);
-    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
-    *bad = 0;
-    const int64_t row0 = op->all_reduce() ? 0 : int64_t(rank) * (m / W);
-    for (int i = 0; i < 100; ++i) {
-      const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
-      fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
-      fill<<<64, 256, 0, s>>>(b, n * kl, seed, uint64_t(1000 + rank));
-      // AllReduce: every other call leaves C in the heap (heap_c(): no copy out).
-      uint16_t* out = op->all_reduce() && i % 2 ? static_cast<uint16_t*>(op->heap_c()) : c;
-      REQUIRE(out != nullptr);
-      poison<<<64, 256, 0, s>>>(out, rows * n);
-      REQUIRE(op->run(a, b, out, s) == Status::kOk);
-      poison<<<64, 256, 0, s>>>(a, m * kl);
-      reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);
-      compare_loose<<<64, 256, 0, s>>>(out, c_ref, rows * n, bad);
-    }
-    REQUIRE(drain(s, 300));
-    CHECK_MESSAGE(*bad == 0, *bad << " wrong or unwritten elements over 100 calls");
-    op.reset();
-    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
-  }
-  cudaStreamDestroy(s);
+  reduce_cases_through_api(cases, 100);
 }
 
 // Last: it leaves the context poisoned.

@@ -2,7 +2,8 @@
 // --emulate-nodes 2` (api_gpu.sh): the hierarchical plan's calls back to back with random per-rank
 // delays and the inputs poisoned right after each call (a copy into position 0 that raced a node-mate's
 // pull or the proxy's put of the last call would show in C); two such ops in one context sharing its
-// transport, one destroyed and made again; capture refused.
+// transport, one destroyed and made again; capture refused; GEMM+RS and GEMM+AR across nodes, every C
+// checked.
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <cuda_runtime.h>
 #include <doctest/doctest.h>
@@ -70,6 +71,10 @@ TEST_CASE("across nodes: the plan is not capturable; run refuses during capture 
   REQUIRE(drain(s, 60));
   CHECK(*p.bad == 0);
   cudaStreamDestroy(s);
+}
+
+TEST_CASE("across nodes: GEMM+ReduceScatter and GEMM+AllReduce through the API, 100 calls each, every C right") {
+  reduce_cases_through_api({{"gemm_rs", ""}, {"gemm_ar", ""}}, 100);
 }
 
 int main(int argc, char** argv) {
