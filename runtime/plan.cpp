@@ -112,6 +112,10 @@ std::vector<std::string> all_notes(const Plan& p) {
     notes.push_back(std::to_string(p.roles.intra_comm) +
                     " intra_comm SMs push each round's last owner's pieces beside the GEMM (its compute blocks: " +
                     std::to_string(p.roles.compute) + "; the predictions are for the GEMM on every SM)");
+  if (p.exec.variant == "hierarchical" && (p.op == Op::kGemmRs || p.op == Op::kGemmAr))
+    notes.push_back(
+        "runs every other SM computing and one inter_send (the copy engines move the NVLink bytes, the GEMM's "
+        "epilogue sums what arrives); the predictions are for the model's split of the SMs");
   return notes;
 }
 

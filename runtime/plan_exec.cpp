@@ -213,6 +213,7 @@ void plan_gemm_reduce_nodes(const Workload& w, Plan* p) {
                                 "across nodes this op runs compute SMs and one inter_send SM (the copy "
                                 "engines move the NVLink bytes; the epilogue sums); expected intra_comm: 0, "
                                 "inter_reduce: 0, inter_send: 1"));
+  // The model's split stays in the predictions (plan.cpp's notes say so); the op runs this one.
   if (!p->roles_explicit) p->roles = RoleCounts{p->sm_count - 1, 0, 1, 0};
   // The runner's layout (runtime/exec/gemm_reduce_nodes.cpp, RsNodes::size), in its order and alignment.
   const uint64_t R = uint64_t(moves.reduce_rows()), slots = moves.slots.size(), S = uint64_t(e.pieces);
