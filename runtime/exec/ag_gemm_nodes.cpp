@@ -281,7 +281,9 @@ Status AgGemmNodesOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s)
     return Status::kUnsupported;
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
-  Status st = make_gemm(b);
+  // A call on another stream than the last starts after it: its own kernel may still read position 0.
+  Status st = cudaStreamWaitEvent(s, join_) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st == Status::kOk) st = make_gemm(b);
   const uint64_t e = ++epoch_;
   // My position 0 is free once every node-mate (its pulls) and rail peer (my proxy's puts to it) is
   // done with the last call.

@@ -170,8 +170,9 @@ void Context::watchdog() {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::lock_guard<std::mutex> lock(watch_mu_);
     std::string why;
+    // Until the first failure: once poisoned the ops' checks (which log) are not asked again.
     for (const auto& w : watched_)
-      if (why.empty() && w.failed(&why)) break;
+      if (poison_.empty() && why.empty() && w.failed(&why)) break;
     if (why.empty() && poison_.empty()) continue;
     if (!why.empty() && poison_.empty()) {
       poison_ = why;

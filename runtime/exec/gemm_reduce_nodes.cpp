@@ -135,8 +135,9 @@ Status RsNodes::prepare(const RoleCounts& r, int32_t group_m_, kernels::LaunchRe
   WEFT_CUDA_CHECK(cudaMalloc(&tiles, 8 * size_t(W * S)));
   WEFT_CUDA_CHECK(cudaMemset(tiles, 0, 8 * size_t(W * S)));
   WEFT_CUDA_CHECK(cudaMalloc(&gate, 8 * size_t(W * S)));
-  WEFT_CUDA_CHECK(cudaMalloc(&push_err, 2 * sizeof(int32_t)));
-  WEFT_CUDA_CHECK(cudaMemset(push_err, 0, 2 * sizeof(int32_t)));
+  WEFT_CUDA_CHECK(cudaHostAlloc(&push_err_host, 2 * sizeof(int32_t), cudaHostAllocMapped));
+  push_err_host[0] = push_err_host[1] = 0;
+  WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&push_err), push_err_host, 0));
   std::vector<uint64_t> gate_init(size_t(W * S), kNeverFlag);  // ungated shards never wait
   for (int pos = 0; pos < W; ++pos)
     if (!plan.gate_slots[size_t(pos)].empty() || plan.rail_freed_gate[size_t(pos)] >= 0)
@@ -402,8 +403,7 @@ Status RsNodes::check(const char* what) const {
                 plan.group[size_t(idx / pieces)] == kernels::RsNodesGroup::kOwn ? "(mates' and rails')" : "(mates')");
   }
   WEFT_CHECK(frame.check(what));
-  int32_t err[2] = {0, 0};
-  WEFT_CUDA_CHECK(cudaMemcpy(err, push_err, sizeof err, cudaMemcpyDeviceToHost));
+  const int32_t err[2] = {push_err_host[0], push_err_host[1]};  // host-mapped (the runs have completed)
   if (err[0]) {
     std::string rings;
     for (int c = 0; c < channels; ++c)
@@ -485,12 +485,15 @@ Status RsNodes::sync(const char* what) {
 }
 
 RsNodes::~RsNodes() {
-  cudaDeviceSynchronize();
-  for (void* p :
-       {static_cast<void*>(a), static_cast<void*>(a_pos), static_cast<void*>(b), static_cast<void*>(ref),
-        static_cast<void*>(ref_partial), static_cast<void*>(scratch), static_cast<void*>(tiles),
-        static_cast<void*>(gate), static_cast<void*>(msgs), static_cast<void*>(waits), static_cast<void*>(push_err)})
+  // This op's own streams only: a program's other work may still be running (the caller's stream
+  // was waited for, bounded, by the runtime op before this).
+  for (cudaStream_t s : {main, copy, gates, ag, fwd})
+    if (s) cudaStreamSynchronize(s);
+  for (void* p : {static_cast<void*>(a), static_cast<void*>(a_pos), static_cast<void*>(b), static_cast<void*>(ref),
+                  static_cast<void*>(ref_partial), static_cast<void*>(scratch), static_cast<void*>(tiles),
+                  static_cast<void*>(gate), static_cast<void*>(msgs), static_cast<void*>(waits)})
     if (p) cudaFree(p);
+  if (push_err_host) cudaFreeHost(push_err_host);
   if (fork) cudaEventDestroy(fork);
   for (cudaEvent_t e : joined)
     if (e) cudaEventDestroy(e);

@@ -60,7 +60,8 @@ struct RsNodes {
   kernels::RsNodesMessage* msgs = nullptr;     // device copy of the messages
   const uint64_t** waits = nullptr;            // device: the exchange-alone waits
   int num_msgs = 0, num_waits = 0;
-  int32_t* push_err = nullptr;  // [status, peer]
+  int32_t* push_err = nullptr;       // [status, peer], the device's view of push_err_host
+  int32_t* push_err_host = nullptr;  // host-mapped: read without a CUDA call (the watchdog)
   uint64_t epoch = 0, tile_runs = 0;
   cudaStream_t main = nullptr, copy = nullptr, gates = nullptr, ag = nullptr, fwd = nullptr;
   cudaEvent_t fork = nullptr, joined[4] = {};

@@ -47,8 +47,8 @@ Status GemmReduceNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr
   r.n = plan.gemm.n;
   r.k_loc = plan.gemm.k / W;
   r.m_loc = r.m / W;
-  if (r.m % (int64_t(W) * 128) != 0 || r.k_loc % 8 != 0 || plan.gemm.k % W != 0)
-    return refuse(rank, "m / ranks must be whole 128-row tiles and k / ranks a multiple of 8");
+  if (r.m % (int64_t(W) * 128) != 0 || r.k_loc % 8 != 0 || plan.gemm.k % W != 0 || r.m >= (int64_t(1) << 31))
+    return refuse(rank, "m / ranks must be whole 128-row tiles (m below 2^31) and k / ranks a multiple of 8");
   WEFT_CHECK(r.place(ctx.boot()));
   uint64_t end = 0;
   WEFT_CHECK(r.size(plan.exec.pieces, plan.exec.channels, 0, &end));  // the sizes, for the arena
@@ -81,9 +81,17 @@ Status GemmReduceNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr
   op->watch_ = ctx.watch(
       [raw](std::string* why) {
         // Host-mapped: the device writes it while the op runs.
+        // Host-mapped words only: a CUDA call here could queue behind the very waits it is to release.
         if (*reinterpret_cast<const volatile int32_t*>(&raw->core_.frame.record().status) != 0) {
-          raw->core_.check("gemm_reduce_nodes");  // logs rank, role and the awaited flag
+          raw->core_.frame.check("gemm_reduce_nodes");  // logs rank, role, block and the awaited flag
           *why = "gemm_reduce across nodes: a device wait timed out on rank " + std::to_string(raw->core_.rank);
+          return true;
+        }
+        const int32_t push = *reinterpret_cast<const volatile int32_t*>(raw->core_.push_err_host);
+        if (push != 0) {
+          *why = "gemm_reduce across nodes: rank " + std::to_string(raw->core_.rank) + "'s FIFO push for rank " +
+                 std::to_string(raw->core_.push_err_host[1]) + " failed (" + to_string(static_cast<Status>(push)) +
+                 "): the proxy did not drain within WEFT_PROXY_TIMEOUT; " + raw->core_.tp->error_message();
           return true;
         }
         if (raw->core_.tp->status() != Status::kOk) {
@@ -118,7 +126,9 @@ Status GemmReduceNodesOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_
     return Status::kUnsupported;
   }
   if (!a || !b || !c) return refuse(core_.rank, "run() needs a, b and c");
-  Status st = core_.enqueue(a, b, s, true);
+  // A call on another stream than the last starts after it (every reuse below assumes it).
+  Status st = cudaStreamWaitEvent(s, done_) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  if (st == Status::kOk) st = core_.enqueue(a, b, s, true);
   bf16* result = core_.result();
   if (st == Status::kOk && c != result)
     st = cudaMemcpyAsync(c, result, size_t(core_.result_elems()) * sizeof(bf16), cudaMemcpyDeviceToDevice, s) ==

@@ -113,6 +113,11 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
     } else {
       summary += line + ": exchange alone ok";
     }
+    // The socket backend stages a put from the heap when its proxy next runs, which may be after this
+    // rank saw its own call complete: every put has left before the next call's poison, and every
+    // rank is past this call (the race made a rail peer's whole result NaN now and then).
+    FORK_TRY(op.tp->flush(), 36);
+    FORK_TRY(boot.barrier("called." + std::to_string(call)), 36);
   }
   FORK_TRY(op.tp->flush(), 36);
   FORK_TRY(boot.barrier("done"), 37);  // every rank has all it waits for: the transports may stop
