@@ -3,6 +3,7 @@
 
 #include <map>
 
+#include "base/log.h"
 #include "bootstrap/blob.h"
 
 namespace weft::bootstrap {
@@ -92,6 +93,27 @@ Status require_block_placement(Bootstrap& boot, int gpus_per_node, const std::st
   const Status c = check_block_placement(node_of, gpus_per_node, why);
   if (c != Status::kOk) *why = what + " refused before any work: " + *why;
   return c;
+}
+
+Status gather_node_placement(Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of) {
+  BlobWriter w;
+  w.u32(static_cast<uint32_t>(boot.info().node));
+  w.u32(static_cast<uint32_t>(boot.info().local_rank));
+  std::vector<Blob> all;
+  WEFT_CHECK(boot.allgather("weft.node_placement." + std::to_string(boot.next_exchange_id()), w.blob(), &all));
+  node_of->assign(all.size(), -1);
+  local_of->assign(all.size(), -1);
+  for (size_t r = 0; r < all.size(); ++r) {
+    BlobReader rd(all[r]);
+    uint32_t node = 0, local = 0;
+    if (!rd.u32(&node) || !rd.u32(&local) || !rd.done()) {
+      WEFT_WARN(kBoot, "rank %d: rank %zu sent a malformed placement entry", boot.info().rank, r);
+      return Status::kProtocolError;
+    }
+    (*node_of)[r] = static_cast<int>(node);
+    (*local_of)[r] = static_cast<int>(local);
+  }
+  return Status::kOk;
 }
 
 }  // namespace weft::bootstrap

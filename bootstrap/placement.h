@@ -21,4 +21,8 @@ Status check_block_placement(const std::vector<int>& node_of_rank, int gpus_per_
 // rank reaches the same verdict. `what` names the op in the message ("ag_gemm").
 Status require_block_placement(Bootstrap& boot, int gpus_per_node, const std::string& what, std::string* why);
 
+// Collective: every rank's node and local index (*node_of, *local_of indexed by rank), for the plans of
+// the ops across nodes (kernels/*_nodes_plan.h). kProtocolError, naming the rank, for a malformed entry.
+Status gather_node_placement(Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of);
+
 }  // namespace weft::bootstrap

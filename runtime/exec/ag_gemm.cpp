@@ -33,6 +33,7 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   if (!plan.exec.executable) return refuse(rank, "the plan cannot run: " + plan.exec.not_executable);
   if (plan.nodes > 1) {
     std::unique_ptr<AgGemmOp> op(new AgGemmOp());
+    op->plan_ = plan;
     WEFT_CHECK(AgGemmNodesOp::create(ctx, plan, &op->nodes_));
     *out = std::move(op);
     return Status::kOk;

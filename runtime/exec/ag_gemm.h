@@ -51,7 +51,7 @@ class AgGemmOp {
   __nv_bfloat16* shard() const;           // this rank's rows of the gathered A, in the heap
   const __nv_bfloat16* gathered() const;  // all of A (after a run has completed), shard_at(0) first
   int shard_at(int position) const;       // whose rows of A the gathered A holds at `position`
-  int64_t shard_rows() const { return m_ / world_; }
+  int64_t shard_rows() const { return plan_.gemm.m / plan_.world_size; }
 
   // Starts counting launches afresh (synchronizes the device; not for the hot path).
   Status clear_launch_record();

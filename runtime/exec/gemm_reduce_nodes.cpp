@@ -24,6 +24,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/placement.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
@@ -35,23 +36,6 @@ namespace weft::runtime {
 
 using bf16 = __nv_bfloat16;
 
-Status gather_rs_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of) {
-  const int32_t mine[2] = {boot.info().node, boot.info().local_rank};
-  bootstrap::Blob blob(reinterpret_cast<const uint8_t*>(mine), reinterpret_cast<const uint8_t*>(mine) + sizeof mine);
-  std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.gemm_reduce_nodes.placement." + std::to_string(boot.next_exchange_id()), blob, &all));
-  node_of->clear();
-  local_of->clear();
-  for (const auto& x : all) {
-    int32_t v[2];
-    if (x.size() != sizeof v) return Status::kProtocolError;
-    memcpy(v, x.data(), sizeof v);
-    node_of->push_back(v[0]);
-    local_of->push_back(v[1]);
-  }
-  return Status::kOk;
-}
-
 bool RsNodes::slot_has_data(int s, int pos) const {
   if (pos < plan.lo) return false;
   const kernels::RsNodesGroup g = plan.group[size_t(pos)];
@@ -62,7 +46,7 @@ bool RsNodes::slot_has_data(int s, int pos) const {
 Status RsNodes::place(bootstrap::Bootstrap& boot) {
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
   std::vector<int> node_of, local_of;
-  WEFT_CHECK(gather_rs_placement(boot, &node_of, &local_of));
+  WEFT_CHECK(bootstrap::gather_node_placement(boot, &node_of, &local_of));
   std::string why;
   if (!kernels::make_rs_nodes_plan(node_of, local_of, rank, kernels::EpiReduceSlots::kMaxSlots, &plan, &why)) {
     WEFT_WARN(kKernel, "rank %d: %s across nodes: %s", rank, name, why.c_str());

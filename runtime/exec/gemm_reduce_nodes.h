@@ -131,7 +131,4 @@ struct RsNodes {
   ~RsNodes();
 };
 
-// Node and local index of every rank (collective).
-Status gather_rs_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of);
-
 }  // namespace weft::runtime

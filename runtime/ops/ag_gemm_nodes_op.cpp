@@ -25,6 +25,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/placement.h"
 #include "kernels/ag_gemm_nodes.h"
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/gemm.h"
@@ -198,28 +199,10 @@ Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
   return Status::kOk;
 }
 
-// Node and local index of every rank (the plan needs the whole job's placement).
-Status gather_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of) {
-  const int32_t mine[2] = {boot.info().node, boot.info().local_rank};
-  bootstrap::Blob blob(reinterpret_cast<const uint8_t*>(mine), reinterpret_cast<const uint8_t*>(mine) + sizeof mine);
-  std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.ag_gemm_nodes.placement", blob, &all));
-  node_of->clear();
-  local_of->clear();
-  for (const auto& a : all) {
-    int32_t v[2];
-    if (a.size() != sizeof v) return Status::kProtocolError;
-    memcpy(v, a.data(), sizeof v);
-    node_of->push_back(v[0]);
-    local_of->push_back(v[1]);
-  }
-  return Status::kOk;
-}
-
 Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
   const auto& info = boot.info();
   std::vector<int> node_of, local_of;
-  WEFT_CHECK(gather_placement(boot, &node_of, &local_of));
+  WEFT_CHECK(bootstrap::gather_node_placement(boot, &node_of, &local_of));
   std::string why;
   if (!kernels::make_ag_nodes_plan(node_of, local_of, info.rank, &op.plan, &why)) {
     WEFT_WARN(kKernel, "rank %d: ag_gemm across %d nodes: %s", info.rank, info.num_nodes, why.c_str());
