@@ -142,6 +142,7 @@ nlohmann::json execution_json(const Execution& e) {
   }
   if (e.variant == "hierarchical") {  // likewise
     j["channels"] = e.channels;
+    j["signal_mode"] = e.signal_mode;
     if (e.pieces > 0) j["pieces"] = e.pieces;  // gemm_rs / gemm_ar across nodes
   }
   return j;
@@ -321,10 +322,12 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
             "overlap: pieces 1 to 64, lag 1 to pieces, send copy or sm, gather push, sm or empty");
     }
     if (p.exec.variant == "hierarchical") {
-      read(e, "channels", &p.exec.channels);
+      read(e, "channels", &p.exec.channels), read(e, "signal_mode", &p.exec.signal_mode);
       if (e.contains("pieces")) read(e, "pieces", &p.exec.pieces);
-      if (p.exec.channels < 1 || p.exec.channels > 8 || p.exec.pieces < 0 || p.exec.pieces > 64)
-        throw std::invalid_argument("hierarchical: channels 1 to 8, pieces 0 to 64");
+      if (p.exec.channels < 1 || p.exec.channels > 8 || p.exec.pieces < 0 || p.exec.pieces > 64 ||
+          (p.exec.signal_mode != "serial" && p.exec.signal_mode != "fenced" && p.exec.signal_mode != "batched"))
+        throw std::invalid_argument(
+            "hierarchical: channels 1 to 8, pieces 0 to 64, signal_mode serial, fenced or batched");
     }
     if (e.contains("gemm")) {  // plans written before the GEMM's choices were the plan's have the defaults
       at = "execution.gemm";
@@ -430,10 +433,12 @@ std::string format_plan_table(const Plan& p) {
     if (p.exec.variant == "peer") os << ", " << p.exec.reduce_blocks << " reduction blocks";
     if (p.exec.variant == "hierarchical" && p.exec.pieces > 0)
       os << ", " << p.exec.pieces << " piece" << (p.exec.pieces == 1 ? "" : "s") << " per rank's rows, "
-         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ")";
+         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ", "
+         << p.exec.signal_mode << " signals)";
     else if (p.exec.variant == "hierarchical")
       os << ", " << p.exec.copy_chunks << " chunk" << (p.exec.copy_chunks == 1 ? "" : "s") << " per shard, "
-         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ")";
+         << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ", "
+         << p.exec.signal_mode << " signals)";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
     const GemmChoices& g = p.exec.gemm;

@@ -58,6 +58,7 @@ struct Execution {
   // shard (a put+signal each across nodes, a pull or forward each inside one), channels the proxy
   // channels (a proxy thread and its connections each) the puts are spread over.
   int channels = 0;
+  std::string signal_mode;  // "hierarchical": the proxy path's signal ordering (the workload's transport.signal_mode)
   GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why

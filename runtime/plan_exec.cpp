@@ -117,6 +117,7 @@ void plan_ag_gemm_nodes(const Workload& w, Plan* p) {
   // Its GEMM walks the tiles statically, whole, storing C from registers (the kernel as measured by
   // `weftrun bench`): none of the GEMM core's launch choices.
   e.gemm = GemmChoices{false, false, false, false};
+  e.signal_mode = to_string(w.transport.signal_mode);
   int64_t channels = 4;
   if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8) {
     e.channels = 4;
@@ -185,6 +186,7 @@ void plan_gemm_reduce_nodes(const Workload& w, Plan* p) {
   // its tiles statically and whole (the kernel as `weftrun bench` measures it).
   e.gemm = GemmChoices{false, false, false, true};
   e.pieces = kernels::rs_nodes_pieces(m_loc, n * 2, int(kTileRows), 0);
+  e.signal_mode = to_string(w.transport.signal_mode);
   int64_t channels = 4;
   if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8) {
     e.channels = 4;

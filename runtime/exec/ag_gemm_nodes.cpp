@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/placement.h"
 #include "kernels/gemm.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/stream_ops.h"
@@ -25,22 +26,6 @@ constexpr int64_t kRows = kernels::GemmConfig::kTileM;
 Status refuse(int rank, const std::string& what) {
   WEFT_WARN(kKernel, "rank %d: ag_gemm across nodes: %s", rank, what.c_str());
   return Status::kInvalidArgument;
-}
-
-// Node and local index of every rank of the context (the moves need the whole placement).
-Status gather_placement(bootstrap::Bootstrap& boot, std::vector<int>* node_of, std::vector<int>* local_of) {
-  const int32_t mine[2] = {boot.info().node, boot.info().local_rank};
-  bootstrap::Blob blob(reinterpret_cast<const uint8_t*>(mine), reinterpret_cast<const uint8_t*>(mine) + sizeof mine);
-  std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.ag_nodes.placement." + std::to_string(boot.next_exchange_id()), blob, &all));
-  for (const auto& a : all) {
-    int32_t v[2];
-    if (a.size() != sizeof v) return Status::kProtocolError;
-    memcpy(v, a.data(), sizeof v);
-    node_of->push_back(v[0]);
-    local_of->push_back(v[1]);
-  }
-  return Status::kOk;
 }
 
 }  // namespace
@@ -88,7 +73,7 @@ Status AgGemmNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgG
                   "m / ranks must be whole 128-row tiles, split evenly into the plan's chunks, and k a "
                   "multiple of 8");
   std::vector<int> node_of, local_of;
-  WEFT_CHECK(gather_placement(ctx.boot(), &node_of, &local_of));
+  WEFT_CHECK(bootstrap::gather_node_placement(ctx.boot(), &node_of, &local_of));
   std::string why;
   if (!kernels::make_ag_nodes_plan(node_of, local_of, rank, &op->moves_, &why)) return refuse(rank, why);
   using Moves = kernels::AgNodesDeviceMoves;
@@ -119,12 +104,7 @@ Status AgGemmNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgG
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "ag_gemm across nodes", &op->arena_));
 
-  transport::TransportOptions topt;
-  topt.channels = plan.exec.channels;
-  topt.workload_backend = plan.inter_backend;  // the plan's backend (WEFT_NET_BACKEND still overrides)
-  topt.fifo_memory = transport::cuda_fifo_memory();
-  topt.copy_hooks = transport::cuda_copy_hooks(ctx.device());
-  WEFT_CHECK(ctx.transport(topt, &op->tp_));
+  WEFT_CHECK(ctx.transport(plan.exec.channels, plan.inter_backend, plan.exec.signal_mode, &op->tp_));
   WEFT_CHECK(transport::preload_kernels(
       {kernels::ag_gemm_nodes_kernel_ptr(), kernels::ag_gemm_nodes_freed_kernel_ptr()}, "ag_gemm_nodes"));
 

@@ -51,9 +51,16 @@ Context::~Context() {
   if (heap_ && !poisoned_) heap_->close(*boot_);
 }
 
-Status Context::transport(const transport::TransportOptions& options, transport::Transport** out) {
+Status Context::transport(int channels, const std::string& backend, const std::string& signal_mode,
+                          transport::Transport** out) {
   if (!transport_) {
     WEFT_CHECK(check_usable("transport"));
+    transport::TransportOptions options;
+    options.channels = channels;
+    options.workload_backend = backend;          // WEFT_NET_BACKEND still overrides
+    options.workload_signal_mode = signal_mode;  // WEFT_SIGNAL_MODE still overrides
+    options.fifo_memory = transport::cuda_fifo_memory();
+    options.copy_hooks = transport::cuda_copy_hooks(device_);
     std::unique_ptr<transport::Transport> t;
     Status st = transport::Transport::create(*boot_, heap_->region(), options, &t);
     for (int ch = 0; st == Status::kOk && ch < t->channels(); ++ch) {
@@ -68,9 +75,12 @@ Status Context::transport(const transport::TransportOptions& options, transport:
       return st;
     }
     transport_ = std::move(t);
-  } else if (transport_->channels() != options.channels) {
-    WEFT_WARN(kKernel, "rank %d: an op asks for %d proxy channels; this context's transport has %d", rank_,
-              options.channels, transport_->channels());
+    transport_mode_ = signal_mode;
+  } else if (transport_->channels() != channels || transport_mode_ != signal_mode) {
+    WEFT_WARN(kKernel,
+              "rank %d: an op asks for %d proxy channels and signal mode '%s'; this context's transport has %d and "
+              "'%s' (ops across nodes of one context share it)",
+              rank_, channels, signal_mode.c_str(), transport_->channels(), transport_mode_.c_str());
     return Status::kInvalidArgument;
   }
   *out = transport_.get();

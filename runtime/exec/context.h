@@ -59,10 +59,11 @@ class Context {
   }
 
   // Collective on its first call: the transport between this context's nodes over its heap (a proxy
-  // thread per channel, the rail peers connected through the plan's backend) and a device FIFO per
-  // channel. Later calls get the same one; they must ask for as many channels. It stops before the
-  // heap goes.
-  Status transport(const transport::TransportOptions& options, transport::Transport** out);
+  // thread per channel, the rail peers connected through the plan's backend, its signal mode) and a
+  // device FIFO per channel. Later calls get the same one; they must ask for the same channels and
+  // mode. It stops before the heap goes.
+  Status transport(int channels, const std::string& backend, const std::string& signal_mode,
+                   transport::Transport** out);
   const transport::DeviceFifo& fifo(int channel) const { return fifos_[size_t(channel)]->get(); }
 
   // The first failure of any op on this context; later calls fail fast with it.
@@ -95,6 +96,7 @@ class Context {
   std::unique_ptr<transport::CudaHeap> heap_;
   std::unique_ptr<transport::Transport> transport_;                  // made by the first transport() call
   std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos_;  // its rings, mapped for the device
+  std::string transport_mode_;                                       // the signal mode it was made with
   std::vector<Arena> arenas_;
   int exchanges_ = 0;
   std::string poison_;

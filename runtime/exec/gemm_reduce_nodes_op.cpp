@@ -57,13 +57,8 @@ Status GemmReduceNodesOp::create(Context& ctx, const Plan& plan, std::unique_ptr
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "gemm_reduce across nodes", &op->arena_));
   WEFT_CHECK(r.size(plan.exec.pieces, plan.exec.channels, op->arena_, &end));
 
-  transport::TransportOptions topt;
-  topt.channels = plan.exec.channels;
-  topt.workload_backend = plan.inter_backend;  // the plan's backend (WEFT_NET_BACKEND still overrides)
-  topt.fifo_memory = transport::cuda_fifo_memory();
-  topt.copy_hooks = transport::cuda_copy_hooks(ctx.device());
   transport::Transport* tp = nullptr;
-  WEFT_CHECK(ctx.transport(topt, &tp));
+  WEFT_CHECK(ctx.transport(plan.exec.channels, plan.inter_backend, plan.exec.signal_mode, &tp));
   std::vector<transport::DeviceFifo> rings;
   for (int ch = 0; ch < plan.exec.channels; ++ch) rings.push_back(ctx.fifo(ch));
   std::vector<char*> peers;

@@ -271,7 +271,12 @@ TEST_CASE("AllGather+GEMM across nodes: the hierarchical variant, its chunks, ch
   std::string error;
   REQUIRE_MESSAGE(parse_executed_json(executed_json(p), &back, &error) == Status::kOk, error);
   CHECK(back.exec.channels == 4);
+  CHECK(back.exec.signal_mode == "batched");
   CHECK(plan_hash(back) == plan_hash(p));
+  // The workload's signal mode is the plan's (the op's transport runs it).
+  const Plan fenced = plan_for(parse(ag("transport: {signal_mode: fenced}\n", 2, 2)));
+  CHECK(fenced.exec.signal_mode == "fenced");
+  CHECK(plan_hash(fenced) != plan_hash(p));
   // One GPU per node: no forwards, so no intra_comm SM needed.
   const Plan four = plan_for(parse(ag("", 4, 1)));
   CHECK_MESSAGE(four.exec.executable, four.exec.not_executable);
