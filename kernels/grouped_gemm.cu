@@ -15,6 +15,11 @@
 // value. W's 256-row box may reach into the next expert's rows when n is not a multiple of 256:
 // those columns are computed and never stored. Stores go straight from registers (no TMA store:
 // the last tile of an expert is partial and its row bound is a device value).
+//
+// The expert FFN in one launch (launch_grouped_ffn): the gate/up units, then the down units of the
+// same row tiles; a block's producer waits (bounded) on tile_done[m] = gate/up's n blocks before it
+// loads row tile m of H, which the gate/up units of tile m (any SM) raise after their stores. The
+// down GEMM starts on a tile as soon as its H is complete, with no gap between two launches.
 #include <cuda.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +38,7 @@ struct __align__(1024) GroupedShared {
   __nv_bfloat16 b[Cfg::kStages][Cfg::kTileN * Cfg::kTileK];
   uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
+  int64_t unit[Cfg::kStages];  // the unit whose first k-block a stage holds (-1: no more units)
 };
 static_assert(sizeof(GroupedShared) + 1024 <= 227 * 1024, "shared-memory budget of one H100/H200 block");
 static_assert(Cfg::kTileM == kMoeTileRows, "the expert offsets are padded to the GEMM's row tile");
@@ -58,23 +64,82 @@ __device__ __forceinline__ TileCoord coord_of(const GroupedGemmParams& p, const 
   return c;
 }
 
-__device__ __forceinline__ void producer(const GroupedGemmParams& p, const FrameParams& f, GroupedShared& s) {
+// The units of one launch: the plain GEMM's (one phase), or the expert FFN's gate/up units then its
+// down units (two phases over the same row tiles). A down unit of row tile m is gated on
+// tile_done[m], which each gate/up unit of tile m raises by one after its H columns are stored.
+struct Phases {
+  const GroupedGemmParams* p[2] = {};
+  int64_t units0 = 0, units = 0;  // phase 0's units, both phases' units
+  int32_t m_tiles = 0;
+  uint64_t* tile_done = nullptr;  // two phases only: capacity_tiles words, zero at launch
+  // Two phases: the units are claimed in order from this word (zero at launch), so every unit a
+  // down unit waits for was claimed earlier by a running block, which finishes it without waiting;
+  // one phase: block b takes b, b + grid, ...
+  unsigned long long* claims = nullptr;
+};
+
+__device__ __forceinline__ Phases phases_of(const GroupedGemmParams& p0, const GroupedGemmParams* p1,
+                                            uint64_t* tile_done) {
+  Phases ph;
+  const Walk w = walk_of(p0);  // both phases walk the same row tiles (the same offsets)
+  ph.p[0] = &p0;
+  ph.p[1] = p1;
+  ph.m_tiles = w.m_tiles;
+  ph.units0 = w.units;
+  ph.units = w.units + (p1 ? int64_t(w.m_tiles) * p1->n_blocks : 0);
+  ph.tile_done = tile_done;
+  if (p1) ph.claims = reinterpret_cast<unsigned long long*>(tile_done + p0.capacity_tiles);
+  return ph;
+}
+
+// Unit u of the launch: its phase, parameters, tile and expert.
+__device__ __forceinline__ const GroupedGemmParams& unit_at(const Phases& ph, int64_t u, int32_t* phase, TileCoord* c,
+                                                            int32_t* e) {
+  *phase = u < ph.units0 ? 0 : 1;
+  const GroupedGemmParams& p = *ph.p[*phase];
+  Walk w;
+  w.m_tiles = ph.m_tiles;
+  w.units = int64_t(ph.m_tiles) * p.n_blocks;
+  *c = coord_of(p, w, *phase ? u - ph.units0 : u, e);
+  return p;
+}
+
+__device__ __forceinline__ int64_t next_unit(const Phases& ph, int64_t u) {
+  if (ph.claims) return int64_t(atomicAdd(ph.claims, 1ull));
+  return u < 0 ? int64_t(blockIdx.x) : u + gridDim.x;
+}
+
+// The producer passes each unit to the consumers in the stage of its first k-block, and -1 in one
+// more stage when it has no more.
+__device__ __forceinline__ void producer(const Phases& ph, const FrameParams& f, GroupedShared& s) {
   constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
-  const Walk w = walk_of(p);
   uint32_t it = 0;
-  for (int64_t u = blockIdx.x; u < w.units; u += gridDim.x) {
-    int32_t e;
-    const TileCoord c = coord_of(p, w, u, &e);
+  for (int64_t u = next_unit(ph, -1); u < ph.units; u = next_unit(ph, u)) {
+    int32_t e, phase;
+    TileCoord c;
+    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
+    if (phase == 1) {
+      // Every gate/up unit of this row tile has stored its H columns; H is read by TMA (async proxy) next.
+      const uint64_t* flag = ph.tile_done + c.m_block;
+      if (!frame_wait_flag(f, flag, uint64_t(ph.p[0]->n_blocks), Role::kCompute, c.m_block, c.n_block, c.m_block))
+        return;  // the consumers see the launch abandoned at their next barrier wait
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
     const int32_t row_a = c.m_block * Cfg::kTileM;
     const int32_t row_b = e * p.n + c.n_block * Cfg::kTileN;
     for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
-      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      if (!gemm_detail::wait_barrier(&s.empty[stage], phase ^ 1, f, c)) return;
+      const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+      if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, c)) return;
+      if (kb == 0) s.unit[stage] = u;
       sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
       sm90::tma_load_2d(s.a[stage], &p.tmap_x, &s.full[stage], kb * Cfg::kTileK, row_a);
       sm90::tma_load_2d(s.b[stage], &p.tmap_w, &s.full[stage], kb * Cfg::kTileK, row_b);
     }
   }
+  const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+  if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, TileCoord{})) return;
+  s.unit[stage] = -1;
+  sm90::mbar_arrive(&s.full[stage]);
 }
 
 __device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
@@ -110,18 +175,21 @@ __device__ __forceinline__ void store_tile(const GroupedGemmParams& p, const flo
   }
 }
 
-__device__ __forceinline__ void consumer(const GroupedGemmParams& p, const FrameParams& f, GroupedShared& s) {
+__device__ __forceinline__ void consumer(const Phases& ph, const FrameParams& f, GroupedShared& s) {
   const int32_t half = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const int32_t t128 = threadIdx.x % 128, warp = t128 / 32, lane = t128 % 32;
-  const Walk w = walk_of(p);
   float acc[128];
   uint32_t it = 0;
-  for (int64_t u = blockIdx.x; u < w.units; u += gridDim.x) {
-    int32_t e;
-    const TileCoord c = coord_of(p, w, u, &e);
+  for (;;) {
+    if (!gemm_detail::wait_barrier(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1, f, TileCoord{})) return;
+    const int64_t u = s.unit[it % Cfg::kStages];
+    if (u < 0) return;
+    int32_t e, phase;
+    TileCoord c;
+    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
     for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
-      const uint32_t stage = it % Cfg::kStages, phase = (it / Cfg::kStages) & 1;
-      if (!gemm_detail::wait_barrier(&s.full[stage], phase, f, c)) {
+      const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+      if (kb > 0 && !gemm_detail::wait_barrier(&s.full[stage], phase_bit, f, c)) {
         sm90::wgmma_wait<0>();  // leave nothing in flight
         return;
       }
@@ -139,14 +207,20 @@ __device__ __forceinline__ void consumer(const GroupedGemmParams& p, const Frame
     if (lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
     const int32_t row = c.m_block * Cfg::kTileM + half * 64 + warp * 16 + lane / 4;
     store_tile(p, acc, row, p.offsets[e] + p.counts[e], c.n_block, lane);
+    if (phase == 0 && ph.tile_done) {
+      // Both consumer warpgroups' stores of this unit, then one release: the down units of the tile
+      // (any SM) count this unit done.
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      if (threadIdx.x == 128) flag_add_release(ph.tile_done + c.m_block, 1);
+    }
   }
 }
 
-__global__ void __launch_bounds__(Cfg::kThreads, 1)
-    grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p, const FrameParams f) {
+__device__ __forceinline__ void grouped_body(const Phases& ph, const FrameParams& f) {
   extern __shared__ uint8_t smem_raw[];
   GroupedShared& s =
       *reinterpret_cast<GroupedShared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const GroupedGemmParams& p = *ph.p[0];
   if (threadIdx.x == 0) {
     for (int32_t i = 0; i < Cfg::kStages; ++i) {
       sm90::mbar_init(&s.full[i], 1);
@@ -155,6 +229,10 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90::fence_barrier_init();
     sm90::tma_prefetch_desc(&p.tmap_x);
     sm90::tma_prefetch_desc(&p.tmap_w);
+    if (ph.p[1]) {
+      sm90::tma_prefetch_desc(&ph.p[1]->tmap_x);
+      sm90::tma_prefetch_desc(&ph.p[1]->tmap_w);
+    }
     // Rows routed beyond the reservation are not computed: counted, never silently lost.
     const int32_t rows = p.offsets[p.experts];
     if (blockIdx.x == 0 && p.dropped && rows > p.capacity_tiles * Cfg::kTileM)
@@ -163,11 +241,26 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     sm90::setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) producer(p, f, s);
+    if (threadIdx.x == 0) producer(ph, f, s);
   } else {
     sm90::setmaxnreg_inc<232>();
-    consumer(p, f, s);
+    consumer(ph, f, s);
   }
+}
+
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    grouped_gemm_kernel(const __grid_constant__ GroupedGemmParams p, const FrameParams f) {
+  grouped_body(phases_of(p, nullptr, nullptr), f);
+}
+
+// Deadlock-free: a down unit waits only on gate/up units, which all come before every down unit in
+// the claim order and never wait. A block claims a down unit only after every gate/up unit has been
+// claimed, each by a running block that finishes it (its earlier units are gate/up units too), so
+// the wait ends even when not every block is resident (ranks sharing a GPU, a user kernel beside).
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    grouped_ffn_kernel(const __grid_constant__ GroupedGemmParams up, const __grid_constant__ GroupedGemmParams down,
+                       uint64_t* tile_done, const FrameParams f) {
+  grouped_body(phases_of(up, &down, tile_done), f);
 }
 
 __global__ void interleave_kernel(const __nv_bfloat16* gate, const __nv_bfloat16* up, int32_t experts, int32_t ffn,
@@ -274,6 +367,40 @@ Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame,
   }
   if (err != cudaSuccess) {
     WEFT_WARN(kKernel, "grouped gemm: rank %d launch failed: %s", frame.rank, cudaGetErrorString(err));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& down, uint64_t* tile_done,
+                          const FrameParams& frame, cudaStream_t stream) {
+  const char* why = nullptr;
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    why = "the device's SM count cannot be read";
+  else if (frame.roles.compute <= 0 || frame.roles.compute > sms)
+    why = "the compute blocks must be between 1 and the GPU's SMs";
+  else if (up.epilogue != int32_t(GroupedEpilogue::kSwiGlu) || down.epilogue != int32_t(GroupedEpilogue::kStore))
+    why = "gate/up needs the SwiGLU epilogue and down the plain store";
+  else if (up.counts != down.counts || up.offsets != down.offsets || up.experts != down.experts ||
+           up.capacity_tiles != down.capacity_tiles || up.group_m != down.group_m)
+    why = "gate/up and down must walk the same experts, counts, offsets, capacity and raster";
+  else if (down.k != up.n / 2 || !tile_done)
+    why = "down's k must be gate/up's output width (ffn), and tile_done is needed";
+  if (why) {
+    WEFT_WARN(kKernel, "grouped ffn: rank %d: %s", frame.rank, why);
+    return Status::kInvalidArgument;
+  }
+  cudaError_t err = cudaMemsetAsync(tile_done, 0, size_t(up.capacity_tiles + 1) * sizeof(uint64_t), stream);
+  if (err == cudaSuccess)
+    err = cudaFuncSetAttribute(grouped_ffn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
+  if (err == cudaSuccess) {
+    grouped_ffn_kernel<<<frame.roles.compute, Cfg::kThreads, kSmemBytes, stream>>>(up, down, tile_done, frame);
+    err = cudaGetLastError();
+  }
+  if (err != cudaSuccess) {
+    WEFT_WARN(kKernel, "grouped ffn: rank %d launch failed: %s", frame.rank, cudaGetErrorString(err));
     return Status::kCudaError;
   }
   return Status::kOk;

@@ -58,6 +58,15 @@ Status make_grouped_gemm_params(const GroupedGemmArgs& args, GroupedGemmParams* 
 // Launches the persistent grouped GEMM on frame.roles.compute blocks (one per SM).
 Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame, cudaStream_t stream);
 
+// The expert FFN in one persistent launch: up (kSwiGlu, writing H) then down (kStore, reading H)
+// over the same counts and offsets; a down unit of row tile m starts once every gate/up unit of
+// tile m has stored its columns (tile_done[m], bounded wait through the frame). Units are claimed
+// in order from a counter, so the waits end even when not every block is resident. tile_done:
+// device, up.capacity_tiles + 1 words (the counters and the claim counter), zeroed on the stream
+// by this call. The same bits as the two launches. frame.roles.compute blocks, at most the SMs.
+Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& down, uint64_t* tile_done,
+                          const FrameParams& frame, cudaStream_t stream);
+
 // w13[e] = rows interleaved per 128: gate rows [128 i, 128 i + 128) then the same rows of up, for
 // the SwiGLU epilogue (done once when the weights are loaded). gate, up: experts x ffn x k;
 // w13: experts x 2 ffn x k; ffn a multiple of 128.

@@ -4,7 +4,9 @@
 // routed by weft's router over all experts, the counts of rank 0's experts/4 kept. Shapes from the
 // issue (Mixtral-8x7B, Qwen3-30B-A3B, DeepSeek-V3 sizes) at T = 4096 (prefill) and 256 (decode).
 // Every candidate timed with CUDA events, interleaved round by round, median after warm-up; fresh
-// random inputs every run; weft's outputs checked against cuBLAS's.
+// random inputs every run; weft's outputs checked against cuBLAS's. weft's FFN twice: as two
+// launches (gate/up, then down) and in one launch (launch_grouped_ffn: a down tile starts when its
+// H rows are complete), the second checked to give the first's bits.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -65,7 +67,7 @@ struct Row {
   int tokens;
   int64_t rows, padded;
   int min_count, max_count;
-  double router_ms, up_w, up_c, silu_c, down_w, down_c;
+  double router_ms, up_w, up_c, silu_c, down_w, down_c, ffn_one;
   double err_h, err_y;
 };
 
@@ -141,6 +143,7 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   GroupedGemmParams pu, pd;
   WEFT_OK(make_grouped_gemm_params(up, &pu));
   WEFT_OK(make_grouped_gemm_params(down, &pd));
+  DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
     for (int e = 0; e < L; ++e) {
@@ -171,10 +174,31 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
         WEFT_CUDA_OK(cudaGetLastError());
       },
       blas_down,
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd, tile_done.p, fp, nullptr)); },
   };
   WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
   const std::vector<double> ms = weft::bench::time_interleaved(rounds, nullptr, cands);
   row.up_w = ms[0], row.down_w = ms[1], row.up_c = ms[2], row.silu_c = ms[3], row.down_c = ms[4];
+  row.ffn_one = ms[5];
+  // The one-launch FFN gives the two launches' bits (valid rows; the padding stays unwritten).
+  {
+    WEFT_OK(launch_grouped_gemm(pu, fp, nullptr));
+    WEFT_OK(launch_grouped_gemm(pd, fp, nullptr));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<__nv_bfloat16> h2 = to_host(h.p, int64_t(off[L]) * F), y2 = to_host(y.p, int64_t(off[L]) * H);
+    poison_bf16(h.p, cap * F);
+    poison_bf16(y.p, cap * H);
+    WEFT_OK(launch_grouped_ffn(pu, pd, tile_done.p, fp, nullptr));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off[L]) * F), y1 = to_host(y.p, int64_t(off[L]) * H);
+    for (int e = 0; e < L; ++e) {
+      const size_t hb = size_t(off[e]) * F, hn = size_t(cnt[e]) * F, yb = size_t(off[e]) * H, yn = size_t(cnt[e]) * H;
+      if (std::memcmp(&h1[hb], &h2[hb], hn * 2) != 0 || std::memcmp(&y1[yb], &y2[yb], yn * 2) != 0) {
+        fprintf(stderr, "%s T=%d expert %d: the one-launch FFN differs from the two launches\n", s.name, tokens, e);
+        std::exit(1);
+      }
+    }
+  }
   if (to_host(dropped.p, 1)[0] != 0) {
     fprintf(stderr, "grouped gemm dropped rows\n");
     std::exit(1);
@@ -239,12 +263,12 @@ int main(int argc, char** argv) {
       printf(
           "%-14s T=%4d rank 0 of %d, raster group %d: %lld rows (%lld padded) over %d experts (%d..%d)  router %.3f "
           "ms\n"
-          "   weft  gate/up+SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
+          "   weft  gate/up+SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)  FFN in one launch %.3f ms (%.2fx)\n"
           "   cuBLAS gate/up %.3f ms  SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
           "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n",
           s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
-          r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.up_c, r.silu_c, r.down_c, cf,
-          flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y);
+          r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
+          r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y);
       fflush(stdout);
     }
   if (markdown) {
@@ -253,12 +277,12 @@ int main(int argc, char** argv) {
       fprintf(f, "| shape (%s, 1 of %d ranks) | T/rank | rows (padded) | router ms | weft up+SiLU | cuBLAS up+SiLU | ",
               prop.name, g_world);
       fprintf(f,
-              "weft down | cuBLAS down | weft FFN | cuBLAS FFN | cuBLAS/weft "
-              "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "weft down | cuBLAS down | weft FFN | weft FFN one launch | cuBLAS FFN | cuBLAS/weft "
+              "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const Row& r : rows)
-        fprintf(f, "| %s | %d | %lld (%lld) | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx |\n",
+        fprintf(f, "| %s | %d | %lld (%lld) | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx |\n",
                 r.shape.c_str(), r.tokens, (long long)r.rows, (long long)r.padded, r.router_ms, r.up_w,
-                r.up_c + r.silu_c, r.down_w, r.down_c, r.up_w + r.down_w, r.up_c + r.silu_c + r.down_c,
+                r.up_c + r.silu_c, r.down_w, r.down_c, r.up_w + r.down_w, r.ffn_one, r.up_c + r.silu_c + r.down_c,
                 (r.up_c + r.silu_c + r.down_c) / (r.up_w + r.down_w));
       fclose(f);
     }

@@ -129,6 +129,8 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
+  WEFT_CHECK(op->alloc(&p, size_t(op->up_.capacity_tiles + 1) * sizeof(uint64_t)));
+  op->tile_done_ = static_cast<uint64_t*>(p);
 
   kernels::MoeExchangeArgs& ex = op->ex_;
   ex.world = W, ex.rank = rank, ex.tokens = int32_t(T), ex.hidden = int32_t(H), ex.topk = int32_t(K);
@@ -224,8 +226,7 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   mark(2);
   if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
   mark(3);
-  if (st == Status::kOk) st = kernels::launch_grouped_gemm(up_, frame_params_, s);
-  if (st == Status::kOk) st = kernels::launch_grouped_gemm(down_, frame_params_, s);
+  if (st == Status::kOk) st = kernels::launch_grouped_ffn(up_, down_, tile_done_, frame_params_, s);
   mark(4);
   if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
   mark(5);

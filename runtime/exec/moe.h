@@ -93,6 +93,7 @@ class MoeOp {
   int32_t *ids_ = nullptr, *router_counts_ = nullptr, *drops_ = nullptr;  // drops_: router, arrange, gemm
   int32_t *counts_ = nullptr, *offsets_ = nullptr, *cursor_ = nullptr, *slot_pos_ = nullptr;
   kernels::GroupedGemmParams up_{}, down_{};
+  uint64_t* tile_done_ = nullptr;  // the one-launch FFN's per-row-tile counters and claim counter
   kernels::MoeExchangeArgs ex_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};

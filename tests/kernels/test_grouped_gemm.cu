@@ -164,6 +164,33 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn) {
   }
   require_padding_untouched(h.p, ffn, counts, off);
   require_padding_untouched(y.p, hidden, counts, off);
+
+  // The same FFN in one launch (a down tile waits for its H tile's gate/up units): the same bits,
+  // the padding still unwritten; twice, so the tile counters start from zero on every call.
+  const std::vector<__nv_bfloat16> h2 = to_host(h.p, int64_t(off.back()) * ffn);
+  const std::vector<__nv_bfloat16> y2 = to_host(y.p, int64_t(off.back()) * hidden);
+  GroupedGemmParams pu, pd;
+  REQUIRE(make_grouped_gemm_params(up, &pu) == Status::kOk);
+  REQUIRE(make_grouped_gemm_params(down, &pd) == Status::kOk);
+  DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
+  for (int call = 0; call < 2; ++call) {
+    CAPTURE(call);
+    poison_bf16(h.p, cap * ffn);
+    poison_bf16(y.p, cap * hidden);
+    REQUIRE(launch_grouped_ffn(pu, pd, tile_done.p, rn.fp, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(rn.frame.check("grouped ffn in one launch") == Status::kOk);
+    const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off.back()) * ffn);
+    const std::vector<__nv_bfloat16> y1 = to_host(y.p, int64_t(off.back()) * hidden);
+    for (int32_t e = 0; e < experts; ++e) {
+      CAPTURE(e);
+      const size_t hb = size_t(off[e]) * ffn, yb = size_t(off[e]) * hidden;
+      REQUIRE(std::memcmp(&h1[hb], &h2[hb], size_t(counts[e]) * ffn * 2) == 0);
+      REQUIRE(std::memcmp(&y1[yb], &y2[yb], size_t(counts[e]) * hidden * 2) == 0);
+    }
+    require_padding_untouched(h.p, ffn, counts, off);
+    require_padding_untouched(y.p, hidden, counts, off);
+  }
 }
 
 }  // namespace
@@ -201,9 +228,38 @@ TEST_CASE("grouped gemm: routed rows beyond the capacity are counted, not lost s
   CHECK(to_host(dropped.p, 1)[0] == 512 - 256);
 }
 
-TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down)") {
+TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two launches and one)") {
   check_swiglu({300, 0, 128, 1, 555, 0, 129, 77}, 512, 384);
   check_swiglu({0, 1000, 0, 0}, 1024, 768);  // all tokens to one expert; Qwen3's ffn
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> counts(32);  // many row tiles: down units of one tile run on other SMs than its gate/up
+  for (auto& c : counts) c = rng() % 4 == 0 ? 0 : int32_t(rng() % 700);
+  check_swiglu(counts, 768, 1024);
+}
+
+TEST_CASE("grouped gemm: the one-launch FFN refuses mismatched halves") {
+  Runner rn;
+  DevBuf<int32_t> d_counts(2), d_off(3);
+  upload_counts({100, 200}, d_counts, d_off);
+  DevBuf<__nv_bfloat16> x(512 * 256), w13(2 * 512 * 256), w2(2 * 256 * 256), h(512 * 256), y(512 * 256);
+  DevBuf<uint64_t> tile_done(5);
+  GroupedGemmArgs up;
+  up.experts = 2, up.capacity_rows = 512, up.n = 512, up.k = 256;
+  up.x = x.p, up.w = w13.p, up.counts = d_counts.p, up.offsets = d_off.p, up.y = h.p;
+  up.epilogue = GroupedEpilogue::kSwiGlu;
+  GroupedGemmArgs down = up;
+  down.n = 256, down.k = 256, down.x = h.p, down.w = w2.p, down.y = y.p, down.epilogue = GroupedEpilogue::kStore;
+  GroupedGemmParams pu, pd;
+  REQUIRE(make_grouped_gemm_params(up, &pu) == Status::kOk);
+  REQUIRE(make_grouped_gemm_params(down, &pd) == Status::kOk);
+  CHECK(launch_grouped_ffn(pu, pd, nullptr, rn.fp, nullptr) == Status::kInvalidArgument);      // no counters
+  CHECK(launch_grouped_ffn(pd, pu, tile_done.p, rn.fp, nullptr) == Status::kInvalidArgument);  // halves swapped
+  GroupedGemmParams other = pd;
+  other.k = 128;  // not gate/up's output width
+  CHECK(launch_grouped_ffn(pu, other, tile_done.p, rn.fp, nullptr) == Status::kInvalidArgument);
+  FrameParams too_many = rn.fp;
+  too_many.roles.compute = rn.sms + 1;  // not every block resident
+  CHECK(launch_grouped_ffn(pu, pd, tile_done.p, too_many, nullptr) == Status::kInvalidArgument);
 }
 
 TEST_CASE("grouped gemm: bad arguments are refused") {
