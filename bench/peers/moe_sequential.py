@@ -9,7 +9,9 @@ Per rank (tokens per rank T, experts/W local experts, SwiGLU experts):
                all-to-all-v back, the home sums in rank order
 At world 1 (one GPU, no torch.distributed) dispatch and combine are local gathers/scatters.
 Run: python3 moe_sequential.py [--iters N]   or   torchrun --nproc-per-node 4 moe_sequential.py
-Prints one markdown row per shape (median ms of each phase and of the whole layer).
+Prints one markdown row per shape (median ms of each phase and of the whole layer, rank 0), and the
+NCCL all-to-all-v of the rows alone (dispatch rows out and combine rows back on the sizes the layer
+sent, nothing else; median, slowest rank): the communication term of the bound.
 """
 import argparse
 import os
@@ -118,6 +120,7 @@ class Layer:
             dist.all_to_all_single(back, part, sc, rc)
         else:
             back = part
+        self.sent = (rows, sc, rc, part)  # the payloads of the last call, for a2a_alone
         out = torch.zeros(self.t, self.h, dtype=torch.float32, device=y.device)
         out.index_add_(0, order, back.float())  # rows arrive in rank order
         ev[4].record()
@@ -137,6 +140,30 @@ def median_phases(layer, iters):
     return [statistics.median(p) for p in ph], statistics.median(total)
 
 
+def a2a_alone(layer, iters):
+    """The last call's two all-to-all-v of rows alone: median ms, the slowest rank's (0 on one rank)."""
+    if layer.w == 1:
+        return 0.0
+    import torch.distributed as dist
+    rows, sc, rc, part = layer.sent
+    recv = rows.new_empty(sum(rc), layer.h)
+    back = part.new_empty(sum(sc), layer.h)
+    times = []
+    for i in range(iters + 3):
+        dist.barrier()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dist.all_to_all_single(recv, rows, rc, sc)
+        dist.all_to_all_single(back, part, sc, rc)
+        b.record()
+        b.synchronize()
+        if i >= 3:
+            times.append(a.elapsed_time(b))
+    worst = torch.tensor([statistics.median(times)], device=rows.device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+    return float(worst.item())
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--iters", type=int, default=10)
@@ -151,8 +178,9 @@ def main():
         dist.init_process_group("nccl", device_id=dev)
     if rank == 0:
         print(f"# {torch.cuda.get_device_name(dev)}, world {world}, torch {torch.__version__}")
-        print("| shape | T/rank | experts | route ms | dispatch ms | experts ms | combine ms | layer ms |")
-        print("|---|---|---|---|---|---|---|---|")
+        print("| shape | T/rank | experts | route ms | dispatch ms | experts ms | combine ms | layer ms | "
+              "NCCL a2a-v alone ms |")
+        print("|---|---|---|---|---|---|---|---|---|")
     for tokens in args.tokens:
         for name, hidden, ffn, experts, topk in SHAPES:
             layer = Layer(hidden, ffn, experts, topk, tokens, world, rank, dev)
@@ -170,10 +198,11 @@ def main():
                     best = (grouped, ph[2])
             layer.use_grouped = best[0]
             ph, tot = median_phases(layer, args.iters)
+            a2a = a2a_alone(layer, args.iters)
             if rank == 0:
                 how = "_grouped_mm" if best[0] else "per-expert matmul"
                 print(f"| {name} | {tokens} | {how} | {ph[0]:.3f} | {ph[1]:.3f} | {ph[2]:.3f} | {ph[3]:.3f} | "
-                      f"{tot:.3f} |", flush=True)
+                      f"{tot:.3f} | {a2a:.3f} |", flush=True)
             del layer
             torch.cuda.empty_cache()
     if world > 1:

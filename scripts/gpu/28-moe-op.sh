@@ -3,7 +3,8 @@
 # on 1 rank, on every GPU of the machine, and as 4 ranks sharing the GPUs where there are fewer than 4
 # (tests/runtime/moe_gpu.sh); then the layer timed on every GPU (bench_moe_layer: near-uniform and
 # Zipf-skewed routing, direct calls and graph replays) and, in the same
-# call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun).
+# call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun),
+# and the layer against its bound from the two tables (bench/moe/moe_bound.py).
 # Usage: 28-moe-op.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
 OUTDIR=${1:?usage: 28-moe-op.sh OUTDIR}
@@ -42,6 +43,12 @@ if [ -x "$BUILD/bin/bench_moe_layer" ] && [ "$n" -ge 1 ]; then
       >"$OUTDIR/moe-sequential.md" 2>"$OUTDIR/moe-sequential.log"; then
       echo "moe layer, PyTorch sequential (NCCL all-to-all-v) on $n GPU(s):" >>"$SUMMARY"
       cat "$OUTDIR/moe-sequential.md" >>"$SUMMARY"
+      # The bound of the same call's rows (near-uniform routing): compute and communication terms.
+      if python3 "$ROOT/bench/moe/moe_bound.py" "$OUTDIR/moe-layer-uniform.md" "$OUTDIR/moe-sequential.md" \
+        >"$OUTDIR/moe-bound.md" 2>>"$OUTDIR/moe-sequential.log"; then
+        echo "moe layer against its bound (near-uniform routing, this call's rows; bench/moe/moe_bound.py):" >>"$SUMMARY"
+        cat "$OUTDIR/moe-bound.md" >>"$SUMMARY"
+      fi
     else
       echo "FAIL    moe_sequential.py under torchrun (moe-sequential.log)" >>"$SUMMARY"
       tail -20 "$OUTDIR/moe-sequential.log"
