@@ -57,7 +57,8 @@ struct Variant {
   int cluster = 0;               // copy engines: the GEMM's CTAs per cluster (0: the op's, WEFT_GEMM_CLUSTER)
   bool tail = false;             // last tile columns as a split-K pair after the gated part
   kernels::GemmParams gemm;      // the gated GEMM (all of n, or the columns before the tail)
-  PeerBuffer sm_flags;           // SM movers: per-tile flags + clear-to-send words, peer-mapped
+  RunnerHeap heap;               // SM movers: sm_flags' symmetric memory
+  HeapBuffer sm_flags;           // SM movers: per-tile flags + clear-to-send words, peer-mapped
   uint64_t* ce_flags = nullptr;  // copy engines: one per chunk
   uint64_t epoch = 0;
   bool valid = false;
@@ -71,7 +72,8 @@ struct AgGemm {
   int rank = 0, world = 1, sms = 0;
   int cluster = 1;                         // the copy-engine variants' GEMM: CTAs per cluster (WEFT_GEMM_CLUSTER)
   int64_t m = 0, n = 0, k = 0, m_loc = 0;  // n is this rank's block
-  PeerBuffer a_full;                       // m × k, shard s at rows [s·m_loc, (s+1)·m_loc)
+  RunnerHeap heap;                         // a_full's symmetric memory
+  HeapBuffer a_full;                       // m × k, shard s at rows [s·m_loc, (s+1)·m_loc)
   bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
   float* acc = nullptr;         // split-K tail partial sums, zero between runs
   int64_t n_main = 0;           // columns before the tail (n when there is none)
@@ -303,9 +305,9 @@ Status add_variant(AgGemm& op, bootstrap::Bootstrap& boot, std::unique_ptr<Varia
     if (bench_gemm_options().tma_store) WEFT_CHECK(kernels::enable_tma_store(op.epi(), &v->gemm));
     const int64_t words = (op.m / kRows) * v->gemm.n_blocks + op.world;
     const std::string name = "ag_gemm.flags." + std::to_string(op.variants.size());
-    WEFT_CHECK(PeerBuffer::create(boot, size_t(words) * 8, name.c_str(), &v->sm_flags));
+    v->heap.take(size_t(words) * 8, &v->sm_flags);
+    WEFT_CHECK(v->heap.create(boot, name.c_str()));  // zero
     uint64_t* f = v->sm_flags.local<uint64_t>();
-    WEFT_CUDA_CHECK(cudaMemset(f, 0, size_t(words) * 8));
     // The rank's own rows are in place before every launch (stream order): their gate always passes.
     WEFT_CUDA_CHECK(
         cudaMemset(f + op.rank * own_blocks * v->gemm.n_blocks, 0xFF, size_t(own_blocks * v->gemm.n_blocks) * 8));
@@ -422,7 +424,8 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op.copy, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.fork, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op.join, cudaEventDisableTiming));
-  WEFT_CHECK(PeerBuffer::create(boot, size_t(op.m * op.k) * sizeof(bf16), "ag_gemm.a", &op.a_full));
+  op.heap.take(size_t(op.m * op.k) * sizeof(bf16), &op.a_full);
+  WEFT_CHECK(op.heap.create(boot, "ag_gemm"));
   WEFT_CUDA_CHECK(cudaMalloc(&op.b, size_t(op.n * op.k) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.c, size_t(op.m * op.n) * sizeof(bf16)));
   WEFT_CUDA_CHECK(cudaMalloc(&op.c_ref, size_t(op.m * op.n) * sizeof(bf16)));

@@ -40,17 +40,18 @@ struct GemmReduce {
   int64_t m = 0, n = 0, k_loc = 0, m_loc = 0, m_piece = 0;
   uint64_t tiles_per_piece = 0;
   bf16 *a = nullptr, *b = nullptr, *out = nullptr, *ref = nullptr;
-  PeerBuffer partial;     // m × n: this rank's partial C (peers read it on the peer path)
-  PeerBuffer staging;     // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
-  PeerBuffer c_full;      // AllReduce: m × n on every rank
-  PeerBuffer arrived;     // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
-  PeerBuffer freed;       // W: freed[o] = e once owner o has read its slots of epoch e
-  PeerBuffer gathered;    // W: gathered[o] = e once owner o's reduced rows are in this rank's C
-  PeerBuffer peer_flags;  // 3 W: the peer kernel's ready, reduced and done flags
-  PeerBuffer ready;       // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
-  PeerBuffer bcast;       // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
-  PeerBuffer landed;      // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
-  PeerBuffer moved;       // mover SMs: W·S: moved[p·S + j] += 1 per block of peer p's movers once its
+  RunnerHeap heap;        // every buffer below that peers read or write
+  HeapBuffer partial;     // m × n: this rank's partial C (peers read it on the peer path)
+  HeapBuffer staging;     // overlap: W slots of m_loc × n, slot p = peer p's partial of this rank's rows
+  HeapBuffer c_full;      // AllReduce: m × n on every rank
+  HeapBuffer arrived;     // W·S: arrived[p·S + j] = e once peer p's piece j is in slot p
+  HeapBuffer freed;       // W: freed[o] = e once owner o has read its slots of epoch e
+  HeapBuffer gathered;    // W: gathered[o] = e once owner o's reduced rows are in this rank's C
+  HeapBuffer peer_flags;  // 3 W: the peer kernel's ready, reduced and done flags
+  HeapBuffer ready;       // AR pull: W·S: ready[o·S + j] = e once owner o's piece j is reduced
+  HeapBuffer bcast;       // AR sm: W: bcast[o] += 1 per tile of owner o's rows stored here
+  HeapBuffer landed;      // SM sends: W·S: landed[r·S + j] += 1 per tile of piece j a peer stored here
+  HeapBuffer moved;       // mover SMs: W·S: moved[p·S + j] += 1 per block of peer p's movers once its
                           //   rows of piece j are here
   bool sm_send = false;   // partial tiles sent by the GEMM's epilogue (TMA into the owner's slot)
   // Mover SMs beside the GEMM (copy-engine sends only): WEFT_GEMM_REDUCE_MOVERS blocks push the last
@@ -157,7 +158,8 @@ struct GemmReduce {
   uint64_t peer_tiles = 0;  // tiles the GEMM has counted in its flag word so far (pull_tiles)
   bool peer_sweep = false;
   uint64_t peer_epoch = 0, peer_gathered = 0;  // launches so far; their two-shot blocks (gathered counts)
-  PeerBuffer peer_partials, peer_words;
+  HeapBuffer peer_partials, peer_words;
+  // Reads the peer path's parameters and takes its buffers from `heap` (the caller creates it).
   Status setup_peer(bootstrap::Bootstrap& boot, const std::string& key);
   const char* peer_variant_name() const;
   Status peer_rows(ncclComm_t comm, bootstrap::Bootstrap& boot, const std::string& key, int warm, int iters,

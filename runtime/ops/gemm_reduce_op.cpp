@@ -71,9 +71,9 @@ void GemmReduce::unstick() {
   std::vector<uint64_t> big(size_t(world * pieces), kNeverFlag);
   for (uint64_t* f : {tiles, gate}) cudaMemcpyAsync(f, big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   cudaMemcpyAsync(arrived.local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
-  for (const PeerBuffer* f : {&freed, &gathered, &bcast})
+  for (const HeapBuffer* f : {&freed, &gathered, &bcast})
     cudaMemcpyAsync(f->local<uint64_t>(), big.data(), sizeof(uint64_t) * world, cudaMemcpyHostToDevice, s);
-  for (const PeerBuffer* f : {&ready, &landed, &moved})
+  for (const HeapBuffer* f : {&ready, &landed, &moved})
     cudaMemcpyAsync(f->local<uint64_t>(), big.data(), big.size() * 8, cudaMemcpyHostToDevice, s);
   cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
@@ -351,26 +351,20 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
   WEFT_CUDA_CHECK(cudaMalloc(&op.ref, size_t(op.result_elems()) * sizeof(bf16)));
   if (!all_reduce) WEFT_CUDA_CHECK(cudaMalloc(&op.out, size_t(op.m_loc * op.n) * sizeof(bf16)));
   const std::string key = std::string(name) + ".";
-  WEFT_CHECK(PeerBuffer::create(boot, size_t(op.m * op.n) * sizeof(bf16), (key + "partial").c_str(), &op.partial));
-  if (op.overlap)
-    WEFT_CHECK(PeerBuffer::create(boot, size_t(op.world * op.m_loc * op.n) * sizeof(bf16), (key + "staging").c_str(),
-                                  &op.staging));
-  if (all_reduce)
-    WEFT_CHECK(PeerBuffer::create(boot, size_t(op.m * op.n) * sizeof(bf16), (key + "c").c_str(), &op.c_full));
+  // Every buffer a peer reads or writes, in one heap (all zero: the flags start at 0).
+  op.heap.take(size_t(op.m * op.n) * sizeof(bf16), &op.partial);
+  if (op.overlap) op.heap.take(size_t(op.world * op.m_loc * op.n) * sizeof(bf16), &op.staging);
+  if (all_reduce) op.heap.take(size_t(op.m * op.n) * sizeof(bf16), &op.c_full);
   struct FlagSet {
-    PeerBuffer* buf;
-    const char* name;
+    HeapBuffer* buf;
     int count;
   };
-  for (const FlagSet& f :
-       {FlagSet{&op.arrived, "arrived", nflags}, FlagSet{&op.freed, "freed", op.world},
-        FlagSet{&op.gathered, "gathered", op.world}, FlagSet{&op.ready, "ready", nflags},
-        FlagSet{&op.landed, "landed", nflags}, FlagSet{&op.moved, "moved", nflags},
-        FlagSet{&op.bcast, "bcast", op.world}, FlagSet{&op.peer_flags, "peer_flags", 3 * op.world}}) {
-    WEFT_CHECK(PeerBuffer::create(boot, sizeof(uint64_t) * f.count, (key + f.name).c_str(), f.buf));
-    WEFT_CUDA_CHECK(cudaMemset(f.buf->local<void>(), 0, sizeof(uint64_t) * f.count));
-  }
-  WEFT_CHECK(op.setup_peer(boot, key));
+  for (const FlagSet& f : {FlagSet{&op.arrived, nflags}, FlagSet{&op.freed, op.world}, FlagSet{&op.gathered, op.world},
+                           FlagSet{&op.ready, nflags}, FlagSet{&op.landed, nflags}, FlagSet{&op.moved, nflags},
+                           FlagSet{&op.bcast, op.world}, FlagSet{&op.peer_flags, 3 * op.world}})
+    op.heap.take(sizeof(uint64_t) * f.count, f.buf);
+  WEFT_CHECK(op.setup_peer(boot, key));  // takes the peer path's buffers
+  WEFT_CHECK(op.heap.create(boot, name));
 
   uint64_t seed = 0;
   WEFT_CHECK(shared_seed(boot, key + "seed", &seed));

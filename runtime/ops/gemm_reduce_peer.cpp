@@ -136,11 +136,8 @@ Status GemmReduce::setup_peer(bootstrap::Bootstrap& boot, const std::string& key
   int64_t blocks = 0;
   WEFT_CHECK(get_param("WEFT_GEMM_REDUCE_PEER_BLOCKS", &blocks));
   peer_max_blocks = blocks > 0 && blocks < peer_sms ? int(blocks) : peer_sms;
-  WEFT_CHECK(
-      PeerBuffer::create(boot, 2 * size_t(m * n) * sizeof(bf16), (key + "peer_partials").c_str(), &peer_partials));
-  const size_t words = sizeof(uint64_t) * size_t(kernels::SmallReducePlan::words(world));
-  WEFT_CHECK(PeerBuffer::create(boot, words, (key + "peer_words").c_str(), &peer_words));
-  WEFT_CUDA_CHECK(cudaMemset(peer_words.local<void>(), 0, words));
+  heap.take(2 * size_t(m * n) * sizeof(bf16), &peer_partials);  // bound (zero) when the runner creates its heap
+  heap.take(sizeof(uint64_t) * size_t(kernels::SmallReducePlan::words(world)), &peer_words);
   kernels::SmallReducePlan plan;
   return make_plan(*this, mode_of(*this, peer_variant), &plan);
 }

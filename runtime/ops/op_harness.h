@@ -14,6 +14,7 @@
 #include "bootstrap/bootstrap.h"
 #include "kernels/gemm_types.h"
 #include "runtime/exec/stream_ops.h"
+#include "runtime/ops/runner_heap.h"
 #include "runtime/plan.h"
 #include "runtime/workload.h"
 
@@ -34,34 +35,6 @@ using runtime::stream_wait_u64_geq;
 using runtime::stream_write_u64;
 using runtime::StreamMemOp;
 using runtime::sync_bounded;
-
-// A device buffer of the same size on every rank; same-node peers' buffers mapped through CUDA IPC.
-class PeerBuffer {
- public:
-  // Collective. `bytes` must be equal on every rank (checked).
-  static Status create(bootstrap::Bootstrap& boot, size_t bytes, const char* name, PeerBuffer* out);
-  PeerBuffer() = default;
-  PeerBuffer(PeerBuffer&&) noexcept;
-  PeerBuffer& operator=(PeerBuffer&&) noexcept;
-  PeerBuffer(const PeerBuffer&) = delete;
-  ~PeerBuffer();
-  template <typename T>
-  T* local() const {
-    return static_cast<T*>(local_);
-  }
-  // nullptr for ranks on other nodes.
-  template <typename T>
-  T* peer(int rank) const {
-    return static_cast<T*>(peers_[rank]);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void release();
-  void* local_ = nullptr;
-  std::vector<void*> peers_;  // peers_[own rank] == local_
-  size_t bytes_ = 0;
-};
 
 // Times `enqueue` (which enqueues one run of the op on stream `s`) with CUDA events: `warmup` runs,
 // then `iters` timed runs each preceded by an NCCL all-reduce of one word (a device-side barrier, so
