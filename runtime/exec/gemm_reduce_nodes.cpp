@@ -26,6 +26,7 @@
 #include "base/params.h"
 #include "bootstrap/placement.h"
 #include "kernels/gemm.h"
+#include "runtime/exec/context.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/exec/stream_ops.h"
@@ -483,8 +484,6 @@ RsNodes::~RsNodes() {
     if (e) cudaEventDestroy(e);
   for (cudaStream_t s : {main, copy, gates, ag, fwd})
     if (s) cudaStreamDestroy(s);
-  fifos.clear();               // before the transport that owns the rings
-  if (own_tp) own_tp->stop();  // the runner's own (a context stops its transport itself)
-}
+}  // then own_ctx (the runner's): its rings, transport and heap
 
 }  // namespace weft::runtime

@@ -1,7 +1,7 @@
 // GEMM+ReduceScatter / GEMM+AllReduce across nodes: the op's state and one call's schedule, over a
 // symmetric heap and a transport it is given: the runtime op's (GemmReduceOp, a context's arena and
-// transport) and the benchmark runner's (runtime/ops/gemm_reduce_nodes_bench.cpp, a heap and transport
-// of its own). The design is drawn in kernels/gemm_reduce_nodes_plan.h.
+// transport) and the benchmark runner's (runtime/ops/gemm_reduce_nodes_bench.cpp, a context of its
+// own). The design is drawn in kernels/gemm_reduce_nodes_plan.h.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,6 +17,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemm_reduce_nodes.h"
 #include "kernels/gemm_reduce_nodes_plan.h"
+#include "runtime/exec/context.h"
 #include "runtime/plan.h"
 #include "transport/cuda_transport.h"
 #include "transport/transport.h"
@@ -47,10 +48,8 @@ struct RsNodes {
   char* heap_base = nullptr;        // this rank's heap (attach())
   std::vector<char*> heap_peers;    // every rank's heap as mapped here (nullptr on other nodes)
   transport::Transport* tp = nullptr;
-  // The benchmark runner's own heap, transport and rings (the runtime op uses its context's).
-  std::unique_ptr<transport::CudaHeap> heap;
-  std::unique_ptr<transport::Transport> own_tp;
-  std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos;
+  // The benchmark runner's own context (heap, transport and rings); the runtime op uses its caller's.
+  std::unique_ptr<Context> own_ctx;
 
   bf16 *a = nullptr, *a_pos = nullptr, *b = nullptr;  // the runner's A (global row order), A in position order, B
   const bf16* gemm_b = nullptr;                       // the B kp.gemm's tensor maps were made for

@@ -67,9 +67,8 @@ struct AgNodes {
   int64_t m = 0, n = 0, k = 0, m_loc = 0;
   uint64_t shard_bytes = 0, chunk_bytes = 0, a_off = 0, flags_off = 0, freed_off = 0;
   kernels::AgNodesPlan plan;
-  std::unique_ptr<transport::CudaHeap> heap;
-  std::unique_ptr<transport::Transport> tp;
-  std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos;
+  std::unique_ptr<Context> ctx;        // the runner's own, as a program's: heap (its first arena), transport, rings
+  transport::Transport* tp = nullptr;  // ctx's
   bf16 *b = nullptr, *c = nullptr, *c_ref = nullptr, *a_nccl = nullptr;
   int32_t* push_err = nullptr;  // [status, peer]
   uint64_t epoch = 0;
@@ -81,7 +80,7 @@ struct AgNodes {
   RoleCounts roles;
   kernels::AgNodesKernelParams kp;
 
-  char* base() const { return static_cast<char*>(heap->local()); }
+  char* base() const { return static_cast<char*>(ctx->local(0)); }
   bf16* pos_ptr(int pos) const { return reinterpret_cast<bf16*>(base() + a_off + uint64_t(pos) * shard_bytes); }
   uint64_t* flag(int pos, int chunk) const {
     return reinterpret_cast<uint64_t*>(base() + flags_off) + int64_t(pos) * chunks + chunk;
@@ -95,7 +94,7 @@ struct AgNodes {
     WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy, fork));
     for (int ch = 0; ch < chunks; ++ch) WEFT_CHECK(stream_write_u64(main, flag(0, ch), epoch));
     for (const kernels::AgNodesPull& p : plan.pulls) {
-      const char* src = static_cast<const char*>(heap->peer(p.mate)) + a_off;  // the mate's position 0
+      const char* src = static_cast<const char*>(ctx->peer(p.mate, 0)) + a_off;  // the mate's position 0
       for (int ch = 0; ch < chunks; ++ch) {
         WEFT_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<char*>(pos_ptr(p.dst_pos)) + ch * chunk_bytes,
                                         src + ch * chunk_bytes, chunk_bytes, cudaMemcpyDeviceToDevice, copy));
@@ -150,9 +149,7 @@ struct AgNodes {
     if (join) cudaEventDestroy(join);
     if (copy) cudaStreamDestroy(copy);
     if (main) cudaStreamDestroy(main);
-    fifos.clear();  // before the transport that owns the rings
-    if (tp) tp->stop();
-  }
+  }  // then ctx: its rings, transport and heap
 };
 
 Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bootstrap& boot, const Workload& wl) {
@@ -199,7 +196,7 @@ Status validate(AgNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
   return Status::kOk;
 }
 
-Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
+Status setup(const Workload& wl, bootstrap::Bootstrap& boot, AgNodes& op) {
   const auto& info = boot.info();
   std::vector<int> node_of, local_of;
   WEFT_CHECK(bootstrap::gather_node_placement(boot, &node_of, &local_of));
@@ -231,20 +228,18 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
   WEFT_CHECK(alloc.allocate(a_bytes, 1024, "ag_gemm_nodes A", &op.a_off));
   WEFT_CHECK(alloc.allocate(flag_bytes, 8, "ag_gemm_nodes flags", &op.flags_off));
   WEFT_CHECK(alloc.allocate(freed_bytes, 8, "ag_gemm_nodes freed", &op.freed_off));
-  WEFT_CHECK(transport::CudaHeap::create(boot, alloc.used(), &op.heap));
-  transport::TransportOptions opt;
-  opt.channels = op.channels;
-  opt.workload_signal_mode = to_string(wl.transport.signal_mode);
-  opt.workload_backend = to_string(wl.transport.inter_node);
-  opt.fifo_memory = transport::cuda_fifo_memory();
-  opt.copy_hooks = transport::cuda_copy_hooks(ctx.gpu);
-  WEFT_CHECK(transport::Transport::create(boot, op.heap->region(), opt, &op.tp));
-  for (int ch = 0; ch < op.channels; ++ch) {
-    std::unique_ptr<transport::DeviceFifoHandle> f;
-    WEFT_CHECK(transport::DeviceFifoHandle::create(op.tp->fifo_ring(ch), op.tp->timeout_s(), &f));
-    op.kp.fifo[ch] = f->get();
-    op.fifos.push_back(std::move(f));
+  const uint64_t used = (alloc.used() + 4095) / 4096 * 4096;
+  WEFT_CHECK(Context::create(boot, used, &op.ctx));
+  uint64_t arena = 0;
+  WEFT_CHECK(op.ctx->reserve(used, "ag_gemm across nodes (bench)", &arena));
+  if (arena != 0) {
+    WEFT_WARN(kKernel, "rank %d: ag_gemm across nodes: the runner's arena starts at %llu, not 0", info.rank,
+              (unsigned long long)arena);
+    return Status::kInternal;
   }
+  WEFT_CHECK(
+      op.ctx->transport(op.channels, to_string(wl.transport.inter_node), to_string(wl.transport.signal_mode), &op.tp));
+  for (int ch = 0; ch < op.channels; ++ch) op.kp.fifo[ch] = op.ctx->fifo(ch);
   WEFT_CHECK(transport::preload_kernels({kernels::ag_gemm_nodes_kernel_ptr()}, "ag_gemm_nodes"));
 
   int sms = 0;
@@ -299,7 +294,7 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
       kernels::ag_nodes_device_moves(op.plan, op.chunks, op.a_off, op.shard_bytes, op.flags_off, op.freed_off);
   op.kp.channels = op.channels;
   op.kp.heap = op.base();
-  op.kp.peers = reinterpret_cast<char* const*>(op.heap->device_peer_table());
+  op.kp.peers = reinterpret_cast<char* const*>(op.ctx->device_peers());
   op.kp.push_error = op.push_err;
   op.kp.push_error_peer = op.push_err + 1;
   WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.inputs"));  // every shard written before anyone reads one
@@ -308,7 +303,7 @@ Status setup(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::B
 
 }  // namespace
 
-Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot) {
+Status run_ag_gemm_nodes(const bootstrap::RankContext& /*ctx*/, const Workload& wl, bootstrap::Bootstrap& boot) {
   const auto& info = boot.info();
   if (wl.world_size() != info.size) {
     WEFT_WARN(kKernel, "rank %d: %s needs %d ranks (layout %d x %d) but the job has %d", info.rank, wl.source.c_str(),
@@ -334,7 +329,7 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
   op.k = wl.gemm.k;
   op.n = sh.n;
   op.m_loc = op.m / op.world;
-  WEFT_CHECK(setup(ctx, wl, boot, op));
+  WEFT_CHECK(setup(wl, boot, op));
   // The prediction for what runs: these role counts, intra-node forwarding by SMs.
   Workload as_run = wl;
   as_run.roles.automatic = false;
@@ -490,11 +485,10 @@ Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, 
   if (rt_c) cudaFree(rt_c);
   WEFT_CHECK(op.tp->flush());
   WEFT_CHECK(boot.barrier("weft.ag_gemm_nodes.done"));
-  op.fifos.clear();
-  WEFT_CHECK(op.tp->stop());
+  op.tp = nullptr;
+  op.ctx.reset();  // its rings, transport and (collective close) heap
   cublasDestroy(blas);
   ncclCommDestroy(comm);
-  WEFT_CHECK(op.heap->close(boot));
   return Status::kOk;
 }
 

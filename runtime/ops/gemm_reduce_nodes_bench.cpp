@@ -1,4 +1,4 @@
-// GEMM+RS / GEMM+AR across nodes, the benchmark runner's setup: a heap and transport of its own,
+// GEMM+RS / GEMM+AR across nodes, the benchmark runner's setup: a context of its own,
 // random inputs, the GEMM alone (runtime/exec/gemm_reduce_nodes.h holds the op's setup and schedule).
 #include <cuda_bf16.h>
 
@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/gemm.h"
+#include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce_nodes.h"
@@ -18,8 +19,7 @@ namespace weft::runtime::ops {
 
 using bf16 = __nv_bfloat16;
 
-Status setup_rs_nodes_bench(RsNodes& op, const bootstrap::RankContext& ctx, const Workload& wl,
-                            bootstrap::Bootstrap& boot, int sms) {
+Status setup_rs_nodes_bench(RsNodes& op, const Workload& wl, bootstrap::Bootstrap& boot, int sms) {
   const char* name = op.all_reduce ? "gemm_ar" : "gemm_rs";
   WEFT_CHECK(op.place(boot));
   int64_t want = 0, ch = 0;
@@ -27,26 +27,25 @@ Status setup_rs_nodes_bench(RsNodes& op, const bootstrap::RankContext& ctx, cons
   WEFT_CHECK(get_param("WEFT_NET_CHANNELS", &ch));
   uint64_t end = 0;
   WEFT_CHECK(op.size(int(want), int(ch), 0, &end));
-  WEFT_CHECK(transport::CudaHeap::create(boot, end, &op.heap));
-  WEFT_CUDA_CHECK(cudaMemset(op.heap->local(), 0, end));  // zero slot regions, flags at epoch 0
-
-  transport::TransportOptions opt;
-  opt.channels = op.channels;
-  opt.workload_signal_mode = to_string(wl.transport.signal_mode);
-  opt.workload_backend = to_string(wl.transport.inter_node);
-  opt.fifo_memory = transport::cuda_fifo_memory();
-  opt.copy_hooks = transport::cuda_copy_hooks(ctx.gpu);
-  WEFT_CHECK(transport::Transport::create(boot, op.heap->region(), opt, &op.own_tp));
-  std::vector<transport::DeviceFifo> rings;
-  for (int c = 0; c < op.channels; ++c) {
-    std::unique_ptr<transport::DeviceFifoHandle> f;
-    WEFT_CHECK(transport::DeviceFifoHandle::create(op.own_tp->fifo_ring(c), op.own_tp->timeout_s(), &f));
-    rings.push_back(f->get());
-    op.fifos.push_back(std::move(f));
+  // A context of the runner's own, as a program's: the op's layout in its first arena (offset 0),
+  // its transport and rings.
+  WEFT_CHECK(Context::create(boot, (end + 4095) / 4096 * 4096, &op.own_ctx));
+  Context& c = *op.own_ctx;
+  uint64_t arena = 0;
+  WEFT_CHECK(c.reserve(end, std::string(name) + " across nodes (bench)", &arena));
+  if (arena != 0) {
+    WEFT_WARN(kKernel, "rank %d: %s across nodes: the runner's arena starts at %llu, not 0", op.rank, name,
+              (unsigned long long)arena);
+    return Status::kInternal;
   }
+  WEFT_CUDA_CHECK(cudaMemset(c.local(0), 0, end));  // zero slot regions, flags at epoch 0
+  transport::Transport* tp = nullptr;
+  WEFT_CHECK(c.transport(op.channels, to_string(wl.transport.inter_node), to_string(wl.transport.signal_mode), &tp));
+  std::vector<transport::DeviceFifo> rings;
+  for (int r = 0; r < op.channels; ++r) rings.push_back(c.fifo(r));
   std::vector<char*> peers;
-  for (int r = 0; r < op.world; ++r) peers.push_back(static_cast<char*>(op.heap->peer(r)));
-  op.attach(static_cast<char*>(op.heap->local()), peers, op.own_tp.get(), rings);
+  for (int r = 0; r < op.world; ++r) peers.push_back(static_cast<char*>(c.peer(r, 0)));
+  op.attach(static_cast<char*>(c.local(0)), peers, tp, rings);
 
   RoleCounts roles;
   roles.inter_send = 1;

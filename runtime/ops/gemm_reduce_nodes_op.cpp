@@ -115,7 +115,7 @@ Status validate(RsNodes& op, ncclComm_t comm, cublasHandle_t blas, bootstrap::Bo
 
 }  // namespace
 
-Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot,
+Status run_gemm_reduce_nodes(const bootstrap::RankContext& /*ctx*/, const Workload& wl, bootstrap::Bootstrap& boot,
                              bool all_reduce) {
   const auto& info = boot.info();
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
@@ -148,7 +148,7 @@ Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& 
   op.m_loc = op.m / op.world;
   int sms = 0;
   WEFT_CHECK(kernels::device_sm_count(&sms));
-  WEFT_CHECK(setup_rs_nodes_bench(op, ctx, wl, boot, sms));
+  WEFT_CHECK(setup_rs_nodes_bench(op, wl, boot, sms));
   bool deterministic = false;
   WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
 
@@ -254,11 +254,10 @@ Status run_gemm_reduce_nodes(const bootstrap::RankContext& ctx, const Workload& 
   WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
   WEFT_CHECK(op.tp->flush());
   WEFT_CHECK(boot.barrier(std::string("weft.") + name + "_nodes.done"));
-  op.fifos.clear();
-  WEFT_CHECK(op.tp->stop());
+  op.tp = nullptr;
+  op.own_ctx.reset();  // its rings, transport and (collective close) heap
   cublasDestroy(blas);
   ncclCommDestroy(comm);
-  WEFT_CHECK(op.heap->close(boot));
   return Status::kOk;
 }
 

@@ -63,10 +63,6 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   weft::runtime::Workload wl;
   std::string err;
   if (weft::runtime::parse_workload(text, "test.yaml", &wl, &err) != Status::kOk) return boot.report(err), 21;
-  weft::bootstrap::RankContext ctx;
-  ctx.info = info;
-  ctx.gpu = dev;
-  ctx.gpu_count = ngpu;
   ops::RsNodes op;
   op.all_reduce = all_reduce;
   op.rank = me;
@@ -78,7 +74,7 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   int sms = 0;
   FORK_TRY(weft::kernels::device_sm_count(&sms), 22);
   // Sharing a GPU, every rank's persistent launch must fit beside the others' (and the copies').
-  FORK_TRY(ops::setup_rs_nodes_bench(op, ctx, wl, boot, ngpu < W ? 17 : sms), 23);
+  FORK_TRY(ops::setup_rs_nodes_bench(op, wl, boot, ngpu < W ? 17 : sms), 23);
 
   // This rank's A (m x k/W) and B (n x k/W) in place of the setup's random ones (enqueue copies A into
   // position order on every call); the reference: C = Σ_q A_q B_qᵀ = [A_0 | A_1 | ...] [B_0 | B_1 | ...]ᵀ.
@@ -121,10 +117,10 @@ int rank_body(weft::testing::ForkBootstrap& boot, int ngpu, bool all_reduce, int
   }
   FORK_TRY(op.tp->flush(), 36);
   FORK_TRY(boot.barrier("done"), 37);  // every rank has all it waits for: the transports may stop
-  op.fifos.clear();
-  FORK_TRY(op.tp->stop(), 38);
+  op.tp = nullptr;
+  op.own_ctx.reset();  // rings, transport, then the heap's collective close
   boot.report(summary);
-  return op.heap->close(boot) == Status::kOk ? 0 : 39;
+  return 0;
 }
 
 void run_case(bool all_reduce, int nodes) {
