@@ -349,7 +349,8 @@ class OfiBackend final : public NetBackend {
     prov_key_ = mr_mode & FI_MR_PROV_KEY;
     if (info_->domain_attr->mr_key_size > sizeof(uint64_t) || (mr_mode & FI_MR_RAW))
       return fail(Status::kUnsupported, "the provider's memory keys are raw or longer than 8 bytes");
-    traits_.fence = info_->caps & FI_FENCE;
+    fence_offered_ = info_->caps & FI_FENCE;
+    traits_.fence = fence_offered_ && ofi_fence_usable(info_->fabric_attr->prov_name);
     traits_.write_after_write = info_->tx_attr->msg_order & FI_ORDER_WAW;
     traits_.max_order_waw_size = traits_.write_after_write ? info_->ep_attr->max_order_waw_size : 0;
     ordering_ = choose_ofi_ordering(traits_);
@@ -418,9 +419,12 @@ class OfiBackend final : public NetBackend {
               "rank %d channel %d: ofi provider %s, domain %s: signals ordered by %s (FI_FENCE %s, write-after-write "
               "%s up to %llu bytes), %s addresses, mr_mode 0x%llx, %s progress",
               cfg_.rank, cfg_.channel, info_->fabric_attr->prov_name, info_->domain_attr->name, to_string(ordering_),
-              traits_.fence ? "yes" : "no", traits_.write_after_write ? "yes" : "no",
-              (unsigned long long)traits_.max_order_waw_size, virt_addr_ ? "virtual" : "offset",
-              (unsigned long long)mr_mode, manual_progress_ ? "manual" : "automatic");
+              traits_.fence    ? "yes"
+              : fence_offered_ ? "offered, not relied on"
+                               : "no",
+              traits_.write_after_write ? "yes" : "no", (unsigned long long)traits_.max_order_waw_size,
+              virt_addr_ ? "virtual" : "offset", (unsigned long long)mr_mode,
+              manual_progress_ ? "manual" : "automatic");
     return Status::kOk;
   }
 
@@ -824,6 +828,7 @@ class OfiBackend final : public NetBackend {
   void* heap_desc_ = nullptr;
   void* ctrl_desc_ = nullptr;
   bool virt_addr_ = false, mr_local_ = false, mr_endpoint_ = false, prov_key_ = false, manual_progress_ = false;
+  bool fence_offered_ = false;  // FI_FENCE in the caps (traits_.fence: offered and usable, ofi_fence_usable)
   OfiOrderTraits traits_;
   OfiOrdering ordering_ = OfiOrdering::kDelivery;
   uint64_t max_msg_ = 0;

@@ -31,6 +31,8 @@ OfiOrdering choose_ofi_ordering(const OfiOrderTraits& t) {
   return OfiOrdering::kDelivery;
 }
 
+bool ofi_fence_usable(const std::string& prov_name) { return prov_name.substr(0, prov_name.find(';')) != "sockets"; }
+
 bool ofi_put_needs_delivery(OfiOrdering o, const OfiOrderTraits& t, uint64_t bytes, bool proxy_waits) {
   if (o != OfiOrdering::kDelivery && t.write_after_write && bytes <= t.max_order_waw_size) return false;
   if (proxy_waits) return true;

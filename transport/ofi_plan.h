@@ -25,6 +25,15 @@ struct OfiOrderTraits {
 // FI_FENCE where offered, else the write-after-write order, else waiting for delivery.
 OfiOrdering choose_ofi_ordering(const OfiOrderTraits& t);
 
+// Whether the FI_FENCE that provider `prov_name` offers may be relied on (OfiOrderTraits::fence is
+// its caps and this). Not the sockets provider's: its fenced write takes the connection to the
+// peer, then waits until every earlier write has been acknowledged, and the acknowledgements of the
+// peer's writes to this rank go out on that same connection where the two ranks share one. Two
+// ranks fencing towards each other each hold back the acknowledgement the other waits for, and both
+// hang (test_transport_ofi's 3-rank exchange, fenced or batched: about 1 run in 12). Its
+// write-after-write order orders the signals instead.
+bool ofi_fence_usable(const std::string& prov_name);
+
 // A put of `bytes` must complete with FI_DELIVERY_COMPLETE (and fenced signals behind it wait for
 // that completion) unless the provider's write order covers its size, or a fence will order it and
 // the proxy does not rely on its completion (`proxy_waits`: serial mode posts unfenced signals
