@@ -157,9 +157,9 @@ std::vector<Status> run_threads(int n, int ranks_per_node, const std::function<S
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      // Never freed: transport numbers its exchanges per bootstrap object, so a later test must
-      // not get an object at a reused address (with a count from an earlier job).
-      auto* boot = new ThreadBootstrap(&hub, make_rank_info(r, n, ranks_per_node), timeout_s);
+      // Exchanges are numbered per bootstrap object, from 0 in each new one (test_bootstrap), so a
+      // later test's bootstrap may reuse this one's storage.
+      auto boot = std::make_unique<ThreadBootstrap>(&hub, make_rank_info(r, n, ranks_per_node), timeout_s);
       out[r] = body(*boot);
     });
   for (auto& t : threads) t.join();

@@ -312,8 +312,7 @@ TEST_CASE("a device-kind heap without copy hooks, or a bootstrap short of endpoi
   for (auto s : st) CHECK(s == Status::kUnsupported);
 
   auto short_st = testing::run_threads(2, 1, [](bootstrap::Bootstrap& boot) -> Status {
-    // Never freed: transport numbers its exchanges per bootstrap object (see run_threads).
-    auto* shorted = new ShortEndpointBootstrap(boot);
+    auto shorted = std::make_unique<ShortEndpointBootstrap>(boot);
     std::unique_ptr<HostHeap> heap;
     WEFT_CHECK(HostHeap::create(4096, &heap));
     TransportOptions opt;
