@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <sys/wait.h>
 
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -73,3 +74,50 @@ TEST_CASE("check --bandwidth without --transport is refused before any rank star
   CHECK(r.exit_code == 2);
   CHECK(r.out.find("--bandwidth needs --transport") != std::string::npos);
 }
+
+#if WEFT_CHECK_OFI
+TEST_CASE("check --transport ofi --bandwidth across 2 emulated nodes: bytes verified, the ordering named, a table") {
+  // libfabric's default here: tcp;ofi_rxm (write-after-write order, no FI_FENCE, manual progress).
+  Result r = weftrun("WEFT_PROXY_TIMEOUT=30", "check -n 4 --emulate-nodes 2 --transport ofi --bandwidth");
+  CAPTURE(r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("check passed: 4 ranks, 2 nodes") != std::string::npos);
+  auto lines = rank_lines(r.out);
+  REQUIRE(lines.size() == 4);
+  for (const auto& l : lines) {
+    CHECK(l.find("ofi/batched: 1 x (all-gather + all-to-all) verified") != std::string::npos);
+    CHECK(l.find("ordering: ") != std::string::npos);
+  }
+  // Rows: backend, mode, size, count, GB/s, signal us, fences, batches, stalls.
+  int rows[3] = {0, 0, 0};
+  std::map<double, double> fenced;  // size -> the fenced row's fences (its rows come before batched's)
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    std::istringstream f(l);
+    std::string backend, mode;
+    double size = 0, count = 0, gbs = 0, sig = 0, fences = -1, batches = -1, stalls = -1;
+    if (!(f >> backend >> mode >> size >> count >> gbs >> sig >> fences >> batches >> stalls) || backend != "ofi")
+      continue;
+    CAPTURE(l);
+    CHECK(gbs > 0);
+    CHECK(count > 0);
+    if (mode == "serial") {
+      ++rows[0];
+      CHECK(fences == 0);  // serial never fences: each signal waits for its put's delivery
+      CHECK(batches == 0);
+    } else if (mode == "fenced") {
+      ++rows[1];
+      CHECK(fences >= count);  // a fenced signal behind every put, in every round
+      fenced[size] = fences;
+    } else if (mode == "batched") {
+      ++rows[2];
+      CHECK(batches > 0);
+      REQUIRE(fenced.count(size) == 1);
+      CHECK(fences <= fenced[size]);  // one fence per batch: never more than one per signal
+    }
+  }
+  CHECK(rows[0] >= 1);
+  CHECK(rows[1] == rows[0]);
+  CHECK(rows[2] == rows[0]);
+}
+#endif
