@@ -125,9 +125,9 @@ Status CudaHeap::create(bootstrap::Bootstrap& boot, uint64_t bytes, std::unique_
   if (e != cudaSuccess) return cuda_fail(e, me.rank, "cudaGetDevice");
   // Phase 1: create and export.
   // Whole 2 MiB pages (the GPU's large page). A heap sized to the byte put an op's flag words in the
-  // last few KiB past a page boundary, and AllGather+GEMM 16384 x 2048 x 8192 then took 1.00-1.22 ms
-  // per call on 4x H200 against 0.80-0.81 in this rounded heap or a 1 GiB one (docs/results/
-  // 2026-11-26-four-h200.md). Why the partial page costs that much was not measured.
+  // last few KiB past a page boundary, and AllGather+GEMM 16384 x 2048 x 8192 then ran markedly
+  // slower than in this rounded heap or a 1 GiB one (figures: docs/results/2026-11-26-four-h200.md).
+  // Why the partial page costs that much was not measured.
   const uint64_t kPage = uint64_t(2) << 20;
   const uint64_t alloc = (bytes + kPage - 1) / kPage * kPage;
   if ((e = cudaMalloc(&h->base_, alloc)) != cudaSuccess) return cuda_fail(e, me.rank, "cudaMalloc(symmetric heap)");
