@@ -38,6 +38,9 @@ struct RunOptions {
   return buf;
 }
 
+// The ranks of the job a plan is for: its groups' job, else its own ranks.
+int job_ranks(const runtime::Plan& p) { return p.job_nodes > 0 ? p.job_nodes * p.job_gpus_per_node : p.world_size; }
+
 // --oversubscribe only matters where ranks really share a GPU.
 bool shares_gpus(const RunOptions& o, const runtime::Workload& wl) {
   const int nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes, ranks = o.ranks > 0 ? o.ranks : wl.world_size();
@@ -98,8 +101,35 @@ int run_rank(const RunOptions& o) {
     if (rank == 0) fprintf(stderr, "weftrun run: %s\n", plan.exec.not_executable.c_str());
     return kExitBadInput;
   }
-  if (ctx.gpu < 0) {
-    fprintf(stderr, "weftrun run: rank %d has no GPU\n", rank);
+  // A job none of whose ranks has a GPU prints the plan it would run (rank 0) and exits 0, as
+  // `weftrun run` does on a machine without a GPU; one where only some ranks have one fails, naming
+  // the others.
+  std::vector<bootstrap::Blob> gpus;
+  if (boot->allgather("weft.run.gpus", bootstrap::Blob(1, uint8_t(ctx.gpu >= 0 ? 1 : 0)), &gpus) != Status::kOk)
+    return 1;
+  std::string without;
+  int none = 0;
+  for (size_t r = 0; r < gpus.size(); ++r)
+    if (gpus[r].size() != 1 || gpus[r][0] != 1) without += " " + std::to_string(r), ++none;
+  if (none == ctx.info.size) {
+    if (job_ranks(plan) != ctx.info.size) {  // refused on GPUs the same way (the op checks it)
+      if (rank == 0)
+        fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", job_ranks(plan), ctx.info.size);
+      return kExitBadInput;
+    }
+    if (rank == 0) {
+      printf("weftrun run: no rank of this job has a GPU: printing the plan for %s instead of running it\n",
+             o.workload.c_str());
+      const std::string text = o.json ? runtime::format_plan_json(plan) : runtime::format_plan_table(plan);
+      fputs(text.c_str(), stdout);
+      fputc('\n', stdout);
+      fflush(stdout);
+    }
+    return 0;
+  }
+  if (ctx.gpu < 0 || none > 0) {
+    fprintf(stderr, "weftrun run: rank %d: ranks without a GPU:%s (every rank of a run needs one)\n", rank,
+            without.c_str());
     return 1;
   }
   int64_t heap = 0;
@@ -186,6 +216,10 @@ int run_launcher(const RunOptions& o) {
   }
   if (o.plan_file.empty() && !plan.exec.executable) {
     fprintf(stderr, "weftrun run: %s\n", plan.exec.not_executable.c_str());
+    return kExitBadInput;
+  }
+  if (o.plan_file.empty() && o.ranks > 0 && o.ranks != job_ranks(plan)) {  // as each rank would refuse it
+    fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", job_ranks(plan), o.ranks);
     return kExitBadInput;
   }
   LaunchOptions lo;
