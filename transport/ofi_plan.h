@@ -52,6 +52,8 @@ struct OfiTestSwitches {
   int virt_addr = -1;       // -1: as the provider says; 0: hints without FI_MR_VIRT_ADDR (offsets);
                             // 1: the domain opened with FI_MR_VIRT_ADDR (virtual addresses)
   int force_ordering = -1;  // -1: choose_ofi_ordering; else an OfiOrdering the provider supports
+  int idle_progress = 1;    // 0: the completion queue is read only while this rank has operations of
+                            // its own (a receiver is then never progressed: the test that it is)
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();

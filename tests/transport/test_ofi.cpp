@@ -15,6 +15,7 @@
 #include "base/log.h"
 #include "local_bootstrap.h"
 #include "transport/heap.h"
+#include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
 #include "transport/ofi_stage.h"
 #include "transport/peer_set.h"
@@ -53,7 +54,8 @@ uint8_t byte_of(int src, int round, uint64_t i) {
 // 3 ranks, every one sends every peer blocks of several sizes (two puts and a signal each) and
 // checks what arrives (`one_way`: only rank 0 sends, the others only receive); `ordering` receives
 // rank 0's ordering line.
-Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string* ordering, bool one_way) {
+Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string* ordering, bool one_way,
+                double timeout_s = 20) {
   const int me = boot.info().rank, n = boot.info().size;
   const uint64_t kBlock = 1 << 20;
   std::unique_ptr<HostHeap> heap;
@@ -64,7 +66,7 @@ Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string
   opt.signal_mode = mode;
   opt.peers = PeerNeed::kEveryRank;
   opt.fifo_depth = 32;
-  opt.timeout_s = 20;
+  opt.timeout_s = timeout_s;
   std::unique_ptr<Transport> t;
   WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
   int round = 0;
@@ -228,6 +230,33 @@ TEST_CASE("ofi over sockets: its write-after-write order, not its FI_FENCE; FI_F
   sw.force_ordering = static_cast<int>(OfiOrdering::kFence);
   run_exchange(sw, "FI_FENCE", /*one_way=*/true);
   setenv("WEFT_OFI_PROVIDER", saved.c_str(), 1);
+}
+
+// tcp;ofi_rxm makes progress only inside libfabric calls (FI_PROGRESS_MANUAL): a rank that only
+// receives must still read its completion queue, or what is written to it never lands.
+TEST_CASE("ofi over tcp (manual progress): ranks that only receive are progressed by their idle proxies") {
+  if (!have_provider()) return;
+  fi_info* info = nullptr;
+  REQUIRE(ofi_lookup(test_provider(), -1, &info) == 0);
+  const bool manual = info->domain_attr->data_progress == FI_PROGRESS_MANUAL;
+  fi_freeinfo(info);
+  run_exchange(OfiTestSwitches{}, nullptr, /*one_way=*/true);  // only rank 0 sends; 1 and 2 post nothing
+  if (!manual) {
+    MESSAGE("SKIPPED the half without idle progress: provider '" << test_provider() << "' progresses by itself here");
+    return;
+  }
+  // Reading the queue only while a rank has operations of its own: the receivers' flags never come.
+  OfiTestSwitches sw;
+  sw.idle_progress = 0;
+  set_ofi_test_switches(sw);
+  std::string ordering;
+  auto st = testing::run_threads(
+      3, 1,
+      [&](bootstrap::Bootstrap& b) { return exchange(b, "serial", &ordering, /*one_way=*/true, /*timeout_s=*/3); },
+      /*timeout_s=*/8);  // rank 0 then waits in its round's barrier for the receivers that gave up
+  set_ofi_test_switches(OfiTestSwitches{});
+  CHECK(st[1] != Status::kOk);
+  CHECK(st[2] != Status::kOk);
 }
 
 TEST_CASE("ofi over tcp: the delivery-complete fallback orders fenced and batched signals") {
