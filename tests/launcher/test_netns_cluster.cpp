@@ -122,13 +122,14 @@ struct Cluster {
 // An srun of 4 ranks, 2 per node, each writing its pid, exit status, stdout and stderr to files
 // under kOut (a node cut off from srun cannot send its output back, the files stay readable).
 struct Job {
-  explicit Job(const std::string& weft_env, const std::string& args, const std::string& rank3 = "") {
+  explicit Job(const std::string& weft_env, const std::string& args, const std::string& rank3 = "",
+               const std::string& layout = "-N 2 -n 4 --ntasks-per-node=2") {
     weft::testing::run("rm -rf " + kOut + " && mkdir -p " + kOut, 10);
     // $! is weftrun's pid (env execs it): the faults are sent to the rank itself, not to this shell.
     std::string body = rank3 + "env " + weft_env + " " + kWeftrun + " " + args + " & echo $! > " + kOut +
                        "/pid.$SLURM_PROCID; wait $!; echo $? > " + kOut + "/rc.$SLURM_PROCID";
-    proc.reset(new Proc("exec " + kEnv + "timeout 120 srun -N 2 -n 4 --ntasks-per-node=2 --mpi=pmix -o " + kOut +
-                        "/out.%t -e " + kOut + "/err.%t sh -c '" + body + "'"));
+    proc.reset(new Proc("exec " + kEnv + "timeout 120 srun " + layout + " --mpi=pmix -o " + kOut + "/out.%t -e " +
+                        kOut + "/err.%t sh -c '" + body + "'"));
   }
   pid_t pid_of(int rank, double seconds) {
     for (int i = 0; i < seconds * 20; ++i) {
@@ -267,6 +268,53 @@ TEST_CASE("srun -N 2 across network namespaces: real network, PMIx between hosts
   CHECK(counter("weftv2", "tx_bytes") - tx2 > (1u << 20));
   CHECK(counter("weftv1", "rx_bytes") - rx1 > (1u << 20));
   check_clean("a passing job");
+}
+
+// One rank per node: with two ranks per node the ofi job hangs now and then (a rank goes silent,
+// its data never leaves; about a third of the runs on the 2-core CI machine), not yet understood,
+// so this case runs the layout that does not (docs/transport.md).
+TEST_CASE(
+    "srun -N 2 -n 2 across network namespaces over ofi (tcp;ofi_rxm on eth0): verified, a table, bytes on the veths") {
+  require_platform();
+  bring_up();
+  const uint64_t rx1 = counter("weftv1", "rx_bytes"), tx2 = counter("weftv2", "tx_bytes");
+  // The provider's interface inside each namespace is its veth end (eth0): libfabric's traffic
+  // between the hosts crosses the bridge, as a real cluster's between nodes.
+  Job job("WEFT_LIVENESS_TIMEOUT=60 WEFT_PROXY_TIMEOUT=60 FI_TCP_IFACE=eth0",
+          "check --iters 2 --transport ofi --bandwidth", "", "-N 2 -n 2 --ntasks-per-node=1");
+  auto r = job.proc->wait(110);
+  INFO(r.out << r.err << job.all_err());
+  REQUIRE(r.exit_code == 0);
+  const std::string out = job.out(0);
+  CHECK(weft::testing::last_line(out) == "check passed: 2 ranks, 2 nodes");
+  for (int rank = 0; rank < 2; ++rank) {
+    std::istringstream lines(out);
+    std::string line, mine;
+    while (std::getline(lines, line))
+      if (line.rfind("rank " + std::to_string(rank) + "/2:", 0) == 0) mine = line;
+    INFO("rank " << rank << ": " << mine);
+    CHECK(mine.find("node " + std::to_string(rank) + "/2 (wn" + std::to_string(rank + 1) + ")") != std::string::npos);
+    CHECK(mine.find("ofi/batched: 2 x (all-gather + all-to-all) verified") != std::string::npos);
+    CHECK(mine.find("ordering: ") != std::string::npos);
+  }
+  // The bandwidth table (rank 0 on wn1 -> rank 1 on wn2): a row per mode and size, all moving bytes.
+  int rows = 0;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream f(line);
+    std::string backend, mode;
+    double size = 0, count = 0, gbs = 0;
+    if (!(f >> backend >> mode >> size >> count >> gbs) || backend != "ofi") continue;
+    INFO(line);
+    CHECK(gbs > 0);
+    ++rows;
+  }
+  CHECK(rows >= 3);
+  // Hundreds of MB from wn1 to wn2: out of wn1 through its veth (the host side receives them) and
+  // into wn2 through its own.
+  CHECK(counter("weftv1", "rx_bytes") - rx1 > (64u << 20));
+  CHECK(counter("weftv2", "tx_bytes") - tx2 > (64u << 20));
+  check_clean("an ofi job");
 }
 
 TEST_CASE("srun without --kill-on-bad-exit: a killed rank and a stopped rank end the job, named, within bounds") {
