@@ -17,8 +17,8 @@
 // the last tile of an expert is partial and its row bound is a device value).
 //
 // The expert FFN in one launch (launch_grouped_ffn): the gate/up units, then the down units of the
-// same row tiles; a block's producer waits (bounded) on tile_done[m] = gate/up's n blocks before it
-// loads row tile m of H, which the gate/up units of tile m (any SM) raise after their stores. The
+// same row tiles; a block's producer waits (bounded) until tile_done[m] counts every consumer warp
+// of every gate/up unit of row tile m (any SM; each raises it after its stores) before it loads H. The
 // down GEMM starts on a tile as soon as its H is complete, with no gap between two launches.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -119,9 +119,11 @@ __device__ __forceinline__ void producer(const Phases& ph, const FrameParams& f,
     TileCoord c;
     const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
     if (phase == 1) {
-      // Every gate/up unit of this row tile has stored its H columns; H is read by TMA (async proxy) next.
+      // Every consumer warp of every gate/up unit of this row tile has stored its H columns; H is read
+      // by TMA (async proxy) next.
       const uint64_t* flag = ph.tile_done + c.m_block;
-      if (!frame_wait_flag(f, flag, uint64_t(ph.p[0]->n_blocks), Role::kCompute, c.m_block, c.n_block, c.m_block))
+      const uint64_t all = uint64_t(ph.p[0]->n_blocks) * Cfg::kConsumers * 4;
+      if (!frame_wait_flag(f, flag, all, Role::kCompute, c.m_block, c.n_block, c.m_block))
         return;  // the consumers see the launch abandoned at their next barrier wait
       asm volatile("fence.proxy.async.global;" ::: "memory");
     }
@@ -208,10 +210,12 @@ __device__ __forceinline__ void consumer(const Phases& ph, const FrameParams& f,
     const int32_t row = c.m_block * Cfg::kTileM + half * 64 + warp * 16 + lane / 4;
     store_tile(p, acc, row, p.offsets[e] + p.counts[e], c.n_block, lane);
     if (phase == 0 && ph.tile_done) {
-      // Both consumer warpgroups' stores of this unit, then one release: the down units of the tile
-      // (any SM) count this unit done.
-      asm volatile("bar.sync 1, 256;" ::: "memory");
-      if (threadIdx.x == 128) flag_add_release(ph.tile_done + c.m_block, 1);
+      // Each consumer warp's stores of this unit, then one release per warp: the down units of the
+      // tile (any SM) wait for every warp of every gate/up unit of it. Per warp, not a block-wide
+      // barrier: a warp that left on an abandoned launch must not hold the others (its count is then
+      // missing, and the waiting producer times out, bounded).
+      __syncwarp();
+      if (lane == 0) flag_add_release(ph.tile_done + c.m_block, 1);
     }
   }
 }
@@ -372,12 +376,26 @@ Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame,
   return Status::kOk;
 }
 
+namespace {
+
+// The current device's SM count, read once per device (not on every call of a decode step); 0 when
+// it cannot be read.
+int current_sm_count() {
+  static int counts[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 0;
+  if (!counts[device] && cudaDeviceGetAttribute(&counts[device], cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return counts[device];
+}
+
+}  // namespace
+
 Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& down, uint64_t* tile_done,
                           const FrameParams& frame, cudaStream_t stream) {
   const char* why = nullptr;
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+  const int sms = current_sm_count();
+  if (sms <= 0)
     why = "the device's SM count cannot be read";
   else if (frame.roles.compute <= 0 || frame.roles.compute > sms)
     why = "the compute blocks must be between 1 and the GPU's SMs";

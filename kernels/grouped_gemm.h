@@ -64,6 +64,8 @@ Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame,
 // in order from a counter, so the waits end even when not every block is resident. tile_done:
 // device, up.capacity_tiles + 1 words (the counters and the claim counter), zeroed on the stream
 // by this call. The same bits as the two launches. frame.roles.compute blocks, at most the SMs.
+// Not checkable here (both inside tensor maps): that down's X is up's output H; the caller makes
+// them so.
 Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& down, uint64_t* tile_done,
                           const FrameParams& frame, cudaStream_t stream);
 

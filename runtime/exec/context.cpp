@@ -30,7 +30,10 @@ Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::uni
   }
   const std::string me = std::to_string(boot.info().node) + "/" + bus;
   std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot.allgather("weft.context.gpus", bootstrap::Blob(me.begin(), me.end()), &all));
+  // Keys numbered per bootstrap: a second context on the same bootstrap (a benchmark runner's beside
+  // the runtime op's) exchanges under keys of its own.
+  c->key_ = "weft.context." + std::to_string(boot.next_exchange_id()) + ".";
+  WEFT_CHECK(boot.allgather(c->key_ + "gpus", bootstrap::Blob(me.begin(), me.end()), &all));
   for (int r = 0; r < c->size_; ++r)
     if (r != c->rank_ && r < int(all.size()) && std::string(all[r].begin(), all[r].end()) == me) c->shares_gpu_ = true;
   c->heap_bytes_ = heap_bytes;
@@ -119,7 +122,7 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
   bootstrap::Blob mine(sizeof(uint64_t));
   memcpy(mine.data(), &at, sizeof at);
   std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot_->allgather("weft.arena." + std::to_string(exchanges_++), mine, &all));
+  WEFT_CHECK(boot_->allgather(key_ + "arena." + std::to_string(exchanges_++), mine, &all));
   for (int r = 0; r < size_; ++r) {
     uint64_t theirs = 0;
     if (all[r].size() == sizeof theirs) memcpy(&theirs, all[r].data(), sizeof theirs);

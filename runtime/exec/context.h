@@ -99,6 +99,7 @@ class Context {
   std::string transport_mode_;                                       // the signal mode it was made with
   std::vector<Arena> arenas_;
   int exchanges_ = 0;
+  std::string key_;  // "weft.context.<n>.": this context's exchange keys (n numbered per bootstrap)
   std::string poison_;
   struct Watched {
     int id;

@@ -470,6 +470,9 @@ Status RsNodes::sync(const char* what) {
 }
 
 RsNodes::~RsNodes() {
+  // The benchmark runner's own context is still held here only when it left early (on success it
+  // is reset after the last barrier): no collective heap close a peer that failed may never join.
+  if (own_ctx) own_ctx->poison("the benchmark runner stopped early on this rank");
   // This op's own streams only: a program's other work may still be running (the caller's stream
   // was waited for, bounded, by the runtime op before this).
   for (cudaStream_t s : {main, copy, gates, ag, fwd})

@@ -141,6 +141,9 @@ struct AgNodes {
   }
 
   ~AgNodes() {
+    // Still held here only when the runner left early (on success it is reset after the last
+    // barrier): no collective heap close a peer that failed may never join.
+    if (ctx) ctx->poison("the benchmark runner stopped early on this rank");
     cudaDeviceSynchronize();
     for (void* p : {static_cast<void*>(b), static_cast<void*>(c), static_cast<void*>(c_ref), static_cast<void*>(a_nccl),
                     static_cast<void*>(push_err)})

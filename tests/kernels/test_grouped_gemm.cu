@@ -231,7 +231,9 @@ TEST_CASE("grouped gemm: routed rows beyond the capacity are counted, not lost s
 TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two launches and one)") {
   check_swiglu({300, 0, 128, 1, 555, 0, 129, 77}, 512, 384);
   check_swiglu({0, 1000, 0, 0}, 1024, 768);  // all tokens to one expert; Qwen3's ffn
-  std::mt19937 rng(std::random_device{}());
+  const uint64_t seed = fresh_seed();
+  CAPTURE(seed);
+  std::mt19937 rng{uint32_t(seed)};
   std::vector<int32_t> counts(32);  // many row tiles: down units of one tile run on other SMs than its gate/up
   for (auto& c : counts) c = rng() % 4 == 0 ? 0 : int32_t(rng() % 700);
   check_swiglu(counts, 768, 1024);
@@ -258,7 +260,7 @@ TEST_CASE("grouped gemm: the one-launch FFN refuses mismatched halves") {
   other.k = 128;  // not gate/up's output width
   CHECK(launch_grouped_ffn(pu, other, tile_done.p, rn.fp, nullptr) == Status::kInvalidArgument);
   FrameParams too_many = rn.fp;
-  too_many.roles.compute = rn.sms + 1;  // not every block resident
+  too_many.roles.compute = rn.sms + 1;  // more blocks than the GPU has SMs
   CHECK(launch_grouped_ffn(pu, pd, tile_done.p, too_many, nullptr) == Status::kInvalidArgument);
 }
 
