@@ -38,9 +38,6 @@ struct RunOptions {
   return buf;
 }
 
-// The ranks of the job a plan is for: its groups' job, else its own ranks.
-int job_ranks(const runtime::Plan& p) { return p.job_nodes > 0 ? p.job_nodes * p.job_gpus_per_node : p.world_size; }
-
 // --oversubscribe only matters where ranks really share a GPU.
 bool shares_gpus(const RunOptions& o, const runtime::Workload& wl) {
   const int nodes = o.nodes > 0 ? o.nodes : wl.layout.nodes, ranks = o.ranks > 0 ? o.ranks : wl.world_size();
@@ -112,9 +109,10 @@ int run_rank(const RunOptions& o) {
   for (size_t r = 0; r < gpus.size(); ++r)
     if (gpus[r].size() != 1 || gpus[r][0] != 1) without += " " + std::to_string(r), ++none;
   if (none == ctx.info.size) {
-    if (job_ranks(plan) != ctx.info.size) {  // refused on GPUs the same way (the op checks it)
+    if (plan.group_shape().world_size() != ctx.info.size) {  // refused on GPUs the same way (the op checks it)
       if (rank == 0)
-        fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", job_ranks(plan), ctx.info.size);
+        fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", plan.group_shape().world_size(),
+                ctx.info.size);
       return kExitBadInput;
     }
     if (rank == 0) {
@@ -218,8 +216,10 @@ int run_launcher(const RunOptions& o) {
     fprintf(stderr, "weftrun run: %s\n", plan.exec.not_executable.c_str());
     return kExitBadInput;
   }
-  if (o.plan_file.empty() && o.ranks > 0 && o.ranks != job_ranks(plan)) {  // as each rank would refuse it
-    fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", job_ranks(plan), o.ranks);
+  if (o.plan_file.empty() && o.ranks > 0 &&
+      o.ranks != plan.group_shape().world_size()) {  // as each rank would refuse it
+    fprintf(stderr, "weftrun run: the plan is for %d ranks, the job has %d\n", plan.group_shape().world_size(),
+            o.ranks);
     return kExitBadInput;
   }
   LaunchOptions lo;
