@@ -45,6 +45,13 @@ class Bootstrap {
   virtual Status barrier(const std::string& tag) = 0;
   // Tells the launcher this rank failed (it stops the job); `why` reaches the user.
   virtual void abort(const std::string& why) = 0;
+  // A peer's failure the launcher or the liveness ring reported (an abort, a crash, a stall): true
+  // and its rank in the whole job (-2: the launcher itself is gone) and reason, else false. Cheap; never waits.
+  virtual bool peer_failure(int* rank, std::string* why) const {
+    (void)rank;
+    (void)why;
+    return false;
+  }
 
   // This object's next exchange number, 0 first: every rank makes the same exchanges over its
   // bootstrap in the same order, so numbered keys agree across ranks. Counted per object, not per

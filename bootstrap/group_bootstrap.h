@@ -50,6 +50,8 @@ class GroupBootstrap final : public Bootstrap {
   Status allgather(const std::string& key, const Blob& mine, std::vector<Blob>* all) override;
   Status barrier(const std::string& tag) override;
   void abort(const std::string& why) override;  // stops the whole job (the parent's abort)
+  // The parent's: a failure anywhere in the job (rank: the job's).
+  bool peer_failure(int* rank, std::string* why) const override { return parent_->peer_failure(rank, why); }
 
   int group() const { return pos_.group; }
   const std::vector<int>& members() const { return members_; }  // job ranks, in group-rank order

@@ -209,6 +209,14 @@ void PmixBootstrap::note_peer_failed(int rank, const std::string& why) {
   state_->failed_why = why;
 }
 
+bool PmixBootstrap::peer_failure(int* rank, std::string* why) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->failed_rank == -1) return false;
+  *rank = state_->failed_rank;
+  *why = state_->failed_why;
+  return true;
+}
+
 Status PmixBootstrap::wait_peer_failure(const std::string& what) const {
   std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->failed_rank == -1) return Status::kOk;

@@ -56,6 +56,7 @@ class PmixBootstrap final : public Bootstrap, public SubsetExchange {
   double timeout_s() const { return timeout_s_; }
   // Set by the PMIx event handler when the launcher reports a dead peer; waits end early with it.
   void note_peer_failed(int rank, const std::string& why);
+  bool peer_failure(int* rank, std::string* why) const override;
 
   // Whether the heartbeat ring (liveness.h) runs: WEFT_LIVENESS=on, or auto under a launcher that
   // reports no dead ranks (not weftrun's own server, not mpirun).

@@ -9,8 +9,13 @@
 //   weft::AgGemm::create(*ctx, plan, &op);             // heap arena, flags, kernels: once
 //   for (...) op->run(my_a, my_b, my_c, my_stream);    // no allocation, no host synchronisation
 //
-// Every call is collective (every rank makes the same calls in the same order). After a device
-// timeout or a CUDA error the context is poisoned: every later call fails fast with that reason.
+// Every call is collective (every rank makes the same calls in the same order), from one host thread
+// at a time. One op call is in flight per context: a call on a stream other than the previous call's
+// waits on the device for that call (no host synchronisation), so calls of different ops never run
+// at once. Inside a stream capture the graph orders its calls; order a graph's launches against
+// direct calls on other streams yourself. After a device timeout, a CUDA error or a peer's failure
+// (ctx.abort() on another rank, a crash) the context is poisoned: every later call fails fast with
+// that reason.
 #pragma once
 
 #include <cstdint>
@@ -89,6 +94,22 @@ class Context {
   // Plan::from_json); its group must be this context's, as for plan().
   Status share(const Plan& plan, Plan* out, std::string* error);
 
+  // Tensors on the symmetric heap. Collective: every rank allocates the same `bytes` in the same order
+  // (checked), so an allocation has the same offset everywhere; free() them in the same order too.
+  // The memory stays this rank's own (pass it to any op or kernel); peer() is where the same
+  // allocation of rank q is mapped on this GPU (same node; nullptr for ranks on other nodes), for
+  // kernels of your own that read or write peers over NVLink. Ops reserve from the same heap: leave
+  // room (Options::heap_bytes).
+  Status alloc(uint64_t bytes, void** out, std::string* error);
+  Status free(void* p);
+  void* peer(int rank, const void* p) const;
+  // Buffers from elsewhere (cudaMalloc, a framework's allocator): every op's run() checks its buffers
+  // before enqueuing anything and refuses (kInvalidArgument, the reason logged) host memory, memory of
+  // another GPU, and a buffer shorter than the call needs; register_buffer() makes the same check up
+  // front, with the reason in *error (the check is two driver lookups, made on every call). A refused call is one this
+  // rank did not make: its peers' calls wait for it (and time out), as for any failed call.
+  Status register_buffer(const void* p, uint64_t bytes, std::string* error);
+
   bool failed() const;
   std::string failure() const;
   // Poisons this context and tells every peer (the job is aborted), so no peer waits on this rank.
@@ -124,6 +145,7 @@ class AgGemm {
  private:
   AgGemm();
   std::unique_ptr<runtime::AgGemmOp> op_;
+  runtime::Context* ctx_ = nullptr;
   int64_t m_ = 0, n_ = 0, k_ = 0;
 };
 
@@ -153,6 +175,7 @@ class GemmReduce {
  private:
   GemmReduce();
   std::unique_ptr<runtime::GemmReduceOp> op_;
+  runtime::Context* ctx_ = nullptr;
   int64_t m_ = 0, n_ = 0, k_ = 0, rows_ = 0;
 };
 
@@ -190,6 +213,7 @@ class Moe {
  private:
   Moe();
   std::unique_ptr<runtime::MoeOp> op_;
+  runtime::Context* ctx_ = nullptr;
   int64_t t_ = 0, h_ = 0, k_ = 0;
 };
 

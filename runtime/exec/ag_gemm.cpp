@@ -2,12 +2,14 @@
 #include "runtime/exec/ag_gemm.h"
 
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
+#include "runtime/call_clock.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/gemm_options.h"
 #include "runtime/exec/stream_ops.h"
@@ -124,10 +126,15 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   WEFT_CUDA_CHECK(cudaDeviceSynchronize());
   WEFT_CHECK(ctx.boot().barrier("weft.ag_gemm.create." + std::to_string(op->arena_)));
   AgGemmOp* raw = op.get();
+  WEFT_CUDA_CHECK(cudaHostAlloc(&op->progress_host_, 2 * sizeof(uint64_t), cudaHostAllocMapped));
+  op->progress_host_[0] = op->progress_host_[1] = 0;
+  WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&op->progress_dev_), op->progress_host_, 0));
+  auto clock = std::make_shared<CallClock>(param_double_or_default("WEFT_DEVICE_TIMEOUT"));
   op->watch_ = ctx.watch(
-      [raw](std::string* why) {
+      [raw, clock](std::string* why) {
         // Host-mapped: the device writes it while the op runs.
-        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
+        if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0)
+          return raw->watch_stalled(clock.get(), why);
         raw->frame_.check("ag_gemm");  // logs rank, role, block, tile and the awaited flag
         *why = "ag_gemm: a device wait timed out on rank " + std::to_string(raw->rank_);
         return true;
@@ -148,7 +155,19 @@ AgGemmOp::~AgGemmOp() {
   if (side_) cudaStreamDestroy(side_);
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
+  if (progress_host_) cudaFreeHost(progress_host_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
+}
+
+bool AgGemmOp::watch_stalled(CallClock* clock, std::string* why) const {
+  const auto* p = reinterpret_cast<const volatile uint64_t*>(progress_host_);
+  if (!p || !clock->stalled(p[0], p[1], CallClock::Clock::now())) return false;
+  *why = "ag_gemm: rank " + std::to_string(rank_) + "'s call " + std::to_string(clock->call()) + " has not finished " +
+         std::to_string(clock->timeout_s()) +
+         " s after its stream reached it (WEFT_DEVICE_TIMEOUT), with no device wait timed out: a peer's shard "
+         "never came, or the op's kernel could not start (its blocks must be resident at once, and another "
+         "kernel on this GPU holds the SMs they need)";
+  return true;
 }
 
 void* AgGemmOp::resolve(const std::string& name, int rank) const {
@@ -196,6 +215,8 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
   WEFT_CHECK(make_gemm(b));
+  const bool clocked = capture == cudaStreamCaptureStatusNone;            // a graph would replay constant numbers
+  if (clocked) WEFT_CHECK(stream_write_u64(s, progress_dev_, ++calls_));  // started (watch_stalled)
   ++epoch_;  // the SM movers' per-tile flags count launches; every other word is a token (set, then reset)
   const size_t shard_bytes = size_t(m_ / world_ * k_) * sizeof(bf16);
   // Every peer has taken my previous shard before it is overwritten: consumed[q] is 1, and goes back
@@ -214,6 +235,7 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
     if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(q)] + rank_, 1});
   if (st == Status::kOk) st = stream_mem_ops(s, ops);
   if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
+  if (st == Status::kOk && clocked) st = stream_write_u64(s, progress_dev_ + 1, calls_);  // finished
   if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
   return st;
 }

@@ -18,6 +18,8 @@
 
 namespace weft::runtime {
 
+class CallClock;
+
 // C_r = gather(A) · B_rᵀ on one node: rank r holds A_r (m/W × k) and B_r (n/W × k) and gets C_r
 // (m × n/W), all bf16 row-major. The words between ranks are tokens: set to 1 by one side, reset to 0
 // by the other before it lets the first side set them again. One call on the caller's stream S
@@ -89,6 +91,13 @@ class AgGemmOp {
   cudaStream_t copy_ = nullptr, side_ = nullptr;
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   int watch_ = -1;  // the context's watchdog id
+  // Calls started and finished on the device ([0], [1]; host-mapped, written by the call's stream,
+  // not during a capture): the watchdog's clock for a call that waits without any device wait
+  // running, such as a kernel whose blocks cannot get their SMs (watch_stalled).
+  uint64_t* progress_host_ = nullptr;
+  uint64_t* progress_dev_ = nullptr;
+  uint64_t calls_ = 0;
+  bool watch_stalled(CallClock* clock, std::string* why) const;
 };
 
 }  // namespace weft::runtime

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "runtime/exec/buffer_check.h"
 
 namespace weft::runtime {
 
@@ -38,6 +39,13 @@ Status Context::create(bootstrap::Bootstrap& boot, uint64_t heap_bytes, std::uni
     if (r != c->rank_ && r < int(all.size()) && std::string(all[r].begin(), all[r].end()) == me) c->shares_gpu_ = true;
   c->heap_bytes_ = heap_bytes;
   WEFT_CHECK(transport::CudaHeap::create(boot, heap_bytes, &c->heap_));
+  cudaEvent_t ev = nullptr;
+  e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: cudaEventCreate: %s", c->rank_, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  c->last_call_ = ev;
   Context* raw = c.get();
   c->watchdog_ = std::thread([raw] { raw->watchdog(); });
   *out = std::move(c);
@@ -52,6 +60,44 @@ Context::~Context() {
   // Nobody frees a heap a peer still maps: a collective close, unless this rank already failed
   // (then a peer may never arrive; the bootstrap's timeout bounds the wait either way).
   if (heap_ && !poisoned_) heap_->close(*boot_);
+  if (last_call_) cudaEventDestroy(last_call_);
+}
+
+namespace {
+bool capturing(cudaStream_t s) {
+  cudaStreamCaptureStatus c = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(s, &c) == cudaSuccess && c != cudaStreamCaptureStatusNone;
+}
+}  // namespace
+
+Status Context::check_buffer(const void* p, uint64_t bytes, const std::string& what, std::string* why) {
+  std::string error;
+  if (check_device_buffer(p, bytes, device_, what, &error) == Status::kOk) return Status::kOk;
+  WEFT_WARN(kKernel, "rank %d: refused: %s", rank_, error.c_str());
+  if (why) *why = error;
+  return Status::kInvalidArgument;
+}
+
+Status Context::order_call(CUstream_st* stream) {
+  if (!last_stream_ || stream == last_stream_ || capturing(stream)) return Status::kOk;
+  const cudaError_t e = cudaStreamWaitEvent(stream, last_call_, 0);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: ordering a call after the previous one (cudaStreamWaitEvent): %s", rank_,
+              cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  return Status::kOk;
+}
+
+Status Context::call_enqueued(CUstream_st* stream) {
+  if (capturing(stream)) return Status::kOk;
+  const cudaError_t e = cudaEventRecord(last_call_, stream);
+  if (e != cudaSuccess) {
+    WEFT_WARN(kKernel, "rank %d: recording a call's end (cudaEventRecord): %s", rank_, cudaGetErrorString(e));
+    return Status::kCudaError;
+  }
+  last_stream_ = stream;
+  return Status::kOk;
 }
 
 Status Context::transport(int channels, const std::string& backend, const std::string& signal_mode,
@@ -186,6 +232,13 @@ void Context::watchdog() {
     // Until the first failure: once poisoned the ops' checks (which log) are not asked again.
     for (const auto& w : watched_)
       if (poison_.empty() && why.empty() && w.failed(&why)) break;
+    // A peer that aborted (ctx.abort()), crashed or stalled, as the launcher or the liveness ring
+    // reported it: this rank's device waits on that peer would only end at their timeout.
+    int failed_rank = -1;
+    std::string failed_why;
+    if (poison_.empty() && why.empty() && boot_->peer_failure(&failed_rank, &failed_why))
+      why = failed_rank == -2 ? "the launcher is gone: " + failed_why
+                              : "peer rank " + std::to_string(failed_rank) + " failed: " + failed_why;
     if (why.empty() && poison_.empty()) continue;
     if (!why.empty() && poison_.empty()) {
       poison_ = why;

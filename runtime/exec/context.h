@@ -15,6 +15,9 @@
 #include "transport/cuda_transport.h"
 #include "transport/transport.h"
 
+struct CUstream_st;
+struct CUevent_st;
+
 namespace weft::runtime {
 
 // One per rank, created after the rank has joined the job (weftrun, srun --mpi=pmix or mpirun) and
@@ -66,6 +69,18 @@ class Context {
                    transport::Transport** out);
   const transport::DeviceFifo& fifo(int channel) const { return fifos_[size_t(channel)]->get(); }
 
+  // A caller's buffer an op is handed (runtime/exec/buffer_check.h): kInvalidArgument, logged with this
+  // rank and the reason, when it is not device memory of this GPU with `bytes` in one allocation.
+  Status check_buffer(const void* p, uint64_t bytes, const std::string& what, std::string* error = nullptr);
+
+  // One op call in flight per context: the public ops call these around every call. A call on a
+  // stream other than the previous call's first waits on the device (no host synchronisation) for
+  // that call to end, so two ops' persistent kernels never run at once and their waits on peers
+  // keep the order every rank made the calls in. Inside a stream capture nothing is waited on or
+  // recorded: a graph's calls are ordered by the graph and its launches by the caller's streams.
+  Status order_call(CUstream_st* stream);
+  Status call_enqueued(CUstream_st* stream);
+
   // The first failure of any op on this context; later calls fail fast with it.
   bool poisoned() const { return poisoned_.load(); }
   std::string poison_reason() const;
@@ -98,6 +113,8 @@ class Context {
   std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos_;  // its rings, mapped for the device
   std::string transport_mode_;                                       // the signal mode it was made with
   std::vector<Arena> arenas_;
+  CUevent_st* last_call_ = nullptr;     // recorded after each call made outside a capture
+  CUstream_st* last_stream_ = nullptr;  // that call's stream (nullptr: no call yet)
   int exchanges_ = 0;
   std::string key_;  // "weft.context.<n>.": this context's exchange keys (n numbered per bootstrap)
   std::string poison_;

@@ -2,6 +2,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "runtime/exec/machine.h"
 #include "runtime/exec/moe.h"
 #include "runtime/exec/plan_exchange.h"
+#include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
 #include "runtime/weft.h"
@@ -44,12 +47,51 @@ struct Context::Impl {
   std::unique_ptr<runtime::Context> ctx;             // destroyed before group and boot
   bootstrap::GroupShape shape;                       // the group's, where `group` is set
   int gpu = -1;
-  bool shared_gpus = false;  // some ranks of the job share a GPU (job_shares_gpus)
+  bool shared_gpus = false;                        // some ranks of the job share a GPU (job_shares_gpus)
+  std::vector<std::pair<void*, uint64_t>> allocs;  // alloc(): local pointer, heap offset
   bootstrap::Bootstrap& op_boot() { return group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot; }
   const bootstrap::RankInfo& op_info() const { return group ? group->info() : boot->info(); }
 };
 
 namespace {
+
+// One call in flight per context (runtime::Context::order_call): the call waits for the previous one
+// when it is on another stream, and is recorded as the last once enqueued.
+template <typename Call>
+Status ordered(runtime::Context& ctx, Stream stream, Call call) {
+  WEFT_CHECK(ctx.order_call(stream));
+  WEFT_CHECK(call());
+  return ctx.call_enqueued(stream);
+}
+
+// One call made at creation, collective, on scratch buffers of the op's own (zeros) and a stream of its
+// own, waited for (bounded): every kernel the op launches is then loaded (CUDA loads modules lazily,
+// and a first launch may wait behind kernels already running on the GPU, such as a user kernel that
+// holds SMs until the op is done), and its first-use setup is made. `sizes`: each buffer's bytes.
+template <typename Call>
+Status warm_up(runtime::Context& ctx, const char* what, std::initializer_list<uint64_t> sizes, Call call,
+               const std::function<void()>& unstick) {
+  std::vector<void*> bufs;
+  cudaStream_t s = nullptr;
+  Status st = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  for (uint64_t bytes : sizes) {
+    void* p = nullptr;
+    if (st == Status::kOk && (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess))
+      st = Status::kCudaError;
+    bufs.push_back(p);
+  }
+  if (st == Status::kOk) st = call(bufs, s);
+  if (st == Status::kOk)
+    st = runtime::sync_bounded(s, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, what, unstick);
+  if (st != Status::kOk) {
+    cudaGetLastError();
+    ctx.poison(std::string(what) + " failed on rank " + std::to_string(ctx.rank()));
+    WEFT_WARN(kInit, "rank %d: %s failed: %s", ctx.rank(), what, to_string(st));
+  }
+  for (void* p : bufs) cudaFree(p);
+  if (s) cudaStreamDestroy(s);
+  return st;
+}
 
 // Whether any two ranks of the whole job use one GPU (collective over `boot`; every rank gets the same
 // answer): ranks of other rank groups are not in a group's own check (runtime::Context), yet their
@@ -142,6 +184,49 @@ std::string Context::failure() const { return impl_->ctx->poison_reason(); }
 void Context::abort(const std::string& why) { impl_->ctx->abort(why); }
 runtime::Context& Context::get() { return *impl_->ctx; }
 
+Status Context::alloc(uint64_t bytes, void** out, std::string* error) {
+  *out = nullptr;
+  WEFT_CHECK(impl_->ctx->check_usable("alloc"));
+  if (bytes == 0 || bytes > impl_->ctx->heap_bytes()) {
+    *error = "alloc of " + std::to_string(bytes) + " bytes: must be 1 to the heap's " +
+             std::to_string(impl_->ctx->heap_bytes()) + " bytes";
+    return Status::kInvalidArgument;
+  }
+  uint64_t offset = 0;
+  const Status st = impl_->ctx->reserve(bytes, "weft::Context::alloc", &offset);
+  if (st != Status::kOk) {
+    *error = "alloc of " + std::to_string(bytes) + " bytes: the symmetric heap (" +
+             std::to_string(impl_->ctx->heap_bytes()) + " bytes, " + std::to_string(impl_->ctx->reserved_bytes()) +
+             " reserved) has no room, or the ranks asked for different sizes (see the log)";
+    return st;
+  }
+  *out = impl_->ctx->local(offset);
+  impl_->allocs.emplace_back(*out, offset);
+  return Status::kOk;
+}
+
+Status Context::free(void* p) {
+  for (size_t i = 0; i < impl_->allocs.size(); ++i)
+    if (impl_->allocs[i].first == p) {
+      impl_->ctx->release(impl_->allocs[i].second);
+      impl_->allocs.erase(impl_->allocs.begin() + long(i));
+      return Status::kOk;
+    }
+  WEFT_WARN(kInit, "rank %d: weft::Context::free: %p is not an allocation of this context", rank(), p);
+  return Status::kInvalidArgument;
+}
+
+void* Context::peer(int q, const void* p) const {
+  const auto* c = static_cast<const char*>(p);
+  const auto* base = static_cast<const char*>(impl_->ctx->local(0));
+  if (q < 0 || q >= size() || c < base || c >= base + impl_->ctx->heap_bytes()) return nullptr;
+  return impl_->ctx->peer(q, uint64_t(c - base));
+}
+
+Status Context::register_buffer(const void* p, uint64_t bytes, std::string* error) {
+  return impl_->ctx->check_buffer(p, bytes, "weft::Context::register_buffer's buffer", error);
+}
+
 Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* error) {
   WEFT_CHECK(impl_->ctx->check_usable("plan"));
   runtime::Plan decided;
@@ -178,17 +263,33 @@ AgGemm::~AgGemm() = default;
 
 Status AgGemm::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemm>* out) {
   std::unique_ptr<AgGemm> op(new AgGemm());
+  op->ctx_ = &ctx.get();
   WEFT_CHECK(runtime::AgGemmOp::create(ctx.get(), plan.get(), &op->op_));
   op->m_ = plan.get().gemm.m;
   op->n_ = plan.get().gemm.n / plan.get().world_size;
   op->k_ = plan.get().gemm.k;
+  runtime::AgGemmOp* raw = op->op_.get();
+  const uint64_t n = uint64_t(op->n_), k = uint64_t(op->k_), m = uint64_t(op->m_);
+  WEFT_CHECK(warm_up(
+      ctx.get(), "AgGemm's call at creation", {n * k * 2, m * n * 2},
+      [&](const std::vector<void*>& b, cudaStream_t s) {
+        return raw->run(static_cast<const __nv_bfloat16*>(raw->shard()), static_cast<const __nv_bfloat16*>(b[0]),
+                        static_cast<__nv_bfloat16*>(b[1]), s);
+      },
+      [raw] { raw->unstick(); }));
   *out = std::move(op);
   return Status::kOk;
 }
 
 Status AgGemm::run(const void* a, const void* b, void* c, Stream stream) {
-  return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
-                  static_cast<__nv_bfloat16*>(c), stream);
+  const uint64_t w = uint64_t(ctx_->size());
+  WEFT_CHECK(ctx_->check_buffer(a, uint64_t(m_) / w * uint64_t(k_) * 2, "AgGemm::run's a"));
+  WEFT_CHECK(ctx_->check_buffer(b, uint64_t(n_) * uint64_t(k_) * 2, "AgGemm::run's b"));
+  WEFT_CHECK(ctx_->check_buffer(c, uint64_t(m_) * uint64_t(n_) * 2, "AgGemm::run's c"));
+  return ordered(*ctx_, stream, [&] {
+    return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
+                    static_cast<__nv_bfloat16*>(c), stream);
+  });
 }
 void* AgGemm::a_shard() const { return op_->shard(); }
 int64_t AgGemm::m() const { return m_; }
@@ -200,19 +301,34 @@ GemmReduce::~GemmReduce() = default;
 
 Status GemmReduce::create(Context& ctx, const Plan& plan, std::unique_ptr<GemmReduce>* out) {
   std::unique_ptr<GemmReduce> op(new GemmReduce());
+  op->ctx_ = &ctx.get();
   WEFT_CHECK(runtime::GemmReduceOp::create(ctx.get(), plan.get(), &op->op_));
   const runtime::Plan& p = plan.get();
   op->m_ = p.gemm.m;
   op->n_ = p.gemm.n;
   op->k_ = p.gemm.k / p.world_size;
   op->rows_ = op->op_->all_reduce() ? p.gemm.m : p.gemm.m / p.world_size;
+  runtime::GemmReduceOp* raw = op->op_.get();
+  const uint64_t m = uint64_t(op->m_), n = uint64_t(op->n_), k = uint64_t(op->k_), rows = uint64_t(op->rows_);
+  WEFT_CHECK(warm_up(
+      ctx.get(), "GemmReduce's call at creation", {m * k * 2, n * k * 2, rows * n * 2},
+      [&](const std::vector<void*>& b, cudaStream_t s) {
+        return raw->run(static_cast<const __nv_bfloat16*>(b[0]), static_cast<const __nv_bfloat16*>(b[1]),
+                        static_cast<__nv_bfloat16*>(b[2]), s);
+      },
+      [raw] { raw->unstick(); }));
   *out = std::move(op);
   return Status::kOk;
 }
 
 Status GemmReduce::run(const void* a, const void* b, void* c, Stream stream) {
-  return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
-                  static_cast<__nv_bfloat16*>(c), stream);
+  WEFT_CHECK(ctx_->check_buffer(a, uint64_t(m_) * uint64_t(k_) * 2, "GemmReduce::run's a"));
+  WEFT_CHECK(ctx_->check_buffer(b, uint64_t(n_) * uint64_t(k_) * 2, "GemmReduce::run's b"));
+  WEFT_CHECK(ctx_->check_buffer(c, uint64_t(rows_) * uint64_t(n_) * 2, "GemmReduce::run's c"));
+  return ordered(*ctx_, stream, [&] {
+    return op_->run(static_cast<const __nv_bfloat16*>(a), static_cast<const __nv_bfloat16*>(b),
+                    static_cast<__nv_bfloat16*>(c), stream);
+  });
 }
 bool GemmReduce::all_reduce() const { return op_->all_reduce(); }
 int64_t GemmReduce::m() const { return m_; }
@@ -232,17 +348,30 @@ Status Moe::create(Context& ctx, const Plan& plan, const Weights& w, std::unique
   mw.gate = static_cast<const bf16*>(w.gate);
   mw.up = static_cast<const bf16*>(w.up);
   mw.down = static_cast<const bf16*>(w.down);
+  op->ctx_ = &ctx.get();
   WEFT_CHECK(runtime::MoeOp::create(ctx.get(), plan.get(), mw, &op->op_));
   const runtime::Plan& p = plan.get();
   op->t_ = p.moe.tokens / p.world_size;
   op->h_ = p.moe.hidden;
   op->k_ = p.moe.topk;
+  runtime::MoeOp* raw = op->op_.get();
+  const uint64_t rows = uint64_t(op->t_) * uint64_t(op->h_) * 2;
+  WEFT_CHECK(warm_up(
+      ctx.get(), "Moe's call at creation", {rows, rows},
+      [&](const std::vector<void*>& b, cudaStream_t s) {
+        return raw->run(static_cast<const __nv_bfloat16*>(b[0]), static_cast<__nv_bfloat16*>(b[1]), s);
+      },
+      [raw] { raw->unstick(); }));
   *out = std::move(op);
   return Status::kOk;
 }
 
 Status Moe::run(const void* x, void* out, Stream stream) {
-  return op_->run(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out), stream);
+  WEFT_CHECK(ctx_->check_buffer(x, uint64_t(t_) * uint64_t(h_) * 2, "Moe::run's x"));
+  WEFT_CHECK(ctx_->check_buffer(out, uint64_t(t_) * uint64_t(h_) * 2, "Moe::run's out"));
+  return ordered(*ctx_, stream, [&] {
+    return op_->run(static_cast<const __nv_bfloat16*>(x), static_cast<__nv_bfloat16*>(out), stream);
+  });
 }
 const int32_t* Moe::topk_ids() const { return op_->topk_ids(); }
 const float* Moe::topk_weights() const { return op_->topk_weights(); }

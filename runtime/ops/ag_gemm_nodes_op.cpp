@@ -29,7 +29,6 @@
 #include "kernels/ag_gemm_nodes.h"
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/gemm.h"
-#include "launcher/op_registry.h"
 #include "runtime/exec/ag_gemm.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"

@@ -34,7 +34,6 @@
 #include "base/params.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
-#include "launcher/op_registry.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/op_harness.h"

@@ -44,7 +44,6 @@
 #include "kernels/gemm.h"
 #include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
-#include "launcher/op_registry.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"

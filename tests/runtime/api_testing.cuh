@@ -163,7 +163,7 @@ struct ReduceCase {
 // Each case: a workload m = 256 W, n = 768, k = 64 W on the job's layout, its plan through the API,
 // then `calls` calls with fresh A and B, C poisoned before and A right after each call, every C
 // checked against Σ_q A_q B_qᵀ regenerated from every rank's seed (AllReduce: every other call
-// leaves C in the heap, heap_c()).
+// leaves C in the heap, heap_c()); first, a call made during a stream capture must be refused.
 void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
   const int W = g_ctx->size(), rank = g_ctx->rank();
   const int nodes = g_ctx->get().boot().info().num_nodes;
@@ -204,6 +204,16 @@ void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
     REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
     *bad = 0;
     const int64_t row0 = op->all_reduce() ? 0 : int64_t(rank) * (m / W);
+    {
+      // No GEMM+RS/AR plan is capturable: run refuses during a capture, enqueues nothing, and the
+      // calls below (direct) are still right.
+      REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+      const Status captured = op->run(a, b, c, s);
+      cudaGraph_t graph = nullptr;
+      CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
+      if (graph) cudaGraphDestroy(graph);
+      CHECK(captured == Status::kUnsupported);
+    }
     for (int i = 0; i < calls; ++i) {
       const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
       fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -26,13 +27,22 @@ namespace {
 
 // ---- kernels of this test beyond api_testing.cuh ----
 
-// Holds its SM until *release is set (or ~2 s pass): blocks that fill SMs beside the op.
-__global__ void hold(volatile int* release, int64_t max_cycles) {
+// Holds its SM until the host sets *release (host-mapped memory), or `max_ns` pass on the GPU's own
+// clock (far beyond the test's bounds): blocks that fill SMs beside the op. Each block counts itself
+// in *started once resident.
+__global__ void hold(volatile int* release, int* started, uint64_t max_ns) {
   extern __shared__ char smem[];
   smem[threadIdx.x] = 0;
-  const int64_t start = clock64();
-  while (!*release && clock64() - start < max_cycles) {
+  if (threadIdx.x == 0) {
+    atomicAdd_system(started, 1);
+    __threadfence_system();
   }
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (!*release && now - start < max_ns);
 }
 
 // ---- CUPTI: every CUDA runtime and driver call while subscribed ----
@@ -155,31 +165,100 @@ TEST_CASE("a plan that is not capturable (SM movers): run refuses during capture
   cudaStreamDestroy(s);
 }
 
-TEST_CASE("a user kernel holds half the SMs on another stream: the op still completes correctly") {
+// Half the SMs held by a user kernel that is resident (counted) before the op is called and is let
+// go only after the op's stream drained or the bound passed: the op must complete correctly beside
+// it, or fail fast with a clear error. `extra`: the workload's plan choices.
+void call_beside_half_held(const char* name, const std::string& extra) {
   Problem p;
-  p.create("api_half", 128 * g_ctx->size(), 256 * g_ctx->size(), 1024);
+  p.create(name, 128 * g_ctx->size(), 256 * g_ctx->size(), 1024, extra);
   int dev = 0, sms = 0, smem = 0;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
   cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
   REQUIRE(cudaFuncSetAttribute(hold, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) == cudaSuccess);
-  int* release = nullptr;
-  REQUIRE(cudaMallocManaged(&release, sizeof(int)) == cudaSuccess);
-  *release = 0;
+  // Host-mapped words: the host writes `release` while the holding blocks spin on it.
+  int *release = nullptr, *started = nullptr, *release_dev = nullptr, *started_dev = nullptr;
+  REQUIRE(cudaHostAlloc(&release, sizeof(int), cudaHostAllocMapped) == cudaSuccess);
+  REQUIRE(cudaHostAlloc(&started, sizeof(int), cudaHostAllocMapped) == cudaSuccess);
+  *reinterpret_cast<volatile int*>(release) = 0;
+  *reinterpret_cast<volatile int*>(started) = 0;
+  REQUIRE(cudaHostGetDevicePointer(reinterpret_cast<void**>(&release_dev), release, 0) == cudaSuccess);
+  REQUIRE(cudaHostGetDevicePointer(reinterpret_cast<void**>(&started_dev), started, 0) == cudaSuccess);
   cudaStream_t s, other;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking) == cudaSuccess);
-  hold<<<sms / 2, 128, smem, other>>>(release, int64_t(4e9));  // ~2 s at most
+  // One checked call first: this test's own kernels (fill, poison, reference, compare) are then
+  // loaded. CUDA loads a kernel at its first launch, and that load would wait behind the holding
+  // kernel: the caller's stream would stall before it ever reached the op.
+  REQUIRE(p.call(10, s) == Status::kOk);
+  REQUIRE(drain(s, 60));
+  REQUIRE(*p.bad == 0);
+  const int held = sms / 2;  // one block per SM: each asks for all of an SM's shared memory
+  hold<<<held, 128, smem, other>>>(release_dev, started_dev, uint64_t(120) * 1000000000ull);
   REQUIRE(cudaGetLastError() == cudaSuccess);
-  CHECK(p.call(11, s) == Status::kOk);
-  const bool done = drain(s, 60);
-  *release = 1;
-  CHECK_MESSAGE(done, "the op did not complete beside the kernel holding " << sms / 2 << " SMs");
-  drain(other, 30);
-  CHECK(*p.bad == 0);
-  cudaFree(release);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (*reinterpret_cast<volatile int*>(started) < held && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  REQUIRE_MESSAGE(*reinterpret_cast<volatile int*>(started) == held, "the holding kernel did not start");
+  fprintf(stderr, "rank %d: %s: %d blocks hold %d of %d SMs; calling the op\n", g_ctx->rank(), name, held, held, sms);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = p.call(11, s);
+  const auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  fprintf(stderr, "rank %d: %s: the call returned %s after %.3f s\n", g_ctx->rank(), name, weft::to_string(st),
+          since());
+  // Until the op's stream drains (completed) or the context fails (the op gave up), 60 s at most.
+  bool done = false, failed = false;
+  while (since() < 60) {
+    if ((done = cudaStreamQuery(s) == cudaSuccess)) break;
+    if ((failed = g_ctx->failed())) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const double waited = since();
+  const bool still_held = cudaStreamQuery(other) == cudaErrorNotReady;  // the op ran beside the holder
+  fprintf(stderr, "rank %d: %s: %s after %.3f s; releasing the holding blocks\n", g_ctx->rank(), name,
+          done     ? "the op's stream drained"
+          : failed ? "the context failed"
+                   : "neither drained nor failed",
+          waited);
+  *reinterpret_cast<volatile int*>(release) = 1;
+  CHECK(drain(other, 30));
+  const bool drained_after = done || drain(s, 30);
+  if (!drained_after) {  // still stuck with the SMs free again: say so, and leave without freeing
+    fprintf(stderr, "rank %d: %s: the op's stream is still busy 30 s after the SMs were released\n", g_ctx->rank(),
+            name);
+    fflush(stderr);
+    _exit(3);
+  }
+  CHECK(still_held);
+  MESSAGE("rank " << g_ctx->rank() << ": " << std::string(name) << " beside " << held << " of " << sms
+                  << " SMs held: " << (failed ? "failed: " + g_ctx->failure() : std::string("completed")) << " after "
+                  << waited << " s");
+  CHECK(st == Status::kOk);
+  CHECK_MESSAGE((done || failed),
+                "the op neither completed nor failed within 60 s beside the kernel holding " << held << " SMs");
+  if (failed) {  // failing is allowed, if fast and clear: it names the co-residency it lacked
+    CHECK(waited < 30);
+    CHECK_MESSAGE(g_ctx->failure().find("resident") != std::string::npos, g_ctx->failure());
+  } else {
+    CHECK(*p.bad == 0);
+  }
+  cudaFreeHost(release);
+  cudaFreeHost(started);
   cudaStreamDestroy(s);
   cudaStreamDestroy(other);
+}
+
+// The two half-SM cases run each in a job of its own with one rank per GPU (api_gpu.sh, --no-skip): a
+// failure, which is allowed, leaves the context poisoned; ranks that share a GPU time-slice it, and one
+// rank's holding kernel is then another rank's problem.
+TEST_CASE("a user kernel holds half the SMs: the copy-engine plan completes correctly or fails fast, clearly" *
+          doctest::skip()) {
+  call_beside_half_held("api_half", "");
+}
+
+TEST_CASE("a user kernel holds half the SMs: the SM-mover plan completes correctly or fails fast, clearly" *
+          doctest::skip()) {
+  call_beside_half_held("api_half_movers", "roles: {compute: 96, intra_comm: 8}\n");
 }
 
 TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena again") {
@@ -206,6 +285,146 @@ TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena
   REQUIRE(drain(s, 60));
   CHECK(*third.bad == 0);
   CHECK(*second.bad == 0);
+  cudaStreamDestroy(s);
+}
+
+TEST_CASE("one call in flight per context: two ops called on two streams with no synchronisation between them") {
+  // Each op on a stream of its own, calls alternating, random per-rank delays before each, nothing
+  // between the streams but what the context inserts: every output right, no timeout. Without the
+  // order, one rank's GPU may run op 2's call while a peer's runs op 1's (both persistent, both
+  // waiting for the other rank's shards).
+  cudaStream_t s1, s2;
+  REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
+  Problem one, two;
+  one.create("api_order_1", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  two.create("api_order_2", 256 * g_ctx->size(), 256 * g_ctx->size(), 512, "roles: {compute: 96, intra_comm: 8}\n");
+  std::mt19937_64 rng(std::random_device{}() + uint64_t(g_ctx->rank()));
+  const uint64_t base = (uint64_t(getppid()) << 20) + 424242;
+  Status st = Status::kOk;
+  for (int i = 0; i < 200 && st == Status::kOk; ++i) {
+    st = one.call(base + uint64_t(2 * i), s1, int64_t(rng() % 100000));
+    if (st == Status::kOk) st = two.call(base + uint64_t(2 * i + 1), s2, int64_t(rng() % 100000));
+  }
+  CHECK(st == Status::kOk);
+  REQUIRE(drain(s1, 300));
+  REQUIRE(drain(s2, 300));
+  CHECK_MESSAGE(*one.bad == 0, *one.bad << " wrong or unwritten elements (op 1, stream 1)");
+  CHECK_MESSAGE(*two.bad == 0, *two.bad << " wrong or unwritten elements (op 2, stream 2)");
+  CHECK_MESSAGE(!g_ctx->failed(), g_ctx->failure());
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
+namespace {
+__global__ void stamp(uint32_t* p, int64_t n, uint32_t rank) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    p[i] = rank << 24 | uint32_t(i & 0xFFFFFF);
+}
+// Counts the elements of peer q's allocation (read over NVLink through its mapping here) that are not
+// q's stamp.
+__global__ void check_stamp(const uint32_t* p, int64_t n, uint32_t q, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (p[i] != (q << 24 | uint32_t(i & 0xFFFFFF))) atomicAdd(bad, 1ull);
+}
+}  // namespace
+
+TEST_CASE("tensors on the symmetric heap: alloc, a peer's copy read through peer(), free; an op runs on them") {
+  const int W = g_ctx->size(), rank = g_ctx->rank();
+  const int64_t n = 1 << 20;
+  void* x = nullptr;
+  std::string err;
+  REQUIRE_MESSAGE(g_ctx->alloc(uint64_t(n) * 4, &x, &err) == Status::kOk, err);
+  REQUIRE(x != nullptr);
+  CHECK(g_ctx->peer(rank, x) != nullptr);
+  stamp<<<128, 256>>>(static_cast<uint32_t*>(x), n, uint32_t(rank));
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  REQUIRE(g_ctx->get().boot().barrier("api_alloc_stamped") == Status::kOk);
+  unsigned long long* bad = nullptr;
+  REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
+  *bad = 0;
+  const int nodes = g_ctx->get().boot().info().num_nodes;
+  int read = 0;
+  for (int q = 0; q < W; ++q) {
+    const void* there = g_ctx->peer(q, x);
+    if (nodes > 1 && !there) continue;  // another node's
+    REQUIRE_MESSAGE(there != nullptr, "rank " << q << "'s allocation is not mapped here");
+    check_stamp<<<128, 256>>>(static_cast<const uint32_t*>(there), n, uint32_t(q), bad);
+    ++read;
+  }
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK_MESSAGE(*bad == 0, *bad << " elements of peers' allocations were not theirs");
+  CHECK(read >= 1);
+  REQUIRE(g_ctx->get().boot().barrier("api_alloc_read") == Status::kOk);
+  // An op's buffers from the heap: A, B and C all allocated here.
+  {
+    Problem p;
+    p.create("api_heap_tensors", 128 * W, 256 * W, 256);
+    void *a = nullptr, *b = nullptr, *c = nullptr;
+    REQUIRE(g_ctx->alloc(uint64_t(p.m_loc * p.k) * 2, &a, &err) == Status::kOk);
+    REQUIRE(g_ctx->alloc(uint64_t(p.n * p.k) * 2, &b, &err) == Status::kOk);
+    REQUIRE(g_ctx->alloc(uint64_t(p.m * p.n) * 2, &c, &err) == Status::kOk);
+    cudaFree(p.a);
+    cudaFree(p.b);
+    cudaFree(p.c);
+    p.a = static_cast<uint16_t*>(a), p.b = static_cast<uint16_t*>(b), p.c = static_cast<uint16_t*>(c);
+    cudaStream_t s;
+    REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+    for (int i = 0; i < 20; ++i) REQUIRE(p.call(9000 + uint64_t(i), s) == Status::kOk);
+    REQUIRE(drain(s, 60));
+    CHECK(*p.bad == 0);
+    cudaStreamDestroy(s);
+    p.a = p.b = p.c = nullptr;  // not Problem's to cudaFree
+    p.op.reset();
+    for (void* q : {c, b, a}) CHECK(g_ctx->free(q) == Status::kOk);
+  }
+  CHECK(g_ctx->free(x) == Status::kOk);
+  CHECK(g_ctx->free(x) == Status::kInvalidArgument);  // not an allocation any more
+  // Freed in reverse order: the next allocation of the same size lands where the first did.
+  void* again = nullptr;
+  REQUIRE(g_ctx->alloc(uint64_t(n) * 4, &again, &err) == Status::kOk);
+  CHECK(again == x);
+  CHECK(g_ctx->free(again) == Status::kOk);
+  CHECK(g_ctx->alloc(g_ctx->get().heap_bytes() + 1, &again, &err) == Status::kInvalidArgument);
+  CHECK(!err.empty());
+  cudaFree(bad);
+  CHECK(!g_ctx->failed());
+}
+
+TEST_CASE("external buffers: device memory registered; host memory and short buffers refused before any work") {
+  std::string err;
+  void* dev = nullptr;
+  REQUIRE(cudaMalloc(&dev, 1 << 20) == cudaSuccess);
+  CHECK_MESSAGE(g_ctx->register_buffer(dev, 1 << 20, &err) == Status::kOk, err);
+  CHECK(g_ctx->register_buffer(dev, (1 << 20) + 2, &err) == Status::kInvalidArgument);
+  CHECK_MESSAGE(err.find("allocation ends") != std::string::npos, err);
+  std::vector<char> pageable(1 << 20);
+  CHECK(g_ctx->register_buffer(pageable.data(), pageable.size(), &err) == Status::kInvalidArgument);
+  CHECK_MESSAGE(err.find("host memory") != std::string::npos, err);
+  void* pinned = nullptr;
+  REQUIRE(cudaMallocHost(&pinned, 4096) == cudaSuccess);
+  CHECK(g_ctx->register_buffer(pinned, 4096, &err) == Status::kInvalidArgument);
+  CHECK_MESSAGE(err.find("pinned") != std::string::npos, err);
+  // run() refuses the same way, on every rank alike, before it enqueues anything: the context stays
+  // usable and the next good call is right.
+  Problem p;
+  p.create("api_external", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  CHECK(p.op->run(pageable.data(), p.b, p.c, s) == Status::kInvalidArgument);
+  CHECK(p.op->run(p.a, pinned, p.c, s) == Status::kInvalidArgument);
+  void* small = nullptr;
+  REQUIRE(cudaMalloc(&small, size_t(p.m * p.n)) == cudaSuccess);  // half of C
+  CHECK(p.op->run(p.a, p.b, small, s) == Status::kInvalidArgument);
+  CHECK(p.op->run(p.a, nullptr, p.c, s) == Status::kInvalidArgument);
+  CHECK(cudaStreamQuery(s) == cudaSuccess);  // nothing was enqueued
+  CHECK(!g_ctx->failed());
+  REQUIRE(p.call(31, s) == Status::kOk);
+  REQUIRE(drain(s, 60));
+  CHECK(*p.bad == 0);
+  cudaFree(small);
+  cudaFreeHost(pinned);
+  cudaFree(dev);
   cudaStreamDestroy(s);
 }
 

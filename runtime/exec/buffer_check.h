@@ -1,0 +1,18 @@
+// The caller's buffers an op is handed, checked before anything is enqueued: device memory this rank's
+// GPU can use (its own, or managed), at least the bytes the op will touch inside one allocation.
+// Checked on every call (two address lookups in the driver, no synchronisation): a framework's
+// allocator may hand the same address out again with another size, so nothing is remembered.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "base/status.h"
+
+namespace weft::runtime {
+
+// kOk, or kInvalidArgument with *error saying what `p` is and why an op on `device` cannot use it
+// (`what`: the argument, e.g. "AgGemm::run's a").
+Status check_device_buffer(const void* p, uint64_t bytes, int device, const std::string& what, std::string* error);
+
+}  // namespace weft::runtime
