@@ -26,7 +26,9 @@ enum class KernelKind : int32_t {
   kAgGemmFused = 2,
   kPiecePush = 3,
   kAgGemmNodes = 4,
-  kGemmReduceNodes = 5
+  kGemmReduceNodes = 5,
+  kPeerReduce = 6,      // GEMM+RS/AR's peer variant: the reduction over NVLink after the GEMM
+  kGemmReduceSlots = 7  // the GEMM core with the reducing epilogue (GEMM+RS/AR's overlap variant)
 };
 struct LaunchRecord {
   int32_t launches;           // blocks 0 of the launches since the record was cleared

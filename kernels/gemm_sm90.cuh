@@ -939,6 +939,12 @@ struct GemmKernelParams {
   TileSignal signal;
 };
 
+// What a GEMM launch writes into its record: the reducing epilogue names the overlap variant.
+template <class Epilogue>
+constexpr KernelKind gemm_launch_kind() {
+  return std::is_same<Epilogue, EpiReduceSlots>::value ? KernelKind::kGemmReduceSlots : KernelKind::kGemm;
+}
+
 template <int kCluster, class Epilogue>
 __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
     gemm_persistent_kernel(const __grid_constant__ GemmKernelParams<Epilogue> p) {
@@ -949,7 +955,7 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
   }
   // Noted at the end: at the entry its registers stayed live into the producer's 40 (ptxas spilled
   // 12 bytes in the EpiReduceSlots instances).
-  frame_note_launch(p.frame, KernelKind::kGemm);
+  frame_note_launch(p.frame, gemm_launch_kind<Epilogue>());
 }
 
 #endif  // __CUDACC__

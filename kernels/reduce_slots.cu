@@ -52,6 +52,7 @@ __device__ __forceinline__ void add8(const uint4& raw, float (&acc)[8]) {
 
 __global__ void peer_reduce_kernel(const PeerReduceArgs a, const FrameParams f) {
   // The GEMM before this kernel on the stream has completed: its partial is in memory.
+  frame_note_launch(f, KernelKind::kPeerReduce);  // where the op keeps a record of this launch
   if (blockIdx.x == 0) publish(a, 0);
   if (!wait_all(f, a.flags_in, a.ranks, a.epoch)) return;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;

@@ -93,6 +93,7 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
   WEFT_CHECK(op->record_.create());
+  if (!overlap) WEFT_CHECK(op->reduce_record_.create());
   WEFT_CHECK(op->frame_.create(rank));
   RoleCounts gemm_roles = plan.roles;
   if (overlap) gemm_roles = RoleCounts{plan.roles.compute, 0, 0, 0};  // the movers are a kernel of their own
@@ -275,7 +276,7 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   pr.arrive = arrive_[size_t(rank_)];
   pr.epoch = e;
   kernels::FrameParams rf = frame_params_;
-  rf.launch = nullptr;  // the record is the GEMM's: its grid and roles are the plan's
+  rf.launch = reduce_record_.device();  // its own: the GEMM's record keeps the plan's grid and roles
   if (st == Status::kOk) st = kernels::launch_peer_reduce(pr, rf, blocks_, s);
   if (st == Status::kOk && all_reduce_ && c != full)
     st = cudaMemcpyAsync(c, full, size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
@@ -299,18 +300,32 @@ void GemmReduceOp::unstick() {
 Status GemmReduceOp::clear_launch_record() {
   if (nodes_) return nodes_->clear_launch_record();
   if (mover_record_.device()) WEFT_CHECK(mover_record_.clear());
+  if (reduce_record_.device()) WEFT_CHECK(reduce_record_.clear());
   return record_.clear();
 }
 
 Status GemmReduceOp::executed_plan(Plan* out) const {
   if (nodes_) return nodes_->executed_plan(out);
-  // Both variants launch the GEMM core: a GEMM launch is the plan's variant (the movers' own record
-  // follows).
+  // The variant as launched: the GEMM with the reducing epilogue is the overlap variant; a GEMM that
+  // stored plain partials followed by the peer reduction kernel (its own record) is the peer variant.
   WEFT_CHECK(record_.executed(
       plan_, regions_, arena_bytes_, rank_, "gemm_reduce",
-      [](int32_t kernel) -> std::string { return kernel == int32_t(kernels::KernelKind::kGemm) ? "gemm" : "unknown"; },
+      [](int32_t kernel) -> std::string {
+        return kernel == int32_t(kernels::KernelKind::kGemmReduceSlots) ? "overlap"
+               : kernel == int32_t(kernels::KernelKind::kGemm)          ? "gemm"
+                                                                        : "unknown";
+      },
       out));
-  if (out->exec.variant == "gemm") out->exec.variant = plan_.exec.variant;
+  if (out->exec.variant == "gemm") {
+    kernels::LaunchRecord rec{};
+    if (reduce_record_.device()) WEFT_CHECK(reduce_record_.read(&rec));
+    if (rec.launches < 1 || rec.kernel != int32_t(kernels::KernelKind::kPeerReduce)) {
+      WEFT_WARN(kKernel, "rank %d: gemm_reduce: the GEMM stored plain partials but no peer reduction was recorded",
+                rank_);
+      return Status::kNotFound;
+    }
+    out->exec.variant = "peer";
+  }
   if (!mover_record_.device()) return Status::kOk;
   kernels::LaunchRecord rec{};
   WEFT_CHECK(mover_record_.read(&rec));

@@ -81,6 +81,7 @@ class GemmReduceOp {
   OpLaunchRecord record_;
   std::unique_ptr<ReduceOverlap> overlap_;  // the overlap variant's engine; null for peer
   OpLaunchRecord mover_record_;             // overlap with mover SMs: their launches'
+  OpLaunchRecord reduce_record_;            // peer: the reduction kernel's launches
   Status create_overlap();                  // create(): the overlap variant's views, config and engine
   // Overlap: [0] the last call that started on the device, [1] the last that finished (host-mapped,
   // written by the stream); watch_stalled: whether one has been on the device longer than the clock's
