@@ -80,7 +80,10 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_IB_GID_INDEX", kInt, "-1", "",
      "ibverbs: GID table index for RoCE; -1 = the first RoCE v2 GID bound to a network device (IPv4-mapped first)", kU,
      -1, 4095},
-    {"WEFT_DETERMINISTIC", kBool, "0", "", "fixed reduction order, so results repeat bit for bit", kU},
+    {"WEFT_DETERMINISTIC", kBool, "0", "",
+     "weftrun run and bench check that a second call on the same inputs repeats bit for bit (weft always reduces in a "
+     "fixed order)",
+     kU},
 
     // --- bench: the GEMM core's variants
     {"WEFT_GEMM_TMA_STORE", kBool, "1", "",
@@ -121,7 +124,8 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_OPS_INPUT", kStr, "normal", "",
      "fused ops' random inputs: normal (like torch.randn in the PyTorch baselines) or uniform in [-1, 1)", kB, 0, 0,
      "normal|uniform"},
-    {"WEFT_REPORT", kStr, "", "", "weftrun bench: append every timed row as a JSON line to this file", kB},
+    {"WEFT_REPORT", kStr, "", "",
+     "weftrun bench's --json FILE, as the ranks receive it: every timed row appended as a JSON line", kB},
     // --- bench: GEMM+ReduceScatter / GEMM+AllReduce
     {"WEFT_GEMM_REDUCE_PATH", kStr, "auto", "",
      "gemm_rs/gemm_ar: overlap (partials move during the GEMM, whose epilogue reduces; M/ranks a multiple of 128), "

@@ -140,11 +140,12 @@ int run_rank(const RunOptions& o) {
   }
   // Every rank's verdict and time, gathered on rank 0.
   char line[512];
-  const bool ok = !rep.validated || (rep.gather_mismatch == 0 && rep.unwritten == 0 && rep.rel_err < 1e-2);
+  const bool ok = (!rep.validated || (rep.gather_mismatch == 0 && rep.unwritten == 0 && rep.rel_err < 1e-2)) &&
+                  rep.repeat_mismatch <= 0;
   const bool same = runtime::plan_hash(rep.executed) == runtime::plan_hash(plan);
-  snprintf(line, sizeof line, "%d %.6f %d %d %.3e %lld %lld %s", rank, rep.ms_median, ok ? 1 : 0, same ? 1 : 0,
+  snprintf(line, sizeof line, "%d %.6f %d %d %.3e %lld %lld %lld %s", rank, rep.ms_median, ok ? 1 : 0, same ? 1 : 0,
            rep.rel_err, static_cast<long long>(rep.gather_mismatch), static_cast<long long>(rep.unwritten),
-           hex64(runtime::plan_hash(rep.executed)).c_str());
+           static_cast<long long>(rep.repeat_mismatch), hex64(runtime::plan_hash(rep.executed)).c_str());
   bootstrap::Blob mine(line, line + strlen(line));
   std::vector<bootstrap::Blob> all;
   if (boot->allgather("weft.run.report", mine, &all) != Status::kOk) return 1;
@@ -158,17 +159,21 @@ int run_rank(const RunOptions& o) {
   for (const auto& b : all) {
     int r = 0, v = 0, s = 0;
     double ms = 0, rel = 0;
-    long long gm = 0, uw = 0;
+    long long gm = 0, uw = 0, rm = -1;
     char h[32] = {0};
     const std::string t(b.begin(), b.end());
-    if (sscanf(t.c_str(), "%d %lf %d %d %lf %lld %lld %31s", &r, &ms, &v, &s, &rel, &gm, &uw, h) != 8) {
+    if (sscanf(t.c_str(), "%d %lf %d %d %lf %lld %lld %lld %31s", &r, &ms, &v, &s, &rel, &gm, &uw, &rm, h) != 9) {
       ++failures;
       continue;
     }
     worst_ms = std::max(worst_ms, ms);
     if (!v || !s) ++failures;
+    const std::string repeat =
+        rm < 0    ? ""
+        : rm == 0 ? "; a second call repeated bit for bit (WEFT_DETERMINISTIC=1)"
+                  : "; a second call DIFFERED in " + std::to_string(rm) + " outputs (WEFT_DETERMINISTIC=1)";
     if (rank == 0)
-      printf("  rank %d: %.3f ms per call (median of %d); %s; executed plan %s%s\n", r, ms, wl.run.iters,
+      printf("  rank %d: %.3f ms per call (median of %d); %s%s; executed plan %s%s\n", r, ms, wl.run.iters,
              !rep.validated ? "not validated (run.validate: false)"
              : v ? (std::string(plan.op == runtime::Op::kAgGemm ? "validated: gathered A exact, " : "validated: ") +
                     "C rel err " + std::to_string(rel))
@@ -176,7 +181,7 @@ int run_rank(const RunOptions& o) {
                  : ("WRONG: " + std::to_string(gm) + " gathered elements differ, " + std::to_string(uw) +
                     " outputs unwritten, C rel err " + std::to_string(rel))
                        .c_str(),
-             h, s ? " = the plan" : " DIFFERS from the plan");
+             repeat.c_str(), h, s ? " = the plan" : " DIFFERS from the plan");
   }
   if (rank == 0) {
     printf("weftrun run: %s: %.3f ms per call (max over ranks); %s\n", failures ? "FAILED" : "passed", worst_ms,

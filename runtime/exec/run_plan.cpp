@@ -77,7 +77,23 @@ Status call_and_time(Context& ctx, Op& op, const char* what, const RunSpec& run,
   WEFT_CHECK(op.run(a, b, c, s));
   WEFT_CHECK(
       sync_bounded(s, timeout + 1, (std::string(what) + " executed-plan call").c_str(), [raw] { raw->unstick(); }));
-  return op.executed_plan(&out->executed);
+  WEFT_CHECK(op.executed_plan(&out->executed));
+  // WEFT_DETERMINISTIC=1: weft's reductions run in a fixed order, so a second call on the same inputs
+  // must give the same bits; checked here (the output poisoned in between).
+  bool deterministic = false;
+  WEFT_CHECK(get_param("WEFT_DETERMINISTIC", &deterministic));
+  if (!deterministic) return Status::kOk;
+  DeviceBuffers buf;
+  bf16* first = nullptr;
+  WEFT_CHECK(buf.alloc(c_elems, &first));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(first, c, size_t(c_elems) * 2, cudaMemcpyDeviceToDevice, s));
+  WEFT_CHECK(poison_bf16(c, c_elems, s));
+  WEFT_CHECK(op.run(a, b, c, s));
+  WEFT_CHECK(sync_bounded(s, timeout + 1, (std::string(what) + " repeated call").c_str(), [raw] { raw->unstick(); }));
+  Comparison cmp;
+  WEFT_CHECK(compare_bf16(c, first, c_elems, s, &cmp));
+  out->repeat_mismatch = cmp.mismatched;
+  return Status::kOk;
 }
 
 Status run_ag_gemm(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* out) {
