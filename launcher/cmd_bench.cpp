@@ -3,7 +3,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 #include "bootstrap/group_bootstrap.h"
 #include "launcher/commands.h"
@@ -20,6 +23,7 @@ struct RunOptions {
   std::string topology;
   int ranks = 0;
   int nodes = 0;
+  std::string json;  // --json FILE: every table's rows as JSON lines, appended
 };
 
 // A workload split into rank groups: every group runs the op at once, each through its own
@@ -60,6 +64,8 @@ int run_rank(const RunOptions& o) {
     fflush(stderr);
     _exit(1);
   }
+  // The runners' tables go to --json's file too (rank 0 of each group appends, one write per table).
+  if (!o.json.empty()) setenv("WEFT_REPORT", o.json.c_str(), 1);
   std::unique_ptr<bootstrap::GroupBootstrap> group;  // destroyed before the job's bootstrap
   if (enter_group(boot.get(), &ctx, &wl, &group)) return 2;
   bootstrap::Bootstrap& op_boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot;
@@ -97,6 +103,14 @@ int run_launcher(const RunOptions& o) {
                 .c_str());
     return 2;
   }
+  if (!o.json.empty()) {  // made empty once, before any rank starts; the ranks append
+    FILE* f = fopen(o.json.c_str(), "w");
+    if (!f) {
+      fprintf(stderr, "weftrun bench: --json %s: cannot write it: %s\n", o.json.c_str(), strerror(errno));
+      return 2;
+    }
+    fclose(f);
+  }
   LaunchOptions lo;
   lo.gpus = visible_gpu_count();
   if (lo.gpus == 0) {
@@ -128,6 +142,11 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
       ->check(CLI::Range(1, kMaxRanks));
   sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
+  sub->add_option("--json", opts->json,
+                  "also write every table's rows to FILE as JSON lines (title, variant, ms, TFLOP/s, note, shape); "
+                  "emptied first by weftrun's own launcher, appended to under srun/mpirun")
+      ->check(
+          [](const std::string& v) { return v.empty() || v.size() > 4096 ? std::string("1 to 4096 characters") : ""; });
   sub->callback([opts, exit_code] {
     *exit_code = dispatch_role(
         "bench", [&] { return run_rank(*opts); }, [&] { return run_launcher(*opts); });

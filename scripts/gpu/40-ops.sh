@@ -11,25 +11,28 @@ if [ "$gpus" -lt 4 ]; then
   echo "SKIP    ops: the examples need 4 GPUs (layout 1 x 4); this machine has $gpus" >>"$WEFT_SUMMARY"
   exit 0
 fi
-export WEFT_REPORT=$out/ops.jsonl WEFT_DETERMINISTIC=1
-: >"$WEFT_REPORT"
+export WEFT_DETERMINISTIC=1
+report=$out/ops.jsonl
+: >"$report"
 rc=0
 for cfg in ${WEFT_OPS_CONFIGS-ag_gemm_llama70b ag_gemm_m2048 ag_gemm_m16384 gemm_rs_m8192 gemm_rs_m2048 gemm_ar_m8192 gemm_ar_m256}; do
   echo "=== weftrun bench configs/examples/$cfg.yaml"
-  if ! timeout 300 "$weftrun" bench -n 4 "$root/configs/examples/$cfg.yaml"; then
+  if ! timeout 300 "$weftrun" bench -n 4 --json "$report.one" "$root/configs/examples/$cfg.yaml"; then
     echo "FAIL    ops: weftrun bench $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
     rc=1
   fi
+  [ -f "$report.one" ] && cat "$report.one" >>"$report" && rm -f "$report.one"
 done
 
 # Multi-node examples on this one machine: 2 emulated nodes x 2 GPUs, the socket backend between the
 # nodes (WEFT_OPS_NODES_CONFIGS= leaves them out).
 for cfg in ${WEFT_OPS_NODES_CONFIGS-ag_gemm_2x2 gemm_rs_2x2 gemm_ar_2x2}; do
   echo "=== weftrun bench -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
-  if ! timeout 300 "$weftrun" bench -n 4 --emulate-nodes 2 "$root/configs/examples/$cfg.yaml"; then
+  if ! timeout 300 "$weftrun" bench -n 4 --emulate-nodes 2 --json "$report.one" "$root/configs/examples/$cfg.yaml"; then
     echo "FAIL    ops: weftrun bench --emulate-nodes 2 $cfg.yaml exited non-zero (log: 40-ops.log)" >>"$WEFT_SUMMARY"
     rc=1
   fi
+  [ -f "$report.one" ] && cat "$report.one" >>"$report" && rm -f "$report.one"
 done
 
 # PyTorch's symmetric-memory fused ops on the same shapes, same machine, same session
@@ -48,7 +51,7 @@ gemm_rs 8192 8192 7168
 gemm_rs 2048 8192 7168
 SHAPES
 
-python3 - "$WEFT_REPORT" "$peers" >>"$WEFT_SUMMARY" <<'PY'
+python3 - "$report" "$peers" >>"$WEFT_SUMMARY" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 peers = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]

@@ -25,7 +25,7 @@ for cfg in ${WEFT_LAYOUT_CONFIGS-ag_gemm_llama70b gemm_rs_m8192 gemm_ar_m8192}; 
     report=$out/layout-${cfg}_$layout.jsonl
     : >"$report"
     echo "=== weftrun bench -n $ranks --emulate-nodes $nodes $wl"
-    if WEFT_REPORT=$report timeout 240 "$weftrun" bench -n "$ranks" --emulate-nodes "$nodes" "$wl"; then
+    if timeout 240 "$weftrun" bench -n "$ranks" --emulate-nodes "$nodes" --json "$report" "$wl"; then
       python3 - "$report" "$cfg" "$layout" >>"$WEFT_SUMMARY" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -47,7 +47,7 @@ done
 report=$out/layout-two-groups.jsonl
 : >"$report"
 echo "=== weftrun bench configs/examples/ag_gemm_two_groups_4gpu.yaml"
-if WEFT_REPORT=$report timeout 240 "$weftrun" bench "$root/configs/examples/ag_gemm_two_groups_4gpu.yaml"; then
+if timeout 240 "$weftrun" bench --json "$report" "$root/configs/examples/ag_gemm_two_groups_4gpu.yaml"; then
   python3 - "$report" >>"$WEFT_SUMMARY" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
@@ -72,7 +72,7 @@ if WEFT_NET_BACKEND=ofi timeout 120 "$weftrun" check -n 4 --emulate-nodes 2 --tr
     report=$out/layout-ofi-$cfg.jsonl
     : >"$report"
     echo "=== WEFT_NET_BACKEND=ofi weftrun bench -n 4 --emulate-nodes 2 configs/examples/$cfg.yaml"
-    if WEFT_NET_BACKEND=ofi WEFT_REPORT=$report timeout 240 "$weftrun" bench -n 4 --emulate-nodes 2 \
+    if WEFT_NET_BACKEND=ofi timeout 240 "$weftrun" bench -n 4 --emulate-nodes 2 --json "$report" \
       "$root/configs/examples/$cfg.yaml"; then
       python3 - "$report" "$cfg" >>"$WEFT_SUMMARY" <<'PY'
 import json, sys
