@@ -15,6 +15,7 @@ void register_builtin_ops() {
   register_op("ag_gemm", runtime::ops::run_ag_gemm);
   register_op("gemm_rs", runtime::ops::run_gemm_rs);
   register_op("gemm_ar", runtime::ops::run_gemm_ar);
+  register_op("moe", runtime::ops::run_moe);
 #endif
 }
 

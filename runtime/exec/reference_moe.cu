@@ -1,6 +1,7 @@
 // reference_moe_expert / reference_moe_gather: a block per sampled token, dot products in a fixed order.
 #include "base/log.h"
 #include "runtime/exec/cuda_check.h"
+#include "runtime/exec/device_data.h"
 #include "runtime/exec/reference_moe.h"
 
 namespace weft::runtime {
@@ -70,6 +71,14 @@ Status reference_moe_gather(const float* acc, const bf16* y, const int32_t* rows
   gather_kernel<<<256, 256, 0, s>>>(acc, y, rows, samples, hidden, ref, got);
   WEFT_CUDA_CHECK(cudaGetLastError());
   return Status::kOk;
+}
+
+Status fill_moe_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, __nv_bfloat16* gate, __nv_bfloat16* up,
+                       __nv_bfloat16* down, cudaStream_t s) {
+  const float sh = 1.f / sqrtf(float(hidden)), sf = 1.f / sqrtf(float(ffn));
+  WEFT_CHECK(fill_random_bf16(gate, ffn * hidden, seed + 16 + 3 * uint64_t(e), 0, sh, s));
+  WEFT_CHECK(fill_random_bf16(up, ffn * hidden, seed + 17 + 3 * uint64_t(e), 0, sh, s));
+  return fill_random_bf16(down, hidden * ffn, seed + 18 + 3 * uint64_t(e), 0, sf, s);
 }
 
 }  // namespace weft::runtime

@@ -11,6 +11,11 @@
 
 namespace weft::runtime {
 
+// Expert e's weights from (seed, e) alone (gate and up: ffn x hidden, scale 1/sqrt(hidden); down:
+// hidden x ffn, scale 1/sqrt(ffn)), so any rank can make any expert's again for a reference.
+Status fill_moe_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, __nv_bfloat16* gate, __nv_bfloat16* up,
+                       __nv_bfloat16* down, cudaStream_t s);
+
 // For each sampled token i (row rows[i] of x): acc[i] += Σ over its pairs j with ids[j] == expert of
 // weights[j] · bf16(down · bf16(SiLU(gate · x) · (up · x))), the roundings where the op rounds (H and
 // Y are bf16). gate, up: ffn x hidden; down: hidden x ffn (this expert's). acc: samples x hidden.

@@ -190,15 +190,6 @@ struct MoeCalls {
   Status executed_plan(Plan* p) const { return op.executed_plan(p); }
 };
 
-// Expert e's weights from (seed, e) alone, so any rank can make any expert's again for the reference.
-Status fill_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, bf16* gate, bf16* up, bf16* down,
-                   cudaStream_t s) {
-  const float sh = 1.f / std::sqrt(float(hidden)), sf = 1.f / std::sqrt(float(ffn));
-  WEFT_CHECK(fill_random_bf16(gate, ffn * hidden, seed + 16 + 3 * uint64_t(e), 0, sh, s));
-  WEFT_CHECK(fill_random_bf16(up, ffn * hidden, seed + 17 + 3 * uint64_t(e), 0, sh, s));
-  return fill_random_bf16(down, hidden * ffn, seed + 18 + 3 * uint64_t(e), 0, sf, s);
-}
-
 // MoE: every rank's tokens its own random data, the router weight shared, each expert's weights
 // from (seed, expert). Validated on up to 64 sampled tokens per rank against reference_moe_expert,
 // expert by expert, with the op's own routing of the last call; dropped rows must be 0.
@@ -221,7 +212,7 @@ Status run_moe(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* ou
   WEFT_CHECK(shared_seed(ctx.boot(), &seed));
   WEFT_CHECK(fill_random_bf16(router, H * E, seed + 2, 0, 1.f / std::sqrt(float(H)), s));
   for (int64_t i = 0; i < L; ++i)
-    WEFT_CHECK(fill_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
+    WEFT_CHECK(fill_moe_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
   WEFT_CHECK(fill_random_bf16(x, T * H, seed + 1, rank, 1.0f, s));
   WEFT_CHECK(poison_bf16(y, T * H, s));
   WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -261,7 +252,7 @@ Status run_moe(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* ou
       }
     for (int64_t e = 0; e < E; ++e) {
       if (!used[size_t(e)]) continue;
-      WEFT_CHECK(fill_expert(seed, e, H, F, g, u, d, s));
+      WEFT_CHECK(fill_moe_expert(seed, e, H, F, g, u, d, s));
       WEFT_CHECK(reference_moe_expert(x, d_rows, S, op->topk_ids(), op->topk_weights(), int32_t(K), int32_t(e), g, u, d,
                                       int32_t(H), int32_t(F), acc, s));
     }

@@ -58,4 +58,25 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataT
   return f ? f(send, recv, count, type, comm, stream) : ncclSystemError;
 }
 
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream) {
+  static auto* f = nccl_fn<decltype(ncclSend)>("ncclSend");
+  return f ? f(send, count, type, peer, comm, stream) : ncclSystemError;
+}
+
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
+  static auto* f = nccl_fn<decltype(ncclRecv)>("ncclRecv");
+  return f ? f(recv, count, type, peer, comm, stream) : ncclSystemError;
+}
+
+ncclResult_t ncclGroupStart() {
+  static auto* f = nccl_fn<decltype(ncclGroupStart)>("ncclGroupStart");
+  return f ? f() : ncclSystemError;
+}
+
+ncclResult_t ncclGroupEnd() {
+  static auto* f = nccl_fn<decltype(ncclGroupEnd)>("ncclGroupEnd");
+  return f ? f() : ncclSystemError;
+}
+
 }  // extern "C"

@@ -1,4 +1,4 @@
-// The fused-op runners weftrun registers by op name (launcher/op_registry.h).
+// The fused-op runners weftrun bench registers by op name (launcher/registrations.cpp).
 #pragma once
 
 #include "base/status.h"
@@ -13,5 +13,7 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
 Status run_ag_gemm_nodes(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 Status run_gemm_rs(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 Status run_gemm_ar(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+// The MoE layer on one node (moe_op.cpp): weft's op against NCCL all-to-all-v + cuBLAS and the bound.
+Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 
 }  // namespace weft::runtime::ops
