@@ -1,28 +1,17 @@
 // GPU->proxy FIFO host side: ring allocation, host producer, single consumer.
 #include "transport/fifo.h"
 
-#include <sched.h>
-
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 
+#include "base/backoff.h"
 #include "base/log.h"
 
 namespace weft::transport {
 namespace {
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-void cpu_relax(int* spins) {
-  if (++*spins < 256) {
-#if defined(__x86_64__)
-    __builtin_ia32_pause();
-#endif
-  } else {
-    sched_yield();  // the proxy may share this core
-  }
-}
 
 }  // namespace
 
@@ -75,7 +64,9 @@ Status fifo_push(FifoRingHeader* ring, FifoProducerState* state, const FifoComma
   if (t >= __atomic_load_n(&state->tail_cache, __ATOMIC_ACQUIRE) + depth) {
     __atomic_fetch_add(&state->stalls, 1, __ATOMIC_RELAXED);
     const double deadline = now_s() + timeout_s;
-    int spins = 0;
+    // Sleeps once the proxy takes longer than a short yield (base/backoff.h), at most 100 us at a
+    // time: the proxy drains a full ring in bursts, and a long nap would leave it idle.
+    Backoff backoff(Backoff::kYieldS, 100e-6);
     for (;;) {
       uint64_t tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
       if (t < tail + depth) {
@@ -95,7 +86,7 @@ Status fifo_push(FifoRingHeader* ring, FifoProducerState* state, const FifoComma
                   (unsigned long long)depth);
         return Status::kTimeout;
       }
-      cpu_relax(&spins);
+      backoff.pause();
     }
   }
   FifoCommand* slot = fifo_slots(ring) + (t & (depth - 1));
@@ -107,7 +98,7 @@ Status fifo_push(FifoRingHeader* ring, FifoProducerState* state, const FifoComma
 
 Status fifo_wait_flushed(const FifoRingHeader* ring, uint64_t ticket, double timeout_s) {
   const double deadline = now_s() + timeout_s;
-  int spins = 0;
+  Backoff backoff;
   while (__atomic_load_n(&ring->flushed, __ATOMIC_ACQUIRE) <= ticket) {
     int32_t err = __atomic_load_n(&ring->error, __ATOMIC_ACQUIRE);
     if (err) return static_cast<Status>(err);
@@ -116,7 +107,7 @@ Status fifo_wait_flushed(const FifoRingHeader* ring, uint64_t ticket, double tim
                 ring->channel, (unsigned long long)ticket, timeout_s);
       return Status::kTimeout;
     }
-    cpu_relax(&spins);
+    backoff.pause();
   }
   return Status::kOk;
 }

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/backoff.h"
 #include "base/log.h"
 
 namespace weft::transport {
@@ -93,7 +94,8 @@ Status Proxy::stop() {
 Status Proxy::flush() {
   const uint64_t seq = flush_requested_.fetch_add(1) + 1;
   const double deadline = now_s() + cfg_.timeout_s;
-  for (int spins = 0; flush_done_.load(std::memory_order_acquire) < seq; ++spins) {
+  Backoff backoff;  // the proxy thread may need this core to answer (base/backoff.h)
+  while (flush_done_.load(std::memory_order_acquire) < seq) {
     if (status() != Status::kOk) return status();
     if (!thread_.joinable()) return Status::kInternal;
     if (now_s() > deadline) {
@@ -107,7 +109,7 @@ Status Proxy::flush() {
                 (unsigned long long)__atomic_load_n(&ring_->tail, __ATOMIC_ACQUIRE));
       return Status::kTimeout;
     }
-    if (spins > 64) sched_yield();
+    backoff.pause();
   }
   return Status::kOk;
 }

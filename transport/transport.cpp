@@ -1,14 +1,13 @@
 // Transport: two-phase wiring through the bootstrap, host producers, flag waits, status and counters.
 #include "transport/transport.h"
 
-#include <sched.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 
+#include "base/backoff.h"
 #include "base/log.h"
 #include "base/params.h"
 #include "transport/ibverbs_backend.h"
@@ -400,7 +399,8 @@ Status Transport::wait_flag(uint64_t flag_offset, uint64_t at_least, const char*
   const uint64_t* flag = reinterpret_cast<const uint64_t*>(static_cast<const char*>(heap_.base) + flag_offset);
   if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= at_least) return Status::kOk;
   const double deadline = now_s() + timeout_s_;
-  for (int spins = 0;; ++spins) {
+  Backoff backoff;  // a wait for another rank may last: never hold the CPU it needs (base/backoff.h)
+  for (;;) {
     if (__atomic_load_n(flag, __ATOMIC_ACQUIRE) >= at_least) return Status::kOk;
     Status s = status();
     if (s != Status::kOk) return s;
@@ -411,7 +411,7 @@ Status Transport::wait_flag(uint64_t flag_offset, uint64_t at_least, const char*
                 (unsigned long long)__atomic_load_n(flag, __ATOMIC_ACQUIRE));
       return Status::kTimeout;
     }
-    if (spins > 64) sched_yield();
+    backoff.pause();
   }
 }
 
