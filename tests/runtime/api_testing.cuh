@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -164,7 +166,12 @@ struct ReduceCase {
 // then `calls` calls with fresh A and B, C poisoned before and A right after each call, every C
 // checked against Σ_q A_q B_qᵀ regenerated from every rank's seed (AllReduce: every other call
 // leaves C in the heap, heap_c()); first, a call made during a stream capture must be refused.
-void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
+// `delays`: a random delay (up to ~0.1 ms, each rank its own) before every call. `before`: run on the
+// op first, with its buffers and stream (e.g. counting what 1000 calls do).
+using ReduceHook = std::function<void(weft::GemmReduce&, const void* a, const void* b, void* c, cudaStream_t s)>;
+void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls, bool delays = false,
+                              const ReduceHook& before = nullptr) {
+  std::mt19937_64 rng(std::random_device{}() + uint64_t(g_ctx->rank()));
   const int W = g_ctx->size(), rank = g_ctx->rank();
   const int nodes = g_ctx->get().boot().info().num_nodes;
   cudaStream_t s;
@@ -214,6 +221,7 @@ void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
       if (graph) cudaGraphDestroy(graph);
       CHECK(captured == Status::kUnsupported);
     }
+    if (before) before(*op, a, b, c, s);
     for (int i = 0; i < calls; ++i) {
       const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
       fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
@@ -222,6 +230,7 @@ void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls) {
       uint16_t* out = op->all_reduce() && i % 2 ? static_cast<uint16_t*>(op->heap_c()) : c;
       REQUIRE(out != nullptr);
       poison<<<64, 256, 0, s>>>(out, rows * n);
+      if (delays) delay<<<1, 1, 0, s>>>(int64_t(rng() % 200000));
       REQUIRE(op->run(a, b, out, s) == Status::kOk);
       poison<<<64, 256, 0, s>>>(a, m * kl);
       reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -68,12 +69,10 @@ void CUPTIAPI on_api(void* user, CUpti_CallbackDomain, CUpti_CallbackId, const v
 
 }  // namespace
 
-TEST_CASE("1000 direct calls make no allocation and no host synchronisation") {
-  Problem p;
-  p.create("api_counts", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
-  cudaStream_t s;
-  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
-  for (int i = 0; i < 3; ++i) REQUIRE(p.op->run(p.a, p.b, p.c, s) == Status::kOk);  // first-use setup
+// 1000 calls of `call` (after 3 first-use calls and a synchronisation) counted by CUPTI: no allocation,
+// no synchronisation, and the counter did see the calls.
+void count_1000_calls(const char* what, const std::function<Status()>& call, cudaStream_t s) {
+  for (int i = 0; i < 3; ++i) REQUIRE(call() == Status::kOk);  // first-use setup
   REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
   ApiCounts counts;
   CUpti_SubscriberHandle sub;
@@ -81,16 +80,37 @@ TEST_CASE("1000 direct calls make no allocation and no host synchronisation") {
   REQUIRE(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_RUNTIME_API) == CUPTI_SUCCESS);
   REQUIRE(cuptiEnableDomain(1, sub, CUPTI_CB_DOMAIN_DRIVER_API) == CUPTI_SUCCESS);
   Status st = Status::kOk;
-  for (int i = 0; i < 1000 && st == Status::kOk; ++i) st = p.op->run(p.a, p.b, p.c, s);
+  for (int i = 0; i < 1000 && st == Status::kOk; ++i) st = call();
   cuptiUnsubscribe(sub);
   CHECK(st == Status::kOk);
-  CHECK_MESSAGE(counts.allocs == 0, "first: " << counts.first_bad);
-  CHECK_MESSAGE(counts.syncs == 0, "first: " << counts.first_bad);
+  CHECK_MESSAGE(counts.allocs == 0, std::string(what) << ": first: " << counts.first_bad);
+  CHECK_MESSAGE(counts.syncs == 0, std::string(what) << ": first: " << counts.first_bad);
   CHECK(counts.calls > 1000);  // the counter saw the calls' stream operations
-  MESSAGE("rank " << g_ctx->rank() << ": 1000 calls made " << counts.calls.load() << " CUDA API calls, "
-                  << counts.allocs.load() << " allocations, " << counts.syncs.load() << " synchronisations");
-  CHECK(drain(s, 60));
+  MESSAGE("rank " << g_ctx->rank() << ": " << std::string(what) << ": 1000 calls made " << counts.calls.load()
+                  << " CUDA API calls, " << counts.allocs.load() << " allocations, " << counts.syncs.load()
+                  << " synchronisations");
+  CHECK(drain(s, 120));
+}
+
+TEST_CASE("1000 direct calls make no allocation and no host synchronisation") {
+  Problem p;
+  p.create("api_counts", 128 * g_ctx->size(), 256 * g_ctx->size(), 256);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  count_1000_calls(
+      "AgGemm", [&] { return p.op->run(p.a, p.b, p.c, s); }, s);
   cudaStreamDestroy(s);
+}
+
+TEST_CASE(
+    "GEMM+RS and GEMM+AR: 1000 direct calls make no allocation and no host synchronisation, then 1000 "
+    "back-to-back calls with random per-rank delays and inputs poisoned after each are all right") {
+  for (const char* op : {"gemm_rs", "gemm_ar"})
+    reduce_cases_through_api({{op, ""}}, 1000, true,
+                             [op](weft::GemmReduce& r, const void* a, const void* b, void* c, cudaStream_t s) {
+                               count_1000_calls(
+                                   op, [&] { return r.run(a, b, c, s); }, s);
+                             });
 }
 
 TEST_CASE("1000 back-to-back calls, random per-rank delays, inputs poisoned after each call: every output right") {
