@@ -161,6 +161,9 @@ class NetBackend {
   // How a fenced signal is kept behind earlier puts, for `weftrun check` ("stream order", "FI_FENCE",
   // "provider write-after-write order", "delivery complete"); "" where the backend has nothing to say.
   virtual std::string ordering() const { return ""; }
+  // How the backend registers memory, for `weftrun check` (ofi: "mr_mode FI_MR_PROV_KEY: offsets,
+  // the provider's keys, ..."); "" where the backend has nothing to say.
+  virtual std::string memory_registration() const { return ""; }
 };
 
 // WEFT_NET_BACKEND names: "auto" (this rank's candidate: auto_backend_choice), "ibverbs", "ofi"

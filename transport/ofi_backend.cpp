@@ -42,10 +42,12 @@ constexpr int kRecvSlots = static_cast<int>(ofi::kRecvSlots);
 constexpr size_t kMsgBytes = ofi::kMsgBytes;
 constexpr uint32_t kStageSlots = ofi::kStageSlots;
 constexpr uint32_t kStageSlotBytes = ofi::kStageSlotBytes;
-constexpr size_t kQueuedPerPeer = 1024;                        // accepted from the proxy, not yet posted, per peer
-constexpr uint32_t kHelloMagic = 0x4f544657u;                  // "WFTO"
-constexpr uint32_t kCreditMagic = 0x43544657u;                 // "WFTC"
-constexpr uint64_t kHeapKey = 1, kCtrlKey = 2, kStageKey = 3;  // requested keys where the provider does not choose
+constexpr size_t kQueuedPerPeer = 1024;         // accepted from the proxy, not yet posted, per peer
+constexpr uint32_t kHelloMagic = 0x4f544657u;   // "WFTO"
+constexpr uint32_t kCreditMagic = 0x43544657u;  // "WFTC"
+using ofi::kCtrlKey;
+using ofi::kHeapKey;
+using ofi::kStageKey;
 
 // Control messages (the hello at connect, staging credits), one receive buffer each.
 struct CtrlMsg {
@@ -135,7 +137,7 @@ class OfiBackend final : public NetBackend {
       info.stage_slot_bytes = kStageSlotBytes;
     } else {
       info.heap_base = virt_addr_ ? reinterpret_cast<uint64_t>(region_.base) : 0;
-      info.heap_key = fi_mr_key(heap_mr_);
+      info.heap_key = switches_.publish_requested_key ? kHeapKey : fi_mr_key(heap_mr_);
       if (info.heap_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "the heap's key is not available");
     }
     *out = info;
@@ -174,7 +176,7 @@ class OfiBackend final : public NetBackend {
       senders_[peer] = StageSender(kStageSlots);
       receivers_[peer] = StageReceiver(kStageSlots);
       h.stage_base = virt_addr_ ? reinterpret_cast<uint64_t>(stages_[peer].mem) : 0;
-      h.stage_key = fi_mr_key(stages_[peer].mr);
+      h.stage_key = switches_.publish_requested_key ? kStageKey + peer : fi_mr_key(stages_[peer].mr);
       if (h.stage_key == FI_KEY_NOTAVAIL) return fail(Status::kUnsupported, "a staging ring's key is not available");
     }
 
@@ -282,6 +284,11 @@ class OfiBackend final : public NetBackend {
   }
 
   std::string error_message() const override { return error_; }
+  std::string memory_registration() const override {
+    if (!info_) return "";
+    const uint64_t m = static_cast<uint64_t>(info_->domain_attr->mr_mode);
+    return "mr_mode " + ofi_mr_mode_names(m) + ": " + ofi_mr_mode_meaning(m);
+  }
   std::string ordering() const override {
     if (!info_) return "";
     return staged_ ? "host staging, applied in sequence by the receiving proxy" : to_string(ordering_);
@@ -341,7 +348,11 @@ class OfiBackend final : public NetBackend {
     info_ = fi_dupinfo(pick);
     fi_freeinfo(found);
     if (!info_) return fail(Status::kSystemError, "fi_dupinfo failed");
+    // Test switches: open the domain with a bit the provider did not ask for (ofi_plan.h).
     if (switches_.virt_addr == 1) info_->domain_attr->mr_mode |= FI_MR_VIRT_ADDR;
+    if (switches_.prov_key == 1) info_->domain_attr->mr_mode |= FI_MR_PROV_KEY;
+    if (switches_.mr_local == 1) info_->domain_attr->mr_mode |= FI_MR_LOCAL;
+    if (switches_.mr_endpoint == 1) info_->domain_attr->mr_mode |= FI_MR_ENDPOINT;
     const uint64_t mr_mode = static_cast<uint64_t>(info_->domain_attr->mr_mode);
     virt_addr_ = mr_mode & FI_MR_VIRT_ADDR;
     mr_local_ = mr_mode & FI_MR_LOCAL;
@@ -417,26 +428,31 @@ class OfiBackend final : public NetBackend {
     tally_ = OfiWiring{};
     WEFT_INFO(kNet,
               "rank %d channel %d: ofi provider %s, domain %s: signals ordered by %s (FI_FENCE %s, write-after-write "
-              "%s up to %llu bytes), %s addresses, mr_mode 0x%llx, %s progress",
+              "%s up to %llu bytes), mr_mode %s (%s), %s progress",
               cfg_.rank, cfg_.channel, info_->fabric_attr->prov_name, info_->domain_attr->name, to_string(ordering_),
               traits_.fence    ? "yes"
               : fence_offered_ ? "offered, not relied on"
                                : "no",
               traits_.write_after_write ? "yes" : "no", (unsigned long long)traits_.max_order_waw_size,
-              virt_addr_ ? "virtual" : "offset", (unsigned long long)mr_mode,
+              ofi_mr_mode_names(mr_mode).c_str(), ofi_mr_mode_meaning(mr_mode).c_str(),
               manual_progress_ ? "manual" : "automatic");
     return Status::kOk;
   }
 
   Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what) {
     int rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
-    if (rc) return fail(Status::kSystemError, std::string("registering ") + what + ": fi_mr_reg: " + ofi_error(rc));
+    if (rc)
+      return fail(Status::kSystemError, std::string("registering ") + what + " (mr_mode " +
+                                            ofi_mr_mode_names(info_->domain_attr->mr_mode) +
+                                            "): fi_mr_reg: " + ofi_error(rc));
     tally_.registrations += 1;
     tally_.registered_bytes += bytes;
     if (mr_endpoint_) {
       rc = fi_mr_bind(*mr, &ep_->fid, 0);
       if (!rc) rc = fi_mr_enable(*mr);
-      if (rc) return fail(Status::kSystemError, std::string("binding ") + what + " to the endpoint: " + ofi_error(rc));
+      if (rc)
+        return fail(Status::kSystemError, std::string("binding ") + what +
+                                              " to the endpoint and enabling it (FI_MR_ENDPOINT): " + ofi_error(rc));
     }
     return Status::kOk;
   }

@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "transport/net_backend.h"
 
@@ -53,6 +54,25 @@ int ofi_lookup(const std::string& provider, int virt_addr_switch, fi_info** out)
     if (rc != -FI_ENODATA) return rc;
   }
   return rc;
+}
+
+std::string ofi_mr_mode_names(uint64_t mr_mode) {
+  static const std::pair<uint64_t, const char*> kBits[] = {
+      {FI_MR_LOCAL, "FI_MR_LOCAL"},         {FI_MR_RAW, "FI_MR_RAW"},           {FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"},
+      {FI_MR_ALLOCATED, "FI_MR_ALLOCATED"}, {FI_MR_PROV_KEY, "FI_MR_PROV_KEY"}, {FI_MR_MMU_NOTIFY, "FI_MR_MMU_NOTIFY"},
+      {FI_MR_RMA_EVENT, "FI_MR_RMA_EVENT"}, {FI_MR_ENDPOINT, "FI_MR_ENDPOINT"}, {FI_MR_HMEM, "FI_MR_HMEM"},
+  };
+  std::string s;
+  for (const auto& [bit, name] : kBits)
+    if (mr_mode & bit) s += (s.empty() ? "" : "|") + std::string(name);
+  return s.empty() ? "none" : s;
+}
+
+std::string ofi_mr_mode_meaning(uint64_t mr_mode) {
+  return std::string(mr_mode & FI_MR_VIRT_ADDR ? "virtual addresses" : "offsets") +
+         (mr_mode & FI_MR_PROV_KEY ? ", the provider's keys" : ", weft's keys") +
+         (mr_mode & FI_MR_LOCAL ? ", local descriptors" : ", no local descriptors") +
+         (mr_mode & FI_MR_ENDPOINT ? ", registrations bound to the endpoint" : ", registrations on the domain");
 }
 
 std::string ofi_providers_here() {

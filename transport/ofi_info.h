@@ -22,6 +22,11 @@ fi_info* ofi_hints(const std::string& provider, bool fence, bool waw, int virt_a
 // it): fi_getinfo's return code, *out to be freed with fi_freeinfo.
 int ofi_lookup(const std::string& provider, int virt_addr_switch, fi_info** out);
 
+// The mr_mode bits weft acts on, by name ("FI_MR_VIRT_ADDR|FI_MR_PROV_KEY", "none"), and what weft does
+// for each ("offsets, weft's keys, no local descriptors, registrations on the domain").
+std::string ofi_mr_mode_names(uint64_t mr_mode);
+std::string ofi_mr_mode_meaning(uint64_t mr_mode);
+
 // Every provider offering an RDM endpoint with RMA here ("none" if none), for the error that names
 // a missing one.
 std::string ofi_providers_here();

@@ -54,6 +54,15 @@ struct OfiTestSwitches {
   int force_ordering = -1;  // -1: choose_ofi_ordering; else an OfiOrdering the provider supports
   int idle_progress = 1;    // 0: the completion queue is read only while this rank has operations of
                             // its own (a receiver is then never progressed: the test that it is)
+  // The other mr_mode bits weft honours, forced on (-1: as the provider says; 1: the domain opened
+  // with the bit, so weft takes that path whether or not the provider needs it). No provider here
+  // can be asked to require them through hints.
+  int prov_key = -1;     // FI_MR_PROV_KEY: request no key, publish the key fi_mr_reg returned
+  int mr_local = -1;     // FI_MR_LOCAL: pass each local buffer's registration descriptor
+  int mr_endpoint = -1;  // FI_MR_ENDPOINT: bind each registration to the endpoint and enable it
+  // A mistake made on purpose (the test that the FI_MR_PROV_KEY path matters): publish the key weft
+  // requests where the provider does not choose (ofi::kHeapKey, ...) instead of the registration's.
+  int publish_requested_key = 0;
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();

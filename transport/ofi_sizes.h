@@ -24,6 +24,9 @@ constexpr uint64_t kValueBytes = 8;     // control block: a signal value slot pe
 constexpr uint64_t kCqCeiling = 65536;  // the CQ never asks for more entries
 constexpr uint32_t kStageSlots = 8;     // device heaps: slots per peer and direction
 constexpr uint32_t kStageSlotBytes = 128u << 10;
+// Keys weft requests where the provider does not choose them (no FI_MR_PROV_KEY): the heap, the control
+// block, and a staging ring per peer (kStageKey + peer). Unlike the 1, 2, 3... a provider hands out.
+constexpr uint64_t kHeapKey = 0x11, kCtrlKey = 0x12, kStageKey = 0x13;
 
 // What a channel faces: its peers and one entry of slack (the full mesh's sizes as they always were).
 constexpr uint64_t faced(uint64_t peers) { return peers + 1; }

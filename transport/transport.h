@@ -63,6 +63,10 @@ class Transport {
   const std::string& backend_reason() const { return backend_reason_; }
   // How the backend keeps a fenced signal behind earlier puts (NetBackend::ordering(); "" if it does not say).
   std::string ordering() const { return backends_.empty() ? std::string() : backends_[0]->ordering(); }
+  // How the backend registers the heap (NetBackend::memory_registration(); "" if it does not say).
+  std::string memory_registration() const {
+    return backends_.empty() ? std::string() : backends_[0]->memory_registration();
+  }
   SignalMode signal_mode() const { return mode_; }
   // Per channel: the NIC, port and proxy CPUs this rank used, and the GPU they were chosen for.
   const std::vector<ChannelUse>& channel_use() const { return channel_use_; }

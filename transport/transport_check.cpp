@@ -51,7 +51,8 @@ std::string TransportCheckResult::to_json() const {
            connections_opened, connections_planned, rails_opened, rails_planned, (long long)job_connections_opened,
            (long long)job_connections_planned);
   return std::string(buf) + ", \"backend_reason\": " + json_string(backend_reason) +
-         ", \"ordering\": " + json_string(ordering) + ", \"placement\": " + json_string(placement) + conn + "}";
+         ", \"ordering\": " + json_string(ordering) + ", \"registration\": " + json_string(registration) +
+         ", \"placement\": " + json_string(placement) + conn + "}";
 }
 
 namespace {
@@ -102,6 +103,7 @@ Status run_transport_check(bootstrap::Bootstrap& boot, const TransportCheckOptio
   result->placement = t->placement_summary();
   result->backend_reason = t->backend_reason();
   result->ordering = t->ordering();
+  result->registration = t->memory_registration();
 
   auto flag = [&](int phase, int src) { return flags_off + 8 * (uint64_t(phase) * n + src); };
   const auto t0 = std::chrono::steady_clock::now();
@@ -224,7 +226,8 @@ Status run_transport_check_report(const std::string& backend, bootstrap::Bootstr
   if (r.rails_opened >= 0)
     rails = ", " + std::to_string(r.rails_opened) + " opened, " + std::to_string(r.rails_planned) + " planned (rails)";
   *summary = std::string(line) + " (" + r.backend_reason + (r.ordering.empty() ? "" : "; ordering: " + r.ordering) +
-             ")" + conn + rails + "; used " + r.placement;
+             (r.registration.empty() ? "" : "; memory: " + r.registration) + ")" + conn + rails + "; used " +
+             r.placement;
   *json = r.to_json();
   return Status::kOk;
 }

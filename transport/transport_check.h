@@ -24,6 +24,7 @@ struct TransportCheckResult {
   std::string signal_mode;
   std::string backend_reason;    // Transport::backend_reason
   std::string ordering;          // Transport::ordering: how a fenced signal stays behind its puts
+  std::string registration;      // Transport::memory_registration: the mr_mode bits used (ofi)
   std::string placement;         // this rank: GPU, NIC, port, proxy CPUs used (Transport::placement_summary)
   ProxyCounters counters;        // summed over ranks
   uint64_t bytes_verified = 0;   // by this rank

@@ -1,5 +1,6 @@
 // The ofi backend: ordering choice and addressing (pure), its endpoint blob, and over libfabric's tcp provider:
-// FI_MR_VIRT_ADDR set and clear, the delivery-complete fallback, a peer that never connects, a missing provider.
+// FI_MR_VIRT_ADDR set and clear, FI_MR_PROV_KEY, FI_MR_LOCAL and FI_MR_ENDPOINT forced on and off, the
+// delivery-complete fallback, a peer that never connects, a missing provider.
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -17,9 +18,11 @@
 #include "transport/heap.h"
 #include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
+#include "transport/ofi_sizes.h"
 #include "transport/ofi_stage.h"
 #include "transport/peer_set.h"
 #include "transport/transport.h"
+#include "transport/transport_check.h"
 
 using namespace weft;
 using namespace weft::transport;
@@ -211,6 +214,165 @@ TEST_CASE("ofi: heap addressed by offsets (FI_MR_VIRT_ADDR clear) and by virtual
   }
   setenv("WEFT_OFI_PROVIDER", saved.c_str(), 1);
   set_ofi_test_switches(OfiTestSwitches{});
+}
+
+// --- mr_mode bits beyond addressing ------------------------------------------------------------
+// No provider here asks for FI_MR_PROV_KEY, FI_MR_LOCAL or FI_MR_ENDPOINT through hints, so the test
+// switches open the domain with the bit and weft takes that path (ofi_plan.h). sockets honours a
+// domain opened with FI_MR_PROV_KEY (it hands out keys 1, 2, 3... and refuses writes under any other
+// key); tcp;ofi_rxm does not, and neither provider lets a registration be bound to an endpoint.
+
+// What rank 0 of a 2-rank job publishes for its heap under the current switches (kOk and the blob,
+// or the status of the first call that failed and its error).
+Status publish(std::vector<uint64_t>& mem, OfiPeerInfo* out, std::string* error, std::string* registration) {
+  BackendConfig cfg;
+  cfg.size = 2;
+  std::unique_ptr<NetBackend> b;
+  WEFT_CHECK(make_ofi_backend(cfg, &b));
+  PeerInfo info;
+  Status s = b->register_region(Region{mem.data(), mem.size() * 8, MemKind::kHost, -1});
+  if (s == Status::kOk) s = b->local_info(&info);
+  *error = b->error_message();
+  if (registration) *registration = b->memory_registration();
+  b->close(s == Status::kOk ? "" : "failed");
+  if (s == Status::kOk) *out = std::get<OfiPeerInfo>(info);
+  return s;
+}
+
+// Swaps WEFT_OFI_PROVIDER for the scope; says SKIPPED where libfabric does not offer it here.
+struct WithProvider {
+  explicit WithProvider(const char* prov) : saved(test_provider()) {
+    std::string why;
+    present = ofi_provider_present(prov, &why);
+    if (present)
+      setenv("WEFT_OFI_PROVIDER", prov, 1);
+    else
+      MESSAGE("SKIPPED: no '" << prov << "' provider here (" << why << ")");
+  }
+  ~WithProvider() {
+    setenv("WEFT_OFI_PROVIDER", saved.c_str(), 1);
+    set_ofi_test_switches(OfiTestSwitches{});
+  }
+  std::string saved;
+  bool present = false;
+};
+
+TEST_CASE(
+    "ofi FI_MR_PROV_KEY over sockets: off, weft's keys; on, the key fi_mr_reg returned; the requested key fails") {
+  WithProvider with("sockets");
+  if (!with.present) return;
+  std::vector<uint64_t> mem(512);
+  OfiPeerInfo pub;
+  std::string err, reg;
+  // Off: the provider takes the key weft asks for, and weft publishes it.
+  set_ofi_test_switches(OfiTestSwitches{});
+  REQUIRE(publish(mem, &pub, &err, &reg) == Status::kOk);
+  CHECK(pub.heap_key == ofi::kHeapKey);
+  CHECK(reg.find("FI_MR_PROV_KEY") == std::string::npos);
+  run_exchange(OfiTestSwitches{}, nullptr);
+  // On: the provider chooses (its own count, not weft's key), and that key is what peers write with.
+  OfiTestSwitches sw;
+  sw.prov_key = 1;
+  set_ofi_test_switches(sw);
+  REQUIRE(publish(mem, &pub, &err, &reg) == Status::kOk);
+  CHECK(pub.heap_key != ofi::kHeapKey);
+  CHECK(reg.find("FI_MR_PROV_KEY") != std::string::npos);
+  CHECK(reg.find("the provider's keys") != std::string::npos);
+  run_exchange(sw, nullptr);
+  // On, but publishing the requested key: every put is refused by the target (bounded), and the
+  // rank that posted it fails naming the peer it wrote to.
+  sw.publish_requested_key = 1;
+  set_ofi_test_switches(sw);
+  std::vector<std::string> errors(2);
+  auto st = testing::run_threads(
+      2, 1,
+      [&](bootstrap::Bootstrap& boot) -> Status {
+        const int me = boot.info().rank, peer = 1 - me;
+        std::unique_ptr<HostHeap> heap;
+        WEFT_CHECK(HostHeap::create(1 << 16, &heap));
+        TransportOptions opt;
+        opt.backend = "ofi";
+        opt.signal_mode = "fenced";
+        opt.peers = PeerNeed::kEveryRank;
+        opt.timeout_s = 3;
+        std::unique_ptr<Transport> t;
+        WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+        for (uint64_t i = 0; i < 4096; ++i) heap->at(0)[i] = byte_of(me, 1, i);
+        Status s = t->put_signal(0, peer, 0, 8192, 4096, 1 << 15, 1);
+        if (s == Status::kOk) s = t->wait_flag(1 << 15, 1, "a put under the requested key");
+        if (s == Status::kOk) s = t->status();
+        errors[me] = t->error_message();
+        t->stop();
+        return s;
+      },
+      /*timeout_s=*/30);
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    CAPTURE(errors[r]);
+    CHECK(st[r] != Status::kOk);
+    CHECK(errors[r].find("rank " + std::to_string(r)) != std::string::npos);
+  }
+  // At least one rank saw its write refused and says to whom.
+  const bool named = errors[0].find("to rank 1 failed") != std::string::npos ||
+                     errors[1].find("to rank 0 failed") != std::string::npos;
+  CHECK_MESSAGE(named, errors[0] << " | " << errors[1]);
+}
+
+TEST_CASE("ofi FI_MR_LOCAL over tcp: descriptors for every local buffer, off and on (host heap)") {
+  if (!have_provider()) return;
+  std::vector<uint64_t> mem(512);
+  OfiPeerInfo pub;
+  std::string err, reg;
+  set_ofi_test_switches(OfiTestSwitches{});
+  REQUIRE(publish(mem, &pub, &err, &reg) == Status::kOk);
+  CHECK(reg.find("no local descriptors") != std::string::npos);
+  run_exchange(OfiTestSwitches{}, nullptr);
+  OfiTestSwitches sw;
+  sw.mr_local = 1;
+  set_ofi_test_switches(sw);
+  REQUIRE(publish(mem, &pub, &err, &reg) == Status::kOk);
+  CHECK(reg.find("FI_MR_LOCAL") != std::string::npos);
+  CHECK(reg.find(", local descriptors") != std::string::npos);
+  run_exchange(sw, nullptr);
+  set_ofi_test_switches(OfiTestSwitches{});
+}
+
+TEST_CASE("ofi FI_MR_ENDPOINT: weft binds and enables each registration; no provider here accepts that") {
+  if (!have_provider()) return;
+  std::vector<uint64_t> mem(512);
+  OfiPeerInfo pub;
+  std::string err, reg;
+  for (const char* prov : {"tcp;ofi_rxm", "sockets"}) {
+    CAPTURE(prov);
+    WithProvider with(prov);
+    if (!with.present) continue;
+    set_ofi_test_switches(OfiTestSwitches{});
+    REQUIRE(publish(mem, &pub, &err, &reg) == Status::kOk);
+    CHECK(reg.find("registrations on the domain") != std::string::npos);
+    OfiTestSwitches sw;
+    sw.mr_endpoint = 1;
+    set_ofi_test_switches(sw);
+    CHECK(publish(mem, &pub, &err, &reg) == Status::kSystemError);
+    CAPTURE(err);
+    CHECK(err.find("rank 0 channel 0") != std::string::npos);
+    CHECK(err.find("binding the heap to the endpoint and enabling it (FI_MR_ENDPOINT)") != std::string::npos);
+  }
+}
+
+TEST_CASE("ofi: weftrun check's transport line says which mr_mode bits were used") {
+  if (!have_provider()) return;
+  std::vector<std::string> summary(2), json(2);
+  auto st = testing::run_threads(2, 1, [&](bootstrap::Bootstrap& boot) {
+    const int me = boot.info().rank;
+    return run_transport_check_report("ofi", boot, 1, &summary[me], &json[me]);
+  });
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(summary[r]);
+    CHECK(st[r] == Status::kOk);
+    CHECK(summary[r].find("memory: mr_mode ") != std::string::npos);
+    CHECK(json[r].find("\"registration\": \"mr_mode ") != std::string::npos);
+  }
+  MESSAGE(summary[0]);
 }
 
 // The sockets provider offers FI_FENCE, but ranks fencing towards each other can hang there
@@ -447,6 +609,19 @@ TEST_CASE("ofi over tcp: a device heap goes through host staging, applied in ord
     const uint64_t payload = 3ull * 2 * (8 + 300000 + (3 << 20));  // every rank to both peers
     CHECK(g_from_bytes == payload);
     CHECK(g_to_bytes == payload + 3ull * 2 * 3 * 8);  // and the flags, copied in by the receiver
+  }
+}
+
+TEST_CASE("ofi FI_MR_LOCAL over tcp: a device heap's staging rings go with their descriptors") {
+  if (!have_provider()) return;
+  OfiTestSwitches sw;
+  sw.mr_local = 1;
+  set_ofi_test_switches(sw);
+  auto st = testing::run_threads(3, 1, [&](bootstrap::Bootstrap& b) { return staged_exchange(b, "fenced"); });
+  set_ofi_test_switches(OfiTestSwitches{});
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] == Status::kOk);
   }
 }
 
