@@ -42,7 +42,9 @@ const std::vector<ParamInfo> kParams = {
     {"WEFT_BOOTSTRAP_TIMEOUT", kDbl, "60", "s", "bound on every bootstrap call (fence, get, barrier)", kU, 0.1, kDay},
     {"WEFT_LAUNCH_KILL_GRACE", kDbl, "5", "s",
      "after one rank fails, how long the launcher waits before SIGKILL of the rest", kU, 0, 3600},
-    {"WEFT_DEVICE_TIMEOUT", kDbl, "10", "s", "bound on every device-side wait (flag spins in kernels)", kU, 0.1, kDay},
+    {"WEFT_DEVICE_TIMEOUT", kDbl, "10", "s",
+     "bound on every device-side wait (flag spins in kernels) and on an op call's kernel that does not finish", kU, 0.1,
+     kDay},
     {"WEFT_EMULATE_NETNS", kStr, "off", "",
      "on: weftrun's emulated nodes (--emulate-nodes) run in network namespaces of their own, on a bridge "
      "(needs root and ip; says so and shares the host's network otherwise)",
@@ -81,8 +83,8 @@ const std::vector<ParamInfo> kParams = {
      "ibverbs: GID table index for RoCE; -1 = the first RoCE v2 GID bound to a network device (IPv4-mapped first)", kU,
      -1, 4095},
     {"WEFT_DETERMINISTIC", kBool, "0", "",
-     "weftrun run and bench check that a second call on the same inputs repeats bit for bit (weft always reduces in a "
-     "fixed order)",
+     "weftrun run (and bench for GEMM+RS/AR) checks that a second call on the same inputs repeats bit for bit (weft "
+     "always reduces in a fixed order)",
      kU},
 
     // --- bench: the GEMM core's variants

@@ -46,7 +46,8 @@ class Bootstrap {
   // Tells the launcher this rank failed (it stops the job); `why` reaches the user.
   virtual void abort(const std::string& why) = 0;
   // A peer's failure the launcher or the liveness ring reported (an abort, a crash, a stall): true
-  // and its rank in the whole job (-2: the launcher itself is gone) and reason, else false. Cheap; never waits.
+  // and its rank in the whole job (-2: the launcher itself is gone; -3: a peer the report did not name) and reason,
+  // else false. Cheap; never waits.
   virtual bool peer_failure(int* rank, std::string* why) const {
     (void)rank;
     (void)why;

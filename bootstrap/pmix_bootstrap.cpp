@@ -203,6 +203,7 @@ bool started_under_pmix() {
 }
 
 void PmixBootstrap::note_peer_failed(int rank, const std::string& why) {
+  if (rank == -1) rank = -3;  // an event that names no rank: still a failure (-1 means none)
   std::lock_guard<std::mutex> lock(state_->mu);
   if (state_->failed_rank != -1) return;  // the first report is the cause
   state_->failed_rank = rank;

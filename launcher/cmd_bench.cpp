@@ -56,6 +56,9 @@ int run_rank(const RunOptions& o) {
     fprintf(stderr, "weftrun bench: %s\n", err.c_str());
     return 2;  // every rank reads the same file and fails the same way
   }
+  // The runners' tables go to --json's file too (rank 0 of each group appends, one write per table);
+  // set before the bootstrap starts threads that read the environment.
+  if (!o.json.empty()) setenv("WEFT_REPORT", o.json.c_str(), 1);
   RankContext ctx;
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   Status s = start_rank(&ctx, &boot);
@@ -64,8 +67,6 @@ int run_rank(const RunOptions& o) {
     fflush(stderr);
     _exit(1);
   }
-  // The runners' tables go to --json's file too (rank 0 of each group appends, one write per table).
-  if (!o.json.empty()) setenv("WEFT_REPORT", o.json.c_str(), 1);
   std::unique_ptr<bootstrap::GroupBootstrap> group;  // destroyed before the job's bootstrap
   if (enter_group(boot.get(), &ctx, &wl, &group)) return 2;
   bootstrap::Bootstrap& op_boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : *boot;

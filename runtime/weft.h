@@ -104,11 +104,16 @@ class Context {
   Status free(void* p);
   void* peer(int rank, const void* p) const;
   // Buffers from elsewhere (cudaMalloc, a framework's allocator): every op's run() checks its buffers
-  // before enqueuing anything and refuses (kInvalidArgument, the reason logged) host memory, memory of
-  // another GPU, and a buffer shorter than the call needs; register_buffer() makes the same check up
-  // front, with the reason in *error (the check is two driver lookups, made on every call). A refused call is one this
-  // rank did not make: its peers' calls wait for it (and time out), as for any failed call.
+  // before enqueuing anything (address lookups in the driver, no synchronisation) and refuses
+  // (kInvalidArgument, the reason logged) host memory, memory of another GPU, and a buffer shorter than
+  // the call needs. register_buffer() makes the same check up front, with the reason in *error, and
+  // remembers the buffer until unregister_buffer(): calls on ranges inside it are then not looked up
+  // again, and a buffer mapped in pieces (a virtual-memory allocator's, such as PyTorch's expandable
+  // segments, which the per-call check sees as short) is accepted when its first and last bytes are this
+  // GPU's memory. Unregister a buffer before you free it. A refused call is one this rank did not make:
+  // its peers wait for it (and time out), as for any failed call.
   Status register_buffer(const void* p, uint64_t bytes, std::string* error);
+  void unregister_buffer(const void* p);
 
   bool failed() const;
   std::string failure() const;

@@ -159,14 +159,24 @@ AgGemmOp::~AgGemmOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
+// The call's clock (watch_stalled): started right before the kernel's launch, once the stream's waits
+// for the peers' words are behind it (a late peer is the kernel's device waits' to time out), and
+// finished before the call's end is recorded (the destructor waits for that record, so the write is
+// done before the word is freed). Not during a capture.
+Status AgGemmOp::clock_write(cudaStream_t s, bool finished) {
+  if (!clocked_) return Status::kOk;
+  if (!finished) ++calls_;
+  return stream_write_u64(s, progress_dev_ + (finished ? 1 : 0), calls_);
+}
+
 bool AgGemmOp::watch_stalled(CallClock* clock, std::string* why) const {
   const auto* p = reinterpret_cast<const volatile uint64_t*>(progress_host_);
   if (!p || !clock->stalled(p[0], p[1], CallClock::Clock::now())) return false;
   *why = "ag_gemm: rank " + std::to_string(rank_) + "'s call " + std::to_string(clock->call()) + " has not finished " +
          std::to_string(clock->timeout_s()) +
-         " s after its stream reached it (WEFT_DEVICE_TIMEOUT), with no device wait timed out: a peer's shard "
-         "never came, or the op's kernel could not start (its blocks must be resident at once, and another "
-         "kernel on this GPU holds the SMs they need)";
+         " s after its kernel was launched (WEFT_DEVICE_TIMEOUT), with no device wait timed out: the kernel "
+         "could not start or a peer's copy never came (its blocks must be resident at once, and another kernel "
+         "on this GPU may hold the SMs they need)";
   return true;
 }
 
@@ -215,8 +225,7 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   }
   if (!a || !b || !c) return refuse(rank_, "run() needs a, b and c");
   WEFT_CHECK(make_gemm(b));
-  const bool clocked = capture == cudaStreamCaptureStatusNone;            // a graph would replay constant numbers
-  if (clocked) WEFT_CHECK(stream_write_u64(s, progress_dev_, ++calls_));  // started (watch_stalled)
+  clocked_ = capture == cudaStreamCaptureStatusNone;  // a graph would replay constant numbers
   ++epoch_;  // the SM movers' per-tile flags count launches; every other word is a token (set, then reset)
   const size_t shard_bytes = size_t(m_ / world_ * k_) * sizeof(bf16);
   // Every peer has taken my previous shard before it is overwritten: consumed[q] is 1, and goes back
@@ -235,7 +244,6 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
     if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(q)] + rank_, 1});
   if (st == Status::kOk) st = stream_mem_ops(s, ops);
   if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
-  if (st == Status::kOk && clocked) st = stream_write_u64(s, progress_dev_ + 1, calls_);  // finished
   if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
   return st;
 }
@@ -258,6 +266,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
                                       {StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1}}));
   }
   const kernels::FlagGate gate{gate_[size_t(rank_)], kernels::kFlagPerShard, 1};
+  WEFT_CHECK(clock_write(s, false));
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
                                   kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
   WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
@@ -267,6 +276,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   for (int q = 0; q < world_; ++q)
     if (q != rank_) close.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
   WEFT_CHECK(stream_mem_ops(s, close));
+  WEFT_CHECK(clock_write(s, true));
   WEFT_CHECK(record_done(join_, s));
   return Status::kOk;
 }
@@ -297,11 +307,13 @@ Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   mv.epoch = e;
   kernels::parse_ag_mover(plan_.exec.sm_mover.c_str(), &mv.mover);
   const kernels::FlagGate gate{flags_[size_t(rank_)], kernels::kFlagPerTile, e * uint64_t(plan_.roles.intra_comm)};
+  WEFT_CHECK(clock_write(s, false));
   WEFT_CHECK(kernels::launch_ag_gemm_fused(g, frame_params_, epi, gate, mv, s, gemm_options(plan_.exec.gemm)));
   ops.clear();
   for (int q = 0; q < world_; ++q)
     if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1});
   WEFT_CHECK(stream_mem_ops(s, ops));
+  WEFT_CHECK(clock_write(s, true));
   WEFT_CHECK(record_done(join_, s));
   return Status::kOk;
 }

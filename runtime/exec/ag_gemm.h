@@ -97,6 +97,8 @@ class AgGemmOp {
   uint64_t* progress_host_ = nullptr;
   uint64_t* progress_dev_ = nullptr;
   uint64_t calls_ = 0;
+  bool clocked_ = false;  // this call writes the words (not during a capture)
+  Status clock_write(cudaStream_t s, bool finished);
   bool watch_stalled(CallClock* clock, std::string* why) const;
 };
 

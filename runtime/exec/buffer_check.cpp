@@ -29,7 +29,8 @@ std::string hex(const void* p) {
 
 }  // namespace
 
-Status check_device_buffer(const void* p, uint64_t bytes, int device, const std::string& what, std::string* error) {
+Status check_device_buffer(const void* p, uint64_t bytes, int device, const std::string& what, std::string* error,
+                           bool pieces) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   if (!p) {
     *error = what + " is null";
@@ -58,9 +59,20 @@ Status check_device_buffer(const void* p, uint64_t bytes, int device, const std:
   const AddressRangeFn fn = address_range();
   if (fn && fn(&base, &size, CUdeviceptr(a)) == CUDA_SUCCESS) {
     const uintptr_t end = uintptr_t(base) + size;
-    if (bytes > end - a) {
-      *error = what + " (" + hex(p) + ") needs " + std::to_string(bytes) + " bytes, but its allocation ends " +
-               std::to_string(end - a) + " bytes after it";
+    // A range from a virtual-memory allocator (cuMemMap: PyTorch's expandable segments) may be mapped
+    // as several pieces, and the lookup gives only the piece that holds `p`. Registered buffers
+    // (`pieces`) need only their last byte to be this GPU's memory too; the caller vouches for the rest.
+    cudaPointerAttributes last{};
+    const bool last_here =
+        pieces && bytes > end - a &&
+        cudaPointerGetAttributes(&last, reinterpret_cast<const char*>(p) + (bytes - 1)) == cudaSuccess &&
+        last.type == cudaMemoryTypeDevice && last.device == device;
+    if (pieces && !last_here) cudaGetLastError();
+    if (bytes > end - a && !last_here) {
+      *error =
+          what + " (" + hex(p) + ") needs " + std::to_string(bytes) + " bytes, but its allocation ends " +
+          std::to_string(end - a) + " bytes after it" +
+          (pieces ? "" : " (memory mapped in pieces, such as PyTorch's expandable segments: register_buffer() it)");
       return Status::kInvalidArgument;
     }
   }

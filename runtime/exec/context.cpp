@@ -70,7 +70,31 @@ bool capturing(cudaStream_t s) {
 }
 }  // namespace
 
+Status Context::register_buffer(const void* p, uint64_t bytes, std::string* why) {
+  std::string error;
+  if (check_device_buffer(p, bytes, device_, "weft::Context::register_buffer's buffer", &error, true) != Status::kOk) {
+    WEFT_WARN(kKernel, "rank %d: refused: %s", rank_, error.c_str());
+    if (why) *why = error;
+    return Status::kInvalidArgument;
+  }
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  registered_.emplace_back(a, a + bytes);
+  return Status::kOk;
+}
+
+void Context::unregister_buffer(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (size_t i = 0; i < registered_.size(); ++i)
+    if (registered_[i].first == a) {
+      registered_.erase(registered_.begin() + long(i));
+      return;
+    }
+}
+
 Status Context::check_buffer(const void* p, uint64_t bytes, const std::string& what, std::string* why) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (const auto& r : registered_)
+    if (p && a >= r.first && a <= r.second && bytes <= r.second - a) return Status::kOk;
   std::string error;
   if (check_device_buffer(p, bytes, device_, what, &error) == Status::kOk) return Status::kOk;
   WEFT_WARN(kKernel, "rank %d: refused: %s", rank_, error.c_str());
@@ -79,7 +103,9 @@ Status Context::check_buffer(const void* p, uint64_t bytes, const std::string& w
 }
 
 Status Context::order_call(CUstream_st* stream) {
-  if (!last_stream_ || stream == last_stream_ || capturing(stream)) return Status::kOk;
+  // Waited on whatever the stream (stream 0 included, or a new stream with a freed one's handle): on
+  // the previous call's own stream the wait is already met.
+  if (!has_call_ || capturing(stream)) return Status::kOk;
   const cudaError_t e = cudaStreamWaitEvent(stream, last_call_, 0);
   if (e != cudaSuccess) {
     WEFT_WARN(kKernel, "rank %d: ordering a call after the previous one (cudaStreamWaitEvent): %s", rank_,
@@ -96,7 +122,7 @@ Status Context::call_enqueued(CUstream_st* stream) {
     WEFT_WARN(kKernel, "rank %d: recording a call's end (cudaEventRecord): %s", rank_, cudaGetErrorString(e));
     return Status::kCudaError;
   }
-  last_stream_ = stream;
+  has_call_ = true;
   return Status::kOk;
 }
 
@@ -136,7 +162,7 @@ Status Context::transport(int channels, const std::string& backend, const std::s
   return Status::kOk;
 }
 
-Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset) {
+Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset, bool same_size) {
   const uint64_t need = (bytes + 4095) / 4096 * 4096;
   uint64_t at = UINT64_MAX;
   size_t slot = arenas_.size();
@@ -147,6 +173,7 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
       break;
     }
   }
+  bool room = true;
   if (at == UINT64_MAX) {
     at = arenas_.empty() ? 0 : arenas_.back().offset + arenas_.back().bytes;
     if (at + need > heap_bytes_) {
@@ -155,32 +182,46 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
                 "WEFT_HEAP_BYTES larger",
                 rank_, what.c_str(), (unsigned long long)need, (unsigned long long)(heap_bytes_ - at),
                 (unsigned long long)heap_bytes_);
-      return Status::kInvalidArgument;
+      room = false;
+    } else {
+      arenas_.push_back({at, need, true});
     }
-    arenas_.push_back({at, need, true});
   } else {
     // Split the free arena: the rest stays free.
     const uint64_t rest = arenas_[slot].bytes - need;
     arenas_[slot] = {at, need, true};
     if (rest > 0) arenas_.insert(arenas_.begin() + long(slot) + 1, Arena{at + need, rest, false});
   }
-  // Every rank must have chosen the same offset (the same reserve/release order everywhere).
-  bootstrap::Blob mine(sizeof(uint64_t));
-  memcpy(mine.data(), &at, sizeof at);
+  // Every rank must have room and choose the same offset (the same reserve/release order everywhere),
+  // and with `same_size` ask for the same bytes; a rank without room still takes part, so none waits.
+  const uint64_t mine_words[2] = {room ? at : UINT64_MAX, bytes};
+  bootstrap::Blob mine(sizeof mine_words);
+  memcpy(mine.data(), mine_words, sizeof mine_words);
   std::vector<bootstrap::Blob> all;
-  WEFT_CHECK(boot_->allgather(key_ + "arena." + std::to_string(exchanges_++), mine, &all));
-  for (int r = 0; r < size_; ++r) {
-    uint64_t theirs = 0;
-    if (all[r].size() == sizeof theirs) memcpy(&theirs, all[r].data(), sizeof theirs);
-    if (all[r].size() != sizeof theirs || theirs != at) {
-      WEFT_WARN(kKernel,
-                "rank %d: %s: heap arena at offset %llu here, %llu on rank %d: ops must be created and destroyed "
-                "in the same order on every rank",
-                rank_, what.c_str(), (unsigned long long)at, (unsigned long long)theirs, r);
-      release(at);
-      return Status::kInvalidArgument;
-    }
+  const Status st = boot_->allgather(key_ + "arena." + std::to_string(exchanges_++), mine, &all);
+  if (st != Status::kOk) {
+    if (room) release(at);
+    return st;
   }
+  for (int r = 0; r < size_; ++r) {
+    uint64_t theirs[2] = {0, 0};
+    const bool sized = r < int(all.size()) && all[r].size() == sizeof theirs;
+    if (sized) memcpy(theirs, all[r].data(), sizeof theirs);
+    const char* why = !sized                    ? "sent no arena"
+                      : theirs[0] == UINT64_MAX ? "has no room for it"
+                      : theirs[1] != bytes      ? "asked for another size"
+                      : theirs[0] != at         ? "chose another offset"
+                                                : nullptr;
+    if (!why || (r == rank_ && !room)) continue;
+    WEFT_WARN(kKernel,
+              "rank %d: %s: %llu bytes at offset %llu here, rank %d %s (%llu bytes at %llu): ops and allocations "
+              "must be made and freed alike, in the same order, on every rank",
+              rank_, what.c_str(), (unsigned long long)bytes, (unsigned long long)at, r, why,
+              (unsigned long long)theirs[1], (unsigned long long)theirs[0]);
+    if (room) release(at);
+    return Status::kInvalidArgument;
+  }
+  if (!room) return Status::kInvalidArgument;
   *offset = at;
   return Status::kOk;
 }
@@ -238,6 +279,7 @@ void Context::watchdog() {
     std::string failed_why;
     if (poison_.empty() && why.empty() && boot_->peer_failure(&failed_rank, &failed_why))
       why = failed_rank == -2 ? "the launcher is gone: " + failed_why
+            : failed_rank < 0 ? "a peer failed: " + failed_why
                               : "peer rank " + std::to_string(failed_rank) + " failed: " + failed_why;
     if (why.empty() && poison_.empty()) continue;
     if (!why.empty() && poison_.empty()) {

@@ -48,7 +48,9 @@ class Context {
 
   // Collective: an arena of `bytes` for an op (first fit, 4 KiB aligned). Every rank reserves and
   // releases in the same order, so the offsets agree; that is checked across ranks here.
-  Status reserve(uint64_t bytes, const std::string& what, uint64_t* offset);
+  // `same_size`: every rank must ask for the same bytes too (a caller's tensor; an op's arena may be
+  // sized by the rank's place, as long as the offsets agree).
+  Status reserve(uint64_t bytes, const std::string& what, uint64_t* offset, bool same_size = false);
   void release(uint64_t offset);
   uint64_t reserved_bytes() const;
 
@@ -72,12 +74,16 @@ class Context {
   // A caller's buffer an op is handed (runtime/exec/buffer_check.h): kInvalidArgument, logged with this
   // rank and the reason, when it is not device memory of this GPU with `bytes` in one allocation.
   Status check_buffer(const void* p, uint64_t bytes, const std::string& what, std::string* error = nullptr);
+  // A buffer the caller vouches for (weft::Context::register_buffer): checked once, allowing pieces of
+  // a virtual-memory mapping; check_buffer() then accepts any range inside it without a lookup.
+  Status register_buffer(const void* p, uint64_t bytes, std::string* error);
+  void unregister_buffer(const void* p);
 
-  // One op call in flight per context: the public ops call these around every call. A call on a
-  // stream other than the previous call's first waits on the device (no host synchronisation) for
-  // that call to end, so two ops' persistent kernels never run at once and their waits on peers
-  // keep the order every rank made the calls in. Inside a stream capture nothing is waited on or
-  // recorded: a graph's calls are ordered by the graph and its launches by the caller's streams.
+  // One op call in flight per context: the public ops call these around every call. A call first
+  // waits on the device (no host synchronisation) for the previous call to end (on another stream;
+  // on the same stream the order holds already), so two ops' persistent kernels never run at once and their waits on
+  // peers keep the order every rank made the calls in. Inside a stream capture nothing is waited on or recorded: a
+  // graph's calls are ordered by the graph and its launches by the caller's streams.
   Status order_call(CUstream_st* stream);
   Status call_enqueued(CUstream_st* stream);
 
@@ -113,8 +119,9 @@ class Context {
   std::vector<std::unique_ptr<transport::DeviceFifoHandle>> fifos_;  // its rings, mapped for the device
   std::string transport_mode_;                                       // the signal mode it was made with
   std::vector<Arena> arenas_;
-  CUevent_st* last_call_ = nullptr;     // recorded after each call made outside a capture
-  CUstream_st* last_stream_ = nullptr;  // that call's stream (nullptr: no call yet)
+  CUevent_st* last_call_ = nullptr;                          // recorded after each call made outside a capture
+  bool has_call_ = false;                                    // a call has been recorded
+  std::vector<std::pair<uintptr_t, uintptr_t>> registered_;  // [begin, end) of registered buffers
   int exchanges_ = 0;
   std::string key_;  // "weft.context.<n>.": this context's exchange keys (n numbered per bootstrap)
   std::string poison_;

@@ -61,7 +61,10 @@ template <typename Call>
 Status ordered(runtime::Context& ctx, Stream stream, Call call) {
   WEFT_CHECK(ctx.order_call(stream));
   WEFT_CHECK(call());
-  return ctx.call_enqueued(stream);
+  const Status st = ctx.call_enqueued(stream);
+  // The call was made (its peers count on it): a later call could no longer be ordered after it.
+  if (st != Status::kOk) ctx.poison("a call's end could not be recorded on rank " + std::to_string(ctx.rank()));
+  return st;
 }
 
 // One call made at creation, collective, on scratch buffers of the op's own (zeros) and a stream of its
@@ -73,23 +76,35 @@ Status warm_up(runtime::Context& ctx, const char* what, std::initializer_list<ui
                const std::function<void()>& unstick) {
   std::vector<void*> bufs;
   cudaStream_t s = nullptr;
-  Status st = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess ? Status::kOk : Status::kCudaError;
+  bool ok = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess;
   for (uint64_t bytes : sizes) {
     void* p = nullptr;
-    if (st == Status::kOk && (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemset(p, 0, bytes) != cudaSuccess))
-      st = Status::kCudaError;
+    if (ok && (cudaMalloc(&p, bytes) != cudaSuccess || cudaMemsetAsync(p, 0, bytes, s) != cudaSuccess)) ok = false;
     bufs.push_back(p);
   }
+  if (!ok) cudaGetLastError();
+  // Every rank makes the call or none does: a rank that could not set it up says so first.
+  std::vector<bootstrap::Blob> all;
+  Status st = ctx.boot().allgather("weft.warm_up." + std::to_string(ctx.boot().next_exchange_id()),
+                                   bootstrap::Blob{uint8_t(ok ? 1 : 0)}, &all);
+  for (const auto& b : all)
+    if (st == Status::kOk && (b.size() != 1 || b[0] != 1)) st = Status::kCudaError;
   if (st == Status::kOk) st = call(bufs, s);
   if (st == Status::kOk)
     st = runtime::sync_bounded(s, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, what, unstick);
   if (st != Status::kOk) {
     cudaGetLastError();
-    ctx.poison(std::string(what) + " failed on rank " + std::to_string(ctx.rank()));
-    WEFT_WARN(kInit, "rank %d: %s failed: %s", ctx.rank(), what, to_string(st));
+    WEFT_WARN(kInit, "rank %d: %s failed%s: %s", ctx.rank(), what, ok ? "" : " (scratch buffers or stream)",
+              to_string(st));
   }
-  for (void* p : bufs) cudaFree(p);
-  if (s) cudaStreamDestroy(s);
+  // Freed only once nothing of the call can still use them (cudaFree would wait for the device).
+  if (!s || cudaStreamQuery(s) == cudaSuccess) {
+    for (void* p : bufs) cudaFree(p);
+    if (s) cudaStreamDestroy(s);
+  } else {
+    cudaGetLastError();
+    WEFT_WARN(kInit, "rank %d: %s: its stream is still busy; its scratch buffers are left allocated", ctx.rank(), what);
+  }
   return st;
 }
 
@@ -193,7 +208,7 @@ Status Context::alloc(uint64_t bytes, void** out, std::string* error) {
     return Status::kInvalidArgument;
   }
   uint64_t offset = 0;
-  const Status st = impl_->ctx->reserve(bytes, "weft::Context::alloc", &offset);
+  const Status st = impl_->ctx->reserve(bytes, "weft::Context::alloc", &offset, true);
   if (st != Status::kOk) {
     *error = "alloc of " + std::to_string(bytes) + " bytes: the symmetric heap (" +
              std::to_string(impl_->ctx->heap_bytes()) + " bytes, " + std::to_string(impl_->ctx->reserved_bytes()) +
@@ -224,8 +239,10 @@ void* Context::peer(int q, const void* p) const {
 }
 
 Status Context::register_buffer(const void* p, uint64_t bytes, std::string* error) {
-  return impl_->ctx->check_buffer(p, bytes, "weft::Context::register_buffer's buffer", error);
+  return impl_->ctx->register_buffer(p, bytes, error);
 }
+
+void Context::unregister_buffer(const void* p) { impl_->ctx->unregister_buffer(p); }
 
 Status Context::plan(const std::string& workload_yaml, Plan* out, std::string* error) {
   WEFT_CHECK(impl_->ctx->check_usable("plan"));

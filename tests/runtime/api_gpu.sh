@@ -24,8 +24,8 @@ if [ "$abort_rc" -eq 0 ] || [ "$abort_rc" -eq 124 ] || [ "$passes" -ne 3 ] || ! 
   echo "FAILED: ctx.abort(): job exit $abort_rc (want non-zero, not the timeout), $passes of 3 PASS lines"
   exit 1
 fi
-# A user kernel holding half the SMs beside the op (the copy-engine plan, then the SM-mover plan,
-# which may fail fast instead), in a job of its own with one rank per GPU (up to 4).
+# A user kernel holding half the SMs beside the op (the copy-engine plan, which must complete, then
+# the SM-mover plan, which may fail fast instead), each in a job of its own with one rank per GPU (up to 4).
 half_ranks=$gpus
 [ "$half_ranks" -gt 4 ] && half_ranks=4
 for plan in copy-engine SM-mover; do

@@ -1,5 +1,6 @@
 // ctx.abort() tells the peers (run under `weftrun exec -n 4`, see api_gpu.sh): rank 1 aborts the job
-// while every other rank has a call in flight that waits for rank 1's shard. The others must learn of
+// once every other rank has a call in flight that waits for rank 1's shard (a barrier after they
+// enqueued it). The others must learn of
 // it from the launcher, not from their device timeout (set far longer than the bound here): their
 // contexts are poisoned naming rank 1 and its reason, their streams drain, and a later call fails
 // fast. Each of them prints one "abort-test: rank N: PASS|FAIL ..." line before the launcher, which
@@ -30,16 +31,19 @@ TEST_CASE("rank 1 aborts while the others wait for its shard: they learn of it, 
   REQUIRE(p.call(1, s) == Status::kOk);
   REQUIRE(drain(s, 60));
   REQUIRE(*p.bad == 0);
+  // The others enqueue their call, then everyone meets: rank 1 aborts only once those calls wait.
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status enqueued = g_ctx->rank() == 1 ? Status::kOk : p.call(2, s);
+  REQUIRE(g_ctx->get().boot().barrier("api_abort_enqueued") == Status::kOk);
+  REQUIRE(enqueued == Status::kOk);
   if (g_ctx->rank() == 1) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the others' calls are waiting by then
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the others are back in their waits
     g_ctx->abort(kReason);
     CHECK(g_ctx->failed());
     std::this_thread::sleep_for(std::chrono::seconds(30));  // the launcher ends the job before this
     return;
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  REQUIRE(p.call(2, s) == Status::kOk);  // enqueued; rank 1 never contributes to it
-  const bool drained = drain(s, 20);
+  const bool drained = drain(s, 20);  // the call waits for rank 1's shard, which never comes
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const std::string why = g_ctx->failure();
   const auto t1 = std::chrono::steady_clock::now();

