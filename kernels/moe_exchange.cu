@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "base/log.h"
+#include "kernels/bf16x8.cuh"
 #include "kernels/frame.cuh"
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_router.h"
@@ -130,24 +131,6 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
       for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
     }
   }
-}
-
-__device__ __forceinline__ void add_scaled(float* acc, const int4& v, float w) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    acc[2 * i] += w * f.x;
-    acc[2 * i + 1] += w * f.y;
-  }
-}
-
-__device__ __forceinline__ int4 to_bf16x8(const float* acc) {
-  int4 out;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-  return out;
 }
 
 // Warp per received slot with pairs: Σ weight_j * Y[slot_pos[j]] over the slot's local experts in

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/bf16x8.cuh"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/ops/moe_baseline.h"
 
@@ -42,24 +43,8 @@ __device__ int32_t block_exclusive(int32_t flag, int32_t* total) {
 __device__ __forceinline__ int64_t warp_index() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
 __device__ __forceinline__ int64_t warp_total() { return int64_t(gridDim.x) * blockDim.x / 32; }
 
-__device__ __forceinline__ void add_scaled(float* acc, const int4& v, float w) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(h[i]);
-    acc[2 * i] += w * f.x;
-    acc[2 * i + 1] += w * f.y;
-  }
-}
-
-__device__ __forceinline__ int4 to_bf16x8(const float* acc) {
-  int4 out;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&out);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(acc[2 * i], acc[2 * i + 1]);
-  return out;
-}
-
+using kernels::add_scaled;
+using kernels::to_bf16x8;
 __device__ __forceinline__ void copy_row(const bf16* src, bf16* dst, int32_t hidden, int lane) {
   const int4* s = reinterpret_cast<const int4*>(src);
   int4* d = reinterpret_cast<int4*>(dst);
