@@ -1,8 +1,12 @@
 // reference_moe_expert / reference_moe_gather: a block per sampled token, dot products in a fixed order.
+#include <vector>
+
 #include "base/log.h"
+#include "base/params.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/exec/reference_moe.h"
+#include "runtime/exec/stream_ops.h"
 
 namespace weft::runtime {
 namespace {
@@ -79,6 +83,43 @@ Status fill_moe_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, __
   WEFT_CHECK(fill_random_bf16(gate, ffn * hidden, seed + 16 + 3 * uint64_t(e), 0, sh, s));
   WEFT_CHECK(fill_random_bf16(up, ffn * hidden, seed + 17 + 3 * uint64_t(e), 0, sh, s));
   return fill_random_bf16(down, hidden * ffn, seed + 18 + 3 * uint64_t(e), 0, sf, s);
+}
+
+Status check_moe_sampled(const int32_t* ids_dev, const float* weights, uint64_t seed, const __nv_bfloat16* x,
+                         const __nv_bfloat16* y, int64_t T, int64_t H, int64_t F, int64_t E, int64_t K, int32_t samples,
+                         cudaStream_t s, Comparison* out) {
+  using bf16 = __nv_bfloat16;
+  DeviceBuffers buf;
+  std::vector<int32_t> rows(static_cast<size_t>(samples)), ids(static_cast<size_t>(T * K));
+  for (int32_t i = 0; i < samples; ++i) rows[size_t(i)] = int32_t(int64_t(i) * T / samples);
+  int32_t* d_rows = nullptr;
+  float* acc = nullptr;
+  bf16 *g = nullptr, *u = nullptr, *d = nullptr, *ref = nullptr, *got = nullptr;
+  WEFT_CHECK(buf.alloc(samples, &d_rows));
+  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &acc));
+  WEFT_CHECK(buf.alloc(F * H, &g));
+  WEFT_CHECK(buf.alloc(F * H, &u));
+  WEFT_CHECK(buf.alloc(H * F, &d));
+  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &ref));
+  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &got));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
+  WEFT_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(samples) * size_t(H) * 4, s));
+  WEFT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), ids_dev, ids.size() * 4, cudaMemcpyDeviceToHost, s));
+  WEFT_CHECK(sync_bounded(s, param_double_or_default("WEFT_DEVICE_TIMEOUT"), "moe: the routing's ids", nullptr));
+  std::vector<bool> used(size_t(E), false);  // only the experts the sampled tokens chose
+  for (int32_t r : rows)
+    for (int64_t j = 0; j < K; ++j) {
+      const int32_t e = ids[size_t(r * K + j)];
+      if (e >= 0 && e < E) used[size_t(e)] = true;
+    }
+  for (int64_t e = 0; e < E; ++e) {
+    if (!used[size_t(e)]) continue;
+    WEFT_CHECK(fill_moe_expert(seed, e, H, F, g, u, d, s));
+    WEFT_CHECK(reference_moe_expert(x, d_rows, samples, ids_dev, weights, int32_t(K), int32_t(e), g, u, d, int32_t(H),
+                                    int32_t(F), acc, s));
+  }
+  WEFT_CHECK(reference_moe_gather(acc, y, d_rows, samples, int32_t(H), ref, got, s));
+  return compare_bf16(got, ref, int64_t(samples) * H, s, out);
 }
 
 }  // namespace weft::runtime

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "base/status.h"
+#include "runtime/exec/device_data.h"
 
 namespace weft::runtime {
 
@@ -28,5 +29,13 @@ Status reference_moe_expert(const __nv_bfloat16* x, const int32_t* rows, int32_t
 // for compare_bf16.
 Status reference_moe_gather(const float* acc, const __nv_bfloat16* y, const int32_t* rows, int32_t samples,
                             int32_t hidden, __nv_bfloat16* ref_out, __nv_bfloat16* got_out, cudaStream_t s);
+
+// An MoE layer's output y (T x hidden) of one call checked on `samples` evenly spaced tokens (token
+// i * T / samples) against reference_moe_expert, expert by expert, with that call's routing (ids and
+// weights: T x topk, device memory) and every expert's weights made again from (seed, e) by
+// fill_moe_expert. What `weftrun run` and `weftrun bench` check.
+Status check_moe_sampled(const int32_t* ids, const float* weights, uint64_t seed, const __nv_bfloat16* x,
+                         const __nv_bfloat16* y, int64_t tokens, int64_t hidden, int64_t ffn, int64_t experts,
+                         int64_t topk, int32_t samples, cudaStream_t s, Comparison* out);
 
 }  // namespace weft::runtime

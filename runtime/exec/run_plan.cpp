@@ -227,38 +227,9 @@ Status run_moe(Context& ctx, const Plan& plan, const RunSpec& run, RunReport* ou
     return Status::kInternal;
   }
   if (run.validate) {
-    const int32_t S = int32_t(std::min<int64_t>(T, 64));
-    std::vector<int32_t> rows(static_cast<size_t>(S)), ids(static_cast<size_t>(T * K));
-    for (int32_t i = 0; i < S; ++i) rows[size_t(i)] = int32_t(int64_t(i) * T / S);
-    int32_t* d_rows = nullptr;
-    float* acc = nullptr;
-    bf16 *g = nullptr, *u = nullptr, *d = nullptr, *ref = nullptr, *got = nullptr;
-    WEFT_CHECK(buf.alloc(S, &d_rows));
-    WEFT_CHECK(buf.alloc(int64_t(S) * H, &acc));
-    WEFT_CHECK(buf.alloc(F * H, &g));
-    WEFT_CHECK(buf.alloc(F * H, &u));
-    WEFT_CHECK(buf.alloc(H * F, &d));
-    WEFT_CHECK(buf.alloc(int64_t(S) * H, &ref));
-    WEFT_CHECK(buf.alloc(int64_t(S) * H, &got));
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
-    WEFT_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(S) * H * 4, s));
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), op->topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
-    WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
-    std::vector<bool> used(size_t(E), false);
-    for (int32_t r : rows)
-      for (int64_t j = 0; j < K; ++j) {
-        const int32_t e = ids[size_t(r * K + j)];
-        if (e >= 0 && e < E) used[size_t(e)] = true;
-      }
-    for (int64_t e = 0; e < E; ++e) {
-      if (!used[size_t(e)]) continue;
-      WEFT_CHECK(fill_moe_expert(seed, e, H, F, g, u, d, s));
-      WEFT_CHECK(reference_moe_expert(x, d_rows, S, op->topk_ids(), op->topk_weights(), int32_t(K), int32_t(e), g, u, d,
-                                      int32_t(H), int32_t(F), acc, s));
-    }
-    WEFT_CHECK(reference_moe_gather(acc, y, d_rows, S, int32_t(H), ref, got, s));
     Comparison cc;
-    WEFT_CHECK(compare_bf16(got, ref, int64_t(S) * H, s, &cc));
+    WEFT_CHECK(check_moe_sampled(op->topk_ids(), op->topk_weights(), seed, x, y, T, H, F, E, K,
+                                 int32_t(std::min<int64_t>(T, 64)), s, &cc));
     out->validated = true;
     out->rel_err = cc.rel_err;
     out->unwritten = cc.non_finite;

@@ -59,43 +59,6 @@ Status moe_plan(const Workload& wl, int rank, int world, Plan* plan) {
   return Status::kOk;
 }
 
-// weft's output of the last call on `samples` tokens (evenly spaced) against reference_moe_expert, expert by
-// expert, with the op's own routing of that call (what `weftrun run` checks).
-Status check_against_reference(MoeOp& op, uint64_t seed, const bf16* x, const bf16* y, int64_t T, int64_t H, int64_t F,
-                               int64_t E, int64_t K, int32_t samples, cudaStream_t s, Comparison* out) {
-  DeviceBuffers buf;
-  std::vector<int32_t> rows(static_cast<size_t>(samples)), ids(static_cast<size_t>(T * K));
-  for (int32_t i = 0; i < samples; ++i) rows[size_t(i)] = int32_t(int64_t(i) * T / samples);
-  int32_t* d_rows = nullptr;
-  float* acc = nullptr;
-  bf16 *g = nullptr, *u = nullptr, *d = nullptr, *ref = nullptr, *got = nullptr;
-  WEFT_CHECK(buf.alloc(samples, &d_rows));
-  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &acc));
-  WEFT_CHECK(buf.alloc(F * H, &g));
-  WEFT_CHECK(buf.alloc(F * H, &u));
-  WEFT_CHECK(buf.alloc(H * F, &d));
-  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &ref));
-  WEFT_CHECK(buf.alloc(int64_t(samples) * H, &got));
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(d_rows, rows.data(), rows.size() * 4, cudaMemcpyHostToDevice, s));
-  WEFT_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(samples) * size_t(H) * 4, s));
-  WEFT_CUDA_CHECK(cudaMemcpyAsync(ids.data(), op.topk_ids(), ids.size() * 4, cudaMemcpyDeviceToHost, s));
-  WEFT_CHECK(sync_bounded(s, param_double_or_default("WEFT_DEVICE_TIMEOUT"), "moe: the routing's ids", nullptr));
-  std::vector<bool> used(size_t(E), false);
-  for (int32_t r : rows)
-    for (int64_t j = 0; j < K; ++j) {
-      const int32_t e = ids[size_t(r * K + j)];
-      if (e >= 0 && e < E) used[size_t(e)] = true;
-    }
-  for (int64_t e = 0; e < E; ++e) {
-    if (!used[size_t(e)]) continue;
-    WEFT_CHECK(fill_moe_expert(seed, e, H, F, g, u, d, s));
-    WEFT_CHECK(reference_moe_expert(x, d_rows, samples, op.topk_ids(), op.topk_weights(), int32_t(K), int32_t(e), g, u,
-                                    d, int32_t(H), int32_t(F), acc, s));
-  }
-  WEFT_CHECK(reference_moe_gather(acc, y, d_rows, samples, int32_t(H), ref, got, s));
-  return compare_bf16(got, ref, int64_t(samples) * H, s, out);
-}
-
 // The phases of one call from its MoeOp::record_phases events: route, dispatch, arrange, FFN, combine.
 Status phase_ms(const std::vector<cudaEvent_t>& ev, int calls, std::vector<double>* median) {
   constexpr int P = MoeOp::kPhases;
@@ -205,7 +168,7 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   const int32_t samples = int32_t(std::min<int64_t>(T, kSamples));
   Comparison ref_cmp, seq_cmp, weft_cmp;
   if (wl.run.validate) {
-    WEFT_CHECK(check_against_reference(*op, seed, x, y, T, H, F, E, K, samples, s, &ref_cmp));
+    WEFT_CHECK(check_moe_sampled(op->topk_ids(), op->topk_weights(), seed, x, y, T, H, F, E, K, samples, s, &ref_cmp));
     WEFT_CHECK(compare_bf16(y_seq, y, T * H, s, &seq_cmp));   // rel err of the baseline against weft
     WEFT_CHECK(compare_bf16(y, y_seq, T * H, s, &weft_cmp));  // weft's unwritten rows, on every token
   }
