@@ -4,7 +4,8 @@
 # (tests/runtime/moe_gpu.sh); then the layer timed on every GPU (bench_moe_layer: near-uniform and
 # Zipf-skewed routing, direct calls and graph replays) and, in the same
 # call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun),
-# and the layer against its bound from the two tables (bench/moe/moe_bound.py).
+# and the layer against its bound from the two tables (bench/moe/moe_bound.py); last, `weftrun bench` of a
+# 1 x n copy of the small example (weft next to a sequential NCCL + cuBLAS layer, both validated).
 # Usage: 28-moe-op.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
 OUTDIR=${1:?usage: 28-moe-op.sh OUTDIR}
@@ -57,5 +58,24 @@ if [ -x "$BUILD/bin/bench_moe_layer" ] && [ "$n" -ge 1 ]; then
   else
     echo "SKIP    moe_sequential.py: no PyTorch/torchrun on this machine" >>"$SUMMARY"
   fi
+fi
+# weftrun bench for moe: weft next to the sequential NCCL + cuBLAS layer on its routing, both validated,
+# on a 1 x n copy of the small example (n = 2 or 4 GPUs).
+bn=$gpus
+[ "$bn" -gt 4 ] && bn=4
+if [ "$bn" -ge 2 ]; then
+  sed "s/gpus_per_node: 4/gpus_per_node: $bn/; s/tokens: 4096/tokens: $((1024 * bn))/" \
+    "$ROOT/configs/examples/moe_small_4gpu.yaml" >"$OUTDIR/moe-bench.yaml"
+  if timeout 300 "$BUILD/bin/weftrun" bench --json "$OUTDIR/moe-bench.jsonl" "$OUTDIR/moe-bench.yaml" \
+    >"$OUTDIR/moe-bench.log" 2>&1 && [ "$(grep -c 'moe validated' "$OUTDIR/moe-bench.log")" -eq "$bn" ] &&
+    grep -q '"variant":"weft moe"' "$OUTDIR/moe-bench.jsonl"; then
+    echo "PASS    weftrun bench moe: $bn ranks validated; $(grep -E '^  weft moe ' "$OUTDIR/moe-bench.log" | head -1)" >>"$SUMMARY"
+  else
+    echo "FAIL    weftrun bench moe (moe-bench.log)" >>"$SUMMARY"
+    tail -20 "$OUTDIR/moe-bench.log"
+    rc=1
+  fi
+else
+  echo "SKIP    weftrun bench moe: needs 2 or more GPUs, this machine has $gpus" >>"$SUMMARY"
 fi
 exit $rc

@@ -107,6 +107,16 @@ del p["hash"]  # the plan changed: run computes its own
 json.dump(p, open(sys.argv[1], "w"))' "$out/planted.json"
 run_one planted "$base" "$out/planted.json" --plan "$out/planted.json"
 
+# WEFT_DETERMINISTIC=1: run repeats a call on the same inputs and compares every bit, on every rank.
+rs=$root/configs/examples/gemm_rs_m2048.yaml
+if WEFT_DETERMINISTIC=1 timeout 300 "$weftrun" run $share "$rs" >"$out/run-deterministic.txt" 2>&1 &&
+  [ "$(grep -c 'repeated bit for bit' "$out/run-deterministic.txt")" -eq 4 ]; then
+  echo "PASS    run deterministic: gemm_rs_m2048 repeated bit for bit on 4 ranks ($where)" >>"$WEFT_SUMMARY"
+else
+  cat "$out/run-deterministic.txt"
+  fail "deterministic: gemm_rs_m2048 did not report 4 ranks repeating bit for bit"
+fi
+
 # Measured tuning: weftrun tune times every candidate interleaved and stores the fastest; plan then
 # says it comes from the tuning cache and run executes exactly that plan.
 export WEFT_TUNE_CACHE=$out/tune.json
