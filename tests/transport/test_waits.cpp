@@ -73,12 +73,15 @@ WaitProfile profile(F f) {
   return p;
 }
 
-// Asleep at most samples, and never more than a tenth of a core.
+// Asleep in a good share of the samples, and never more than a tenth of a core. A wait that only
+// yields is asleep in none; one that naps is asleep in most on an idle machine, and on a loaded one
+// (a nap's wake-up then waits for a core, counted runnable) in about a third: 79 of 229 was seen with
+// the whole CPU test suite beside it, so the bar is a fifth.
 void check_sleeps(const WaitProfile& p, double at_least_s) {
   INFO("cpu " << p.cpu << " s in " << p.wall << " s; asleep in " << p.asleep << " of " << p.samples << " samples");
   CHECK(p.wall >= at_least_s);
   CHECK(p.samples >= 20);
-  CHECK(p.asleep * 2 > p.samples);
+  CHECK(p.asleep * 5 > p.samples);
   CHECK(p.cpu >= 0);
   CHECK(p.cpu < 0.1 * p.wall);
 }
