@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(SmallReducePlan::kThreads)
     small_reduce_kernel(const SmallReduceArgs a, const FrameParams f) {
   // Launched as a dependent of the GEMM: its partial is complete and visible past this point.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  frame_note_launch(f, KernelKind::kPeerReduce);  // where the runtime op keeps a record of this launch
   const SmallReducePlan& p = a.plan;
   __shared__ int ok;
   if (threadIdx.x == 0) {

@@ -54,14 +54,25 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
     const uint64_t overlap_bytes = plan->heap_bytes;
     Workload peer = w;
     peer.plan.variant = "peer";
+    Plan overlap = *plan;
     WEFT_CHECK(make_plan(peer, layout, topo, mapping, plan, error, &names));
     plan->chosen_by = w.plan.empty() ? "model" : "workload";
-    notes.push_back(options.share_gpus
-                        ? "ranks share GPUs (--oversubscribe): the peer variant, since the overlap variant's GEMMs "
-                          "wait for each other's pieces"
-                        : "the peer variant: the overlap variant needs " + std::to_string(overlap_bytes) +
-                              " bytes of symmetric heap per rank, " + std::to_string(options.heap_budget) +
-                              " are free (raise WEFT_HEAP_BYTES or Context::Options::heap_bytes)");
+    const std::string need =
+        std::to_string(options.heap_budget) + " are free (raise WEFT_HEAP_BYTES or Context::Options::heap_bytes)";
+    if (options.share_gpus)
+      notes.push_back(
+          "ranks share GPUs (--oversubscribe): the peer variant, since the overlap variant's GEMMs wait for each "
+          "other's pieces");
+    else if (plan->heap_bytes <= options.heap_budget)
+      notes.push_back("the peer variant: the overlap variant needs " + std::to_string(overlap_bytes) +
+                      " bytes of symmetric heap per rank, " + need);
+    else {  // the peer variant keeps two copies of the partials: no smaller, so the model's plan stays
+      const uint64_t peer_bytes = plan->heap_bytes;
+      *plan = std::move(overlap);
+      notes.push_back("the overlap variant needs " + std::to_string(overlap_bytes) +
+                      " bytes of symmetric heap per rank and the peer variant " + std::to_string(peer_bytes) + ", " +
+                      need);
+    }
   }
   if (w.group) {
     plan->job_nodes = job.nodes;

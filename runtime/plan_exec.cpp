@@ -8,6 +8,7 @@
 #include "kernels/gemm_reduce_nodes_plan.h"
 #include "kernels/moe_plan.h"
 #include "kernels/reduce_overlap_plan.h"
+#include "kernels/small_reduce_plan.h"
 #include "kernels/tile_scheduler.h"
 #include "runtime/plan.h"
 
@@ -361,22 +362,25 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
   // The peer variant: the GEMM on every SM, then the reduction kernel (also where a plan of the
   // overlap variant, with its mover SMs, is replanned as peer).
   if (!p->roles_explicit) p->roles = RoleCounts{p->sm_count, 0, 0, 0};
-  if (e.reduce_blocks == 0) e.reduce_blocks = 2 * p->sm_count;  // all resident at once (256 threads each)
-  if (e.reduce_blocks > 2 * p->sm_count)
-    return refuse(p, w.error_at("plan.reduce_blocks", std::to_string(e.reduce_blocks) +
-                                                          ": the reduction's blocks wait for each other, so all must "
-                                                          "be resident at once; expected at most 2 per SM (" +
-                                                          std::to_string(2 * p->sm_count) + ")"));
+  // At most this many blocks of 512 threads reduce (fewer where there is less than a vector per
+  // thread): 16 moved a small shape's bytes faster than one per SM on 4 H200s (the runner's peer
+  // rows, docs/results/2026-11-26-four-gpus-before-after.md).
+  if (e.reduce_blocks == 0) e.reduce_blocks = std::min(16, p->sm_count);
+  if (e.reduce_blocks > p->sm_count)
+    return refuse(p,
+                  w.error_at("plan.reduce_blocks", std::to_string(e.reduce_blocks) +
+                                                       ": the reduction's blocks wait for their peers' flag words, "
+                                                       "so all must be resident at once; expected at most 1 per SM (" +
+                                                       std::to_string(p->sm_count) + ")"));
   if (e.cluster == 2 && (p->roles.compute % 2 != 0 || p->roles.total() % 2 != 0))
     return refuse(p, w.error_at("plan.cluster",
                                 "2: the GEMM's grid and its compute blocks must be even; the roles "
                                 "give " +
                                     std::to_string(p->roles.compute) + " compute of " +
                                     std::to_string(p->roles.total()) + " blocks"));
-  add_region(p, "gemm_reduce.partial", uint64_t(m * n) * 2);
+  add_region(p, "gemm_reduce.partial", 2 * uint64_t(m * n) * 2);  // two copies: a call's parity
   if (ar) add_region(p, "gemm_reduce.c", uint64_t(m * n) * 2);
-  add_region(p, "gemm_reduce.flags", uint64_t(3 * W) * 8);
-  add_region(p, "gemm_reduce.arrive", 2 * 8);
+  add_region(p, "gemm_reduce.flags", uint64_t(kernels::SmallReducePlan::words(int32_t(W))) * 8);
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 

@@ -40,10 +40,11 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   }
   const bool overlap = plan.exec.variant == "overlap";
   if (!overlap && plan.exec.variant != "peer") return refuse(rank, "unknown variant '" + plan.exec.variant + "'");
-  if (plan.world_size != W || plan.nodes != 1 || W > kernels::PeerReduceArgs::kMaxRanks)
+  if (plan.world_size != W || plan.nodes != 1 || W > kernels::SmallReducePlan::kMaxRanks)
     return refuse(rank, "the plan is for " + std::to_string(plan.world_size) + " ranks on " +
                             std::to_string(plan.nodes) + " node(s), the job has " + std::to_string(W));
   if (plan.roles.compute < 1 || plan.roles.total() > ctx.sm_count() || (!overlap && plan.exec.reduce_blocks < 1) ||
+      (!overlap && plan.exec.reduce_blocks > ctx.sm_count()) ||
       (overlap && (plan.roles.inter_send != 0 || plan.roles.inter_reduce != 0)))
     return refuse(rank, "the plan's SM counts do not fit this GPU");
   std::unique_ptr<GemmReduceOp> op(new GemmReduceOp());
@@ -52,7 +53,6 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   op->all_reduce_ = plan.op == Op::kGemmAr;
   op->rank_ = rank;
   op->world_ = W;
-  op->blocks_ = plan.exec.reduce_blocks;
   op->m_ = plan.gemm.m;
   op->n_ = plan.gemm.n;
   op->k_loc_ = plan.gemm.k / W;
@@ -75,11 +75,15 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
       WEFT_CHECK(add(name, flags));
     for (const char* name : {"gemm_reduce.freed", "gemm_reduce.gathered", "gemm_reduce.bcast"})
       WEFT_CHECK(add(name, uint64_t(W) * 8));
-  } else {
-    WEFT_CHECK(add("gemm_reduce.partial", mn_bytes));
+  } else {                                                 // the plan's order (plan_exec.cpp, plan_gemm_reduce)
+    WEFT_CHECK(add("gemm_reduce.partial", 2 * mn_bytes));  // two copies: the call's parity
     if (op->all_reduce_) WEFT_CHECK(add("gemm_reduce.c", mn_bytes));
-    WEFT_CHECK(add("gemm_reduce.flags", uint64_t(3 * W) * 8));
-    WEFT_CHECK(add("gemm_reduce.arrive", 2 * 8));
+    WEFT_CHECK(add("gemm_reduce.flags", uint64_t(kernels::SmallReducePlan::words(W)) * 8));
+    const char* why = nullptr;
+    if (!kernels::SmallReducePlan::make(
+            op->all_reduce_ ? kernels::SmallReduceMode::kAllReduceTwoShot : kernels::SmallReduceMode::kReduceScatter, W,
+            rank, op->m_loc_ * op->n_, plan.exec.reduce_blocks, &op->small_, &why))
+      return refuse(rank, std::string("the peer reduction cannot run this shape: ") + why);
   }
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "gemm_reduce", &op->arena_));
@@ -87,7 +91,6 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
     op->partial_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.partial", r)));
     if (op->all_reduce_) op->full_.push_back(static_cast<bf16*>(op->resolve("gemm_reduce.c", r)));
     op->flags_.push_back(static_cast<uint64_t*>(op->resolve("gemm_reduce.flags", r)));
-    op->arrive_.push_back(static_cast<uint64_t*>(op->resolve("gemm_reduce.arrive", r)));
   }
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
@@ -253,31 +256,28 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
     a_ = a, b_ = b;
   }
   const uint64_t e = ++epoch_;
-  bf16* partial = partial_[size_t(rank_)];
-  Status st = kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{partial, n_, n_ % 2 == 0},
-                                   kernels::FlagGate{}, kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm));
-  kernels::PeerReduceArgs pr;
-  pr.ranks = world_;
-  pr.rank = rank_;
-  pr.elems = m_loc_ * n_;
-  const int64_t own = int64_t(rank_) * m_loc_ * n_;
+  const int64_t copy = kernels::SmallReducePlan::parity(e) * m_ * n_;  // this call's copy of the partials
+  Status st =
+      kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{partial_[size_t(rank_)] + copy, n_, n_ % 2 == 0},
+                           kernels::FlagGate{}, kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm));
+  kernels::SmallReduceArgs args;
+  args.plan = small_;
+  args.epoch = e;
   bf16* full = all_reduce_ ? full_[size_t(rank_)] : nullptr;
-  pr.out = all_reduce_ ? full + own : c;
-  pr.all_gather = all_reduce_;
   for (int q = 0; q < world_; ++q) {
-    pr.src[q] = partial_[size_t(q)] + own;
-    pr.flags_out[q] = flags_[size_t(q)];
-    if (all_reduce_) {
-      pr.gather_src[q] = full_[size_t(q)] + int64_t(q) * m_loc_ * n_;
-      pr.gather_dst[q] = full + int64_t(q) * m_loc_ * n_;
-    }
+    args.src[q] = partial_[size_t(q)] + copy;
+    args.words_out[q] = flags_[size_t(q)];
+    if (all_reduce_) args.push[q] = full_[size_t(q)] + small_.region;
   }
-  pr.flags_in = flags_[size_t(rank_)];
-  pr.arrive = arrive_[size_t(rank_)];
-  pr.epoch = e;
+  args.words_in = flags_[size_t(rank_)];
+  if (all_reduce_) {
+    gathered_ = small_.gathered_after(gathered_);
+    args.gathered = gathered_;
+  }
+  args.out = all_reduce_ ? full + small_.region : c;
   kernels::FrameParams rf = frame_params_;
   rf.launch = reduce_record_.device();  // its own: the GEMM's record keeps the plan's grid and roles
-  if (st == Status::kOk) st = kernels::launch_peer_reduce(pr, rf, blocks_, s);
+  if (st == Status::kOk) st = kernels::launch_small_reduce(args, rf, true, s);
   if (st == Status::kOk && all_reduce_ && c != full)
     st = cudaMemcpyAsync(c, full, size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                                    : Status::kCudaError;

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "kernels/frame.h"
 #include "kernels/gemm_types.h"
+#include "kernels/small_reduce_plan.h"
 #include "runtime/call_clock.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce_nodes_op.h"
@@ -27,11 +28,13 @@ namespace weft::runtime {
 // gets rows [r m/W, (r+1) m/W) of C; AllReduce: every rank gets all of C. bf16, row-major.
 //
 // peer:
-//   S: GEMM on every SM: A_r · B_rᵀ into this rank's partial in the heap
-//      reduction kernel (kernels/reduce_slots.h, launch_peer_reduce): ready round; every block sums
-//      its share of rank r's rows of all W partials, in rank order (the same bits every run), pulled
-//      over NVLink; AllReduce: gathers every rank's reduced rows; done round (every peer finished
-//      reading this rank's partial, which the next call may overwrite)
+//   S: GEMM on every compute SM: A_r · B_rᵀ into this rank's partial in the heap (two copies, by the
+//      call's parity, so a call's GEMM never overwrites what a slow peer still reads of the last one)
+//      reduction kernel (kernels/small_reduce_plan.h, launch_small_reduce), launched as a programmatic
+//      dependent of the GEMM: one flag round (every rank's partial of this call is complete), then
+//      every 16-byte vector of this rank's rows loaded from all W partials over NVLink and summed in
+//      rank order (the same bits every run); AllReduce pushes the sum into every peer's C and ends
+//      with a counted round. At most plan.reduce_blocks blocks of 512 threads.
 //   The reduction starts after the GEMM.
 // overlap (runtime/exec/reduce_overlap.h has the picture): the partial pieces move to their owners
 //   while the GEMM runs, the own rows are reduced in its epilogue; AllReduce's C is gathered in the
@@ -66,13 +69,15 @@ class GemmReduceOp {
   Context* ctx_ = nullptr;
   Plan plan_;
   bool all_reduce_ = false;
-  int rank_ = 0, world_ = 1, blocks_ = 0;
+  int rank_ = 0, world_ = 1;
   int64_t m_ = 0, n_ = 0, k_loc_ = 0, m_loc_ = 0;
   uint64_t arena_ = 0, arena_bytes_ = 0;
   std::vector<HeapRegion> regions_;
   // Those regions in every rank's heap ([rank]; a peer's as mapped here), resolved once at creation.
   std::vector<__nv_bfloat16*> partial_, full_;  // full_: GEMM+AR's reduced C (empty for GEMM+RS)
-  std::vector<uint64_t*> flags_, arrive_;
+  std::vector<uint64_t*> flags_;                // peer: the reduction's flag words
+  kernels::SmallReducePlan small_{};            // peer: the reduction kernel's plan
+  uint64_t gathered_ = 0;                       // peer, AllReduce: the pushes counted so far
   uint64_t epoch_ = 0;
   const __nv_bfloat16 *a_ = nullptr, *b_ = nullptr;  // what gemm_'s tensor maps were made for
   kernels::GemmParams gemm_{};

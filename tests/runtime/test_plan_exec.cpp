@@ -217,7 +217,7 @@ TEST_CASE("plan: choices this build's op does not run make the plan not runnable
       plan_for(parse("name: t\nop: gemm_ar\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
                      "plan: {reduce_blocks: 4000}\n"));
   CHECK(!rb.exec.executable);
-  CHECK(rb.exec.not_executable.find("plan.reduce_blocks: 4000: the reduction's blocks wait for each other") !=
+  CHECK(rb.exec.not_executable.find("plan.reduce_blocks: 4000: the reduction's blocks wait for their peers") !=
         std::string::npos);
   const Plan odd =
       plan_for(parse("name: t\nop: gemm_rs\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"
@@ -331,11 +331,20 @@ TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals
   CHECK(p.exec.executable);
   CHECK(p.exec.variant == "peer");
   CHECK(!p.exec.capturable);
-  CHECK(p.exec.reduce_blocks == 2 * p.sm_count);
+  CHECK(p.exec.reduce_blocks == 16);  // the reduction's default: at most 16 blocks of 512 threads
   REQUIRE(p.region("gemm_reduce.partial") != nullptr);
-  CHECK(p.region("gemm_reduce.partial")->bytes == uint64_t(8192) * 8192 * 2);
+  CHECK(p.region("gemm_reduce.partial")->bytes == 2 * uint64_t(8192) * 8192 * 2);  // two copies
   CHECK(p.region("gemm_reduce.c") == nullptr);
-  CHECK(p.region("gemm_reduce.flags")->bytes == 12 * 8);
+  CHECK(p.region("gemm_reduce.flags")->bytes == 9 * 8);  // ready and gathered per rank, the tile count
+  CHECK(p.region("gemm_reduce.arrive") == nullptr);
+  for (int blocks : {p.sm_count, p.sm_count + 1}) {  // one per SM: all resident; one more: refused
+    std::string wide = rs;
+    wide.replace(wide.find("variant: peer"), 13, "variant: peer, reduce_blocks: " + std::to_string(blocks));
+    const Plan b = plan_for(parse(wide));
+    CHECK(b.exec.executable == (blocks == p.sm_count));
+    if (blocks == p.sm_count) CHECK(b.exec.reduce_blocks == blocks);
+    if (blocks > p.sm_count) CHECK(b.exec.not_executable.find("at most 1 per SM") != std::string::npos);
+  }
   check_heap(p);
   std::string ar = rs;
   ar.replace(ar.find("gemm_rs"), 7, "gemm_ar");
@@ -491,7 +500,7 @@ TEST_CASE("GEMM+RS and GEMM+AR's model plan: the overlap variant where it can ru
   const Plan tiny = plan_of("gemm_ar", 256, "");  // 64 rows per rank: not whole tiles
   CHECK(tiny.exec.executable);
   CHECK(tiny.exec.variant == "peer");
-  CHECK(tiny.exec.reduce_blocks == 2 * tiny.sm_count);
+  CHECK(tiny.exec.reduce_blocks == 16);
   for (const char* extra : {"plan: {reduce_blocks: 64}\n", "plan: {cluster: 2}\n", "plan: {variant: peer}\n"}) {
     CAPTURE(extra);
     const Plan peer = plan_of("gemm_rs", 8192, extra);

@@ -278,18 +278,17 @@ TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache
   bool bad = false;
   REQUIRE(decide_plan(w, o, &overlap, &err, &bad) == Status::kOk);
   REQUIRE(overlap.exec.variant == "overlap");
-  // A heap that holds the overlap plan keeps it; one byte less gets peer, which fits, and a note.
+  // A heap that holds the overlap plan keeps it. One byte less: the peer variant (two copies of the
+  // partials) needs as much, so the model's plan stays, with a note of what both need.
   o.heap_budget = overlap.heap_bytes;
   REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
   CHECK(p.exec.variant == "overlap");
   o.heap_budget = overlap.heap_bytes - 1;
   REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
-  CHECK(p.exec.variant == "peer");
-  CHECK(p.exec.executable);
-  CHECK(p.heap_bytes <= o.heap_budget);
+  CHECK(p.exec.variant == "overlap");
   CHECK(p.chosen_by == "model");
   bool said = false;
-  for (const auto& n : p.notes) said = said || n.find("the overlap variant needs") != std::string::npos;
+  for (const auto& n : p.notes) said = said || n.find("and the peer variant") != std::string::npos;
   CHECK(said);
   // A workload that asks for overlap gets it, heap or not (run and the API say what is missing).
   const Workload asked = load(write_workload(d,
