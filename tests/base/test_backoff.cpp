@@ -5,15 +5,12 @@
 #include <chrono>
 
 #include "base/backoff.h"
+#include "tests/thread_clock.h"
 
 namespace {
 
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-double wall_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using weft::testing::thread_cpu_s;
+using weft::testing::wall_s;
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "local_bootstrap.h"
+#include "tests/thread_clock.h"
 #include "transport/fifo.h"
 #include "transport/heap.h"
 #include "transport/transport.h"
@@ -24,12 +25,8 @@ using namespace weft::transport;
 
 namespace {
 
-double thread_cpu_s() {
-  timespec ts{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-double wall_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+using weft::testing::thread_cpu_s;
+using weft::testing::wall_s;
 
 // What a wait did with its thread: CPU time, wall time, and how often a sampler found the thread
 // asleep ('S' in /proc) rather than runnable. A thread that only yields is never asleep, however
