@@ -36,8 +36,15 @@ struct LaunchRecord {
   int32_t grid;               // gridDim.x
   int32_t cluster;            // CTAs per cluster
   int32_t blocks[kNumRoles];  // blocks that ran, by the role the frame gave them (summed over launches)
+  // The GEMM with the reducing epilogue (kGemmReduceSlots) also writes the schedule it walked:
+  int32_t shards;    // M-shards of its tile order (GEMM+RS/AR's overlap variant: ranks x pieces)
+  int32_t lag;       // piece-major order: own piece j ran after round j + lag; 0: rotated order
+  int32_t epilogue;  // kEpilogue* bits: where its epilogue stored
+  int32_t reserved;
 };
-static_assert(sizeof(LaunchRecord) == 32, "LaunchRecord is read by the host as 8 words");
+static_assert(sizeof(LaunchRecord) == 48, "LaunchRecord is read by the host as 12 words");
+constexpr int32_t kEpilogueRemotePartials = 1;  // partial tiles into their owners' slots (sends by the epilogue)
+constexpr int32_t kEpilogueBroadcast = 2;       // reduced tiles into every peer's C (gathers by the epilogue)
 
 // Launch-wide frame arguments (by value, part of every persistent kernel's Params).
 struct FrameParams {
@@ -83,6 +90,15 @@ __device__ __forceinline__ void frame_note_launch(const FrameParams& f, KernelKi
     f.launch->cluster = int32_t(cluster);
     atomicAdd(&f.launch->launches, 1);
   }
+}
+
+// The schedule a launch walked (LaunchRecord::shards, lag, epilogue), by block 0 only.
+__device__ __forceinline__ void frame_note_schedule(const FrameParams& f, int32_t shards, int32_t lag,
+                                                    int32_t epilogue) {
+  if (!f.launch || threadIdx.x != 0 || blockIdx.x != 0) return;
+  f.launch->shards = shards;
+  f.launch->lag = lag;
+  f.launch->epilogue = epilogue;
 }
 
 __device__ __forceinline__ bool frame_aborted(const FrameParams& f) {

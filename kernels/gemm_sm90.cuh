@@ -956,6 +956,10 @@ __global__ void __launch_bounds__(GemmConfig::kThreads, 1)
   // Noted at the end: at the entry its registers stayed live into the producer's 40 (ptxas spilled
   // 12 bytes in the EpiReduceSlots instances).
   frame_note_launch(p.frame, gemm_launch_kind<Epilogue>());
+  if constexpr (std::is_same<Epilogue, EpiReduceSlots>::value)
+    frame_note_schedule(
+        p.frame, p.gemm.sched.num_shards, p.gemm.sched.pm_owners > 0 ? p.gemm.sched.pm_lag : 0,
+        (p.epi.part_owners > 0 ? kEpilogueRemotePartials : 0) | (p.epi.nbcast > 0 ? kEpilogueBroadcast : 0));
 }
 
 #endif  // __CUDACC__

@@ -165,6 +165,11 @@ void plan_execution(const Workload& w, IntraMover mover, Plan* plan);
 // completed): role counts per launch and CTAs per cluster. Sets *why and returns false when nothing
 // was recorded or the blocks that started do not add up to the grid.
 bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* plan, std::string* why);
+// GEMM+RS/AR's overlap variant on one node: the schedule its GEMM recorded (the pieces per rank,
+// the own pieces' lag, and whether its epilogue sent the partials and gathered C itself, else the
+// copy engines did) into plan->exec's pieces, lag, send and gather. False with *why when the record
+// is not that GEMM's or does not fit the plan's ranks.
+bool apply_reduce_schedule(const kernels::LaunchRecord& rec, Plan* plan, std::string* why);
 
 // The plans `weftrun tune` measures for a problem: the model's plan first, then the variants and
 // role splits the op can run (AllGather+GEMM on one node: the copy engines on every SM, on the

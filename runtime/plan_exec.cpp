@@ -492,6 +492,35 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string*
   return true;
 }
 
+bool apply_reduce_schedule(const kernels::LaunchRecord& rec, Plan* p, std::string* why) {
+  const int W = p->world_size;
+  const bool ar = p->op == Op::kGemmAr;
+  if (rec.launches < 1 || rec.kernel != int32_t(kernels::KernelKind::kGemmReduceSlots)) {
+    *why = "no launch of the GEMM with the reducing epilogue recorded";
+    return false;
+  }
+  if (W < 1 || rec.shards < W || rec.shards % W != 0) {
+    *why = "the GEMM walked " + std::to_string(rec.shards) + " shards, not a multiple of the " + std::to_string(W) +
+           " ranks";
+    return false;
+  }
+  if (rec.lag < 1 || rec.lag > rec.shards / W) {
+    *why = "the GEMM's own pieces ran with lag " + std::to_string(rec.lag) + " (expected 1 to the " +
+           std::to_string(rec.shards / W) + " pieces: piece-major order)";
+    return false;
+  }
+  const bool broadcast = (rec.epilogue & kernels::kEpilogueBroadcast) != 0;
+  if (broadcast && !ar) {
+    *why = "the GEMM+RS epilogue stored reduced tiles into peers' C";
+    return false;
+  }
+  p->exec.pieces = rec.shards / W;
+  p->exec.lag = rec.lag;
+  p->exec.send = (rec.epilogue & kernels::kEpilogueRemotePartials) ? "sm" : "copy";
+  p->exec.gather = !ar ? "" : broadcast ? "sm" : "push";
+  return true;
+}
+
 std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool share_gpus) {
   std::vector<Plan> out;
   // The workload's `plan:` map fixes the execution: nothing is left to measure against it.

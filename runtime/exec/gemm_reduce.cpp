@@ -326,6 +326,15 @@ Status GemmReduceOp::executed_plan(Plan* out) const {
     }
     out->exec.variant = "peer";
   }
+  if (out->exec.variant == "overlap") {  // pieces, lag, send and gather as the GEMM walked and stored them
+    kernels::LaunchRecord gemm{};
+    WEFT_CHECK(record_.read(&gemm));
+    std::string why;
+    if (!apply_reduce_schedule(gemm, out, &why)) {
+      WEFT_WARN(kKernel, "rank %d: gemm_reduce: %s", rank_, why.c_str());
+      return Status::kNotFound;
+    }
+  }
   if (!mover_record_.device()) return Status::kOk;
   kernels::LaunchRecord rec{};
   WEFT_CHECK(mover_record_.read(&rec));

@@ -611,6 +611,63 @@ TEST_CASE("the launch record gives the roles and cluster a launch ran with, or s
   CHECK(why.find("the grid had 132 blocks, 128 ran per launch") != std::string::npos);
 }
 
+TEST_CASE("GEMM+RS/AR overlap: pieces, lag, send and gather come from the GEMM's record of its schedule") {
+  auto plan = [](const char* op) {
+    return plan_for(parse(std::string("name: t\nop: ") + op +
+                          "\nshape: {m: 8192, n: 8192, k: 7168}\nlayout: {nodes: 1, gpus_per_node: 4}\n"));
+  };
+  weft::kernels::LaunchRecord rec{};
+  rec.launches = 1;
+  rec.kernel = int32_t(weft::kernels::KernelKind::kGemmReduceSlots);
+  rec.shards = 8;
+  rec.lag = 1;
+  Plan rs = plan("gemm_rs");
+  REQUIRE(rs.exec.variant == "overlap");
+  REQUIRE(rs.exec.pieces == 4);  // the plan says 4 pieces; the record below says what ran
+  std::string why;
+  REQUIRE(apply_reduce_schedule(rec, &rs, &why));
+  CHECK(rs.exec.pieces == 2);
+  CHECK(rs.exec.lag == 1);
+  CHECK(rs.exec.send == "copy");
+  CHECK(rs.exec.gather.empty());
+  rec.epilogue = weft::kernels::kEpilogueRemotePartials;
+  REQUIRE(apply_reduce_schedule(rec, &rs, &why));
+  CHECK(rs.exec.send == "sm");
+  Plan ar = plan("gemm_ar");
+  rec.shards = 16;
+  rec.epilogue = weft::kernels::kEpilogueRemotePartials | weft::kernels::kEpilogueBroadcast;
+  REQUIRE(apply_reduce_schedule(rec, &ar, &why));
+  CHECK(ar.exec.pieces == 4);
+  CHECK(ar.exec.send == "sm");
+  CHECK(ar.exec.gather == "sm");
+  rec.epilogue = 0;
+  REQUIRE(apply_reduce_schedule(rec, &ar, &why));
+  CHECK(ar.exec.send == "copy");
+  CHECK(ar.exec.gather == "push");
+  // Refused: a ReduceScatter epilogue that broadcast, shards that are not ranks x pieces, a lag past
+  // the pieces or none (rotated order), another kernel's record, no launch.
+  rec.epilogue = weft::kernels::kEpilogueBroadcast;
+  CHECK(!apply_reduce_schedule(rec, &rs, &why));
+  CHECK(why.find("GEMM+RS epilogue stored reduced tiles") != std::string::npos);
+  rec.epilogue = 0;
+  rec.shards = 10;
+  CHECK(!apply_reduce_schedule(rec, &rs, &why));
+  CHECK(why.find("10 shards, not a multiple of the 4 ranks") != std::string::npos);
+  rec.shards = 16;
+  for (int lag : {0, 5}) {
+    rec.lag = lag;
+    CHECK(!apply_reduce_schedule(rec, &rs, &why));
+    CHECK(why.find("lag " + std::to_string(lag)) != std::string::npos);
+  }
+  rec.lag = 4;
+  REQUIRE(apply_reduce_schedule(rec, &rs, &why));
+  rec.kernel = int32_t(weft::kernels::KernelKind::kGemm);
+  CHECK(!apply_reduce_schedule(rec, &rs, &why));
+  rec.kernel = int32_t(weft::kernels::KernelKind::kGemmReduceSlots);
+  rec.launches = 0;
+  CHECK(!apply_reduce_schedule(rec, &rs, &why));
+}
+
 TEST_CASE("moe on one node: the staged op with every SM computing and its heap; across nodes refused") {
   auto moe = [](const std::string& shape, int nodes, int gpus, const std::string& extra = "") {
     return "name: t\nop: moe\nshape: " + shape + "\nlayout: {nodes: " + std::to_string(nodes) +
