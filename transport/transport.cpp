@@ -306,7 +306,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
       }
     }
     if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));
-    if (first.empty() && t->backend_name_ == "ibverbs") {
+    if (first.empty() && (t->backend_name_ == "ibverbs" || t->backend_name_ == "ofi")) {
       failure = preflight(backends, t->connected_, t->timeout_s_);
       WEFT_CHECK(agree(boot, key + "preflight", failure, &first));
     }
