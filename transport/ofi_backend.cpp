@@ -26,6 +26,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "transport/net_backend.h"
+#include "transport/ofi_desc_check.h"
 #include "transport/ofi_info.h"
 #include "transport/ofi_plan.h"
 #include "transport/ofi_sizes.h"
@@ -397,6 +398,7 @@ class OfiBackend final : public NetBackend {
     if (!rc) rc = fi_ep_bind(ep_, &av_->fid, 0);
     if (!rc) rc = fi_enable(ep_);
     if (rc) return fail(Status::kSystemError, "endpoint setup: " + ofi_error(rc));
+    if (switches_.check_descriptors) ofi::desc_check_attach(ep_, mr_local_, cfg_.rank, cfg_.channel);
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
@@ -419,7 +421,7 @@ class OfiBackend final : public NetBackend {
       WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
     }
     WEFT_CHECK(reg(ctrl_, ctrl_bytes_, FI_WRITE | FI_SEND | FI_RECV, kCtrlKey, &ctrl_mr_, "the control block"));
-    heap_desc_ = mr_local_ && heap_mr_ ? fi_mr_desc(heap_mr_) : nullptr;
+    heap_desc_ = mr_local_ && heap_mr_ && !switches_.drop_heap_descriptor ? fi_mr_desc(heap_mr_) : nullptr;
     ctrl_desc_ = mr_local_ ? fi_mr_desc(ctrl_mr_) : nullptr;
     for (int i = 0; i < kRecvSlots; ++i) WEFT_CHECK(post_recv(i));
     tally_.receives_posted += kRecvSlots;
@@ -447,6 +449,7 @@ class OfiBackend final : public NetBackend {
                                             "): fi_mr_reg: " + ofi_error(rc));
     tally_.registrations += 1;
     tally_.registered_bytes += bytes;
+    if (switches_.check_descriptors) ofi::desc_check_add_registration(ep_, fi_mr_desc(*mr), base, bytes);
     if (mr_endpoint_) {
       rc = fi_mr_bind(*mr, &ep_->fid, 0);
       if (!rc) rc = fi_mr_enable(*mr);
@@ -808,6 +811,7 @@ class OfiBackend final : public NetBackend {
   }
 
   void release() {
+    if (ep_) ofi::desc_check_detach(ep_);  // the provider's own tables back (if a test wrapped them)
     if (ep_) fi_close(&ep_->fid);
     if (heap_mr_) fi_close(&heap_mr_->fid);
     if (ctrl_mr_) fi_close(&ctrl_mr_->fid);

@@ -63,6 +63,10 @@ struct OfiTestSwitches {
   // A mistake made on purpose (the test that the FI_MR_PROV_KEY path matters): publish the key weft
   // requests where the provider does not choose (ofi::kHeapKey, ...) instead of the registration's.
   int publish_requested_key = 0;
+  // Wrap each endpoint in the descriptor-checking shim (transport/ofi_desc_check.h), and a mistake
+  // made on purpose for it to find: puts from the heap without the heap's descriptor.
+  int check_descriptors = 0;
+  int drop_heap_descriptor = 0;
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();
