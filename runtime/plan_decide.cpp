@@ -66,12 +66,14 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
     else if (plan->heap_bytes <= options.heap_budget)
       notes.push_back("the peer variant: the overlap variant needs " + std::to_string(overlap_bytes) +
                       " bytes of symmetric heap per rank, " + need);
-    else {  // the peer variant keeps two copies of the partials: no smaller, so the model's plan stays
+    else {  // the peer variant keeps two copies of the partials: no smaller. Neither runs in this heap.
       const uint64_t peer_bytes = plan->heap_bytes;
       *plan = std::move(overlap);
-      notes.push_back("the overlap variant needs " + std::to_string(overlap_bytes) +
-                      " bytes of symmetric heap per rank and the peer variant " + std::to_string(peer_bytes) + ", " +
-                      need);
+      plan->exec.executable = false;
+      plan->exec.not_executable = "the symmetric heap is too small: the overlap variant needs " +
+                                  std::to_string(overlap_bytes) + " bytes per rank and the peer variant " +
+                                  std::to_string(peer_bytes) + ", " + need;
+      notes.push_back(plan->exec.not_executable);
     }
   }
   if (w.group) {

@@ -360,7 +360,12 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
     }
   }
   // The peer variant: the GEMM on every SM, then the reduction kernel (also where a plan of the
-  // overlap variant, with its mover SMs, is replanned as peer).
+  // overlap variant, with its mover SMs, is replanned as peer). The kernel moves 16-byte vectors of a
+  // rank's row block: (m / ranks) x n must be a multiple of 8 elements.
+  if ((m / W) * n % 8 != 0)
+    return refuse(p, w.error_at("shape.n", std::to_string(n) + ": the peer variant reduces 16-byte vectors, so (m / " +
+                                               "ranks) x n must be a multiple of 8 elements (here " +
+                                               std::to_string(m / W) + " x " + std::to_string(n) + ")"));
   if (!p->roles_explicit) p->roles = RoleCounts{p->sm_count, 0, 0, 0};
   // At most this many blocks of 512 threads reduce (fewer where there is less than a vector per
   // thread): 16 moved a small shape's bytes faster than one per SM on 4 H200s (the runner's peer

@@ -292,7 +292,9 @@ void GemmReduceOp::unstick() {
     overlap_->unstick(side_);
     return;
   }
-  // The reduction kernel's waits are bounded on the device; the flags raised let its peers leave too.
+  // The reduction kernel's waits are bounded on the device; raising this rank's own flag words (the
+  // ready and gathered words its blocks wait on) lets them leave at once. Peers leave by their own
+  // device timeout or their own unstick.
   for (const auto& r : regions_)
     if (r.name == "gemm_reduce.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }

@@ -352,6 +352,12 @@ TEST_CASE("GEMM+RS and GEMM+AR on one node: the peer variant, its heap, refusals
   CHECK(a.exec.executable);
   REQUIRE(a.region("gemm_reduce.c") != nullptr);
   check_heap(a);
+  // A rank's row block must be whole 16-byte vectors: 100 / 4 rows x 4100 columns is not.
+  std::string narrow = rs;
+  narrow.replace(narrow.find("m: 8192, n: 8192"), 16, "m: 100, n: 4100");
+  const Plan nv = plan_for(parse(narrow));
+  CHECK(!nv.exec.executable);
+  CHECK(nv.exec.not_executable.find("shape.n: 4100: the peer variant reduces 16-byte vectors") != std::string::npos);
   std::string odd = rs;
   odd.replace(odd.find("k: 7168"), 7, "k: 7180");
   const Plan o = plan_for(parse(odd));

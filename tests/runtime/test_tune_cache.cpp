@@ -279,17 +279,18 @@ TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache
   REQUIRE(decide_plan(w, o, &overlap, &err, &bad) == Status::kOk);
   REQUIRE(overlap.exec.variant == "overlap");
   // A heap that holds the overlap plan keeps it. One byte less: the peer variant (two copies of the
-  // partials) needs as much, so the model's plan stays, with a note of what both need.
+  // partials) needs as much, so no plan runs there, and the plan says what each variant needs.
   o.heap_budget = overlap.heap_bytes;
   REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
   CHECK(p.exec.variant == "overlap");
+  CHECK(p.exec.executable);
   o.heap_budget = overlap.heap_bytes - 1;
   REQUIRE(decide_plan(w, o, &p, &err, &bad) == Status::kOk);
-  CHECK(p.exec.variant == "overlap");
-  CHECK(p.chosen_by == "model");
-  bool said = false;
-  for (const auto& n : p.notes) said = said || n.find("and the peer variant") != std::string::npos;
-  CHECK(said);
+  CHECK(!p.exec.executable);
+  CAPTURE(p.exec.not_executable);
+  CHECK(p.exec.not_executable.find("the symmetric heap is too small: the overlap variant needs") == 0);
+  CHECK(p.exec.not_executable.find("and the peer variant") != std::string::npos);
+  CHECK(p.exec.not_executable.find("raise WEFT_HEAP_BYTES") != std::string::npos);
   // A workload that asks for overlap gets it, heap or not (run and the API say what is missing).
   const Workload asked = load(write_workload(d,
                                              "name: t\nop: gemm_rs\ndtype: bf16\nshape: {m: 8192, n: 8192, k: 7168}\n"
@@ -313,7 +314,7 @@ TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache
   CHECK(p.exec.variant == "peer");
   CHECK(p.exec.executable);
   CHECK(p.chosen_by == "model");
-  said = false;
+  bool said = false;
   for (const auto& n : p.notes) said = said || n.find("the tuning cache's overlap plan") != std::string::npos;
   CHECK(said);
 }
