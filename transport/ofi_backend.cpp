@@ -665,8 +665,11 @@ class OfiBackend final : public NetBackend {
                                                 std::to_string(sender) + " is malformed (sequence " +
                                                 std::to_string(h.seq) + ", expected " + std::to_string(seq) + ")");
       void* dst = static_cast<char*>(region_.base) + h.dst_offset;
-      Status s = put ? cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, buf + sizeof h, len)
-                     : cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, &h.length_or_value, 8);
+      Status s = Status::kOk;  // a zero-length put (the preflight's) copies nothing: no CUDA call on this thread
+      if (put && len)
+        s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, buf + sizeof h, len);
+      else if (!put)
+        s = cfg_.copy_hooks.to_region(cfg_.copy_hooks.ctx, dst, &h.length_or_value, 8);
       if (s != Status::kOk)
         return fail(s, std::string("copying a staged ") + (put ? "put" : "signal") + " from rank " +
                            std::to_string(sender) + " into the device heap");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "base/backoff.h"
 #include "base/log.h"
@@ -116,6 +117,35 @@ std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const 
     for (auto& b : backends) b->wait_activity(1e-3);
   }
   return "";
+}
+
+// agree() on a thread of its own while this one keeps every backend progressing: a rank whose own
+// preflight writes completed must still drive its endpoint for its peers' writes (with manual
+// progress, as tcp;ofi_rxm and efa have, their delivery needs the target to read its queue) until
+// every rank is done.
+Status agree_progressing(bootstrap::Bootstrap& boot, const std::string& key, const std::string& failure,
+                         std::string* first, std::vector<std::unique_ptr<NetBackend>>& backends) {
+  std::atomic<bool> done{false};
+  Status st = Status::kOk;
+  std::thread agreeing([&] {
+    st = agree(boot, key, failure, first);
+    done.store(true, std::memory_order_release);
+  });
+  std::vector<Completion> ignored;  // a straggling preflight write's completion, nothing else yet
+  while (!done.load(std::memory_order_acquire)) {
+    bool idle = true;
+    for (auto& b : backends) {
+      if (!b) continue;
+      ignored.clear();
+      if (b->poll(&ignored) == Status::kOk) {
+        b->wait_activity(1e-3);
+        idle = false;
+      }
+    }
+    if (idle) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // failed backends: nothing to drive
+  }
+  agreeing.join();
+  return st;
 }
 
 }  // namespace
@@ -308,7 +338,7 @@ Status Transport::create(bootstrap::Bootstrap& boot, const Region& heap, const T
     if (first.empty()) WEFT_CHECK(agree(boot, key + "connect", failure, &first));
     if (first.empty() && (t->backend_name_ == "ibverbs" || t->backend_name_ == "ofi")) {
       failure = preflight(backends, t->connected_, t->timeout_s_);
-      WEFT_CHECK(agree(boot, key + "preflight", failure, &first));
+      WEFT_CHECK(agree_progressing(boot, key + "preflight", failure, &first, backends));
     }
     if (first.empty()) break;
     backends.clear();
