@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/backoff.h"
 #include "transport/fifo.h"
 
 using namespace weft;
@@ -107,6 +108,7 @@ TEST_CASE("concurrent producers: every command arrives exactly once, back-pressu
   std::vector<int> next(kProducers, 0);
   int got = 0, disorder = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(50);
+  weft::Backoff backoff;
   while (got < kProducers * kEach && std::chrono::steady_clock::now() < deadline) {
     FifoCommand out{};
     int n = 0;
@@ -116,10 +118,12 @@ TEST_CASE("concurrent producers: every command arrives exactly once, back-pressu
       if (out.src_offset != static_cast<uint64_t>(next[out.peer])) ++disorder;
       next[out.peer] = static_cast<int>(out.src_offset) + 1;
     }
-    if (n)
+    if (n) {
       c.release();
-    else
-      std::this_thread::yield();
+      backoff.reset();
+    } else {
+      backoff.pause();
+    }
   }
   for (auto& t : producers) t.join();
   CHECK(failures == 0);

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/backoff.h"
 #include "ibverbs_fake.h"
 #include "local_bootstrap.h"
 #include "transport/ibverbs_backend.h"
@@ -353,6 +354,7 @@ E2e run_transport(fake::Fabric& fab, const char* mode, int n, double timeout_s) 
       // Every value the flag takes announces at least the put with that number.
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
       uint64_t seen = 0;
+      weft::Backoff backoff;  // the proxies need the CPU this machine has
       while (seen < uint64_t(n)) {
         const uint64_t v = __atomic_load_n(&m[8000], __ATOMIC_ACQUIRE);
         if (v > seen) {
@@ -361,6 +363,7 @@ E2e run_transport(fake::Fabric& fab, const char* mode, int n, double timeout_s) 
             for (int w = 0; w < 8; ++w)
               if (m[2048 + 8 * i + w] != pattern(static_cast<int>(i), 0, w)) ++out.bad;
           seen = v;
+          backoff.reset();
           continue;
         }
         if (t->status() != Status::kOk) {
@@ -373,7 +376,7 @@ E2e run_transport(fake::Fabric& fab, const char* mode, int n, double timeout_s) 
           s = Status::kTimeout;
           break;
         }
-        std::this_thread::yield();  // the proxies need the CPU this machine has
+        backoff.pause();
       }
     }
     if (out.error[me].empty()) out.error[me] = t->error_message();

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/backoff.h"
 #include "base/log.h"
 #include "local_bootstrap.h"
 #include "transport/heap.h"
@@ -636,11 +637,12 @@ Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode) {
     for (int s = 0; s < n; ++s) {
       if (s == me) continue;
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      Backoff backoff;
       while (__atomic_load_n(reinterpret_cast<uint64_t*>(base + flags0 + 8 * s), __ATOMIC_ACQUIRE) <
              static_cast<uint64_t>(round)) {
         if (t->status() != Status::kOk) return t->status();
         if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
-        std::this_thread::yield();
+        backoff.pause();
       }
       for (uint64_t i = 0; i < size; ++i)
         if (static_cast<uint8_t>(base[recv0 + s * kBlock + i]) != byte_of(s, round, i)) return Status::kProtocolError;
@@ -746,10 +748,11 @@ Status wiring_matches_report(bootstrap::Bootstrap& boot, HeapPlace place, PeerNe
   for (int p : t->peer_set().net) WEFT_CHECK(t->put_signal(0, p, 0, 8 * (16 + me), 8, 8 * (64 + me), 1));
   for (int p : t->peer_set().net) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    Backoff backoff;
     while (__atomic_load_n(&mem[64 + p], __ATOMIC_ACQUIRE) < 1) {
       if (t->status() != Status::kOk) return t->status();
       if (std::chrono::steady_clock::now() > deadline) return Status::kTimeout;
-      std::this_thread::yield();
+      backoff.pause();
     }
   }
   WEFT_CHECK(t->flush());

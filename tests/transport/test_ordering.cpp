@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "base/backoff.h"
 #include "base/log.h"
 #include "local_bootstrap.h"
 #include "transport/heap.h"
@@ -67,7 +68,7 @@ int rank_body(testing::ForkBootstrap& boot, const std::string& backend, const st
   uint64_t next_send[kRanks] = {}, next_recv[kRanks] = {};
   uint64_t verified = 0;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(400);
-  int idle = 0;
+  Backoff backoff;
   for (;;) {
     bool done = true, progress = false;
     for (int p = 0; p < kRanks; ++p)
@@ -137,12 +138,12 @@ int rank_body(testing::ForkBootstrap& boot, const std::string& backend, const st
       }
     }
     if (progress) {
-      idle = 0;
+      backoff.reset();
       continue;
     }
     if (t->status() != Status::kOk) return boot.report("transport failed: " + t->error_message()), 8;
     if (std::chrono::steady_clock::now() > deadline) return boot.report("no progress before the deadline"), 9;
-    if (++idle > 64) sched_yield();
+    backoff.pause();
   }
   if (t->flush() != Status::kOk || boot.barrier("done") != Status::kOk) return 10;
   TransportCounters c = t->counters();

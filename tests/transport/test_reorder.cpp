@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "base/backoff.h"
 #include "reorder_backend.h"
 #include "transport/fifo.h"
 #include "transport/proxy.h"
@@ -114,7 +115,7 @@ Outcome run(SignalMode mode, bool fences_on, uint64_t per_peer) {
     std::mt19937_64 rng(0x5eed + me * 31 + static_cast<int>(mode));
     uint64_t next_send[kRanks] = {}, next_recv[kRanks] = {}, verified = 0;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-    for (int idle = 0; !stop;) {
+    for (Backoff backoff; !stop;) {
       bool done = true, progress = false;
       for (int p = 0; p < kRanks; ++p)
         if (p != me && (next_send[p] < per_peer || next_recv[p] < per_peer)) done = false;
@@ -179,12 +180,12 @@ Outcome run(SignalMode mode, bool fences_on, uint64_t per_peer) {
         }
       }
       if (progress) {
-        idle = 0;
+        backoff.reset();
         continue;
       }
       if (k.proxy->status() != Status::kOk) return note(&out.error, "proxy failed: " + k.proxy->error_message());
       if (std::chrono::steady_clock::now() > deadline) return note(&out.error, "no progress before the deadline");
-      if (++idle > 64) std::this_thread::yield();
+      backoff.pause();
     }
     std::lock_guard<std::mutex> lock(out_mutex);
     out.verified += verified;

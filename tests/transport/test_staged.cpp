@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/backoff.h"
 #include "base/log.h"
 #include "local_bootstrap.h"
 #include "transport/heap.h"
@@ -74,6 +75,7 @@ Status device_style_push(FifoRingHeader* ring, FifoProducerState* state, const F
   const uint64_t depth = ring->depth;
   const uint64_t t = __atomic_fetch_add(&state->next_ticket, 1, __ATOMIC_RELAXED);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  Backoff backoff;
   while (t >= __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE) + depth) {
     if (int32_t e = __atomic_load_n(&ring->error, __ATOMIC_ACQUIRE)) return static_cast<Status>(e);
     if (std::chrono::steady_clock::now() > deadline) {
@@ -81,7 +83,7 @@ Status device_style_push(FifoRingHeader* ring, FifoProducerState* state, const F
                 (unsigned long long)__atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE));
       return Status::kTimeout;
     }
-    std::this_thread::yield();
+    backoff.pause();
   }
   FifoCommand* slot = fifo_slots(ring) + (t & (depth - 1));
   memcpy(static_cast<void*>(slot), &cmd, offsetof(FifoCommand, word));
@@ -145,7 +147,7 @@ Status staged_body(bootstrap::Bootstrap& boot, const char* mode, int mode_index,
     producers.emplace_back([&, p] {
       log.producers[p] = std::this_thread::get_id();
       if (++ready == kProducers) log.producers_known.store(true, std::memory_order_release);
-      while (ready.load() < kProducers) std::this_thread::yield();
+      for (Backoff backoff; ready.load() < kProducers;) backoff.pause();
       for (int i = p; i < kPuts; i += kProducers)
         if (put(send + i * slice, recv + i * slice, slice) != Status::kOk) ++push_errors;
     });
