@@ -326,6 +326,11 @@ Status GemmReduceOp::executed_plan(Plan* out) const {
                 rank_);
       return Status::kNotFound;
     }
+    if (rec.grid < 1 || rec.grid > plan_.exec.reduce_blocks) {  // the plan's reduce_blocks is a maximum
+      WEFT_WARN(kKernel, "rank %d: gemm_reduce: the peer reduction ran %d blocks, the plan allows 1 to %d", rank_,
+                rec.grid, plan_.exec.reduce_blocks);
+      return Status::kNotFound;
+    }
     out->exec.variant = "peer";
   }
   if (out->exec.variant == "overlap") {  // pieces, lag, send and gather as the GEMM walked and stored them
