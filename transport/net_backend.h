@@ -130,6 +130,8 @@ struct BackendConfig {
 struct PostFlags {
   bool fence = false;            // NIC-side ordering: wait for earlier ops to this peer (IBV_SEND_FENCE)
   bool need_completion = false;  // the proxy will wait for this op: report it without later posts
+  bool delivered = false;        // complete only once the target has it (the preflight's: a refused key
+                                 // or a dead target fails the op); RC verbs always are
 };
 
 // One backend instance serves one channel of one rank. Nothing here blocks longer than

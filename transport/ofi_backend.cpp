@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <thread>
 
 #include "base/log.h"
 #include "base/params.h"
@@ -218,6 +219,13 @@ class OfiBackend final : public NetBackend {
     if (local_offset > region_.bytes || bytes > region_.bytes - local_offset || remote_offset > region_.bytes ||
         bytes > region_.bytes - remote_offset)
       return fail(Status::kInvalidArgument, "put outside the heap (rank " + std::to_string(peer) + ")");
+    if (switches_.delay_first_put_rank == cfg_.rank && !delayed_first_put_) {  // a test's late rank, progressing
+      delayed_first_put_ = true;
+      for (const double until = now_s() + switches_.first_put_delay_s; now_s() < until;) {
+        WEFT_CHECK(drain());
+        nap(50e-6);
+      }
+    }
     Work w;
     w.is_put = true;
     w.local = local_offset;
@@ -556,7 +564,7 @@ class OfiBackend final : public NetBackend {
           desc = ctrl_desc_;
         }
         uint64_t flags = FI_COMPLETION;
-        if (w.is_put && ofi_put_needs_delivery(ordering_, traits_, n, w.flags.need_completion)) {
+        if (w.is_put && (w.flags.delivered || ofi_put_needs_delivery(ordering_, traits_, n, w.flags.need_completion))) {
           flags |= FI_DELIVERY_COMPLETE;
           c->delivery = true;
         }
@@ -840,6 +848,7 @@ class OfiBackend final : public NetBackend {
   BackendConfig cfg_;
   std::string provider_;
   OfiTestSwitches switches_;
+  bool delayed_first_put_ = false;
   OfiWiring tally_;  // what this backend asked libfabric for, not yet added to the process's record
   Region region_;
   fi_info* info_ = nullptr;

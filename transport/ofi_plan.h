@@ -67,6 +67,11 @@ struct OfiTestSwitches {
   // made on purpose for it to find: puts from the heap without the heap's descriptor.
   int check_descriptors = 0;
   int drop_heap_descriptor = 0;
+  // Rank whose first put (the preflight's) is posted first_put_delay_s late, its endpoint progressed
+  // meanwhile: its peers have finished their own preflight writes by then and wait for the ranks'
+  // agreement; -1: none.
+  int delay_first_put_rank = -1;
+  double first_put_delay_s = 0;
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();

@@ -87,6 +87,7 @@ std::string preflight(std::vector<std::unique_ptr<NetBackend>>& backends, const 
       if (!connected[p]) continue;
       PostFlags f;
       f.need_completion = true;
+      f.delivered = true;  // ofi: FI_DELIVERY_COMPLETE, so the target's provider has processed it
       if (backends[ch]->post_put(p, 0, 0, 0, f, static_cast<uint64_t>(p)) != Status::kOk)
         return "preflight to rank " + std::to_string(p) + ": " + backends[ch]->error_message();
       pending[ch][p] = true;

@@ -341,6 +341,41 @@ TEST_CASE(
          log.find("a put to rank 0 failed") != std::string::npos));
 }
 
+TEST_CASE("ofi preflight: a rank that starts its preflight late still completes it (the others keep progressing)") {
+  if (!have_provider()) return;
+  // Rank 2's preflight writes start 1.5 s after the others', which by then have finished theirs and
+  // wait for the agreement: their endpoints must still be driven for rank 2's writes to complete
+  // (tcp;ofi_rxm's progress is manual), else rank 2's preflight times out and the job has no ofi.
+  OfiTestSwitches sw;
+  sw.delay_first_put_rank = 2;
+  sw.first_put_delay_s = 1.5;
+  set_ofi_test_switches(sw);
+  std::vector<std::string> backend(3);
+  auto st = testing::run_threads(
+      3, 1,
+      [&](bootstrap::Bootstrap& boot) -> Status {
+        std::unique_ptr<HostHeap> heap;
+        WEFT_CHECK(HostHeap::create(1 << 16, &heap));
+        TransportOptions opt;
+        opt.backend = "ofi";
+        opt.signal_mode = "fenced";
+        opt.peers = PeerNeed::kEveryRank;
+        opt.timeout_s = 1;  // shorter than rank 2's delay: without progress its writes would time out
+        std::unique_ptr<Transport> t;
+        WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
+        backend[size_t(boot.info().rank)] = t->backend_name();
+        t->stop();
+        return Status::kOk;
+      },
+      /*timeout_s=*/30);
+  set_ofi_test_switches(OfiTestSwitches{});
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] == Status::kOk);
+    CHECK(backend[size_t(r)] == "ofi");
+  }
+}
+
 TEST_CASE("ofi FI_MR_LOCAL over tcp: descriptors for every local buffer, off and on (host heap)") {
   if (!have_provider()) return;
   std::vector<uint64_t> mem(512);
