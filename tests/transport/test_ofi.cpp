@@ -34,6 +34,16 @@ using namespace weft::transport;
 
 namespace {
 
+// A transport over ofi to every rank of the job, in `mode`, every wait bounded by timeout_s.
+TransportOptions ofi_options(const std::string& mode, double timeout_s) {
+  TransportOptions opt;
+  opt.backend = "ofi";
+  opt.signal_mode = mode;
+  opt.peers = PeerNeed::kEveryRank;
+  opt.timeout_s = timeout_s;
+  return opt;
+}
+
 // Tests stay on the loopback interface, whatever other interfaces come and go (libfabric reads these
 // when it first loads its providers).
 const bool kLoopbackOnly = [] {
@@ -69,12 +79,8 @@ Status exchange(bootstrap::Bootstrap& boot, const std::string& mode, std::string
   std::unique_ptr<HostHeap> heap;
   WEFT_CHECK(HostHeap::create(2 * n * kBlock + 4096, &heap));
   const uint64_t recv0 = n * kBlock, flags0 = 2 * n * kBlock;
-  TransportOptions opt;
-  opt.backend = "ofi";
-  opt.signal_mode = mode;
-  opt.peers = PeerNeed::kEveryRank;
+  TransportOptions opt = ofi_options(mode, timeout_s);
   opt.fifo_depth = 32;
-  opt.timeout_s = timeout_s;
   std::unique_ptr<Transport> t;
   WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
   int round = 0;
@@ -305,11 +311,7 @@ TEST_CASE(
         const int me = boot.info().rank;
         std::unique_ptr<HostHeap> heap;
         WEFT_CHECK(HostHeap::create(1 << 16, &heap));
-        TransportOptions opt;
-        opt.backend = "ofi";
-        opt.signal_mode = "fenced";
-        opt.peers = PeerNeed::kEveryRank;
-        opt.timeout_s = 3;
+        const TransportOptions opt = ofi_options("fenced", 3);
         std::unique_ptr<Transport> t;
         const auto t0 = std::chrono::steady_clock::now();
         const Status s = Transport::create(boot, heap->region(), opt, &t);
@@ -356,11 +358,8 @@ TEST_CASE("ofi preflight: a rank that starts its preflight late still completes 
       [&](bootstrap::Bootstrap& boot) -> Status {
         std::unique_ptr<HostHeap> heap;
         WEFT_CHECK(HostHeap::create(1 << 16, &heap));
-        TransportOptions opt;
-        opt.backend = "ofi";
-        opt.signal_mode = "fenced";
-        opt.peers = PeerNeed::kEveryRank;
-        opt.timeout_s = 1;  // shorter than rank 2's delay: without progress its writes would time out
+        // A bound shorter than rank 2's delay: without progress its writes would time out.
+        const TransportOptions opt = ofi_options("fenced", 1);
         std::unique_ptr<Transport> t;
         WEFT_CHECK(Transport::create(boot, heap->region(), opt, &t));
         backend[size_t(boot.info().rank)] = t->backend_name();
@@ -648,12 +647,8 @@ Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode) {
   Region heap{mem.data(), mem.size() * 8, MemKind::kDevice, -1};
   char* base = reinterpret_cast<char*>(mem.data());
   const uint64_t recv0 = n * kBlock, flags0 = 2 * n * kBlock;
-  TransportOptions opt;
-  opt.backend = "ofi";
-  opt.signal_mode = mode;
-  opt.peers = PeerNeed::kEveryRank;
+  TransportOptions opt = ofi_options(mode, 20);
   opt.fifo_depth = 32;
-  opt.timeout_s = 20;
   opt.copy_hooks.to_region = to_dev;
   opt.copy_hooks.from_region = from_dev;
   std::unique_ptr<Transport> t;
@@ -728,11 +723,7 @@ TEST_CASE("ofi over tcp: a peer killed mid-transfer: the rank writing to it fail
         const int me = boot.info().rank;
         std::unique_ptr<HostHeap> heap;
         if (HostHeap::create(kBig + 4096, &heap) != Status::kOk) return 2;
-        TransportOptions opt;
-        opt.backend = "ofi";
-        opt.signal_mode = "fenced";
-        opt.peers = PeerNeed::kEveryRank;
-        opt.timeout_s = 10;
+        const TransportOptions opt = ofi_options("fenced", 10);
         std::unique_ptr<Transport> t;
         if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return 3;
         if (boot.barrier("up") != Status::kOk) return 4;
