@@ -22,7 +22,6 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
-#include <thread>
 
 #include "base/log.h"
 #include "base/params.h"
