@@ -34,10 +34,13 @@
 #include "base/params.h"
 #include "kernels/ag_gemm_fused.h"
 #include "kernels/gemm.h"
+#include "runtime/exec/ag_gemm.h"
+#include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
+#include "runtime/tuner.h"
 #include "runtime/workload.h"
 
 namespace weft::runtime::ops {
@@ -613,11 +616,35 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     vt[i].local_alone = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, false, true, false, false, true); });
     vt[i].local_beside = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, true, false, false, true); });
   }
+  // The runtime op (runtime/exec/ag_gemm.h, what `weftrun run` and the API execute) on the plan
+  // `weftrun plan` prints, on a context of its own, in the same rounds: this rank's shard copied in
+  // from the runner's A on every call, and written into the op's heap slot once (shard(), the API's
+  // zero-copy path).
+  const Plan rt_plan = plan_for(wl, info.rank, plan_mover(wl, wl.layout));
+  std::unique_ptr<runtime::Context> rt_ctx;
+  std::unique_ptr<runtime::AgGemmOp> rt_op;
+  bf16* rt_c = nullptr;
+  size_t i_rt = none, i_rt_heap = none;
+  if (rt_plan.exec.executable && rt_plan.world_size == op.world) {
+    WEFT_CHECK(runtime::Context::create(boot, rt_plan.heap_bytes + (4u << 20), &rt_ctx));
+    WEFT_CHECK(runtime::AgGemmOp::create(*rt_ctx, rt_plan, &rt_op));
+    WEFT_CUDA_CHECK(cudaMalloc(&rt_c, size_t(op.m * op.n) * sizeof(bf16)));
+    WEFT_CHECK(poison_bf16(rt_c, op.m * op.n, op.main));  // an element no call writes fails the check below
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(rt_op->shard(), op.shard(op.rank), size_t(op.m_loc * op.k) * sizeof(bf16),
+                                    cudaMemcpyDeviceToDevice, op.main));
+    i_rt = timer.add([&] { return rt_op->run(op.shard(op.rank), op.b, rt_c, op.main); });
+    i_rt_heap = timer.add([&] { return rt_op->run(rt_op->shard(), op.b, rt_c, op.main); });
+  } else if (op.rank == 0) {
+    printf("(no runtime op rows: %s)\n",
+           rt_plan.exec.executable ? "the plan is for another number of ranks" : rt_plan.exec.not_executable.c_str());
+  }
   if (op.rank == 0) {
     printf("rank 0: ag_gemm timing %zu runs interleaved, %d warm-up + %d timed rounds\n", timer.size(), warm, iters);
     fflush(stdout);
   }
-  const Status timed_st = timer.run(boot, comm, op.main, warm, iters, "weft.ag_gemm.t" + std::to_string(key++));
+  const Status timed_st = timer.run(boot, comm, op.main, warm, iters, "weft.ag_gemm.t" + std::to_string(key++), [&] {
+    if (rt_op) rt_op->unstick();
+  });
   if (op.local_dst) cudaFree(op.local_dst);
   op.local_dst = nullptr;
   WEFT_CHECK(timed_st);
@@ -689,6 +716,27 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     diag(vt[i].local_beside, "the same bytes copied within the GPU, beside the GEMM, no gates",
          "what local copies of those bytes cost the GEMM");
   }
+  if (rt_op) {
+    // The op's C of its last call against cuBLAS on NCCL's gathered A (both rows ran every round).
+    Comparison cmp;
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+    WEFT_CHECK(compare_bf16(rt_c, op.c_ref, op.m * op.n, op.main, &cmp));
+    if (cmp.non_finite || !(cmp.rel_err < 1e-2)) {
+      WEFT_WARN(kKernel,
+                "rank %d: ag_gemm: the runtime op's C differs from cuBLAS: rel err %.3g, %lld elements not finite",
+                op.rank, cmp.rel_err, static_cast<long long>(cmp.non_finite));
+      return Status::kInternal;
+    }
+    const double fastest = best ? best->ms : 0;
+    snprintf(note, sizeof note, "%.3fx the fastest fused row; the plan: %s, %s; C rel err %.1e; shard copied in",
+             fastest > 0 ? timer.ms(i_rt) / fastest : 0.0, to_string(rt_plan.intra_mover()),
+             roles_text(rt_plan.roles).c_str(), cmp.rel_err);
+    rows.insert(rows.begin(), {"weft runtime op, the plan", timer.ms(i_rt), tf(timer.ms(i_rt)), note});
+    snprintf(note, sizeof note, "%.3fx the fastest fused row; A written into the op's heap slot (shard())",
+             fastest > 0 ? timer.ms(i_rt_heap) / fastest : 0.0);
+    rows.insert(rows.begin() + 1,
+                {"weft runtime op, A in the heap", timer.ms(i_rt_heap), tf(timer.ms(i_rt_heap)), note});
+  }
   if (best) {
     snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than nccl+cublas; auto keeps: %s (%s)", best->ms / bound,
              t_seq / best->ms, best->name.c_str(), roles_text(best->roles).c_str());
@@ -709,6 +757,9 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
   snprintf(extra, sizeof extra, "\"op\": \"ag_gemm\", \"m\": %lld, \"n\": %lld, \"k\": %lld, \"world\": %d",
            static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(op.k), op.world);
   print_results(boot, title, rows, extra);
+  rt_op.reset();  // before its context
+  rt_ctx.reset();
+  if (rt_c) cudaFree(rt_c);
 
   cublasDestroy(blas);
   ncclCommDestroy(comm);

@@ -44,7 +44,9 @@
 #include "kernels/gemm.h"
 #include "kernels/piece_push.h"
 #include "kernels/reduce_slots.h"
+#include "runtime/exec/context.h"
 #include "runtime/exec/device_data.h"
+#include "runtime/exec/gemm_reduce.h"
 #include "runtime/ops/cuda_check.h"
 #include "runtime/ops/gemm_reduce.h"
 #include "runtime/ops/op_harness.h"
@@ -419,6 +421,23 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
   op.gather = best_variant.gather;
   WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(op.set_roles());
+  // The runtime op (runtime/exec/gemm_reduce.h, what `weftrun run` and the API execute) on the
+  // model's plan, on a context of its own, timed in the same rounds as the runner: on the runner's
+  // inputs, C into a buffer of the caller's (AllReduce: copied out of the heap) and, AllReduce, left
+  // in the heap (heap_c(), the API's zero-copy path).
+  std::unique_ptr<runtime::Context> rt_ctx;
+  std::unique_ptr<runtime::GemmReduceOp> rt_op;
+  bf16* rt_c = nullptr;
+  const int64_t rt_elems = all_reduce ? op.m * op.n : op.m_loc * op.n;
+  if (plan.exec.executable && plan.world_size == op.world) {
+    WEFT_CHECK(runtime::Context::create(boot, plan.heap_bytes + (4u << 20), &rt_ctx));
+    WEFT_CHECK(runtime::GemmReduceOp::create(*rt_ctx, plan, &rt_op));
+    WEFT_CUDA_CHECK(cudaMalloc(&rt_c, size_t(rt_elems) * sizeof(bf16)));
+    WEFT_CHECK(poison_bf16(rt_c, rt_elems, op.main));  // an element no call writes fails the check below
+  } else if (op.rank == 0) {
+    printf("(no runtime op rows: %s)\n",
+           plan.exec.executable ? "the plan is for another number of ranks" : plan.exec.not_executable.c_str());
+  }
   InterleavedTimer timer;
   timer.add([&] { return op.enqueue_fused(); });                // 0
   timer.add([&] { return enqueue_sequence(op, comm, blas); });  // 1
@@ -440,12 +459,32 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
     return kernels::launch_gemm(op.gemm, op.frame_params, epi, kernels::FlagGate{}, kernels::TileSignal{}, op.main,
                                 bench_gemm_options());
   });
+  size_t i_rt = 0, i_rt_heap = 0;
+  if (rt_op) {
+    i_rt = timer.add([&] { return rt_op->run(op.a, op.b, rt_c, op.main); });
+    if (all_reduce) i_rt_heap = timer.add([&] { return rt_op->run(op.a, op.b, rt_op->heap_c(), op.main); });
+  }
   op.host_us = 0;
   op.host_runs = 0;
-  const Status timed = timer.run(boot, comm, op.main, warm, iters, key + "interleaved", [&] { op.unstick(); });
+  const Status timed = timer.run(boot, comm, op.main, warm, iters, key + "interleaved", [&] {
+    op.unstick();
+    if (rt_op) rt_op->unstick();
+  });
   WEFT_CHECK(op.frame.check(name));  // a device wait that timed out says which
   WEFT_CHECK(timed);
   for (int i = 0; i < 5; ++i) mx[i] = timer.ms(size_t(i));
+  // The runtime op's C of its last call against NCCL's result on the same inputs (the collective's
+  // row ran in every round; its sum order differs, hence a tolerance).
+  Comparison rt_cmp;
+  if (rt_op) {
+    WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
+    WEFT_CHECK(compare_bf16(rt_c, op.ref, rt_elems, op.main, &rt_cmp));
+    if (rt_cmp.non_finite || !(rt_cmp.rel_err < 1e-2)) {
+      WEFT_WARN(kKernel, "rank %d: %s: the runtime op's C differs from NCCL's: rel err %.3g, %lld elements not finite",
+                op.rank, name, rt_cmp.rel_err, static_cast<long long>(rt_cmp.non_finite));
+      return Status::kInternal;
+    }
+  }
   const double host_us = op.host_runs ? op.host_us / double(op.host_runs) : 0;
   if (op.overlap) {  // diagnostics of the fused op's GEMM, one after another
     WEFT_CHECK(time_op(
@@ -491,6 +530,21 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
     rows.push_back({"weft gemm, + own-row reduction", mx[5], tf(mx[5]),
                     "the fused op's GEMM, epilogue and signals without gate or copies"});
   }
+  if (rt_op) {
+    const std::string plan_text = plan.exec.variant == "overlap"
+                                      ? plan.exec.variant + ", " + std::to_string(plan.exec.pieces) +
+                                            " pieces, sends " + plan.exec.send + ", " +
+                                            std::to_string(plan.roles.intra_comm) + " mover SMs"
+                                      : plan.exec.variant;
+    snprintf(note, sizeof note, "%.3fx the weft fused row; the model's plan (%s); C rel err %.1e%s",
+             timer.ms(i_rt) / mx[0], plan_text.c_str(), rt_cmp.rel_err, all_reduce ? "; C copied out of the heap" : "");
+    rows.push_back({"weft runtime op, the plan", timer.ms(i_rt), tf(timer.ms(i_rt)), note});
+    if (all_reduce) {
+      snprintf(note, sizeof note, "%.3fx the weft fused row; C left in the heap (heap_c())",
+               timer.ms(i_rt_heap) / mx[0]);
+      rows.push_back({"weft runtime op, C in the heap", timer.ms(i_rt_heap), tf(timer.ms(i_rt_heap)), note});
+    }
+  }
   rows.insert(rows.end(), probe_rows.begin(), probe_rows.end());
   WEFT_CHECK(op.peer_rows(
       comm, boot, key, warm, iters, [&](const char* what) { return validate(op, comm, blas, what, deterministic); },
@@ -511,6 +565,9 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
            name, static_cast<long long>(op.m), static_cast<long long>(op.n), static_cast<long long>(wl.gemm.k),
            op.world, op.overlap ? op.pieces : 0);
   print_results(boot, title, rows, extra);
+  rt_op.reset();  // before its context
+  rt_ctx.reset();
+  if (rt_c) cudaFree(rt_c);
   cublasDestroy(blas);
   ncclCommDestroy(comm);
   return Status::kOk;
