@@ -58,11 +58,18 @@ void apply_plan_spec(const PlanSpec& s, Execution* e) {
 //   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and sets ready[r] in every peer,
 //   pulls each peer's shard once that peer's ready token is set (and resets it), opens the GEMM's
 //   gate for it and sets consumed[r] in the peer, while the GEMM runs shard by shard behind the gates.
+//   The copy engines' GEMM runs 2-CTA clusters sharing B's tiles (TMA multicast) where each rank's
+//   columns are wide: measured faster at 7168 columns per rank (m 2048 and 8192: 0.357 against 0.374
+//   ms, 1.307 against 1.349) and slower at 2048 (m 16384: 0.821 against 0.745), 4 x H200,
+//   docs/results/2026-11-one-node-combined-runs.md; `weftrun tune` measures both.
+constexpr int64_t kMulticastMinCols = 4096;
+
 void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
   if (e.variant == "sm_movers") e.sm_mover = "pull_vec";
-  e.cluster = 1;
+  const bool pairs = m_loc % (2 * kTileRows) == 0 && p->roles.compute % 2 == 0;
+  e.cluster = e.variant == "copy_engine" && pairs && n_loc >= kMulticastMinCols ? 2 : 1;
   e.group_m = 16;
   apply_plan_spec(w.plan, &e);
   // The copy engines' words are tokens with constant values: a captured call replays. The SM movers'
@@ -72,10 +79,13 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   if (e.variant == "sm_movers" && p->roles.intra_comm < 1)
     return refuse(p, w.error_at(w.plan.variant ? "plan.variant" : "roles.intra_comm",
                                 "the SM movers need intra_comm SMs; the plan's roles give them none"));
-  if (e.cluster != 1)
-    return refuse(p, w.error_at("plan.cluster", std::to_string(e.cluster) +
-                                                    ": this build's ag_gemm op runs 1-CTA clusters (weftrun bench "
-                                                    "measures 2-CTA ones); expected 1"));
+  if (e.cluster == 2 && e.variant != "copy_engine")
+    return refuse(p, w.error_at("plan.cluster", "2: the SM movers' kernel runs 1-CTA clusters; expected 1"));
+  if (e.cluster == 2 && !pairs)
+    return refuse(p, w.error_at("plan.cluster", "2: 2-CTA clusters need m / ranks (" + std::to_string(m_loc) +
+                                                    ") to be a multiple of " + std::to_string(2 * kTileRows) +
+                                                    " rows and an even number of compute SMs (the plan has " +
+                                                    std::to_string(p->roles.compute) + ")"));
   if (e.copy_chunks != 1)
     return refuse(p, w.error_at("plan.copy_chunks", std::to_string(e.copy_chunks) +
                                                         ": this build's ag_gemm op makes one copy per shard (weftrun "
@@ -593,11 +603,15 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
   }
   for (int c : counts) {
     if (c < 1 || c > cap) continue;
-    Plan p = model;
-    p.roles = RoleCounts{c, 0, 0, 0};
-    p.roles_explicit = true;
-    plan_execution(w, IntraMover::kCopyEngine, &p);
-    add(p);
+    for (int cluster : {1, 2}) {  // refused (left out) where 2-CTA clusters do not fit
+      Workload v = w;
+      v.plan.cluster = cluster;
+      Plan p = model;
+      p.roles = RoleCounts{c, 0, 0, 0};
+      p.roles_explicit = true;
+      plan_execution(v, IntraMover::kCopyEngine, &p);
+      add(p);
+    }
   }
   for (int intra : {8, 16}) {
     Plan p = model;

@@ -54,10 +54,13 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
     return refuse(rank, "unknown SM mover '" + plan.exec.sm_mover + "'");
   if (sm && (plan.roles.intra_comm < 1 || ctx.size() > kernels::AgMoveParams::kMaxRanks))
     return refuse(rank, "SM movers need intra_comm >= 1 and at most 8 ranks");
-  if (plan.exec.cluster != 1 || plan.exec.copy_chunks != 1)
-    return refuse(rank, "this build runs cluster 1 with one copy per shard (the plan asks for cluster " +
-                            std::to_string(plan.exec.cluster) + ", " + std::to_string(plan.exec.copy_chunks) +
-                            " copies)");
+  const bool pairs = plan.exec.cluster == 2 && !sm && plan.roles.compute % 2 == 0 &&
+                     (plan.gemm.m / ctx.size()) % (2 * kernels::GemmConfig::kTileM) == 0;
+  if ((plan.exec.cluster != 1 && !pairs) || plan.exec.copy_chunks != 1)
+    return refuse(rank,
+                  "this build runs 1-CTA clusters, or 2-CTA ones for the copy engines' GEMM on an even number "
+                  "of compute SMs with 256-row shards, with one copy per shard (the plan asks for cluster " +
+                      std::to_string(plan.exec.cluster) + ", " + std::to_string(plan.exec.copy_chunks) + " copies)");
 
   if (!sm && ctx.shares_gpu() && plan.roles.compute >= ctx.sm_count())
     return refuse(rank,
@@ -166,7 +169,7 @@ AgGemmOp::~AgGemmOp() {
 Status AgGemmOp::clock_write(cudaStream_t s, bool finished) {
   if (!clocked_) return Status::kOk;
   if (!finished) ++calls_;
-  return stream_write_u64(s, progress_dev_ + (finished ? 1 : 0), calls_);
+  return stream_mark_u64(s, progress_dev_ + (finished ? 1 : 0), calls_);
 }
 
 bool AgGemmOp::watch_stalled(CallClock* clock, std::string* why) const {
@@ -239,10 +242,6 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   if (st == Status::kOk && a != shard())
     st = cudaMemcpyAsync(shard(), a, shard_bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                               : Status::kCudaError;
-  ops.clear();
-  for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(q)] + rank_, 1});
-  if (st == Status::kOk) st = stream_mem_ops(s, ops);
   if (st == Status::kOk) st = plan_.exec.variant == "sm_movers" ? run_sm_movers(b, c, s) : run_copy_engines(b, c, s);
   if (st != Status::kOk) ctx_->poison("ag_gemm run failed on rank " + std::to_string(rank_) + ": " + to_string(st));
   return st;
@@ -250,10 +249,21 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
 
 // Every value a stream writes or waits for here is a constant (the tokens 0 and 1), so a captured
 // call replays correctly: the plan marks this variant capturable.
+// This rank's shard is in place (S got here): every peer may pull it from now.
+Status AgGemmOp::announce_shard(cudaStream_t s) {
+  std::vector<StreamMemOp> ops;
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) ops.push_back({StreamMemOp::kWrite, ready_[size_t(q)] + rank_, 1});
+  return stream_mem_ops(s, ops);
+}
+
 Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
+  // The ready tokens go out from the copy stream, so the GEMM (own shard first) is not launched
+  // behind the writes into the peers' memory.
+  WEFT_CHECK(announce_shard(copy_));
   bf16* a = const_cast<bf16*>(gathered());
   for (int i = 1; i < world_; ++i) {
     const int q = (rank_ + i) % world_;
@@ -283,6 +293,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
 
 Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {
   const uint64_t e = epoch_;
+  WEFT_CHECK(announce_shard(s));
   // The movers read (or write) the peers' buffers from the start: every shard is in place first.
   std::vector<StreamMemOp> ops;
   for (int q = 0; q < world_; ++q)

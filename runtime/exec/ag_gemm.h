@@ -25,9 +25,9 @@ class CallClock;
 // by the other before it lets the first side set them again. One call on the caller's stream S
 // (copy engines):
 //
-//   S:    wait consumed[q] = 1 (every peer took my last shard), reset them ─► A_r into the heap ─►
-//         ready[r] = 1 in every peer
-//   copy: for q = r+1, r+2, ...: wait ready[q] = 1, reset it ─► pull A_q ─► gate[q] = 1 ─► consumed[r] = 1 in q
+//   S:    wait consumed[q] = 1 (every peer took my last shard), reset them ─► A_r into the heap
+//   copy: ready[r] = 1 in every peer ─► for q = r+1, r+2, ...: wait ready[q] = 1, reset it ─► pull A_q
+//         ─► gate[q] = 1 ─► consumed[r] = 1 in q
 //   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join ─► gates to 0
 //
 // Across nodes the op is AgGemmNodesOp (runtime/exec/ag_gemm_nodes.h), which this one runs for a
@@ -67,6 +67,7 @@ class AgGemmOp {
  private:
   AgGemmOp() = default;
   Status make_gemm(const __nv_bfloat16* b);
+  Status announce_shard(cudaStream_t s);  // ready[rank] = 1 in every peer, from `s`
   Status run_copy_engines(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   Status run_sm_movers(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   void* resolve(const std::string& region, int rank) const;  // creation only: looks the region up by name

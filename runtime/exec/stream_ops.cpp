@@ -25,21 +25,29 @@ WriteValue64Fn write_value_fn() {
   }();
   return fn;
 }
-}  // namespace
 
-Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
+Status write_value(cudaStream_t s, uint64_t* addr, uint64_t value, unsigned flags) {
   WriteValue64Fn fn = write_value_fn();
   if (!fn) {
     WEFT_WARN(kKernel, "cuStreamWriteValue64 is not available from this driver");
     return Status::kUnsupported;
   }
-  CUresult r = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value, 0);
+  CUresult r = fn(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(addr), value, flags);
   if (r != CUDA_SUCCESS) {
     WEFT_WARN(kKernel, "cuStreamWriteValue64(%p, %llu) failed: CUresult %d", static_cast<void*>(addr),
               static_cast<unsigned long long>(value), int(r));
     return Status::kCudaError;
   }
   return Status::kOk;
+}
+}  // namespace
+
+Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
+  return write_value(s, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT);
+}
+
+Status stream_mark_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
+  return write_value(s, addr, value, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
 }
 
 namespace {

@@ -72,12 +72,31 @@ void check_heap(const Plan& p) {
 
 }  // namespace
 
+TEST_CASE("AllGather+GEMM on one node: 2-CTA clusters where each rank's columns are wide, else 1-CTA") {
+  // 28672 / 4 = 7168 columns per rank: clusters of 2; 8192 / 4 = 2048: one CTA (measured slower with 2).
+  CHECK(plan_for(parse(ag())).exec.cluster == 2);
+  const Plan narrow =
+      plan_for(parse("name: t\nop: ag_gemm\nshape: {m: 16384, n: 8192, k: 8192}\nlayout: {nodes: 1, "
+                     "gpus_per_node: 4}\n"));
+  CHECK(narrow.exec.cluster == 1);
+  CHECK(narrow.exec.gemm.dynamic_tiles);
+  // Shards of 128 rows cannot be split into row pairs of tiles; an odd compute count cannot pair up.
+  CHECK(plan_for(parse("name: t\nop: ag_gemm\nshape: {m: 512, n: 28672, k: 8192}\nlayout: {nodes: 1, "
+                       "gpus_per_node: 4}\n"))
+            .exec.cluster == 1);
+  CHECK(plan_for(parse(ag("roles: {compute: 131}\n"))).exec.cluster == 1);
+  const Plan one = plan_for(parse(ag("plan: {cluster: 1}\n")));
+  CHECK(one.exec.executable);
+  CHECK(one.exec.cluster == 1);
+}
+
 TEST_CASE("AllGather+GEMM on one node: copy engines, the whole gathered A and its words in the heap") {
   const Plan p = plan_for(parse(ag()));
   CHECK(p.exec.executable);
   CHECK(p.exec.variant == "copy_engine");
   CHECK(p.exec.copy_chunks == 1);
-  CHECK(p.exec.cluster == 1);
+  CHECK(p.exec.cluster == 2);  // 7168 columns per rank: 2-CTA clusters share B's tiles
+  CHECK(!p.exec.gemm.dynamic_tiles);
   CHECK(p.exec.capturable);  // every stream operation's value is a constant token
   CHECK(p.intra_mover() == IntraMover::kCopyEngine);
   CHECK(p.roles.compute == p.sm_count);
@@ -134,7 +153,7 @@ TEST_CASE("the workload's plan: map is what runs, and chosen_by says so") {
   const Plan model = plan_for(parse(ag()));
   CHECK(model.chosen_by == "model");
   CHECK(model.exec.gemm.split_tail);
-  CHECK(model.exec.gemm.dynamic_tiles);
+  CHECK(!model.exec.gemm.dynamic_tiles);  // its 2-CTA clusters walk their tiles statically
   CHECK(plan_hash(ce) != plan_hash(model));
   // Without the split tail the model predicts a whole last wave: never faster.
   CHECK(ce.role_time(weft::Role::kCompute) >= model.role_time(weft::Role::kCompute));
@@ -205,10 +224,14 @@ TEST_CASE("plan: choices that do not apply are refused with file:line:col and th
 }
 
 TEST_CASE("plan: choices this build's op does not run make the plan not runnable, naming the line") {
-  const Plan cl = plan_for(parse(ag("plan: {cluster: 2}\n")));
+  const Plan cl = plan_for(parse(ag("roles: {compute: 131}\nplan: {cluster: 2}\n")));
   CHECK(!cl.exec.executable);
-  CHECK(cl.exec.not_executable.rfind("t.yaml:5:17: plan.cluster: 2: this build's ag_gemm op runs 1-CTA clusters", 0) ==
-        0);
+  CHECK(cl.exec.not_executable.rfind("t.yaml:6:17: plan.cluster: 2: 2-CTA clusters need m / ranks (2048) to be a "
+                                     "multiple of 256 rows and an even number of compute SMs (the plan has 131)",
+                                     0) == 0);
+  const Plan sm = plan_for(parse(ag("roles: {compute: 124, intra_comm: 8}\nplan: {cluster: 2}\n")));
+  CHECK(!sm.exec.executable);
+  CHECK(sm.exec.not_executable.find("plan.cluster: 2: the SM movers' kernel runs 1-CTA clusters") != std::string::npos);
   const Plan ch = plan_for(parse(ag("plan: {copy_chunks: 4}\n")));
   CHECK(!ch.exec.executable);
   CHECK(ch.exec.not_executable.find("plan.copy_chunks: 4: this build's ag_gemm op makes one copy per shard") !=
@@ -583,7 +606,7 @@ TEST_CASE("a malformed plan is refused with the key named") {
   // Values a plan file could carry that no op may be created from.
   for (const auto& [from, to, key] : std::vector<std::tuple<std::string, std::string, std::string>>{
            {"\"m\":8192", "\"m\":-512", "plan: shape:"},
-           {"\"cluster\":1", "\"cluster\":7", "plan: execution:"},
+           {"\"cluster\":2", "\"cluster\":7", "plan: execution:"},
            {"\"gpus_per_node\":4", "\"gpus_per_node\":4000", "plan: layout:"},
            // The mover is the variant's: a plan saying otherwise is refused, not half believed.
            {"\"intra_mover\":\"copy_engine\"", "\"intra_mover\":\"sm\"",
