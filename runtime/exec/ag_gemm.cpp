@@ -169,7 +169,7 @@ AgGemmOp::~AgGemmOp() {
 Status AgGemmOp::clock_write(cudaStream_t s, bool finished) {
   if (!clocked_) return Status::kOk;
   if (!finished) ++calls_;
-  return stream_mark_u64(s, progress_dev_ + (finished ? 1 : 0), calls_);
+  return stream_write_u64(s, progress_dev_ + (finished ? 1 : 0), calls_);
 }
 
 bool AgGemmOp::watch_stalled(CallClock* clock, std::string* why) const {

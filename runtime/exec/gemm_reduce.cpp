@@ -227,13 +227,13 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
     const uint64_t call = ++overlap_calls_;
-    Status st = stream_mark_u64(s, progress_dev_, call);  // started on the device (watch_stalled)
+    Status st = stream_write_u64(s, progress_dev_, call);  // started on the device (watch_stalled)
     if (st == Status::kOk) st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
     if (st == Status::kOk && all_reduce_ && c != heap_c())  // C was gathered in the heap, where the peers write it
       st = cudaMemcpyAsync(c, full_[size_t(rank_)], size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess
                ? Status::kOk
                : Status::kCudaError;
-    if (st == Status::kOk) st = stream_mark_u64(s, progress_dev_ + 1, call);  // finished
+    if (st == Status::kOk) st = stream_write_u64(s, progress_dev_ + 1, call);  // finished
     if (st == Status::kOk) st = record_done(done_, s);
     if (st != Status::kOk) {
       unstick();  // waits already enqueued on the side streams would otherwise never be satisfied

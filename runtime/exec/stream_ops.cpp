@@ -46,10 +46,6 @@ Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
   return write_value(s, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
-Status stream_mark_u64(cudaStream_t s, uint64_t* addr, uint64_t value) {
-  return write_value(s, addr, value, CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER);
-}
-
 namespace {
 using WaitValue64Fn = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
 WaitValue64Fn wait_value_fn() {

@@ -15,11 +15,6 @@ namespace weft::runtime {
 // preceded by a memory fence, so everything earlier in the stream is visible first).
 Status stream_write_u64(cudaStream_t s, uint64_t* addr, uint64_t value);
 
-// The same without the fence: the value may be seen before earlier work's writes. For progress
-// marks a host thread reads (a call has started, or its stream got this far), where a fence would
-// only hold the stream back.
-Status stream_mark_u64(cudaStream_t s, uint64_t* addr, uint64_t value);
-
 // Makes the stream wait, without an SM, until *addr >= value (driver stream memory op). Unbounded
 // on the device: every stream that waits must be synchronized with sync_bounded(), whose `unstick`
 // releases such waits when the producer failed.
