@@ -53,11 +53,10 @@ void apply_plan_spec(const PlanSpec& s, Execution* e) {
   if (e->cluster == 2 && !s.dynamic_tiles) e->gemm.dynamic_tiles = false;
 }
 
-// AllGather+GEMM on one node (runtime/ops/ag_gemm.cpp). Per call, rank r:
-//   waits until every peer has pulled its shard of the previous call (consumed[q] = 1, then reset),
-//   puts its shard at rows [r * m/W, (r+1) * m/W) of "a" and sets ready[r] in every peer,
-//   pulls each peer's shard once that peer's ready token is set (and resets it), opens the GEMM's
-//   gate for it and sets consumed[r] in the peer, while the GEMM runs shard by shard behind the gates.
+// AllGather+GEMM on one node (runtime/exec/ag_gemm.h). Per call, rank r: the copy engines push its
+//   shard into every peer's gathered A (each once that peer's previous GEMM is done with it: consumed
+//   token) and open the peer's gate for it, while the GEMM runs shard by shard behind the gates; the
+//   SM movers pull the peers' shards once each peer's ready token is up.
 //   The copy engines' GEMM runs 2-CTA clusters sharing B's tiles (TMA multicast) where each rank's
 //   columns are wide: measured faster at 7168 columns per rank (m 2048 and 8192: 0.357 against 0.374
 //   ms, 1.307 against 1.349) and slower at 2048 (m 16384: 0.821 against 0.745), 4 x H200,
@@ -106,8 +105,9 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
     const int64_t words = (m / kTileRows) * ((n_loc + kTileCols - 1) / kTileCols) + W;
     add_region(p, "ag_gemm.flags", uint64_t(words) * 8);
   }
-  add_region(p, "ag_gemm.ready", uint64_t(W) * 8);     // [q]: epoch once rank q's shard is in place
-  add_region(p, "ag_gemm.consumed", uint64_t(W) * 8);  // [q]: epoch once rank q has pulled this shard
+  if (e.variant != "copy_engine")
+    add_region(p, "ag_gemm.ready", uint64_t(W) * 8);   // [q]: 1 once rank q's shard is in place (the movers pull)
+  add_region(p, "ag_gemm.consumed", uint64_t(W) * 8);  // [q]: 1 once rank q is done with this rank's shard
   p->heap_bytes = align_up(p->heap_bytes, kHeapAlign);
 }
 

@@ -92,7 +92,7 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
     WEFT_CHECK(region("ag_gemm.gate", uint64_t(W) * 8));
   else
     WEFT_CHECK(region("ag_gemm.flags", uint64_t((op->m_ / kRows) * ((op->n_ + kCols - 1) / kCols) + W) * 8));
-  WEFT_CHECK(region("ag_gemm.ready", uint64_t(W) * 8));
+  if (sm) WEFT_CHECK(region("ag_gemm.ready", uint64_t(W) * 8));
   WEFT_CHECK(region("ag_gemm.consumed", uint64_t(W) * 8));
   op->arena_bytes_ = (alloc.used() + 4095) / 4096 * 4096;
   WEFT_CHECK(ctx.reserve(op->arena_bytes_, "ag_gemm", &op->arena_));
@@ -116,7 +116,7 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   // Fresh words (the arena may have held another op's), the own shard's gates always open; then
   // nobody may write into a peer before every rank has cleared its words.
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
-  // consumed[q] = 1: nobody holds an earlier shard of this rank, so the first call need not wait.
+  // consumed[q] = 1: no peer holds an earlier shard of this rank, so the first call need not wait.
   const std::vector<uint64_t> ones(size_t(W), 1);
   WEFT_CUDA_CHECK(cudaMemcpy(op->consumed_[size_t(rank)], ones.data(), size_t(W) * 8, cudaMemcpyHostToDevice));
   if (!sm) {
@@ -162,10 +162,11 @@ AgGemmOp::~AgGemmOp() {
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
-// The call's clock (watch_stalled): started right before the kernel's launch, once the stream's waits
-// for the peers' words are behind it (a late peer is the kernel's device waits' to time out), and
-// finished before the call's end is recorded (the destructor waits for that record, so the write is
-// done before the word is freed). Not during a capture.
+// The call's clock (watch_stalled): started as the call starts (copy engines: from the copy stream,
+// before its waits for the peers' tokens, beside the GEMM's launch) or, SM movers, right before the
+// kernel's launch once the stream's waits for the peers' words are behind it (a late peer is the
+// kernel's device waits' to time out), and finished before the call's end is recorded (the destructor waits for that
+// record, so the write is done before the word is freed). Not during a capture.
 Status AgGemmOp::clock_write(cudaStream_t s, bool finished) {
   if (!clocked_) return Status::kOk;
   if (!finished) ++calls_;
@@ -231,14 +232,19 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   clocked_ = capture == cudaStreamCaptureStatusNone;  // a graph would replay constant numbers
   ++epoch_;  // the SM movers' per-tile flags count launches; every other word is a token (set, then reset)
   const size_t shard_bytes = size_t(m_ / world_ * k_) * sizeof(bf16);
-  // Every peer has taken my previous shard before it is overwritten: consumed[q] is 1, and goes back
-  // to 0 before anyone can see this call's ready (peers set it again only after that).
-  std::vector<StreamMemOp> ops;
-  for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1});
-  for (int q = 0; q < world_; ++q)
-    if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0});
-  Status st = stream_mem_ops(s, ops);
+  Status st = Status::kOk;
+  if (plan_.exec.variant == "sm_movers") {
+    // The movers pull my shard from my heap: every peer has taken my previous one before it is
+    // overwritten (consumed[q] is 1), and the token goes back to 0 before anyone can see this call's
+    // ready (peers set it again only after that). The copy engines push from this rank's own stream
+    // instead, which has finished the previous call's pushes.
+    std::vector<StreamMemOp> ops;
+    for (int q = 0; q < world_; ++q)
+      if (q != rank_) ops.push_back({StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1});
+    for (int q = 0; q < world_; ++q)
+      if (q != rank_) ops.push_back({StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0});
+    st = stream_mem_ops(s, ops);
+  }
   if (st == Status::kOk && a != shard())
     st = cudaMemcpyAsync(shard(), a, shard_bytes, cudaMemcpyDeviceToDevice, s) == cudaSuccess ? Status::kOk
                                                                                               : Status::kCudaError;
@@ -247,9 +253,7 @@ Status AgGemmOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) {
   return st;
 }
 
-// Every value a stream writes or waits for here is a constant (the tokens 0 and 1), so a captured
-// call replays correctly: the plan marks this variant capturable.
-// This rank's shard is in place (S got here): every peer may pull it from now.
+// This rank's shard is in place (S got here): every peer may pull it from now (SM movers).
 Status AgGemmOp::announce_shard(cudaStream_t s) {
   std::vector<StreamMemOp> ops;
   for (int q = 0; q < world_; ++q)
@@ -257,35 +261,37 @@ Status AgGemmOp::announce_shard(cudaStream_t s) {
   return stream_mem_ops(s, ops);
 }
 
+// The copy engines push this rank's shard into every peer's gathered A, in the order the peers' GEMMs
+// need it (r-1 takes it right after its own shard), each once that peer's GEMM of the previous call
+// is done with those rows. No wait depends on a peer's current call, so the pushes start with the
+// call. Every value a stream writes or waits for is a constant (the tokens 0 and 1), so a captured
+// call replays correctly: the plan marks this variant capturable.
 Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
-  // The ready tokens go out from the copy stream, so the GEMM (own shard first) is not launched
-  // behind the writes into the peers' memory.
-  WEFT_CHECK(announce_shard(copy_));
-  bf16* a = const_cast<bf16*>(gathered());
+  WEFT_CHECK(clock_write(copy_, false));  // beside S: the GEMM's launch does not wait for the write's fence
   for (int i = 1; i < world_; ++i) {
-    const int q = (rank_ + i) % world_;
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, ready_[size_t(rank_)] + q, 1},
-                                      {StreamMemOp::kWrite, ready_[size_t(rank_)] + q, 0}}));
-    const bf16* src = a_[size_t(q)] + q * shard_elems;
-    WEFT_CUDA_CHECK(
-        cudaMemcpyAsync(a + q * shard_elems, src, size_t(shard_elems) * sizeof(bf16), cudaMemcpyDeviceToDevice, copy_));
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 1},
-                                      {StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1}}));
+    const int q = (rank_ - i + world_) % world_;
+    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1},
+                                      {StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0}}));
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(a_[size_t(q)] + rank_ * shard_elems, shard(), size_t(shard_elems) * sizeof(bf16),
+                                    cudaMemcpyDeviceToDevice, copy_));
+    WEFT_CHECK(stream_write_u64(copy_, gate_[size_t(q)] + rank_, 1));
   }
   const kernels::FlagGate gate{gate_[size_t(rank_)], kernels::kFlagPerShard, 1};
-  WEFT_CHECK(clock_write(s, false));
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
                                   kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
-  WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));
-  WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
-  // The gates close again once the GEMM is done (the next call's copies open them).
-  std::vector<StreamMemOp> close;
+  // The GEMM is done with the peers' rows: its gates close (the peers' next pushes open them), then
+  // each peer may push again.
+  std::vector<StreamMemOp> after;
   for (int q = 0; q < world_; ++q)
-    if (q != rank_) close.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
-  WEFT_CHECK(stream_mem_ops(s, close));
+    if (q != rank_) after.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
+  for (int q = 0; q < world_; ++q)
+    if (q != rank_) after.push_back({StreamMemOp::kWrite, consumed_[size_t(q)] + rank_, 1});
+  WEFT_CHECK(stream_mem_ops(s, after));
+  WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));  // this rank's shard has left: the caller may overwrite it
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
   WEFT_CHECK(clock_write(s, true));
   WEFT_CHECK(record_done(join_, s));
   return Status::kOk;

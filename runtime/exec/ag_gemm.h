@@ -25,19 +25,21 @@ class CallClock;
 // by the other before it lets the first side set them again. One call on the caller's stream S
 // (copy engines):
 //
-//   S:    wait consumed[q] = 1 (every peer took my last shard), reset them ─► A_r into the heap
-//   copy: ready[r] = 1 in every peer ─► for q = r+1, r+2, ...: wait ready[q] = 1, reset it ─► pull A_q
-//         ─► gate[q] = 1 ─► consumed[r] = 1 in q
-//   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► join ─► gates to 0
+//   S:    A_r into the heap (unless the caller wrote it there: shard())
+//   copy: for q = r-1, r-2, ... (the order the peers' GEMMs need A_r): wait consumed[q] = 1 (q's last
+//         GEMM is done with A_r's rows), reset it ─► push A_r into q's gathered A ─► gate[r] = 1 in q
+//   S:    GEMM on every compute SM, shard r first, each peer's shard behind its gate ─► gates to 0 ─►
+//         consumed[r] = 1 in every peer ─► join the copy stream
 //
+// No wait depends on a peer's current call: a call's pushes start as soon as it starts.
 // Across nodes the op is AgGemmNodesOp (runtime/exec/ag_gemm_nodes.h), which this one runs for a
 // plan of more than one node.
 //
 // Every value is a constant, so a call can be captured in a CUDA graph and replayed. SM movers: the
-// same tokens, the shards moved by the plan's intra_comm blocks inside the GEMM's launch
-// (kernels/ag_gemm_fused.h, whose per-tile flags count launches: not capturable) once every ready
-// token is up. No allocation and no host synchronisation per call. Every rank calls run() the same
-// number of times (it is collective).
+// peers' shards are pulled by the plan's intra_comm blocks inside the GEMM's launch
+// (kernels/ag_gemm_fused.h, whose per-tile flags count launches: not capturable) once every peer's
+// ready token is up (ready[q] = 1, then consumed as above). No allocation and no host
+// synchronisation per call. Every rank calls run() the same number of times (it is collective).
 class AgGemmOp {
  public:
   // Collective: reserves the plan's heap arena, clears its words and waits for every rank.

@@ -95,6 +95,7 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaMemset(ctx.local(op->arena_), 0, op->arena_bytes_));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->started_, cudaEventDisableTiming));
   WEFT_CHECK(op->record_.create());
   if (!overlap) WEFT_CHECK(op->reduce_record_.create());
   WEFT_CHECK(op->frame_.create(rank));
@@ -136,6 +137,7 @@ GemmReduceOp::~GemmReduceOp() {
   overlap_.reset();  // its streams are done (done_ above) before the words they wait on go
   if (progress_host_) cudaFreeHost(progress_host_);
   if (side_) cudaStreamDestroy(side_);
+  if (started_) cudaEventDestroy(started_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
@@ -227,7 +229,10 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
     const uint64_t call = ++overlap_calls_;
-    Status st = stream_write_u64(s, progress_dev_, call);  // started on the device (watch_stalled)
+    // Started on the device (watch_stalled): written beside s, so no launch waits for its fence.
+    Status st = cudaEventRecord(started_, s) == cudaSuccess && cudaStreamWaitEvent(side_, started_) == cudaSuccess
+                    ? stream_write_u64(side_, progress_dev_, call)
+                    : Status::kCudaError;
     if (st == Status::kOk) st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
     if (st == Status::kOk && all_reduce_ && c != heap_c())  // C was gathered in the heap, where the peers write it
       st = cudaMemcpyAsync(c, full_[size_t(rank_)], size_t(m_ * n_) * 2, cudaMemcpyDeviceToDevice, s) == cudaSuccess

@@ -98,6 +98,7 @@ class GemmReduceOp {
   bool watch_stalled(CallClock* clock, std::string* why) const;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
+  cudaEvent_t started_ = nullptr;  // the overlap call's start, for side_'s progress write
   int watch_ = -1;
 };
 

@@ -104,7 +104,7 @@ TEST_CASE("AllGather+GEMM on one node: copy engines, the whole gathered A and it
   CHECK(p.region("ag_gemm.a")->bytes == uint64_t(8192) * 8192 * 2);
   REQUIRE(p.region("ag_gemm.gate") != nullptr);
   CHECK(p.region("ag_gemm.gate")->bytes == 4 * 8);
-  CHECK(p.region("ag_gemm.ready") != nullptr);
+  CHECK(p.region("ag_gemm.ready") == nullptr);  // the copy engines push: no peer waits for another's call
   CHECK(p.region("ag_gemm.consumed") != nullptr);
   CHECK(p.region("ag_gemm.flags") == nullptr);
   check_heap(p);
@@ -121,6 +121,7 @@ TEST_CASE("explicit roles with intra_comm SMs run the SM movers, as written") {
   REQUIRE(p.region("ag_gemm.flags") != nullptr);
   // One word per (128-row block, 256-column block of the rank's 7168 columns), then 4 clear-to-send.
   CHECK(p.region("ag_gemm.flags")->bytes == uint64_t(64 * 28 + 4) * 8);
+  CHECK(p.region("ag_gemm.ready") != nullptr);  // the movers pull once each peer's shard is in place
   check_heap(p);
   // intra_comm 0 with fewer compute SMs: the copy engines on exactly those SMs.
   const Plan fewer = plan_for(parse(ag("roles: {compute: 128, intra_comm: 0}\n")));
