@@ -57,18 +57,17 @@ void apply_plan_spec(const PlanSpec& s, Execution* e) {
 //   shard into every peer's gathered A (each once that peer's previous GEMM is done with it: consumed
 //   token) and open the peer's gate for it, while the GEMM runs shard by shard behind the gates; the
 //   SM movers pull the peers' shards once each peer's ready token is up.
-//   The copy engines' GEMM runs 2-CTA clusters sharing B's tiles (TMA multicast) where each rank's
-//   columns are wide: measured faster at 7168 columns per rank (m 2048 and 8192: 0.357 against 0.374
-//   ms, 1.307 against 1.349) and slower at 2048 (m 16384: 0.821 against 0.745), 4 x H200,
-//   docs/results/2026-11-one-node-combined-runs.md; `weftrun tune` measures both.
-constexpr int64_t kMulticastMinCols = 4096;
-
+//   The copy engines' GEMM may run 2-CTA clusters sharing B's tiles (TMA multicast; plan.cluster: 2,
+//   and a `weftrun tune` candidate): the benchmark runner's pulling variant measured faster with them
+//   at 7168 columns per rank, but the op itself, pushing, measured faster in 1-CTA clusters at m 2048
+//   (0.357 against 0.364 ms back to back, 4 x H200, docs/results/2026-11-27-runtime-op-harness.md),
+//   so the model plans 1-CTA clusters.
 void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
   if (e.variant == "sm_movers") e.sm_mover = "pull_vec";
   const bool pairs = m_loc % (2 * kTileRows) == 0 && p->roles.compute % 2 == 0;
-  e.cluster = e.variant == "copy_engine" && pairs && n_loc >= kMulticastMinCols ? 2 : 1;
+  e.cluster = 1;
   e.group_m = 16;
   apply_plan_spec(w.plan, &e);
   // The copy engines' words are tokens with constant values: a captured call replays. The SM movers'
