@@ -113,6 +113,64 @@ TEST_CASE(
                              });
 }
 
+namespace {
+__global__ void count_not_finite(const uint16_t* p, int64_t n, unsigned long long* bad) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    if (!isfinite(bf16_to_float(p[i]))) atomicAdd(bad, 1ull);
+}
+}  // namespace
+
+TEST_CASE("the MoE layer: 1000 direct calls make no allocation and no host synchronisation") {
+  const int W = g_ctx->size(), rank = g_ctx->rank();
+  const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-moe.yaml";
+  if (rank == 0) {
+    FILE* f = fopen(path.c_str(), "w");
+    REQUIRE(f != nullptr);
+    fprintf(f,
+            "name: api_moe\nop: moe\ndtype: bf16\nshape: {tokens: %d, hidden: 512, ffn: 256, experts: %d, topk: 2}\n"
+            "layout: {nodes: 1, gpus_per_node: %d}\n",
+            256 * W, 4 * W, W);
+    fclose(f);
+  }
+  weft::Plan plan;
+  std::string err;
+  REQUIRE_MESSAGE(g_ctx->plan(path, &plan, &err) == Status::kOk, err);
+  REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
+  const int64_t T = 256, H = 512, F = 256, L = 4;
+  uint16_t *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr, *y = nullptr;
+  REQUIRE(cudaMalloc(&router, size_t(H * L * W) * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&gate, size_t(L * F * H) * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&up, size_t(L * F * H) * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&down, size_t(L * H * F) * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&x, size_t(T * H) * 2) == cudaSuccess);
+  REQUIRE(cudaMalloc(&y, size_t(T * H) * 2) == cudaSuccess);
+  fill<<<64, 256>>>(router, H * L * W, 11, 0);  // the same router on every rank
+  fill<<<64, 256>>>(gate, L * F * H, 12, uint64_t(rank));
+  fill<<<64, 256>>>(up, L * F * H, 13, uint64_t(rank));
+  fill<<<64, 256>>>(down, L * H * F, 14, uint64_t(rank));
+  fill<<<64, 256>>>(x, T * H, 15, uint64_t(rank));
+  poison<<<64, 256>>>(y, T * H);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  std::unique_ptr<weft::Moe> op;
+  REQUIRE(weft::Moe::create(*g_ctx, plan, {router, gate, up, down}, &op) == Status::kOk);
+  REQUIRE(op->tokens_local() == T);
+  cudaStream_t s;
+  REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
+  count_1000_calls(
+      "Moe", [&] { return op->run(x, y, s); }, s);
+  unsigned long long* bad = nullptr;
+  REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
+  *bad = 0;
+  count_not_finite<<<64, 256, 0, s>>>(y, T * H, bad);  // every row of the last call written
+  REQUIRE(cudaStreamSynchronize(s) == cudaSuccess);
+  CHECK_MESSAGE(*bad == 0, *bad << " output elements not finite after 1000 calls");
+  op.reset();
+  cudaStreamDestroy(s);
+  for (void* p : {static_cast<void*>(router), static_cast<void*>(gate), static_cast<void*>(up),
+                  static_cast<void*>(down), static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(bad)})
+    cudaFree(p);
+}
+
 TEST_CASE("1000 back-to-back calls, random per-rank delays, inputs poisoned after each call: every output right") {
   Problem p;
   p.create("api_loop", 128 * g_ctx->size(), 256 * g_ctx->size(), 512);
