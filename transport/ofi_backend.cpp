@@ -405,7 +405,9 @@ class OfiBackend final : public NetBackend {
     if (!rc) rc = fi_ep_bind(ep_, &av_->fid, 0);
     if (!rc) rc = fi_enable(ep_);
     if (rc) return fail(Status::kSystemError, "endpoint setup: " + ofi_error(rc));
-    if (switches_.check_descriptors) ofi::desc_check_attach(ep_, mr_local_, cfg_.rank, cfg_.channel);
+    if (switches_.check_descriptors || switches_.emulate_mr_binding)
+      ofi::desc_check_attach(ep_, mr_local_ && switches_.check_descriptors, cfg_.rank, cfg_.channel,
+                             mr_endpoint_ && switches_.emulate_mr_binding);
 
     // The heap (remote writes land there; puts read from it) and the control block (signal values,
     // hellos), registered as the mr_mode bits ask.
@@ -456,10 +458,12 @@ class OfiBackend final : public NetBackend {
                                             "): fi_mr_reg: " + ofi_error(rc));
     tally_.registrations += 1;
     tally_.registered_bytes += bytes;
-    if (switches_.check_descriptors) ofi::desc_check_add_registration(ep_, fi_mr_desc(*mr), base, bytes);
+    if (switches_.check_descriptors || switches_.emulate_mr_binding)
+      ofi::desc_check_add_registration(ep_, *mr, base, bytes);
     if (mr_endpoint_) {
+      if (switches_.emulate_mr_binding) ofi::desc_check_take_binding(*mr);
       rc = fi_mr_bind(*mr, &ep_->fid, 0);
-      if (!rc) rc = fi_mr_enable(*mr);
+      if (!rc && !switches_.skip_mr_enable) rc = fi_mr_enable(*mr);
       if (rc)
         return fail(Status::kSystemError, std::string("binding ") + what +
                                               " to the endpoint and enabling it (FI_MR_ENDPOINT): " + ofi_error(rc));

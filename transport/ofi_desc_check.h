@@ -8,11 +8,21 @@
 //   add_registration(ep, ...)   each fi_mr_reg the backend made for that endpoint's domain
 //   detach(ep)                  before fi_close: the provider's tables back, the registrations gone
 //
+// FI_MR_ENDPOINT, emulated (no provider here binds a registration to an endpoint: tcp does not
+// implement fi_mr_bind, sockets binds only queues and counters):
+//   take_binding(mr)            each registration's fi_mr_bind / fi_mr_enable (FI_ENABLE) are answered
+//                               by the shim, which records them; close and other controls go to the
+//                               provider. attach(..., bindings = true) then also checks, for every
+//                               local buffer and every remote key a call names, that its registration
+//                               was bound to an endpoint (the local one: this endpoint) and enabled
+//                               before the call.
+//
 // Counts are process-wide (every backend of every rank thread) until reset; the first violation is
 // kept as text naming the call, the buffer and what was wrong. Switched on by
-// OfiTestSwitches::check_descriptors (transport/ofi_plan.h).
+// OfiTestSwitches::check_descriptors and emulate_mr_binding (transport/ofi_plan.h).
 #pragma once
 
+#include <rdma/fi_domain.h>
 #include <rdma/fi_endpoint.h>
 
 #include <cstdint>
@@ -26,8 +36,9 @@ struct DescCheckReport {
   std::string first;        // the first violation
 };
 
-void desc_check_attach(fid_ep* ep, bool required, int rank, int channel);
-void desc_check_add_registration(fid_ep* ep, void* desc, const void* base, uint64_t bytes);
+void desc_check_attach(fid_ep* ep, bool required, int rank, int channel, bool bindings = false);
+void desc_check_add_registration(fid_ep* ep, fid_mr* mr, const void* base, uint64_t bytes);
+void desc_check_take_binding(fid_mr* mr);
 void desc_check_detach(fid_ep* ep);
 DescCheckReport desc_check_report();
 void desc_check_reset();

@@ -67,6 +67,12 @@ struct OfiTestSwitches {
   // made on purpose for it to find: puts from the heap without the heap's descriptor.
   int check_descriptors = 0;
   int drop_heap_descriptor = 0;
+  // With mr_endpoint = 1: the shim answers each registration's fi_mr_bind and fi_mr_enable (which
+  // no provider here implements for registrations) and checks that every buffer and remote key a
+  // call names belongs to a registration bound to the endpoint and enabled first; and a mistake made
+  // on purpose for it to find: registrations bound but never enabled.
+  int emulate_mr_binding = 0;
+  int skip_mr_enable = 0;
   // Rank whose first put (the preflight's) is posted first_put_delay_s late, its endpoint progressed
   // meanwhile: its peers have finished their own preflight writes by then and wait for the ranks'
   // agreement; -1: none.
