@@ -1,10 +1,12 @@
-// The runtime's AllGather+GEMM op (runtime/exec/ag_gemm.h, what `weftrun run` executes) timed four
+// The runtime's AllGather+GEMM op (runtime/exec/ag_gemm.h, what `weftrun run` executes) timed six
 // ways on every rank of a `weftrun exec -n W` job, to find where its time goes next to the
 // benchmark runner's fused variant (`weftrun bench`):
 //   back-to-back     calls one after another, no barrier (as weftrun run times them);
-//   isolated         every rank synchronized and past a job barrier before each call;
-//   heap input       back-to-back with A already in the heap (a = shard(): no copy of the own shard);
-//   heap, isolated   both.
+//   isolated         every rank synchronized and past a job barrier before each call (the host's
+//                    enqueue inside the events);
+//   lined up         a stream barrier of the ranks before each call, enqueued ahead (as the runner's
+//                    rows are lined up, without the host's enqueue);
+//   heap input       each of those with A already in the heap (a = shard(): no copy of the own shard).
 // The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
 // each call; rank 0 prints each mode's median over all rounds, slowest rank.
 // Usage: weftrun plan --json WORKLOAD.yaml > plan.json
@@ -85,21 +87,32 @@ int main(int argc, char** argv) {
   BENCH_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   BENCH_CUDA(cudaDeviceSynchronize());
 
-  const char* names[] = {"back-to-back (as weftrun run)", "isolated (barrier before each call)",
-                         "heap input, back-to-back", "heap input, isolated"};
-  std::vector<std::vector<float>> ms(4);
+  // Modes: the caller's shard or the heap's (shard()), each back to back, isolated (host synchronised
+  // and a job barrier before each call: the host's enqueue is timed too) and lined up (a stream
+  // barrier before each call, enqueued ahead: how weftrun bench's runner rows are timed).
+  constexpr int kModes = 6;
+  const char* names[kModes] = {"back-to-back (as weftrun run)",
+                               "isolated (barrier before each call)",
+                               "lined up (a stream barrier before each call)",
+                               "heap input, back-to-back",
+                               "heap input, isolated",
+                               "heap input, lined up"};
+  weft::bench::StreamLineUp line_up;
+  if (!line_up.create(*ctx, *boot)) return 1;
+  std::vector<std::vector<float>> ms(kModes);
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   int barrier_no = 0;
   for (int round = 0; round < rounds; ++round)
-    for (int mode = 0; mode < 4; ++mode) {
-      const bool isolated = mode & 1;
-      const bf16* src = mode >= 2 ? op->shard() : a;
+    for (int mode = 0; mode < kModes; ++mode) {
+      const bool isolated = mode % 3 == 1, lined = mode % 3 == 2;
+      const bf16* src = mode >= 3 ? op->shard() : a;
       for (int i = -5; i < iters; ++i) {
         if (isolated) {
           BENCH_CUDA(cudaStreamSynchronize(s));
           if (boot->barrier("bench.ag." + std::to_string(barrier_no++)) != Status::kOk) return 1;
         }
+        if (lined && line_up.enqueue(s) != Status::kOk) return 1;
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], s));
         if (op->run(src, b, c, s) != Status::kOk) return 1;
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], s));
@@ -110,7 +123,7 @@ int main(int argc, char** argv) {
         BENCH_CUDA(cudaEventElapsedTime(&x, ev[size_t(2 * i)], ev[size_t(2 * i + 1)]));
         ms[size_t(mode)].push_back(x);
       }
-      if (boot->barrier("bench.ag.mode." + std::to_string(round * 4 + mode)) != Status::kOk) return 1;
+      if (boot->barrier("bench.ag.mode." + std::to_string(round * kModes + mode)) != Status::kOk) return 1;
     }
   if (rank == 0)
     printf(
@@ -118,7 +131,7 @@ int main(int argc, char** argv) {
         "%s inputs; median of %d calls x %d rounds, slowest rank\n| mode | ms |\n|---|---|\n",
         (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
         normal ? "normal" : "uniform", iters, rounds);
-  for (int mode = 0; mode < 4; ++mode) {
+  for (int mode = 0; mode < kModes; ++mode) {
     const double worst =
         weft::bench::allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
     if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);

@@ -30,7 +30,6 @@
 #include "runtime/exec/context.h"
 #include "runtime/exec/gemm_reduce.h"
 #include "runtime/exec/run_plan.h"
-#include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
 
 namespace runtime = weft::runtime;
@@ -154,26 +153,8 @@ int main(int argc, char** argv) {
     entries.push_back({i, false});
     if (ar) entries.push_back({i, true});
   }
-  // The stream barrier of the lined-up calls: every rank writes the call's number into a word of
-  // every rank's, then waits until all of its own words have it.
-  uint64_t align_at = 0;
-  if (ctx->reserve(uint64_t(W) * 8, "bench.align", &align_at) != Status::kOk) return 1;
-  BENCH_CUDA(cudaMemset(ctx->local(align_at), 0, size_t(W) * 8));
-  BENCH_CUDA(cudaDeviceSynchronize());
-  if (boot->barrier("bench.gr.align") != Status::kOk) return 1;
-  uint64_t lined_up = 0;
-  auto line_up = [&]() -> Status {
-    ++lined_up;
-    std::vector<weft::runtime::StreamMemOp> ops_;
-    for (int q = 0; q < W; ++q)
-      ops_.push_back({weft::runtime::StreamMemOp::kWrite,
-                      static_cast<uint64_t*>(q == rank ? ctx->local(align_at) : ctx->peer(q, align_at)) + rank,
-                      lined_up});
-    for (int q = 0; q < W; ++q)
-      ops_.push_back(
-          {weft::runtime::StreamMemOp::kWaitGeq, static_cast<uint64_t*>(ctx->local(align_at)) + q, lined_up});
-    return weft::runtime::stream_mem_ops(s, ops_);
-  };
+  weft::bench::StreamLineUp line_up;  // the lined-up calls' stream barrier
+  if (!line_up.create(*ctx, *boot)) return 1;
   std::vector<std::vector<float>> ms(entries.size()), ms_lined(entries.size());
   std::vector<std::vector<float>> host_us(entries.size());
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
@@ -188,7 +169,7 @@ int main(int argc, char** argv) {
                           std::to_string(lined)) != Status::kOk)
           return 1;
         for (int it = -5; it < iters; ++it) {
-          if (lined && line_up() != Status::kOk) return 1;
+          if (lined && line_up.enqueue(s) != Status::kOk) return 1;
           if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it)], s));
           const auto t0 = std::chrono::steady_clock::now();
           if (op.run(a, b, out, s) != Status::kOk) return 1;

@@ -1,5 +1,6 @@
 // What the runtime-op benchmarks (bench_ag_gemm_op, bench_gemm_reduce_op) share: a CUDA call that
-// ends the program with the call named, joining the job on this rank's GPU, a cheap deterministic fill.
+// ends the program with the call named, joining the job on this rank's GPU, a cheap deterministic
+// fill, and the stream barrier that lines the ranks up before a call.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -9,8 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "bootstrap/pmix_bootstrap.h"
+#include "runtime/exec/context.h"
+#include "runtime/exec/stream_ops.h"
 
 #define BENCH_CUDA(x)                                                                     \
   do {                                                                                    \
@@ -41,5 +45,38 @@ inline std::unique_ptr<bootstrap::PmixBootstrap> join_job() {
   BENCH_CUDA(cudaSetDevice(boot->info().local_rank % gpus));
   return boot;
 }
+
+// A barrier of the ranks on a stream, with no SM and no host wait: every rank writes the barrier's
+// number into a word of every rank's (its own index), then waits until all of its own words have it.
+// The host enqueues it ahead like any stream work, so the calls it lines up are timed without the
+// host's enqueue (how `weftrun bench` lines its rows up with a one-word NCCL all-reduce).
+class StreamLineUp {
+ public:
+  // Collective: W words from the context's heap, zeroed on every rank before anyone writes.
+  bool create(runtime::Context& ctx, bootstrap::Bootstrap& boot) {
+    ctx_ = &ctx;
+    rank_ = boot.info().rank;
+    world_ = boot.info().size;
+    if (ctx.reserve(uint64_t(world_) * 8, "bench.line_up", &at_) != Status::kOk) return false;
+    if (cudaMemset(ctx.local(at_), 0, size_t(world_) * 8) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
+      return false;
+    return boot.barrier("bench.line_up") == Status::kOk;
+  }
+  Status enqueue(cudaStream_t s) {
+    ++n_;
+    std::vector<runtime::StreamMemOp> ops;
+    for (int q = 0; q < world_; ++q)
+      ops.push_back({runtime::StreamMemOp::kWrite,
+                     static_cast<uint64_t*>(q == rank_ ? ctx_->local(at_) : ctx_->peer(q, at_)) + rank_, n_});
+    for (int q = 0; q < world_; ++q)
+      ops.push_back({runtime::StreamMemOp::kWaitGeq, static_cast<uint64_t*>(ctx_->local(at_)) + q, n_});
+    return runtime::stream_mem_ops(s, ops);
+  }
+
+ private:
+  runtime::Context* ctx_ = nullptr;
+  int rank_ = 0, world_ = 1;
+  uint64_t at_ = 0, n_ = 0;
+};
 
 }  // namespace weft::bench
