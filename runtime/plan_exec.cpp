@@ -66,7 +66,7 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   const int64_t W = p->world_size, m = p->gemm.m, k = p->gemm.k, n_loc = p->gemm.n / W, m_loc = m / W;
   Execution& e = p->exec;
   if (e.variant == "sm_movers") e.sm_mover = "pull_vec";
-  const bool pairs = m_loc % (2 * kTileRows) == 0 && p->roles.compute % 2 == 0;
+  const bool pairs = m_loc % (2 * kTileRows) == 0 && p->roles.compute % 2 == 0 && p->roles.total() % 2 == 0;
   e.cluster = 1;
   e.group_m = 16;
   apply_plan_spec(w.plan, &e);
@@ -82,8 +82,10 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
   if (e.cluster == 2 && !pairs)
     return refuse(p, w.error_at("plan.cluster", "2: 2-CTA clusters need m / ranks (" + std::to_string(m_loc) +
                                                     ") to be a multiple of " + std::to_string(2 * kTileRows) +
-                                                    " rows and an even number of compute SMs (the plan has " +
-                                                    std::to_string(p->roles.compute) + ")"));
+                                                    " rows and an even number of compute SMs and of SMs in all "
+                                                    "(the plan has " +
+                                                    std::to_string(p->roles.compute) + " and " +
+                                                    std::to_string(p->roles.total()) + ")"));
   if (e.copy_chunks != 1)
     return refuse(p, w.error_at("plan.copy_chunks", std::to_string(e.copy_chunks) +
                                                         ": this build's ag_gemm op makes one copy per shard (weftrun "
@@ -98,7 +100,7 @@ void plan_ag_gemm(const Workload& w, Plan* p) {
                                                         std::to_string(W) + " (use intra_comm: 0, the copy engines)"));
   add_region(p, "ag_gemm.a", uint64_t(m * k) * 2);  // the gathered A, bf16
   if (e.variant == "copy_engine") {
-    add_region(p, "ag_gemm.gate", uint64_t(W * e.copy_chunks) * 8);  // per shard (chunk): epoch once pulled
+    add_region(p, "ag_gemm.gate", uint64_t(W * e.copy_chunks) * 8);  // [q]: 1 once q pushed its shard here
   } else {
     // kernels/ag_gemm_fused.h: one word per (128-row block, GEMM column block), then W clear-to-send.
     const int64_t words = (m / kTileRows) * ((n_loc + kTileCols - 1) / kTileCols) + W;

@@ -54,7 +54,7 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
     return refuse(rank, "unknown SM mover '" + plan.exec.sm_mover + "'");
   if (sm && (plan.roles.intra_comm < 1 || ctx.size() > kernels::AgMoveParams::kMaxRanks))
     return refuse(rank, "SM movers need intra_comm >= 1 and at most 8 ranks");
-  const bool pairs = plan.exec.cluster == 2 && !sm && plan.roles.compute % 2 == 0 &&
+  const bool pairs = plan.exec.cluster == 2 && !sm && plan.roles.compute % 2 == 0 && plan.roles.total() % 2 == 0 &&
                      (plan.gemm.m / ctx.size()) % (2 * kernels::GemmConfig::kTileM) == 0;
   if ((plan.exec.cluster != 1 && !pairs) || plan.exec.copy_chunks != 1)
     return refuse(rank,
@@ -154,7 +154,10 @@ AgGemmOp::~AgGemmOp() {
     event_wait_bounded(join_, param_double_or_default("WEFT_DEVICE_TIMEOUT") + 1, "ag_gemm's last call",
                        [this] { unstick(); });
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
-  if (copy_) cudaStreamSynchronize(copy_), cudaStreamDestroy(copy_);
+  if (copy_) {
+    sync_bounded(copy_, 10, "ag_gemm's copy stream", [this] { unstick(); });
+    cudaStreamDestroy(copy_);
+  }
   if (side_) cudaStreamDestroy(side_);
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
@@ -178,9 +181,9 @@ bool AgGemmOp::watch_stalled(CallClock* clock, std::string* why) const {
   if (!p || !clock->stalled(p[0], p[1], CallClock::Clock::now())) return false;
   *why = "ag_gemm: rank " + std::to_string(rank_) + "'s call " + std::to_string(clock->call()) + " has not finished " +
          std::to_string(clock->timeout_s()) +
-         " s after its kernel was launched (WEFT_DEVICE_TIMEOUT), with no device wait timed out: the kernel "
-         "could not start or a peer's copy never came (its blocks must be resident at once, and another kernel "
-         "on this GPU may hold the SMs they need)";
+         " s after it started (WEFT_DEVICE_TIMEOUT), with no device wait timed out: the kernel could not start "
+         "(its blocks must be resident at once, and another kernel on this GPU may hold the SMs they need), or a "
+         "peer never said it was done with this rank's last shard (its consumed token), or its shard never came";
   return true;
 }
 

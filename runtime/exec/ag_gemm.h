@@ -52,9 +52,11 @@ class AgGemmOp {
   // Once S has passed the call, a may be overwritten.
   Status run(const __nv_bfloat16* a, const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t stream);
 
-  __nv_bfloat16* shard() const;           // this rank's rows of the gathered A, in the heap
-  const __nv_bfloat16* gathered() const;  // all of A (after a run has completed), shard_at(0) first
-  int shard_at(int position) const;       // whose rows of A the gathered A holds at `position`
+  __nv_bfloat16* shard() const;  // this rank's rows of the gathered A, in the heap
+  // All of A, shard_at(0) first: after a run has completed and until any rank's next call (the copy
+  // engines' peers push their next shards into it as soon as this rank's GEMM is done).
+  const __nv_bfloat16* gathered() const;
+  int shard_at(int position) const;  // whose rows of A the gathered A holds at `position`
   int64_t shard_rows() const { return plan_.gemm.m / plan_.world_size; }
 
   // Starts counting launches afresh (synchronizes the device; not for the hot path).

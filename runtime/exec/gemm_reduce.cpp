@@ -96,6 +96,7 @@ Status GemmReduceOp::create(Context& ctx, const Plan& plan, std::unique_ptr<Gemm
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->started_, cudaEventDisableTiming));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->clock_, cudaStreamNonBlocking));
   WEFT_CHECK(op->record_.create());
   if (!overlap) WEFT_CHECK(op->reduce_record_.create());
   WEFT_CHECK(op->frame_.create(rank));
@@ -135,6 +136,7 @@ GemmReduceOp::~GemmReduceOp() {
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
   overlap_.reset();  // its streams are done (done_ above) before the words they wait on go
+  if (clock_) cudaStreamSynchronize(clock_), cudaStreamDestroy(clock_);  // its last write, before the word goes
   if (progress_host_) cudaFreeHost(progress_host_);
   if (side_) cudaStreamDestroy(side_);
   if (started_) cudaEventDestroy(started_);
@@ -229,9 +231,10 @@ Status GemmReduceOp::run(const bf16* a, const bf16* b, bf16* c, cudaStream_t s) 
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, done_));
   if (overlap_) {
     const uint64_t call = ++overlap_calls_;
-    // Started on the device (watch_stalled): written beside s, so no launch waits for its fence.
-    Status st = cudaEventRecord(started_, s) == cudaSuccess && cudaStreamWaitEvent(side_, started_) == cudaSuccess
-                    ? stream_write_u64(side_, progress_dev_, call)
+    // Started on the device (watch_stalled): written beside s by a stream of its own (not side_,
+    // which must stay free for unstick), so no launch waits for the write's fence.
+    Status st = cudaEventRecord(started_, s) == cudaSuccess && cudaStreamWaitEvent(clock_, started_) == cudaSuccess
+                    ? stream_write_u64(clock_, progress_dev_, call)
                     : Status::kCudaError;
     if (st == Status::kOk) st = overlap_->enqueue(a, b, all_reduce_ ? nullptr : c, s);
     if (st == Status::kOk && all_reduce_ && c != heap_c())  // C was gathered in the heap, where the peers write it

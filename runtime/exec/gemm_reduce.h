@@ -98,7 +98,8 @@ class GemmReduceOp {
   bool watch_stalled(CallClock* clock, std::string* why) const;
   cudaEvent_t done_ = nullptr;
   cudaStream_t side_ = nullptr;
-  cudaEvent_t started_ = nullptr;  // the overlap call's start, for side_'s progress write
+  cudaStream_t clock_ = nullptr;   // writes the overlap call's start mark (never waits on a peer)
+  cudaEvent_t started_ = nullptr;  // the overlap call's start, for clock_'s write
   int watch_ = -1;
 };
 

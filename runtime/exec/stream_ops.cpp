@@ -127,12 +127,13 @@ Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops) {
 namespace {
 
 // Polls `query` (cudaStreamQuery / cudaEventQuery) until it is done, at most timeout_s; past that
-// calls `unstick` and waits 10 s more.
+// calls `unstick` (every 100 ms) and waits 10 s more.
 Status wait_bounded(const std::function<cudaError_t()>& query, double timeout_s, const char* what,
                     const std::function<void()>& unstick) {
   auto start = std::chrono::steady_clock::now();
   auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   bool unstuck = false;
+  auto next_unstick = start;
   for (;;) {
     cudaError_t e = query();
     if (e == cudaSuccess) break;
@@ -140,9 +141,12 @@ Status wait_bounded(const std::function<cudaError_t()>& query, double timeout_s,
       WEFT_WARN(kKernel, "%s failed on the device: %s", what, cudaGetErrorString(e));
       return Status::kCudaError;
     }
-    if (!unstuck && waited() > timeout_s) {
+    // Past the timeout, the waits are released again every 100 ms: a call queued behind the stuck
+    // one may reset a word the first release raised, and must be released as well.
+    if (waited() > timeout_s && (!unstuck || std::chrono::steady_clock::now() >= next_unstick)) {
       if (unstick) unstick();
       unstuck = true;
+      next_unstick = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     }
     if (waited() > timeout_s + 10) {
       WEFT_WARN(kKernel, "%s did not finish within %.1f s (WEFT_DEVICE_TIMEOUT bounds each device wait)", what,

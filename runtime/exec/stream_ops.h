@@ -34,7 +34,8 @@ struct StreamMemOp {
 Status stream_mem_ops(cudaStream_t s, const std::vector<StreamMemOp>& ops);
 
 // Waits for the stream at most `timeout_s`; past that calls `unstick` (if any: e.g. raise the flags
-// the stream waits on so it drains), waits a moment more, and fails naming `what`.
+// the stream waits on so it drains; again every 100 ms, so it must be idempotent), waits a moment
+// more, and fails naming `what`.
 Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const std::function<void()>& unstick);
 // The same for the work before an event.
 Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, const std::function<void()>& unstick);

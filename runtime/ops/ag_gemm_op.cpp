@@ -616,16 +616,20 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     vt[i].local_alone = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, false, true, false, false, true); });
     vt[i].local_beside = timer.add([&op, pv] { return op.enqueue_copy_engines(*pv, true, true, false, false, true); });
   }
-  // The runtime op (runtime/exec/ag_gemm.h, what `weftrun run` and the API execute) on the plan
-  // `weftrun plan` prints, on a context of its own, in the same rounds: this rank's shard copied in
-  // from the runner's A on every call, and written into the op's heap slot once (shard(), the API's
-  // zero-copy path).
+  // The runtime op (runtime/exec/ag_gemm.h, what `weftrun run` and the API execute) on the model's
+  // plan (the tuner's, with the op's own mover, without a tuning cache entry), on a context of its
+  // own, in the same rounds: this rank's shard copied in from the runner's A on every call, and
+  // written into the op's heap slot once (shard(), the API's zero-copy path). Every rank agrees
+  // whether it runs (the context and the op are collective).
   const Plan rt_plan = plan_for(wl, info.rank, plan_mover(wl, wl.layout));
   std::unique_ptr<runtime::Context> rt_ctx;
   std::unique_ptr<runtime::AgGemmOp> rt_op;
   bf16* rt_c = nullptr;
   size_t i_rt = none, i_rt_heap = none;
-  if (rt_plan.exec.executable && rt_plan.world_size == op.world) {
+  double rt_off = 0;
+  WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.rt.agree",
+                            rt_plan.exec.executable && rt_plan.world_size == op.world ? 0 : 1, &rt_off));
+  if (rt_off == 0) {
     WEFT_CHECK(runtime::Context::create(boot, rt_plan.heap_bytes + (4u << 20), &rt_ctx));
     WEFT_CHECK(runtime::AgGemmOp::create(*rt_ctx, rt_plan, &rt_op));
     WEFT_CUDA_CHECK(cudaMalloc(&rt_c, size_t(op.m * op.n) * sizeof(bf16)));
@@ -635,8 +639,9 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     i_rt = timer.add([&] { return rt_op->run(op.shard(op.rank), op.b, rt_c, op.main); });
     i_rt_heap = timer.add([&] { return rt_op->run(rt_op->shard(), op.b, rt_c, op.main); });
   } else if (op.rank == 0) {
-    printf("(no runtime op rows: %s)\n",
-           rt_plan.exec.executable ? "the plan is for another number of ranks" : rt_plan.exec.not_executable.c_str());
+    printf("(no runtime op rows: %s)\n", !rt_plan.exec.executable         ? rt_plan.exec.not_executable.c_str()
+                                         : rt_plan.world_size != op.world ? "the plan is for another number of ranks"
+                                                                          : "another rank has no plan to run");
   }
   if (op.rank == 0) {
     printf("rank 0: ag_gemm timing %zu runs interleaved, %d warm-up + %d timed rounds\n", timer.size(), warm, iters);
@@ -721,10 +726,17 @@ Status run_ag_gemm(const bootstrap::RankContext& ctx, const Workload& wl, bootst
     Comparison cmp;
     WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
     WEFT_CHECK(compare_bf16(rt_c, op.c_ref, op.m * op.n, op.main, &cmp));
-    if (cmp.non_finite || !(cmp.rel_err < 1e-2)) {
+    const bool wrong = cmp.non_finite || !(cmp.rel_err < 1e-2);
+    if (wrong)
       WEFT_WARN(kKernel,
                 "rank %d: ag_gemm: the runtime op's C differs from cuBLAS: rel err %.3g, %lld elements not finite",
                 op.rank, cmp.rel_err, static_cast<long long>(cmp.non_finite));
+    double any_wrong = 0;  // every rank stops here together, or none does
+    WEFT_CHECK(max_over_ranks(boot, "weft.ag_gemm.rt.check", wrong ? 1 : 0, &any_wrong));
+    if (any_wrong > 0) {
+      rt_op.reset();
+      rt_ctx.reset();
+      cudaFree(rt_c);
       return Status::kInternal;
     }
     const double fastest = best ? best->ms : 0;

@@ -422,21 +422,26 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
   WEFT_CHECK(op.make_epilogues());
   WEFT_CHECK(op.set_roles());
   // The runtime op (runtime/exec/gemm_reduce.h, what `weftrun run` and the API execute) on the
-  // model's plan, on a context of its own, timed in the same rounds as the runner: on the runner's
-  // inputs, C into a buffer of the caller's (AllReduce: copied out of the heap) and, AllReduce, left
-  // in the heap (heap_c(), the API's zero-copy path).
+  // model's plan (the tuner's, without a tuning cache entry), on a context of its own, timed in the
+  // same rounds as the runner: on the runner's inputs, C into a buffer of the caller's (AllReduce:
+  // copied out of the heap) and, AllReduce, left in the heap (heap_c(), the API's zero-copy path).
+  // Every rank agrees whether it runs (the context and the op are collective).
   std::unique_ptr<runtime::Context> rt_ctx;
   std::unique_ptr<runtime::GemmReduceOp> rt_op;
   bf16* rt_c = nullptr;
   const int64_t rt_elems = all_reduce ? op.m * op.n : op.m_loc * op.n;
-  if (plan.exec.executable && plan.world_size == op.world) {
+  double rt_off = 0;
+  WEFT_CHECK(
+      max_over_ranks(boot, key + "rt.agree", plan.exec.executable && plan.world_size == op.world ? 0 : 1, &rt_off));
+  if (rt_off == 0) {
     WEFT_CHECK(runtime::Context::create(boot, plan.heap_bytes + (4u << 20), &rt_ctx));
     WEFT_CHECK(runtime::GemmReduceOp::create(*rt_ctx, plan, &rt_op));
     WEFT_CUDA_CHECK(cudaMalloc(&rt_c, size_t(rt_elems) * sizeof(bf16)));
     WEFT_CHECK(poison_bf16(rt_c, rt_elems, op.main));  // an element no call writes fails the check below
   } else if (op.rank == 0) {
-    printf("(no runtime op rows: %s)\n",
-           plan.exec.executable ? "the plan is for another number of ranks" : plan.exec.not_executable.c_str());
+    printf("(no runtime op rows: %s)\n", !plan.exec.executable         ? plan.exec.not_executable.c_str()
+                                         : plan.world_size != op.world ? "the plan is for another number of ranks"
+                                                                       : "another rank has no plan to run");
   }
   InterleavedTimer timer;
   timer.add([&] { return op.enqueue_fused(); });                // 0
@@ -479,9 +484,16 @@ Status run_gemm_reduce(const bootstrap::RankContext& ctx, const Workload& wl, bo
   if (rt_op) {
     WEFT_CUDA_CHECK(cudaStreamSynchronize(op.main));
     WEFT_CHECK(compare_bf16(rt_c, op.ref, rt_elems, op.main, &rt_cmp));
-    if (rt_cmp.non_finite || !(rt_cmp.rel_err < 1e-2)) {
+    const bool wrong = rt_cmp.non_finite || !(rt_cmp.rel_err < 1e-2);
+    if (wrong)
       WEFT_WARN(kKernel, "rank %d: %s: the runtime op's C differs from NCCL's: rel err %.3g, %lld elements not finite",
                 op.rank, name, rt_cmp.rel_err, static_cast<long long>(rt_cmp.non_finite));
+    double any_wrong = 0;  // every rank stops here together, or none does
+    WEFT_CHECK(max_over_ranks(boot, key + "rt.check", wrong ? 1 : 0, &any_wrong));
+    if (any_wrong > 0) {
+      rt_op.reset();
+      rt_ctx.reset();
+      cudaFree(rt_c);
       return Status::kInternal;
     }
   }

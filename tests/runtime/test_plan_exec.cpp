@@ -232,7 +232,8 @@ TEST_CASE("plan: choices this build's op does not run make the plan not runnable
   const Plan cl = plan_for(parse(ag("roles: {compute: 131}\nplan: {cluster: 2}\n")));
   CHECK(!cl.exec.executable);
   CHECK(cl.exec.not_executable.rfind("t.yaml:6:17: plan.cluster: 2: 2-CTA clusters need m / ranks (2048) to be a "
-                                     "multiple of 256 rows and an even number of compute SMs (the plan has 131)",
+                                     "multiple of 256 rows and an even number of compute SMs and of SMs in all (the "
+                                     "plan has 131 and 131)",
                                      0) == 0);
   const Plan sm = plan_for(parse(ag("roles: {compute: 124, intra_comm: 8}\nplan: {cluster: 2}\n")));
   CHECK(!sm.exec.executable);
