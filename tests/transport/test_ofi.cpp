@@ -128,6 +128,13 @@ void run_exchange(const OfiTestSwitches& sw, const char* expect_ordering, bool o
   set_ofi_test_switches(OfiTestSwitches{});
 }
 
+// run_exchange under the checking shim (transport/ofi_desc_check.h): its report for that run alone.
+ofi::DescCheckReport checked_exchange(const OfiTestSwitches& sw) {
+  ofi::desc_check_reset();
+  run_exchange(sw, nullptr);
+  return ofi::desc_check_report();
+}
+
 }  // namespace
 
 TEST_CASE("ofi ordering: FI_FENCE where offered, else write-after-write order covering the size, else delivery") {
@@ -401,9 +408,7 @@ TEST_CASE("ofi FI_MR_LOCAL, checked: every buffer weft hands tcp comes with a co
   OfiTestSwitches sw;
   sw.mr_local = 1;
   sw.check_descriptors = 1;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  ofi::DescCheckReport rep = ofi::desc_check_report();
+  ofi::DescCheckReport rep = checked_exchange(sw);
   CAPTURE(rep.first);
   CHECK(rep.checked > 100);
   CHECK(rep.violations == 0);
@@ -411,9 +416,7 @@ TEST_CASE("ofi FI_MR_LOCAL, checked: every buffer weft hands tcp comes with a co
   // The same, the heap's descriptor left off on purpose: tcp moves the bytes anyway; the shim
   // names the first write that had none.
   sw.drop_heap_descriptor = 1;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  rep = ofi::desc_check_report();
+  rep = checked_exchange(sw);
   CAPTURE(rep.first);
   CHECK(rep.violations > 0);
   CHECK(rep.first.find("fi_writemsg") != std::string::npos);
@@ -421,9 +424,7 @@ TEST_CASE("ofi FI_MR_LOCAL, checked: every buffer weft hands tcp comes with a co
   MESSAGE("heap descriptor dropped: " << rep.violations << " of " << rep.checked << "; first: " << rep.first);
   // Without FI_MR_LOCAL nothing is required: the dropped descriptor is no violation.
   sw.mr_local = 0;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  rep = ofi::desc_check_report();
+  rep = checked_exchange(sw);
   CHECK(rep.checked > 100);
   CHECK(rep.violations == 0);
   set_ofi_test_switches(OfiTestSwitches{});
@@ -459,9 +460,7 @@ TEST_CASE("ofi FI_MR_ENDPOINT, emulated: every buffer and remote key is bound to
   OfiTestSwitches sw;
   sw.mr_endpoint = 1;
   sw.emulate_mr_binding = 1;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  ofi::DescCheckReport rep = ofi::desc_check_report();
+  ofi::DescCheckReport rep = checked_exchange(sw);
   CAPTURE(rep.first);
   CHECK(rep.checked > 100);
   CHECK(rep.violations == 0);
@@ -469,9 +468,7 @@ TEST_CASE("ofi FI_MR_ENDPOINT, emulated: every buffer and remote key is bound to
   // With FI_MR_LOCAL and its descriptor check as well.
   sw.mr_local = 1;
   sw.check_descriptors = 1;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  rep = ofi::desc_check_report();
+  rep = checked_exchange(sw);
   CAPTURE(rep.first);
   CHECK(rep.checked > 100);
   CHECK(rep.violations == 0);
@@ -479,9 +476,7 @@ TEST_CASE("ofi FI_MR_ENDPOINT, emulated: every buffer and remote key is bound to
   sw.mr_local = -1;
   sw.check_descriptors = 0;
   sw.skip_mr_enable = 1;
-  ofi::desc_check_reset();
-  run_exchange(sw, nullptr);
-  rep = ofi::desc_check_report();
+  rep = checked_exchange(sw);
   CAPTURE(rep.first);
   CHECK(rep.violations > 0);
   CHECK(rep.first.find("bound but never enabled (FI_MR_ENDPOINT)") != std::string::npos);
