@@ -272,19 +272,27 @@ Status AgGemmOp::announce_shard(cudaStream_t s) {
 Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
-  WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
-  WEFT_CHECK(clock_write(copy_, false));  // beside S: the GEMM's launch does not wait for the write's fence
-  for (int i = 1; i < world_; ++i) {
-    const int q = (rank_ - i + world_) % world_;
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1},
-                                      {StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0}}));
-    WEFT_CUDA_CHECK(cudaMemcpyAsync(a_[size_t(q)] + rank_ * shard_elems, shard(), size_t(shard_elems) * sizeof(bf16),
-                                    cudaMemcpyDeviceToDevice, copy_));
-    WEFT_CHECK(stream_write_u64(copy_, gate_[size_t(q)] + rank_, 1));
-  }
+  // The GEMM first: its launch reaches the GPU before the host has enqueued the pushes, and should
+  // two streams share a hardware queue it does not sit behind a wait of the copy stream's.
   const kernels::FlagGate gate{gate_[size_t(rank_)], kernels::kFlagPerShard, 1};
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
                                   kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
+  // The pushes, each peer's gate write going out with the next peer's waits (one driver call fewer
+  // per peer); the start mark beside S, so the GEMM's launch does not wait for the write's fence.
+  WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
+  WEFT_CHECK(clock_write(copy_, false));
+  std::vector<StreamMemOp> ops;
+  for (int i = 1; i < world_; ++i) {
+    const int q = (rank_ - i + world_) % world_;
+    ops.push_back({StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1});
+    ops.push_back({StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0});
+    WEFT_CHECK(stream_mem_ops(copy_, ops));
+    ops.clear();
+    WEFT_CUDA_CHECK(cudaMemcpyAsync(a_[size_t(q)] + rank_ * shard_elems, shard(), size_t(shard_elems) * sizeof(bf16),
+                                    cudaMemcpyDeviceToDevice, copy_));
+    ops.push_back({StreamMemOp::kWrite, gate_[size_t(q)] + rank_, 1});
+  }
+  WEFT_CHECK(stream_mem_ops(copy_, ops));
   // The GEMM is done with the peers' rows: its gates close (the peers' next pushes open them), then
   // each peer may push again.
   std::vector<StreamMemOp> after;
