@@ -207,11 +207,11 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
     uint64_t theirs[2] = {0, 0};
     const bool sized = r < int(all.size()) && all[r].size() == sizeof theirs;
     if (sized) memcpy(theirs, all[r].data(), sizeof theirs);
-    const char* why = !sized                    ? "sent no arena"
-                      : theirs[0] == UINT64_MAX ? "has no room for it"
-                      : theirs[1] != bytes      ? "asked for another size"
-                      : theirs[0] != at         ? "chose another offset"
-                                                : nullptr;
+    const char* why = !sized                            ? "sent no arena"
+                      : theirs[0] == UINT64_MAX         ? "has no room for it"
+                      : same_size && theirs[1] != bytes ? "asked for another size"
+                      : theirs[0] != at                 ? "chose another offset"
+                                                        : nullptr;
     if (!why || (r == rank_ && !room)) continue;
     WEFT_WARN(kKernel,
               "rank %d: %s: %llu bytes at offset %llu here, rank %d %s (%llu bytes at %llu): ops and allocations "
@@ -265,7 +265,10 @@ void Context::unwatch(int id) {
 
 void Context::watchdog() {
   cudaSetDevice(device_);  // unstick() enqueues on this rank's GPU
+  // Once poisoned, the ops' waits are released every 100 ms: a call queued behind the stuck one may
+  // reset a word the last release raised, and must drain as well.
   bool released = false;
+  auto next_release = std::chrono::steady_clock::now();
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     std::lock_guard<std::mutex> lock(watch_mu_);
@@ -287,9 +290,10 @@ void Context::watchdog() {
       poisoned_ = true;
       WEFT_WARN(kKernel, "rank %d: runtime context poisoned: %s", rank_, why.c_str());
     }
-    if (!released) {
+    if (!released || std::chrono::steady_clock::now() >= next_release) {
       for (const auto& w : watched_) w.unstick();
       released = true;
+      next_release = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     }
   }
 }
