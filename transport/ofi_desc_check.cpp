@@ -92,10 +92,15 @@ Table* check(fid_ep* ep, const char* call, const void* buf, size_t len, void* de
         if (r.key == *key) {
           found = true;
           const std::string why = unbound(r, other);
-          if (!why.empty())
+          if (!why.empty()) {
+            ++g_report.key_violations;
             violation(w, where + ", remote key " + std::to_string(*key) + ": " + why + " (FI_MR_ENDPOINT)");
+          }
         }
-    if (!found) violation(w, where + ": no registration has remote key " + std::to_string(*key));
+    if (!found) {
+      ++g_report.key_violations;
+      violation(w, where + ": no registration has remote key " + std::to_string(*key));
+    }
   }
   return w.*table;
 }

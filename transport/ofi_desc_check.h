@@ -31,9 +31,11 @@
 namespace weft::transport::ofi {
 
 struct DescCheckReport {
-  uint64_t checked = 0;     // buffers checked
-  uint64_t violations = 0;  // without a covering registration's descriptor where one was required
-  std::string first;        // the first violation
+  uint64_t checked = 0;         // buffers checked
+  uint64_t violations = 0;      // without a covering registration's descriptor where one was required, or
+                                // (FI_MR_ENDPOINT emulated) a registration not bound and enabled first
+  uint64_t key_violations = 0;  // of those, a remote key's registration (the rest: local buffers)
+  std::string first;            // the first violation
 };
 
 void desc_check_attach(fid_ep* ep, bool required, int rank, int channel, bool bindings = false);

@@ -52,17 +52,22 @@ inline std::unique_ptr<bootstrap::PmixBootstrap> join_job() {
 // host's enqueue (how `weftrun bench` lines its rows up with a one-word NCCL all-reduce).
 class StreamLineUp {
  public:
-  // Collective: W words from the context's heap, zeroed on every rank before anyone writes.
+  // Collective: W words from the context's heap, zeroed on every rank before anyone writes. Only
+  // where every rank's heap is mapped here (one node): available() says so.
   bool create(runtime::Context& ctx, bootstrap::Bootstrap& boot) {
     ctx_ = &ctx;
     rank_ = boot.info().rank;
     world_ = boot.info().size;
     if (ctx.reserve(uint64_t(world_) * 8, "bench.line_up", &at_) != Status::kOk) return false;
+    available_ = true;
+    for (int q = 0; q < world_; ++q) available_ = available_ && (q == rank_ || ctx.peer(q, at_) != nullptr);
     if (cudaMemset(ctx.local(at_), 0, size_t(world_) * 8) != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess)
       return false;
     return boot.barrier("bench.line_up") == Status::kOk;
   }
+  bool available() const { return available_; }
   Status enqueue(cudaStream_t s) {
+    if (!available_) return Status::kUnsupported;
     ++n_;
     std::vector<runtime::StreamMemOp> ops;
     for (int q = 0; q < world_; ++q)
@@ -77,6 +82,7 @@ class StreamLineUp {
   runtime::Context* ctx_ = nullptr;
   int rank_ = 0, world_ = 1;
   uint64_t at_ = 0, n_ = 0;
+  bool available_ = false;
 };
 
 }  // namespace weft::bench

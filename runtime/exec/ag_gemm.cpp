@@ -270,15 +270,23 @@ Status AgGemmOp::announce_shard(cudaStream_t s) {
 // call. Every value a stream writes or waits for is a constant (the tokens 0 and 1), so a captured
 // call replays correctly: the plan marks this variant capturable.
 Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
-  const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaEventRecord(fork_, s));
   // The GEMM first: its launch reaches the GPU before the host has enqueued the pushes, and should
   // two streams share a hardware queue it does not sit behind a wait of the copy stream's.
   const kernels::FlagGate gate{gate_[size_t(rank_)], kernels::kFlagPerShard, 1};
   WEFT_CHECK(kernels::launch_gemm(gemm_, frame_params_, kernels::EpiStoreBf16{c, n_, n_ % 2 == 0}, gate,
                                   kernels::TileSignal{}, s, gemm_options(plan_.exec.gemm)));
-  // The pushes, each peer's gate write going out with the next peer's waits (one driver call fewer
-  // per peer); the start mark beside S, so the GEMM's launch does not wait for the write's fence.
+  const Status st = push_and_join(s);
+  // A failure past the launch still marks its end, so the destructor's bounded wait covers that GEMM.
+  if (st != Status::kOk) cudaEventRecord(join_, s);
+  return st;
+}
+
+// The pushes, each peer's gate write going out with the next peer's waits (one driver call fewer per
+// peer); the start mark beside S, so the GEMM's launch does not wait for the write's fence. Then S,
+// behind the GEMM: gates closed, the peers told they may push again, the copy stream joined.
+Status AgGemmOp::push_and_join(cudaStream_t s) {
+  const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
   WEFT_CHECK(clock_write(copy_, false));
   std::vector<StreamMemOp> ops;
@@ -293,8 +301,6 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
     ops.push_back({StreamMemOp::kWrite, gate_[size_t(q)] + rank_, 1});
   }
   WEFT_CHECK(stream_mem_ops(copy_, ops));
-  // The GEMM is done with the peers' rows: its gates close (the peers' next pushes open them), then
-  // each peer may push again.
   std::vector<StreamMemOp> after;
   for (int q = 0; q < world_; ++q)
     if (q != rank_) after.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
@@ -304,8 +310,7 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   WEFT_CUDA_CHECK(cudaEventRecord(join_, copy_));  // this rank's shard has left: the caller may overwrite it
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(s, join_));
   WEFT_CHECK(clock_write(s, true));
-  WEFT_CHECK(record_done(join_, s));
-  return Status::kOk;
+  return record_done(join_, s);
 }
 
 Status AgGemmOp::run_sm_movers(const bf16*, bf16* c, cudaStream_t s) {

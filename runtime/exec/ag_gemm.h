@@ -72,6 +72,7 @@ class AgGemmOp {
   AgGemmOp() = default;
   Status make_gemm(const __nv_bfloat16* b);
   Status announce_shard(cudaStream_t s);  // ready[rank] = 1 in every peer, from `s`
+  Status push_and_join(cudaStream_t s);   // the copy-engine call past its GEMM's launch
   Status run_copy_engines(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   Status run_sm_movers(const __nv_bfloat16* b, __nv_bfloat16* c, cudaStream_t s);
   void* resolve(const std::string& region, int rank) const;  // creation only: looks the region up by name

@@ -162,7 +162,7 @@ Status Context::transport(int channels, const std::string& backend, const std::s
   return Status::kOk;
 }
 
-Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset, bool same_size) {
+Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offset) {
   const uint64_t need = (bytes + 4095) / 4096 * 4096;
   uint64_t at = UINT64_MAX;
   size_t slot = arenas_.size();
@@ -192,8 +192,8 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
     arenas_[slot] = {at, need, true};
     if (rest > 0) arenas_.insert(arenas_.begin() + long(slot) + 1, Arena{at + need, rest, false});
   }
-  // Every rank must have room and choose the same offset (the same reserve/release order everywhere),
-  // and with `same_size` ask for the same bytes; a rank without room still takes part, so none waits.
+  // Every rank must have room, choose the same offset (the same reserve/release order everywhere) and
+  // ask for the same bytes; a rank without room still takes part, so none waits.
   const uint64_t mine_words[2] = {room ? at : UINT64_MAX, bytes};
   bootstrap::Blob mine(sizeof mine_words);
   memcpy(mine.data(), mine_words, sizeof mine_words);
@@ -207,11 +207,11 @@ Status Context::reserve(uint64_t bytes, const std::string& what, uint64_t* offse
     uint64_t theirs[2] = {0, 0};
     const bool sized = r < int(all.size()) && all[r].size() == sizeof theirs;
     if (sized) memcpy(theirs, all[r].data(), sizeof theirs);
-    const char* why = !sized                            ? "sent no arena"
-                      : theirs[0] == UINT64_MAX         ? "has no room for it"
-                      : same_size && theirs[1] != bytes ? "asked for another size"
-                      : theirs[0] != at                 ? "chose another offset"
-                                                        : nullptr;
+    const char* why = !sized                    ? "sent no arena"
+                      : theirs[0] == UINT64_MAX ? "has no room for it"
+                      : theirs[1] != bytes      ? "asked for another size"
+                      : theirs[0] != at         ? "chose another offset"
+                                                : nullptr;
     if (!why || (r == rank_ && !room)) continue;
     WEFT_WARN(kKernel,
               "rank %d: %s: %llu bytes at offset %llu here, rank %d %s (%llu bytes at %llu): ops and allocations "

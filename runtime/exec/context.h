@@ -48,9 +48,9 @@ class Context {
 
   // Collective: an arena of `bytes` for an op (first fit, 4 KiB aligned). Every rank reserves and
   // releases in the same order, so the offsets agree; that is checked across ranks here.
-  // `same_size`: every rank must ask for the same bytes too (a caller's tensor; an op's arena may be
-  // sized by the rank's place, as long as the offsets agree).
-  Status reserve(uint64_t bytes, const std::string& what, uint64_t* offset, bool same_size = false);
+  // Every rank must ask for the same bytes too (with first fit, different sizes would place the
+  // next arena at different offsets).
+  Status reserve(uint64_t bytes, const std::string& what, uint64_t* offset);
   void release(uint64_t offset);
   uint64_t reserved_bytes() const;
 
@@ -98,8 +98,9 @@ class Context {
 
   // The watchdog: a thread that polls every registered op's `failed` (a device wait timed out: its
   // host-mapped error record) every millisecond; on the first failure it poisons the context and
-  // calls every op's `unstick`, which releases the stream waits that no SM bounds, so the caller's
-  // streams drain instead of hanging. An op registers at creation and unregisters before it goes.
+  // calls every op's `unstick` (then again every 100 ms: it must be idempotent), which releases the
+  // stream waits that no SM bounds, so the caller's streams drain instead of hanging, calls queued
+  // behind the stuck one included. An op registers at creation and unregisters before it goes.
   using Watch = std::function<bool(std::string* why)>;
   int watch(Watch failed, std::function<void()> unstick);
   void unwatch(int id);

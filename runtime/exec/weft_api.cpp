@@ -208,7 +208,7 @@ Status Context::alloc(uint64_t bytes, void** out, std::string* error) {
     return Status::kInvalidArgument;
   }
   uint64_t offset = 0;
-  const Status st = impl_->ctx->reserve(bytes, "weft::Context::alloc", &offset, true);
+  const Status st = impl_->ctx->reserve(bytes, "weft::Context::alloc", &offset);
   if (st != Status::kOk) {
     *error = "alloc of " + std::to_string(bytes) + " bytes: the symmetric heap (" +
              std::to_string(impl_->ctx->heap_bytes()) + " bytes, " + std::to_string(impl_->ctx->reserved_bytes()) +
