@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -100,7 +101,7 @@ int main(int argc, char** argv) {
                                "heap input, lined up"};
   weft::bench::StreamLineUp line_up;
   if (!line_up.create(*ctx, *boot)) return 1;
-  std::vector<std::vector<float>> ms(kModes);
+  std::vector<std::vector<float>> ms(kModes), host_us(kModes);  // host_us: the host's time inside run()
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
   int barrier_no = 0;
@@ -116,7 +117,11 @@ int main(int argc, char** argv) {
         }
         if (lined && line_up.enqueue(s) != Status::kOk) return 1;
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], s));
+        const auto t0 = std::chrono::steady_clock::now();
         if (op->run(src, b, c, s) != Status::kOk) return 1;
+        if (i >= 0)
+          host_us[size_t(mode)].push_back(
+              float(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count()));
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], s));
       }
       // Bounded: a rank that stopped leaves the others' stream barrier unsatisfied.
@@ -134,17 +139,20 @@ int main(int argc, char** argv) {
   if (rank == 0)
     printf(
         "# runtime ag_gemm op, m %lld n %lld (per rank) k %lld, %d ranks, variant %s, %d compute SMs; "
-        "%s inputs; median of %d calls x %d rounds, slowest rank\n| mode | ms |\n|---|---|\n",
+        "%s inputs; median of %d calls x %d rounds, slowest rank; the host's time inside run()\n| mode | ms | host "
+        "enqueue us |\n|---|---|---|\n",
         (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
         normal ? "normal" : "uniform", iters, rounds);
   for (int mode = 0; mode < kModes; ++mode) {
     if (mode % 3 == 2 && !line_up.available()) {
-      if (rank == 0) printf("| %s | n/a (ranks on other nodes) |\n", names[mode]);
+      if (rank == 0) printf("| %s | n/a (ranks on other nodes) | |\n", names[mode]);
       continue;
     }
     const double worst =
         weft::bench::allgather_max(*boot, "bench.ag.ms." + std::to_string(mode), weft::bench::median(ms[size_t(mode)]));
-    if (rank == 0) printf("| %s | %.3f |\n", names[mode], worst);
+    const double host = weft::bench::allgather_max(*boot, "bench.ag.host." + std::to_string(mode),
+                                                   weft::bench::median(host_us[size_t(mode)]));
+    if (rank == 0) printf("| %s | %.3f | %.0f |\n", names[mode], worst, host);
   }
   // The same plan through weftrun run's own harness (run_plan: its Context, inputs and timing loop),
   // in this process, with this op and its heap still alive.
@@ -155,7 +163,7 @@ int main(int argc, char** argv) {
     if (runtime::run_plan(*boot, plan, spec, 0, &report) != Status::kOk) return 1;
     const double worst =
         weft::bench::allgather_max(*boot, "bench.ag.run_plan." + std::to_string(rep), report.ms_median);
-    if (rank == 0) printf("| run_plan (weftrun run's harness), %d | %.3f |\n", rep + 1, worst);
+    if (rank == 0) printf("| run_plan (weftrun run's harness), %d | %.3f | |\n", rep + 1, worst);
   }
   fflush(stdout);
   for (auto& e : ev) cudaEventDestroy(e);
