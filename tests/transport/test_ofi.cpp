@@ -19,6 +19,7 @@
 #include "base/backoff.h"
 #include "base/log.h"
 #include "local_bootstrap.h"
+#include "tests/skip_report.h"
 #include "transport/heap.h"
 #include "transport/ofi_desc_check.h"
 #include "transport/ofi_info.h"
@@ -61,7 +62,8 @@ std::string test_provider() {
 bool have_provider() {
   std::string why;
   if (ofi_provider_present(test_provider(), &why)) return true;
-  MESSAGE("SKIPPED: no libfabric provider '" << test_provider() << "' here (" << why << ")");
+  weft::testing::skip_executable("no libfabric provider '" + std::string(test_provider()) + "' here (" + why +
+                                 "): the ofi backend's cases did not run");
   return false;
 }
 
