@@ -59,7 +59,8 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
   if ((plan.exec.cluster != 1 && !pairs) || plan.exec.copy_chunks != 1)
     return refuse(rank,
                   "this build runs 1-CTA clusters, or 2-CTA ones for the copy engines' GEMM on an even number "
-                  "of compute SMs with 256-row shards, with one copy per shard (the plan asks for cluster " +
+                  "of compute SMs and of SMs in all with 256-row shards, with one copy per shard (the plan asks "
+                  "for cluster " +
                       std::to_string(plan.exec.cluster) + ", " + std::to_string(plan.exec.copy_chunks) + " copies)");
 
   if (!sm && ctx.shares_gpu() && plan.roles.compute >= ctx.sm_count())
