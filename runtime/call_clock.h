@@ -3,6 +3,8 @@
 // watchdog's timeout. CUDA-free; one reader (the watchdog thread).
 //
 //   started == finished        no call on the device: nothing to time
+//   started  < finished        the same: the start mark comes from a stream of its own and may land
+//                              after the call's finish mark
 //   started  > finished        call `started` is on the device; its clock starts when it is first
 //                              seen, and the call is stalled once it has been there timeout_s
 #pragma once
@@ -18,7 +20,7 @@ class CallClock {
   explicit CallClock(double timeout_s) : timeout_s_(timeout_s) {}
   // True once the call on the device has been there timeout_s or more (seen at `now`).
   bool stalled(uint64_t started, uint64_t finished, Clock::time_point now) {
-    if (started == finished) return false;
+    if (started <= finished) return false;
     if (!timing_ || call_ != started) {  // a new call started: its clock starts now
       timing_ = true;
       call_ = started;

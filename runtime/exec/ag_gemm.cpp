@@ -107,6 +107,7 @@ Status AgGemmOp::create(Context& ctx, const Plan& plan, std::unique_ptr<AgGemmOp
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->copy_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->clock_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->fork_, cudaEventDisableTiming));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->join_, cudaEventDisableTiming));
   WEFT_CHECK(op->record_.create());
@@ -160,14 +161,15 @@ AgGemmOp::~AgGemmOp() {
     cudaStreamDestroy(copy_);
   }
   if (side_) cudaStreamDestroy(side_);
+  if (clock_) cudaStreamSynchronize(clock_), cudaStreamDestroy(clock_);  // its last write, before the word goes
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
   if (progress_host_) cudaFreeHost(progress_host_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
-// The call's clock (watch_stalled): started as the call starts (copy engines: from the copy stream,
-// before its waits for the peers' tokens, beside the GEMM's launch) or, SM movers, right before the
+// The call's clock (watch_stalled): started as the call starts (copy engines: from a stream of its
+// own that waits only for the call's start, beside the GEMM's launch and the pushes) or, SM movers, right before the
 // kernel's launch once the stream's waits for the peers' words are behind it (a late peer is the
 // kernel's device waits' to time out), and finished before the call's end is recorded (the destructor waits for that
 // record, so the write is done before the word is freed). Not during a capture.
@@ -289,7 +291,9 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
 Status AgGemmOp::push_and_join(cudaStream_t s) {
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
-  WEFT_CHECK(clock_write(copy_, false));
+  // The start mark from a stream of its own: its fenced write would hold the first push back.
+  if (clocked_) WEFT_CUDA_CHECK(cudaStreamWaitEvent(clock_, fork_));
+  WEFT_CHECK(clock_write(clock_, false));
   std::vector<StreamMemOp> ops;
   for (int i = 1; i < world_; ++i) {
     const int q = (rank_ - i + world_) % world_;

@@ -95,6 +95,7 @@ class AgGemmOp {
   kernels::FrameParams frame_params_{};
   OpLaunchRecord record_;
   cudaStream_t copy_ = nullptr, side_ = nullptr;
+  cudaStream_t clock_ = nullptr;  // the copy engines' start mark: off the pushes' path, never waits on a peer
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   int watch_ = -1;  // the context's watchdog id
   // Calls started and finished on the device ([0], [1]; host-mapped, written by the call's stream,

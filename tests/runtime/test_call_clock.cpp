@@ -31,3 +31,13 @@ TEST_CASE("each call gets its own clock; finished calls and idle time are never 
   CHECK(c.stalled(4, 3, t0 + milliseconds(9400)));  // call 4 stuck for 1 s
   CHECK(c.call() == 4);
 }
+
+TEST_CASE("a start mark that lands after the call's finish mark is not a call on the device") {
+  CallClock c(1.0);
+  const CallClock::Clock::time_point t0{};
+  CHECK_FALSE(c.stalled(1, 2, t0));                       // call 2 finished, its start mark not yet seen
+  CHECK_FALSE(c.stalled(1, 2, t0 + milliseconds(5000)));  // however long that takes
+  CHECK_FALSE(c.stalled(2, 2, t0 + milliseconds(5001)));
+  CHECK_FALSE(c.stalled(3, 2, t0 + milliseconds(6000)));  // call 3 on the device: timed from here
+  CHECK(c.stalled(3, 2, t0 + milliseconds(7000)));
+}
