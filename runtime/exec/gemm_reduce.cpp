@@ -135,8 +135,11 @@ GemmReduceOp::~GemmReduceOp() {
     cudaEventDestroy(done_);
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
+  if (clock_) {  // its last write, before the word goes
+    sync_bounded(clock_, 10, "gemm_reduce's clock stream", [this] { unstick(); });
+    cudaStreamDestroy(clock_);
+  }
   overlap_.reset();  // its streams are done (done_ above) before the words they wait on go
-  if (clock_) cudaStreamSynchronize(clock_), cudaStreamDestroy(clock_);  // its last write, before the word goes
   if (progress_host_) cudaFreeHost(progress_host_);
   if (side_) cudaStreamDestroy(side_);
   if (started_) cudaEventDestroy(started_);
