@@ -288,27 +288,27 @@ Status AgGemmOp::run_copy_engines(const bf16*, bf16* c, cudaStream_t s) {
   return st;
 }
 
-// The pushes: per peer, wait until it is done with this rank's previous shard, push, then take its
-// token back and open its gate in one batch (the token goes back to 0 before the peer can see the
-// gate, so its next "done" is never lost). No gate write shares a batch with the next peer's wait:
-// with them batched together, back-to-back calls of the large shapes ran 6-15% slower
-// (docs/results/2026-11-27-runtime-op-harness.md, calls M and N).
-// The start mark beside the GEMM's launch and the pushes. Then S, behind the GEMM: gates closed, the
-// peers told they may push again, the copy stream joined.
+// The pushes, each peer's gate write going out with the next peer's waits (one driver call fewer per
+// peer; keeping them apart made no difference to back-to-back calls, results of 2026-11-27, call S).
+// Then S, behind the GEMM: gates closed, the peers told they may push again, the copy stream joined.
 Status AgGemmOp::push_and_join(cudaStream_t s) {
   const int64_t shard_elems = m_ / world_ * k_;
   WEFT_CUDA_CHECK(cudaStreamWaitEvent(copy_, fork_));
   // The start mark from a stream of its own: its fenced write would hold the first push back.
   if (clocked_) WEFT_CUDA_CHECK(cudaStreamWaitEvent(clock_, fork_));
   WEFT_CHECK(clock_write(clock_, false));
+  std::vector<StreamMemOp> ops;
   for (int i = 1; i < world_; ++i) {
     const int q = (rank_ - i + world_) % world_;
-    WEFT_CHECK(stream_wait_u64_geq(copy_, consumed_[size_t(rank_)] + q, 1));
+    ops.push_back({StreamMemOp::kWaitGeq, consumed_[size_t(rank_)] + q, 1});
+    ops.push_back({StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0});
+    WEFT_CHECK(stream_mem_ops(copy_, ops));
+    ops.clear();
     WEFT_CUDA_CHECK(cudaMemcpyAsync(a_[size_t(q)] + rank_ * shard_elems, shard(), size_t(shard_elems) * sizeof(bf16),
                                     cudaMemcpyDeviceToDevice, copy_));
-    WEFT_CHECK(stream_mem_ops(copy_, {{StreamMemOp::kWrite, consumed_[size_t(rank_)] + q, 0},
-                                      {StreamMemOp::kWrite, gate_[size_t(q)] + rank_, 1}}));
+    ops.push_back({StreamMemOp::kWrite, gate_[size_t(q)] + rank_, 1});
   }
+  WEFT_CHECK(stream_mem_ops(copy_, ops));
   std::vector<StreamMemOp> after;
   for (int q = 0; q < world_; ++q)
     if (q != rank_) after.push_back({StreamMemOp::kWrite, gate_[size_t(rank_)] + q, 0});
