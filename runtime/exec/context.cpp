@@ -105,7 +105,7 @@ Status Context::check_buffer(const void* p, uint64_t bytes, const std::string& w
 Status Context::order_call(CUstream_st* stream) {
   // Waited on whatever the stream (stream 0 included, or a new stream with a freed one's handle): on
   // the previous call's own stream the wait is already met.
-  if (!has_call_ || capturing(stream)) return Status::kOk;
+  if (!order_calls_ || !has_call_ || capturing(stream)) return Status::kOk;
   const cudaError_t e = cudaStreamWaitEvent(stream, last_call_, 0);
   if (e != cudaSuccess) {
     WEFT_WARN(kKernel, "rank %d: ordering a call after the previous one (cudaStreamWaitEvent): %s", rank_,

@@ -86,6 +86,9 @@ class Context {
   // graph's calls are ordered by the graph and its launches by the caller's streams.
   Status order_call(CUstream_st* stream);
   Status call_enqueued(CUstream_st* stream);
+  // Tests only (test_api_order_gpu --no-order): calls no longer wait for the previous one, to show
+  // the order is needed. Nothing in weft turns it off.
+  void set_call_order_for_testing(bool on) { order_calls_ = on; }
 
   // The first failure of any op on this context; later calls fail fast with it.
   bool poisoned() const { return poisoned_.load(); }
@@ -122,6 +125,7 @@ class Context {
   std::vector<Arena> arenas_;
   CUevent_st* last_call_ = nullptr;                          // recorded after each call made outside a capture
   bool has_call_ = false;                                    // a call has been recorded
+  bool order_calls_ = true;                                  // off only in a test (set_call_order_for_testing)
   std::vector<std::pair<uintptr_t, uintptr_t>> registered_;  // [begin, end) of registered buffers
   int exchanges_ = 0;
   std::string key_;  // "weft.context.<n>.": this context's exchange keys (n numbered per bootstrap)

@@ -160,6 +160,7 @@ fi
 # the example program built against the installed library, run as a job.
 if bash "$root/tests/runtime/api_gpu.sh" "$WEFT_BUILD_DIR" >"$out/api_gpu.log" 2>&1; then
   echo "PASS    run api: $(grep -o 'test cases:.*' "$out/api_gpu.log" | sort -u | paste -sd';') ($where)" >>"$WEFT_SUMMARY"
+  grep -h "^order-test:" "$out/api_gpu.log" | sed 's/^/NOTE    run /' >>"$WEFT_SUMMARY"
 else
   fail "api: test_api_gpu (api_gpu.log)"
 fi

@@ -32,6 +32,22 @@ for plan in copy-engine SM-mover; do
   timeout 200 "$build/bin/weftrun" exec -n $half_ranks -- "$build/bin/test_api_gpu" --no-skip \
     -tc="*half the SMs: the $plan plan*" || exit 1
 done
+# One call in flight per context, with two ops that need it (GEMM+RS and GEMM+AR's overlap variant,
+# a GPU per rank): with the order every output is right; with it turned off (a test-only switch) the
+# same calls are expected to fail, which shows the test can. The second run's outcome is reported,
+# not required: the race it needs may not show in every run.
+if [ -z "$share" ]; then
+  timeout 300 "$build/bin/weftrun" exec -n $half_ranks -- "$build/bin/test_api_order_gpu" || exit 1
+  if WEFT_DEVICE_TIMEOUT=5 timeout 300 "$build/bin/weftrun" exec -n $half_ranks -- "$build/bin/test_api_order_gpu" \
+    --no-order >"$build/order-off.log" 2>&1; then
+    echo "order-test: without the order the calls passed this time (the race did not show)"
+  else
+    echo "order-test: without the order the calls failed, as expected:"
+    grep -E "call pairs made|timed out|wrong" "$build/order-off.log" | head -8
+  fi
+else
+  echo "SKIPPED: test_api_order_gpu needs a GPU per rank (the overlap variant), this machine has $gpus"
+fi
 # Rank groups through the API: two 1 x 2 groups at once, each gathering its own members' shards.
 timeout 180 "$build/bin/weftrun" exec -n 4 $share -- "$build/bin/test_api_groups_gpu" || exit 1
 # AllGather+GEMM across 2 emulated nodes of 2 GPUs: a persistent kernel per GPU, so 4 GPUs only.

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -162,18 +163,75 @@ struct ReduceCase {
   const char* plan;  // the workload's plan: map ("" for the model's)
 };
 
-// Each case: a workload m = 256 W, n = 768, k = 64 W on the job's layout, its plan through the API,
-// then `calls` calls with fresh A and B, C poisoned before and A right after each call, every C
-// checked against Σ_q A_q B_qᵀ regenerated from every rank's seed (AllReduce: every other call
-// leaves C in the heap, heap_c()); first, a call made during a stream capture must be refused.
-// `delays`: a random delay (up to ~0.1 ms, each rank its own) before every call. `before`: run on the
-// op first, with its buffers and stream (e.g. counting what 1000 calls do).
+// One GEMM+RS/AR op through the API: a workload m = 256 W, n = 768, k = 64 W on the job's layout
+// (`plan`: the workload's plan: map, "" for the model's), its buffers, and checked calls.
+struct ReduceProblem {
+  std::unique_ptr<weft::GemmReduce> op;
+  int64_t m = 0, n = 0, kl = 0, rows = 0, row0 = 0;
+  uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
+  float* c_ref = nullptr;
+  unsigned long long* bad = nullptr;
+
+  void create(const char* op_name, const char* plan_map, const std::string& tag) {
+    const int W = g_ctx->size(), rank = g_ctx->rank();
+    const int nodes = g_ctx->get().boot().info().num_nodes;
+    const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + tag + ".yaml";
+    if (rank == 0) {
+      FILE* f = fopen(path.c_str(), "w");
+      REQUIRE(f != nullptr);
+      fprintf(f,
+              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: %d, gpus_per_node: "
+              "%d}\n%s",
+              op_name, op_name, 256 * W, 64 * W, nodes, W / nodes, plan_map);
+      fclose(f);
+    }
+    weft::Plan plan;
+    std::string err;
+    REQUIRE_MESSAGE(g_ctx->plan(path, &plan, &err) == Status::kOk, err);
+    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
+    REQUIRE(weft::GemmReduce::create(*g_ctx, plan, &op) == Status::kOk);
+    CHECK(op->all_reduce() == (std::string(op_name) == "gemm_ar"));
+    CHECK((op->heap_c() != nullptr) == op->all_reduce());
+    m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
+    row0 = op->all_reduce() ? 0 : int64_t(rank) * (m / W);
+    REQUIRE(cudaMalloc(&a, size_t(m * kl) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&b, size_t(n * kl) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c, size_t(rows * n) * 2) == cudaSuccess);
+    REQUIRE(cudaMalloc(&c_ref, size_t(rows * n) * 4) == cudaSuccess);
+    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
+    *bad = 0;
+  }
+  ~ReduceProblem() {
+    op.reset();
+    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
+  }
+  // One checked call on `s`: fresh A and B from (seed, rank), the output poisoned before, A poisoned
+  // right after, the output compared with Σ_q A_q B_qᵀ. heap_out (AllReduce): C left in the heap.
+  Status call(uint64_t seed, cudaStream_t s, int64_t delay_cycles = 0, bool heap_out = false) {
+    const int W = g_ctx->size(), rank = g_ctx->rank();
+    fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
+    fill<<<64, 256, 0, s>>>(b, n * kl, seed, uint64_t(1000 + rank));
+    uint16_t* out = heap_out ? static_cast<uint16_t*>(op->heap_c()) : c;
+    if (!out) return Status::kInvalidArgument;
+    poison<<<64, 256, 0, s>>>(out, rows * n);
+    if (delay_cycles > 0) delay<<<1, 1, 0, s>>>(delay_cycles);
+    const Status st = op->run(a, b, out, s);
+    if (st != Status::kOk) return st;
+    poison<<<64, 256, 0, s>>>(a, m * kl);
+    reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);
+    compare_loose<<<64, 256, 0, s>>>(out, c_ref, rows * n, bad);
+    return cudaGetLastError() == cudaSuccess ? Status::kOk : Status::kCudaError;
+  }
+};
+
+// Each case: a ReduceProblem, then `calls` checked calls (AllReduce: every other call leaves C in the
+// heap, heap_c()); first, a call made during a stream capture must be refused. `delays`: a random
+// delay (up to ~0.1 ms, each rank its own) before every call. `before`: run on the op first, with its
+// buffers and stream (e.g. counting what 1000 calls do).
 using ReduceHook = std::function<void(weft::GemmReduce&, const void* a, const void* b, void* c, cudaStream_t s)>;
 void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls, bool delays = false,
                               const ReduceHook& before = nullptr) {
   std::mt19937_64 rng(std::random_device{}() + uint64_t(g_ctx->rank()));
-  const int W = g_ctx->size(), rank = g_ctx->rank();
-  const int nodes = g_ctx->get().boot().info().num_nodes;
   cudaStream_t s;
   REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) == cudaSuccess);
   int index = 0;
@@ -181,65 +239,25 @@ void reduce_cases_through_api(const std::vector<ReduceCase>& cases, int calls, b
     const char* op_name = k.op;
     CAPTURE(op_name);
     CAPTURE(k.plan);
-    const std::string path =
-        "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + std::to_string(index++) + ".yaml";
-    if (rank == 0) {
-      FILE* f = fopen(path.c_str(), "w");
-      REQUIRE(f != nullptr);
-      fprintf(f,
-              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: %d, gpus_per_node: "
-              "%d}\n%s",
-              op_name, op_name, 256 * W, 64 * W, nodes, W / nodes, k.plan);
-      fclose(f);
-    }
-    weft::Plan plan;
-    std::string err;
-    REQUIRE_MESSAGE(g_ctx->plan(path, &plan, &err) == Status::kOk, err);
-    REQUIRE_MESSAGE(plan.runnable(), plan.why_not());
-    std::unique_ptr<weft::GemmReduce> op;
-    REQUIRE(weft::GemmReduce::create(*g_ctx, plan, &op) == Status::kOk);
-    CHECK(op->all_reduce() == (std::string(op_name) == "gemm_ar"));
-    CHECK((op->heap_c() != nullptr) == op->all_reduce());
-    const int64_t m = op->m(), n = op->n(), kl = op->k_local(), rows = op->c_rows();
-    uint16_t *a = nullptr, *b = nullptr, *c = nullptr;
-    float* c_ref = nullptr;
-    unsigned long long* bad = nullptr;
-    REQUIRE(cudaMalloc(&a, size_t(m * kl) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&b, size_t(n * kl) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c, size_t(rows * n) * 2) == cudaSuccess);
-    REQUIRE(cudaMalloc(&c_ref, size_t(rows * n) * 4) == cudaSuccess);
-    REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
-    *bad = 0;
-    const int64_t row0 = op->all_reduce() ? 0 : int64_t(rank) * (m / W);
+    ReduceProblem p;
+    p.create(op_name, k.plan, std::to_string(index++));
     {
       // No GEMM+RS/AR plan is capturable: run refuses during a capture, enqueues nothing, and the
       // calls below (direct) are still right.
       REQUIRE(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
-      const Status captured = op->run(a, b, c, s);
+      const Status captured = p.op->run(p.a, p.b, p.c, s);
       cudaGraph_t graph = nullptr;
       CHECK(cudaStreamEndCapture(s, &graph) == cudaSuccess);
       if (graph) cudaGraphDestroy(graph);
       CHECK(captured == Status::kUnsupported);
     }
-    if (before) before(*op, a, b, c, s);
+    if (before) before(*p.op, p.a, p.b, p.c, s);
     for (int i = 0; i < calls; ++i) {
       const uint64_t seed = (uint64_t(getppid()) << 24) + uint64_t(i);
-      fill<<<64, 256, 0, s>>>(a, m * kl, seed, uint64_t(rank));
-      fill<<<64, 256, 0, s>>>(b, n * kl, seed, uint64_t(1000 + rank));
-      // AllReduce: every other call leaves C in the heap (heap_c(): no copy out).
-      uint16_t* out = op->all_reduce() && i % 2 ? static_cast<uint16_t*>(op->heap_c()) : c;
-      REQUIRE(out != nullptr);
-      poison<<<64, 256, 0, s>>>(out, rows * n);
-      if (delays) delay<<<1, 1, 0, s>>>(int64_t(rng() % 200000));
-      REQUIRE(op->run(a, b, out, s) == Status::kOk);
-      poison<<<64, 256, 0, s>>>(a, m * kl);
-      reference_reduce<<<unsigned((rows * n + 255) / 256), 256, 0, s>>>(c_ref, rows, row0, n, kl, W, seed);
-      compare_loose<<<64, 256, 0, s>>>(out, c_ref, rows * n, bad);
+      REQUIRE(p.call(seed, s, delays ? int64_t(rng() % 200000) : 0, p.op->all_reduce() && i % 2) == Status::kOk);
     }
     REQUIRE(drain(s, 300));
-    CHECK_MESSAGE(*bad == 0, *bad << " wrong or unwritten elements over " << calls << " calls");
-    op.reset();
-    for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);
+    CHECK_MESSAGE(*p.bad == 0, *p.bad << " wrong or unwritten elements over " << calls << " calls");
   }
   cudaStreamDestroy(s);
 }
