@@ -94,7 +94,8 @@ Result Sim::run() {
 
   struct FlagState {
     uint64_t value = 0;
-    std::vector<std::pair<uint64_t, int>> history;  // (value, setter) in the order set
+    std::vector<std::pair<uint64_t, int>> history;  // (value, setter) in the order set; counters: the sum after it
+    bool counter = false;                            // set by adds (SetFlag::add)
   };
   struct RegionState {
     bool written = false;
@@ -128,12 +129,15 @@ Result Sim::run() {
     if (races_) c = at > 0 ? clock[size_t(st.actions[size_t(at - 1)])] : std::vector<int32_t>(nstreams, 0);
     for (const Wait& w : a.waits) {
       if (w.value == 0 || !races_) continue;
-      for (const auto& [v, setter] : flags[w.flag].history)
-        if (v >= w.value) {  // the first write that satisfied it
-          const std::vector<int32_t>& o = clock[size_t(setter)];
-          for (size_t s = 0; s < nstreams; ++s) c[s] = std::max(c[s], o[s]);
-          break;
-        }
+      const FlagState& fs = flags[w.flag];
+      for (const auto& [v, setter] : fs.history) {
+        // A counter's wait is ordered after every add up to the one that met it; a flag's after
+        // the first write that satisfied it.
+        if (!fs.counter && v < w.value) continue;
+        const std::vector<int32_t>& o = clock[size_t(setter)];
+        for (size_t s = 0; s < nstreams; ++s) c[s] = std::max(c[s], o[s]);
+        if (v >= w.value) break;
+      }
     }
     if (races_) {
       c[size_t(a.stream)] = at + 1;
@@ -187,8 +191,14 @@ Result Sim::run() {
     }
     for (const SetFlag& s : a.sets) {
       FlagState& f = flags[s.flag];
-      f.history.push_back({s.value, id});
-      f.value = std::max(f.value, s.value);
+      if (s.add) {
+        f.counter = true;
+        f.value += s.value;
+        f.history.push_back({f.value, id});
+      } else {
+        f.history.push_back({s.value, id});
+        f.value = std::max(f.value, s.value);
+      }
     }
     ++res.fired;
   };
@@ -225,7 +235,7 @@ Result Sim::run() {
     int setter = -1;
     for (int x : setters[w->flag]) {
       for (const SetFlag& f : actions_[size_t(x)].sets)
-        if (f.flag == w->flag && f.value >= w->value) setter = x;
+        if (f.flag == w->flag && (f.add || f.value >= w->value)) setter = x;
       if (setter >= 0) break;
     }
     if (setter < 0) {

@@ -64,6 +64,9 @@ struct Write {
 struct SetFlag {
   Key flag;
   uint64_t value = 0;
+  // A counter: the value is added (an atomic add with release), and a wait that the sum satisfies
+  // is ordered after every add up to it; otherwise the flag becomes max(flag, value).
+  bool add = false;
 };
 
 // in: the payloads of the reads, in order (nullptr for an empty region); out: one payload per write.
