@@ -160,14 +160,15 @@ AgGemmOp::~AgGemmOp() {
     sync_bounded(copy_, 10, "ag_gemm's copy stream", [this] { unstick(); });
     cudaStreamDestroy(copy_);
   }
+  // The start mark's last write, before its word goes. The clock stream waits only for a call's
+  // start on the caller's stream (the wait above covers it); should that stream still be stuck, the
+  // word and the stream are left (a few bytes) rather than freed under a pending write.
+  const bool clock_done = !clock_ || sync_bounded(clock_, 10, "ag_gemm's clock stream", nullptr) == Status::kOk;
+  if (clock_ && clock_done) cudaStreamDestroy(clock_);
   if (side_) cudaStreamDestroy(side_);
-  if (clock_) {  // its last write, before the word goes
-    sync_bounded(clock_, 10, "ag_gemm's clock stream", [this] { unstick(); });
-    cudaStreamDestroy(clock_);
-  }
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);
-  if (progress_host_) cudaFreeHost(progress_host_);
+  if (progress_host_ && clock_done) cudaFreeHost(progress_host_);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
 
@@ -175,7 +176,7 @@ AgGemmOp::~AgGemmOp() {
 // own that waits only for the call's start, beside the GEMM's launch and the pushes) or, SM movers, right before the
 // kernel's launch once the stream's waits for the peers' words are behind it (a late peer is the
 // kernel's device waits' to time out), and finished before the call's end is recorded (the destructor waits for that
-// record, so the write is done before the word is freed). Not during a capture.
+// record, and for the clock stream, so both writes are done before the words are freed). Not during a capture.
 Status AgGemmOp::clock_write(cudaStream_t s, bool finished) {
   if (!clocked_) return Status::kOk;
   if (!finished) ++calls_;

@@ -98,9 +98,10 @@ class AgGemmOp {
   cudaStream_t clock_ = nullptr;  // the copy engines' start mark: off the pushes' path, never waits on a peer
   cudaEvent_t fork_ = nullptr, join_ = nullptr;
   int watch_ = -1;  // the context's watchdog id
-  // Calls started and finished on the device ([0], [1]; host-mapped, written by the call's stream,
-  // not during a capture): the watchdog's clock for a call that waits without any device wait
-  // running, such as a kernel whose blocks cannot get their SMs (watch_stalled).
+  // Calls started and finished on the device ([0], [1]; host-mapped, the start written by clock_ (the
+  // copy engines) or the call's stream (SM movers), the finish by the call's stream; not during a capture): the
+  // watchdog's clock for a call that waits without any device wait running, such as a kernel whose blocks cannot get
+  // their SMs (watch_stalled).
   uint64_t* progress_host_ = nullptr;
   uint64_t* progress_dev_ = nullptr;
   uint64_t calls_ = 0;

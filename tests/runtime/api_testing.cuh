@@ -201,6 +201,9 @@ struct ReduceProblem {
     REQUIRE(cudaMallocManaged(&bad, 8) == cudaSuccess);
     *bad = 0;
   }
+  ReduceProblem() = default;
+  ReduceProblem(const ReduceProblem&) = delete;
+  ReduceProblem& operator=(const ReduceProblem&) = delete;
   ~ReduceProblem() {
     op.reset();
     for (void* p : {(void*)a, (void*)b, (void*)c, (void*)c_ref, (void*)bad}) cudaFree(p);

@@ -372,8 +372,10 @@ TEST_CASE("two ops share one heap; an op destroyed and recreated takes its arena
 TEST_CASE("one call in flight per context: two ops called on two streams with no synchronisation between them") {
   // Each op on a stream of its own, calls alternating, random per-rank delays before each, nothing
   // between the streams but what the context inserts: every output right, no timeout. These two
-  // AllGather+GEMM ops cannot deadlock each other without the order (the copy engines push without
-  // SMs); test_api_order_gpu has two ops that can, and shows the order is needed.
+  // AllGather+GEMM ops cannot deadlock each other without the order: neither kernel waits for a
+  // peer's kernel (the copy engines push without SMs; the SM movers' stream waits for the peers'
+  // ready words before the launch). test_api_order_gpu has two ops that can, and shows the order is
+  // needed.
   cudaStream_t s1, s2;
   REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
