@@ -11,19 +11,25 @@
 //   dispatch R      token tile i: each token's row once per destination q   waits routed == R
 //                   (tile 0 first writes this rank's count table into every q → counts_in += 1 there)
 //                   → sent[r] += 1 at q
-//   arrange  W C    (source s, chunk c): slots → X in (expert, source, slot) order
+//   arrange  W C    (source s, chunk c): slots → X in (expert, source, slot) order, each slot's
+//                   header kept beside X for the combine
 //                   waits sent[s] == R, counts_in == W                      → rows[g] += n per tile g
-//                   (the last of s's chunks: freed[r] = epoch at s, once s's next-call words are zeroed)
+//                   (the last arrange of r: freed[r] = epoch at every source, once their next-call
+//                   words are zeroed: every arrange reads every source's count table)
 //   up       G Bu   (grouped tile g, column block b)      waits rows[g] == the rows counted into g
 //                                                         → up_done[g] += 1
 //   down     G Bd   (g, b)                                waits up_done[g] == Bu → down_done[g] += 1
 //   combine  W C    (home h, chunk c): one pre-summed row per (token, r) into h's combine rows
-//                   waits down_done[g] == Bd for every tile g holding a row of the chunk, and h's
-//                   reduce of the previous call done with r's rows (reduced[h] == epoch - 1)
+//                   waits down_done[g] == Bd for every tile g holding a row of the chunk
 //                   → combined[r] += 1 at h
 //   reduce   R      token tile i at home r: the rows from every owner, summed in rank order
 //                   waits combined[q] == chunks of r's slots at q, every q
-//                   (the last tile: reduced[r] = epoch at every q)
+//
+// Across calls (one call in flight per context: a rank's next launch starts once its last has
+// ended): dispatch waits freed[q] == epoch - 1 of every destination. The home's combine rows need
+// no wait: an owner's combine for h in call e + 1 waits for tiles holding h's rows, so for h's
+// dispatch of call e + 1, which comes after h's call e, reduce included. The simulator shows both
+// (tests/sim/test_moe_fused_dataflow.cpp: freed left out is caught, with every wait the runs pass).
 //
 // G counts grouped tiles over the worst case (moe_worst_grouped_rows): a ticket past the tiles the
 // counts make is empty, and so is a chunk past a source's slots. Every wait is on a unit of an
@@ -46,8 +52,8 @@ struct MoeFusedShape {
   int32_t tokens = 0;   // per rank
   int32_t experts = 0;  // in all ranks
   int32_t topk = 1;
-  int32_t up_cols = 1;    // column blocks of the gate/up GEMM (2 ffn wide)
-  int32_t down_cols = 1;  // column blocks of the down GEMM (hidden wide)
+  int32_t up_cols = 1;           // column blocks of the gate/up GEMM (2 ffn wide)
+  int32_t down_cols = 1;         // column blocks of the down GEMM (hidden wide)
   int32_t chunk = kMoeTileRows;  // receive slots per arrange and combine unit
 
   WEFT_HD int32_t local_experts() const { return world > 0 ? experts / world : 0; }

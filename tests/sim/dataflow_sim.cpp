@@ -95,7 +95,7 @@ Result Sim::run() {
   struct FlagState {
     uint64_t value = 0;
     std::vector<std::pair<uint64_t, int>> history;  // (value, setter) in the order set; counters: the sum after it
-    bool counter = false;                            // set by adds (SetFlag::add)
+    bool counter = false;                           // set by adds (SetFlag::add)
   };
   struct RegionState {
     bool written = false;
