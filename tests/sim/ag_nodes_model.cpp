@@ -3,13 +3,12 @@
 
 #include <string>
 
+#include "tests/sim/model_util.h"
 #include "tests/sim/run_model.h"
 
 namespace weft::sim {
 
 namespace {
-
-std::string num(int64_t v) { return std::to_string(v); }
 
 // A copy that keeps what it moves and stamps the run: the data check is the consumer's.
 Body relay(uint64_t e, int targets) {

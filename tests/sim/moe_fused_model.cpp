@@ -6,6 +6,8 @@
 #include <set>
 #include <string>
 
+#include "tests/sim/model_util.h"
+
 namespace weft::sim {
 
 namespace {
@@ -14,23 +16,14 @@ using kernels::MoeFusedShape;
 using kernels::MoePhase;
 using kernels::MoeUnit;
 
-std::string num(int64_t v) { return std::to_string(v); }
-
-uint64_t next(uint64_t* s) {  // splitmix64
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 // What every rank knows of one call once the counts are in (the model computes it for all ranks).
 struct CallView {
   int W = 0, T = 0, L = 0;
   const MoeChoices* choices = nullptr;
   // slot[(h * W + q) * T + t]: token t of home h's slot at owner q (-1: t does not go to q)
   std::vector<int> slot;
-  std::vector<int> nslots;                 // [h * W + q]
-  std::vector<std::vector<int>> slot_tok;  // [h * W + q][slot] -> token
+  std::vector<int> nslots;                                    // [h * W + q]
+  std::vector<std::vector<int>> slot_tok;                     // [h * W + q][slot] -> token
   std::vector<std::vector<int32_t>> counts, offsets, totals;  // per owner q: [s * L + l], [L + 1], [L]
   // row[(q, s, slot, l)] -> X row at q
   std::map<std::tuple<int, int, int, int>, int> row;
@@ -80,8 +73,8 @@ struct CallView {
             if (e / L == q) mine.push_back(e % L);
           std::sort(mine.begin(), mine.end());
           for (int l : mine) {
-            const int r = kernels::moe_fused_row(offsets[size_t(q)].data(), counts[size_t(q)].data(), L, h, l,
-                                                 nth[size_t(l)]++);
+            const int r =
+                kernels::moe_fused_row(offsets[size_t(q)].data(), counts[size_t(q)].data(), L, h, l, nth[size_t(l)]++);
             row[{q, h, sl, l}] = r;
             row_of[size_t(q)][size_t(r)] = {h * T + t, l};
           }
@@ -122,13 +115,19 @@ struct Model {
   int w_combined = sim.kind("combined", "call", "owner");
   int w_freed = sim.kind("freed", "owner");  // = the call whose arranges are done (epoch word)
   int w_ended = sim.kind("launch ended", "call");
-  std::vector<std::vector<int>> block_stream;  // [rank][block]
-  std::vector<int> release_stream;             // [rank]
+  std::vector<std::vector<int>> block_stream;    // [rank][block]
+  std::vector<int> release_stream;               // [rank]
   std::vector<std::vector<bool>> first_of_call;  // [rank][block]: the block's next action opens a call
 
   explicit Model(const MoeFusedRun& run)
-      : shape(run.shape), W(run.shape.world), T(run.shape.tokens), L(run.shape.local_experts()),
-        R(run.shape.token_tiles()), B(run.blocks), C(run.shape.slot_chunks()), drop(run.drop) {
+      : shape(run.shape),
+        W(run.shape.world),
+        T(run.shape.tokens),
+        L(run.shape.local_experts()),
+        R(run.shape.token_tiles()),
+        B(run.blocks),
+        C(run.shape.slot_chunks()),
+        drop(run.drop) {
     sim.check_races(run.races);
     block_stream.assign(size_t(W), {});
     first_of_call.assign(size_t(W), std::vector<bool>(size_t(B), false));
@@ -278,7 +277,8 @@ struct Model {
         const bool up = u.phase == MoePhase::kUp;
         const int g = u.a, col = u.b, rows = v.tile_rows(r, g);
         if (rows == 0) return;
-        a.what = std::string(up ? "up" : "down") + " tile " + num(g) + " columns " + num(col) + " (call " + num(e) + ")";
+        a.what =
+            std::string(up ? "up" : "down") + " tile " + num(g) + " columns " + num(col) + " (call " + num(e) + ")";
         if (up && drop != MoeFusedDrop::kRows) a.waits.push_back({{r, w_rows, e, g}, uint64_t(rows)});
         if (!up) a.waits.push_back({{r, w_up, e, g}, uint64_t(shape.up_cols)});
         const int first = g * kernels::kMoeTileRows;
@@ -389,7 +389,9 @@ struct Model {
             }
             std::set<int> got;
             for (const auto& [x, cnt] : y.parts) {
-              if (cnt != 1) return *why = "token " + num(gids[i]) + " has expert " + num(x) + " summed " + num(cnt) + " times", false;
+              if (cnt != 1)
+                return *why = "token " + num(gids[i]) + " has expert " + num(x) + " summed " + num(cnt) + " times",
+                       false;
               got.insert(x);
             }
             if (got != want[i]) return *why = "token " + num(gids[i]) + "'s sum is not over its top-k experts", false;
@@ -437,9 +439,9 @@ MoeChoices moe_choices(int world, int tokens, int experts, int topk, MoeRouting 
         const int home = int(&pick - &c[0]) / tokens;
         e = (experts / world + home * topk + int(pick.size())) % experts;
       } else if (how == MoeRouting::kUniform) {
-        e = int(next(&s) % uint64_t(experts));
+        e = int(next_random(&s) % uint64_t(experts));
       } else {
-        double x = double(next(&s) >> 11) / double(1ull << 53) * norm;
+        double x = double(next_random(&s) >> 11) / double(1ull << 53) * norm;
         while (e < experts - 1 && (x -= 1.0 / (e + 1)) > 0) ++e;
       }
       if (std::find(pick.begin(), pick.end(), e) == pick.end()) pick.push_back(e);

@@ -46,9 +46,9 @@ MoeChoices moe_choices(int world, int tokens, int experts, int topk, MoeRouting 
 enum class MoeFusedDrop { kNone, kRouted, kCountsIn, kRows, kFreed };
 
 struct MoeFusedRun {
-  kernels::MoeFusedShape shape;  // world, tokens, experts, topk, column blocks, chunk (rank unused)
-  int blocks = 4;                // per rank
-  std::vector<MoeChoices> calls; // one routing per call
+  kernels::MoeFusedShape shape;   // world, tokens, experts, topk, column blocks, chunk (rank unused)
+  int blocks = 4;                 // per rank
+  std::vector<MoeChoices> calls;  // one routing per call
   MoeFusedDrop drop = MoeFusedDrop::kNone;
   bool races = true;
 };

@@ -5,18 +5,11 @@
 #include <map>
 #include <string>
 
+#include "tests/sim/model_util.h"
+
 namespace weft::sim {
 
 namespace {
-
-std::string num(int64_t v) { return std::to_string(v); }
-
-uint64_t next(uint64_t* s) {  // splitmix64
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 
 // Copies each read to its write, in order.
 Body relay_all() {
@@ -59,7 +52,7 @@ std::vector<std::vector<int>> moe_routing(int world, int tokens, int topk, int e
   for (auto& d : dests) {
     std::vector<int> picked;
     while (int(picked.size()) < topk) {
-      const int e = int(next(&s) % uint64_t(experts));
+      const int e = int(next_random(&s) % uint64_t(experts));
       if (std::find(picked.begin(), picked.end(), e) == picked.end()) picked.push_back(e);
     }
     for (int e : picked) d.push_back(e / per_rank);

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kernels/tile_scheduler.h"
+#include "tests/sim/model_util.h"
 #include "tests/sim/run_model.h"
 
 namespace weft::sim {
@@ -14,8 +15,6 @@ namespace {
 using kernels::OverlapStep;
 using kernels::OverlapWord;
 using kernels::OverlapWordKind;
-
-std::string num(int64_t v) { return std::to_string(v); }
 
 // Ranks whose partial is not in `parts` exactly once.
 std::string parts_text(const std::map<int, int>& parts, int world) {

@@ -5,13 +5,12 @@
 #include <map>
 #include <string>
 
+#include "tests/sim/model_util.h"
 #include "tests/sim/run_model.h"
 
 namespace weft::sim {
 
 namespace {
-
-std::string num(int64_t v) { return std::to_string(v); }
 
 // Ranks whose partial is not in `parts` exactly once.
 std::string parts_text(const std::map<int, int>& parts, int world) {
