@@ -13,9 +13,10 @@
 //                   → sent[r] += 1 at q
 //   arrange  W C    (source s, chunk c): slots → X in (expert, source, slot) order, each slot's
 //                   header kept beside X for the combine
-//                   waits sent[s] == R, counts_in == W                      → rows[g] += n per tile g
-//                   (the last arrange of r: freed[r] = epoch at every source, once their next-call
-//                   words are zeroed: every arrange reads every source's count table)
+//                   waits sent[s] == R, counts_in == W          → rows[g] += n per tile g, arranged += 1
+//   release  1      waits arranged == the chunks the counts make (every arrange reads every source's
+//                   count table): zeroes the next call's set of words (MoeFusedWords), then
+//                   freed[r] = epoch at every source
 //   up       G Bu   (grouped tile g, column block b)      waits rows[g] == the rows counted into g
 //                                                         → up_done[g] += 1
 //   down     G Bd   (g, b)                                waits up_done[g] == Bu → down_done[g] += 1
@@ -26,7 +27,10 @@
 //                   waits combined[q] == chunks of r's slots at q, every q
 //
 // Across calls (one call in flight per context: a rank's next launch starts once its last has
-// ended): dispatch waits freed[q] == epoch - 1 of every destination. The home's combine rows need
+// ended): dispatch waits freed[q] == epoch - 1 of every destination. The counters come in two sets,
+// call e using set e % 2: the release of call e zeroes set (e + 1) % 2, which call e - 1 was done
+// with (its launch ended) and no one adds to before freed (sources' sent and counts_in) or before
+// this rank's next call (everything else). The home's combine rows need
 // no wait: an owner's combine for h in call e + 1 waits for tiles holding h's rows, so for h's
 // dispatch of call e + 1, which comes after h's call e, reduce included. The simulator shows both
 // (tests/sim/test_moe_fused_dataflow.cpp: freed left out is caught, with every wait the runs pass).
@@ -44,7 +48,7 @@
 
 namespace weft::kernels {
 
-enum class MoePhase : int32_t { kRoute = 0, kDispatch, kArrange, kUp, kDown, kCombine, kReduce, kEnd };
+enum class MoePhase : int32_t { kRoute = 0, kDispatch, kArrange, kRelease, kUp, kDown, kCombine, kReduce, kEnd };
 constexpr int32_t kMoePhases = int32_t(MoePhase::kEnd);
 
 struct MoeFusedShape {
@@ -88,6 +92,8 @@ WEFT_HD inline int64_t moe_fused_units(const MoeFusedShape& s, MoePhase p) {
     case MoePhase::kDispatch:
     case MoePhase::kReduce:
       return R;
+    case MoePhase::kRelease:
+      return 1;
     case MoePhase::kArrange:
     case MoePhase::kCombine:
       return WC;
@@ -159,5 +165,37 @@ WEFT_HD inline int32_t moe_fused_tile_rows(const int32_t* offsets, const int32_t
 // Slot chunks of source s at an owner that receives n slots from it (arrange's and the home's
 // combine count: the units past them are empty).
 WEFT_HD inline int32_t moe_fused_chunks(const MoeFusedShape& s, int32_t n) { return (n + s.chunk - 1) / s.chunk; }
+
+// ---- the words (uint64, in the op's arena) ----
+// Two sets of counters (call e uses set e % 2), then the epoch words. Indices in words.
+struct MoeFusedWords {
+  int64_t ticket = 0, routed = 0, counts_in = 0, arranged = 0;
+  int64_t sent = 0;                              // [W]: dispatch tiles from each source
+  int64_t combined = 0;                          // [W]: combine chunks from each owner
+  int64_t rows = 0, up_done = 0, down_done = 0;  // [G] each: per grouped tile
+  int64_t per_set = 0;                           // words in one set
+  int64_t freed = 0;  // [W], after both sets: the call whose arranges owner q finished (epoch)
+  int64_t total = 0;  // words in all
+  WEFT_HD int64_t in_set(int64_t word, uint64_t epoch) const { return int64_t(epoch % 2) * per_set + word; }
+};
+
+WEFT_HD inline MoeFusedWords moe_fused_words(const MoeFusedShape& s) {
+  MoeFusedWords w;
+  int64_t at = 0;
+  w.ticket = at++;
+  w.routed = at++;
+  w.counts_in = at++;
+  w.arranged = at++;
+  w.sent = at, at += s.world;
+  w.combined = at, at += s.world;
+  const int64_t G = s.worst_tiles();
+  w.rows = at, at += G;
+  w.up_done = at, at += G;
+  w.down_done = at, at += G;
+  w.per_set = at;
+  w.freed = 2 * at;
+  w.total = w.freed + s.world;
+  return w;
+}
 
 }  // namespace weft::kernels

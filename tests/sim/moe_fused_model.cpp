@@ -116,7 +116,6 @@ struct Model {
   int w_freed = sim.kind("freed", "owner");  // = the call whose arranges are done (epoch word)
   int w_ended = sim.kind("launch ended", "call");
   std::vector<std::vector<int>> block_stream;    // [rank][block]
-  std::vector<int> release_stream;               // [rank]
   std::vector<std::vector<bool>> first_of_call;  // [rank][block]: the block's next action opens a call
 
   explicit Model(const MoeFusedRun& run)
@@ -133,14 +132,13 @@ struct Model {
     first_of_call.assign(size_t(W), std::vector<bool>(size_t(B), false));
     for (int r = 0; r < W; ++r) {
       for (int b = 0; b < B; ++b) block_stream[size_t(r)].push_back(sim.stream(r, "block " + num(b)));
-      release_stream.push_back(sim.stream(r, "releases"));
       for (int t = 0; t < T; ++t) sim.input({r, k_tok, t}, Payload{r * T + t, 0, {}, 0});
     }
   }
 
-  // The words every block of a launch adds to once its call is over (and the releases'): the next
-  // launch of the rank starts after all of them.
-  int launch_parties() const { return B + 1; }
+  // The words every block of a launch adds to once its call is over: the next launch of the rank
+  // starts after all of them.
+  int launch_parties() const { return B; }
 
   void add(int r, int b, int call, Action a) {
     a.stream = block_stream[size_t(r)][size_t(b)];
@@ -166,7 +164,6 @@ struct Model {
         end.sets.push_back({{r, w_ended, e}, 1, true});
         add(r, b, e, std::move(end));
       }
-      releases(e, v, r);
     }
   }
 
@@ -270,6 +267,15 @@ struct Model {
         };
         for (const auto& [g, cnt] : per_tile) a.sets.push_back({{r, w_rows, e, g}, uint64_t(cnt), true});
         a.sets.push_back({{r, w_arranged, e}, 1, true});
+        break;
+      }
+      case MoePhase::kRelease: {
+        int chunks = 0;
+        for (int src = 0; src < W; ++src)
+          chunks += kernels::moe_fused_chunks(shape, v.nslots[size_t(src) * W + size_t(r)]);
+        a.what = "release (call " + num(e) + ")";
+        if (chunks > 0) a.waits.push_back({{r, w_arranged, e}, uint64_t(chunks)});
+        for (int src = 0; src < W; ++src) a.sets.push_back({{src, w_freed, r}, uint64_t(e)});
         break;
       }
       case MoePhase::kUp:
@@ -405,21 +411,6 @@ struct Model {
         return;
     }
     add(r, b, e, std::move(a));
-  }
-
-  // The last arrange of the rank releases every source's count table (and slots); in the kernel the
-  // unit that completes the count does it, here a stream of its own, which the next launch also
-  // waits for.
-  void releases(int e, const CallView& v, int r) {
-    int chunks = 0;
-    for (int src = 0; src < W; ++src) chunks += kernels::moe_fused_chunks(shape, v.nslots[size_t(src) * W + size_t(r)]);
-    Action f;
-    f.stream = release_stream[size_t(r)];
-    f.what = "freed (call " + num(e) + ")";
-    if (chunks > 0) f.waits.push_back({{r, w_arranged, e}, uint64_t(chunks)});
-    for (int src = 0; src < W; ++src) f.sets.push_back({{src, w_freed, r}, uint64_t(e)});
-    f.sets.push_back({{r, w_ended, e}, 1, true});
-    sim.add(f);
   }
 };
 

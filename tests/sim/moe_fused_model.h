@@ -8,11 +8,11 @@
 //             destinations' receive slots, tile 0 first the count table   → counts_in, sent += 1
 //   arrange   wait sent[s] == R, counts_in == W → slot headers kept, rows into X in (expert, source,
 //             slot) order                                   → rows[g] += n, arranged += 1
+//   release   wait arranged == the rank's chunks → freed = call at every source
 //   up, down  wait rows[g] / up_done[g] → H, Y rows          → up_done, down_done += 1
 //   combine   wait down_done of the chunk's tiles → one row per (token, rank) into the home's combine
 //             rows                                           → combined[r] += 1 at the home
 //   reduce    wait combined[q] == q's chunks of my slots, every q → out[t]
-//   release   the last arrange of a rank: freed = call at every source
 //
 // No wait guards the home's combine rows across calls: an owner's combine for home h in call e + 1
 // waits for tiles holding h's rows, so for h's dispatch of call e + 1, which h's launch makes only

@@ -52,6 +52,7 @@ TEST_CASE("the fused launch's tickets: phases in order, every unit once, the wor
   for (int p = 0; p < kMoePhases; ++p) CHECK(seen[p] == moe_fused_units(s, MoePhase(p)));
   CHECK(moe_fused_unit(s, n).phase == MoePhase::kEnd);
   CHECK(moe_fused_units(s, MoePhase::kArrange) == 4 * 4);
+  CHECK(moe_fused_units(s, MoePhase::kRelease) == 1);
   CHECK(moe_fused_units(s, MoePhase::kUp) == int64_t(s.worst_tiles()) * 3);
   // All of every rank's 333 tokens to one local expert: 4 x 333 rows, 11 tiles of 128 at most.
   CHECK(s.worst_tiles() >= 11);
@@ -61,6 +62,37 @@ TEST_CASE("the fused launch's tickets: phases in order, every unit once, the wor
   bad = s;
   bad.world = 9;
   CHECK(bad.invalid() != nullptr);
+}
+
+TEST_CASE("the words: two sets that do not overlap, the epoch words after them") {
+  MoeFusedShape s;
+  s.world = 4, s.tokens = 4096, s.experts = 64, s.topk = 8, s.up_cols = 12, s.down_cols = 16;
+  REQUIRE(s.invalid() == nullptr);
+  const MoeFusedWords w = moe_fused_words(s);
+  const int64_t G = s.worst_tiles();
+  // Each array's words inside one set, none shared.
+  std::vector<int> used(size_t(w.total), 0);
+  auto mark = [&](int64_t at, int64_t n) {
+    for (int64_t i = at; i < at + n; ++i) ++used[size_t(i)];
+  };
+  for (uint64_t epoch : {1, 2}) {
+    mark(w.in_set(w.ticket, epoch), 1);
+    mark(w.in_set(w.routed, epoch), 1);
+    mark(w.in_set(w.counts_in, epoch), 1);
+    mark(w.in_set(w.arranged, epoch), 1);
+    mark(w.in_set(w.sent, epoch), s.world);
+    mark(w.in_set(w.combined, epoch), s.world);
+    mark(w.in_set(w.rows, epoch), G);
+    mark(w.in_set(w.up_done, epoch), G);
+    mark(w.in_set(w.down_done, epoch), G);
+  }
+  mark(w.freed, s.world);
+  for (size_t i = 0; i < used.size(); ++i) REQUIRE_MESSAGE(used[i] == 1, "word " << i);
+  CHECK(w.in_set(w.ticket, 3) == w.in_set(w.ticket, 1));  // calls 1 and 3 share a set
+  CHECK(w.in_set(w.ticket, 1) == w.per_set);              // call e uses set e % 2
+  CHECK(w.in_set(w.ticket, 2) == 0);
+  // 4096 tokens x 4 sources x min(8, 16) experts: at most 4096 x 4 x 8 rows, in tiles of 128.
+  CHECK(G <= 4096 * 4 * 8 / 128 + 16);
 }
 
 TEST_CASE("tile rows and X rows from the counts") {
