@@ -22,7 +22,9 @@
 // Checked: every token's row reaches each destination once, each (token, local expert) pair is one
 // row of X in the tile of its expert, every home sums each destination's row once (the expert set
 // of the token, each once), no deadlock, and (races on) no read or overwrite unordered across the
-// calls. `drop` removes one wait to show the checks can fail.
+// calls. `drop` removes one wait to show the checks can fail. The counters here are fresh for every
+// call; the kernel's two sets and their zeroing by the release unit are argued in
+// kernels/moe_fused_plan.h, not simulated (the simulator's flags only rise).
 #pragma once
 
 #include <cstdint>
