@@ -412,7 +412,7 @@ void RsNodes::unstick() {
   cudaStream_t s = nullptr;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return;
   const int W = world, S = pieces;
-  const uint64_t e = epoch, done = tile_runs * tiles_per_piece;
+  const uint64_t e = epoch.load(), done = tile_runs.load() * tiles_per_piece;
   const uint64_t flag_bytes = c_arrived_off + 8ull * W * S - arrived_off;
   std::vector<uint64_t> flags(flag_bytes / 8), counts(size_t(W * S));
   cudaMemcpyAsync(flags.data(), base() + arrived_off, flag_bytes, cudaMemcpyDeviceToHost, s);
@@ -420,7 +420,7 @@ void RsNodes::unstick() {
   cudaStreamSynchronize(s);
   auto flag = [&](uint64_t off) { return flags[(off - arrived_off) / 8]; };
   const char* name = all_reduce ? "gemm_ar" : "gemm_rs";
-  int shown = 0;
+  int shown = reported.exchange(true) ? 16 : 0;  // the report once; the release every time
   auto say = [&](const std::string& what, uint64_t seen, uint64_t want) {
     if (shown++ < 16)
       WEFT_WARN(kKernel, "rank %d: %s epoch %llu: still waiting for %s (flag %llu, want >= %llu)", rank, name,

@@ -7,6 +7,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -61,7 +62,9 @@ struct RsNodes {
   int num_msgs = 0, num_waits = 0;
   int32_t* push_err = nullptr;       // [status, peer], the device's view of push_err_host
   int32_t* push_err_host = nullptr;  // host-mapped: read without a CUDA call (the watchdog)
-  uint64_t epoch = 0, tile_runs = 0;
+  // Written by the calling thread, read by the watchdog's (unstick): atomics.
+  std::atomic<uint64_t> epoch{0}, tile_runs{0};
+  std::atomic<bool> reported{false};  // unstick's report: once (the watchdog calls it every 100 ms)
   cudaStream_t main = nullptr, copy = nullptr, gates = nullptr, ag = nullptr, fwd = nullptr;
   cudaEvent_t fork = nullptr, joined[4] = {};
   kernels::GemmParams gemm_alone;  // weft's GEMM on A in global order, EpiStoreBf16 into scratch
@@ -119,8 +122,9 @@ struct RsNodes {
   Status poison();
   // After a synchronized run: device timeouts (named), failed pushes, the proxies' first error.
   Status check(const char* what) const;
-  // Reports every flag this rank still waits for in the current epoch, then raises the local ones so
-  // the streams drain (sync_bounded's unstick).
+  // Reports (the first time) every flag this rank still waits for in the current epoch, then raises
+  // the local ones so the streams drain (sync_bounded's unstick; the watchdog calls it again every
+  // 100 ms while the context is poisoned).
   void unstick();
   Status sync(const char* what);
 
