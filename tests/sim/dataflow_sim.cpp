@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <set>
 
+#include "tests/sim/model_util.h"
+
 namespace weft::sim {
 
 const char* to_string(Link l) {
@@ -96,6 +98,7 @@ Result Sim::run() {
     uint64_t value = 0;
     std::vector<std::pair<uint64_t, int>> history;  // (value, setter) in the order set; counters: the sum after it
     bool counter = false;                           // set by adds (SetFlag::add)
+    bool token = false;                             // set by stores (SetFlag::store)
   };
   struct RegionState {
     bool written = false;
@@ -130,6 +133,11 @@ Result Sim::run() {
     for (const Wait& w : a.waits) {
       if (w.value == 0 || !races_) continue;
       const FlagState& fs = flags[w.flag];
+      if (fs.token) {  // the store that holds the value now
+        const std::vector<int32_t>& o = clock[size_t(fs.history.back().second)];
+        for (size_t s = 0; s < nstreams; ++s) c[s] = std::max(c[s], o[s]);
+        continue;
+      }
       for (const auto& [v, setter] : fs.history) {
         // A counter's wait is ordered after every add up to the one that met it; a flag's after
         // the first write that satisfied it.
@@ -191,7 +199,11 @@ Result Sim::run() {
     }
     for (const SetFlag& s : a.sets) {
       FlagState& f = flags[s.flag];
-      if (s.add) {
+      if (s.store) {
+        f.token = true;
+        f.value = s.value;
+        f.history.push_back({s.value, id});
+      } else if (s.add) {
         f.counter = true;
         f.value += s.value;
         f.history.push_back({f.value, id});
@@ -204,14 +216,39 @@ Result Sim::run() {
   };
 
   std::vector<size_t> head(nstreams, 0);
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (size_t s = 0; s < nstreams; ++s)
-      while (head[s] < streams_[s].actions.size() && ready(actions_[size_t(streams_[s].actions[head[s]])])) {
+  auto head_ready = [&](size_t s) {
+    return head[s] < streams_[s].actions.size() && ready(actions_[size_t(streams_[s].actions[head[s]])]);
+  };
+  if (!seed_) {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (size_t s = 0; s < nstreams; ++s)
+        while (head_ready(s)) {
+          fire(streams_[s].actions[head[s]]);
+          ++head[s];
+          progress = true;
+        }
+    }
+  } else {
+    // Each stream gets a pace from the seed (it takes a ready action in 1, 1/2, 1/4 or 1/8 of the
+    // turns), and the streams take turns in an order drawn anew each turn: slow streams let the
+    // others run far ahead, as a stream stalled behind a busy engine does.
+    uint64_t rng = seed_;
+    std::vector<uint32_t> pace(nstreams);
+    for (auto& p : pace) p = uint32_t(next_random(&rng) % 4);
+    std::vector<size_t> order(nstreams);
+    for (size_t s = 0; s < nstreams; ++s) order[s] = s;
+    for (bool any = true; any;) {
+      any = false;
+      for (size_t i = nstreams; i > 1; --i) std::swap(order[i - 1], order[size_t(next_random(&rng) % i)]);
+      for (size_t s : order) {
+        if (!head_ready(s)) continue;
+        any = true;
+        if (next_random(&rng) % (1u << pace[s]) != 0) continue;
         fire(streams_[s].actions[head[s]]);
         ++head[s];
-        progress = true;
       }
+    }
   }
 
   // What is stuck, and why: the first unmet wait of each stuck stream, and who could still meet it.
@@ -235,7 +272,7 @@ Result Sim::run() {
     int setter = -1;
     for (int x : setters[w->flag]) {
       for (const SetFlag& f : actions_[size_t(x)].sets)
-        if (f.flag == w->flag && (f.add || f.value >= w->value)) setter = x;
+        if (f.flag == w->flag && (f.add || f.value >= w->value)) setter = x;  // a store may, too
       if (setter >= 0) break;
     }
     if (setter < 0) {

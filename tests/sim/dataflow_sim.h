@@ -67,6 +67,10 @@ struct SetFlag {
   // A counter: the value is added (an atomic add with release), and a wait that the sum satisfies
   // is ordered after every add up to it; otherwise the flag becomes max(flag, value).
   bool add = false;
+  // A token: the value is stored as is (it may go down: a reset to 0), and a wait it satisfies is
+  // ordered after the store that holds the value. A store that replaces a value no wait has seen
+  // yet loses it; the simulator finds that as a wait that never comes (a deadlock).
+  bool store = false;
 };
 
 // in: the payloads of the reads, in order (nullptr for an empty region); out: one payload per write.
@@ -113,6 +117,10 @@ class Sim {
   // Race checks keep a vector clock (one entry per stream) per action: off for very large models
   // (128 x 8 ranks), where the deadlock and data checks still run.
   void check_races(bool on) { races_ = on; }
+  // The order streams take turns in: 0 (the default) runs each stream as far as it can, in stream
+  // order; a seed gives each stream a pace and draws the order of every turn, so that different
+  // seeds try different interleavings (a test runs many).
+  void schedule(uint64_t seed) { seed_ = seed; }
   Result run();
 
   std::string describe(const Key& k) const;
@@ -136,6 +144,7 @@ class Sim {
   std::vector<Action> actions_;
   std::map<Key, Payload> inputs_;
   bool races_ = true;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace weft::sim

@@ -128,6 +128,7 @@ struct Model {
         C(run.shape.slot_chunks()),
         drop(run.drop) {
     sim.check_races(run.races);
+    sim.schedule(run.schedule);
     block_stream.assign(size_t(W), {});
     first_of_call.assign(size_t(W), std::vector<bool>(size_t(B), false));
     for (int r = 0; r < W; ++r) {

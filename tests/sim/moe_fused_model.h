@@ -53,6 +53,7 @@ struct MoeFusedRun {
   std::vector<MoeChoices> calls;  // one routing per call
   MoeFusedDrop drop = MoeFusedDrop::kNone;
   bool races = true;
+  uint64_t schedule = 0;  // the simulator's interleaving (Sim::schedule)
 };
 
 Result simulate_moe_fused(const MoeFusedRun& run);

@@ -129,10 +129,14 @@ TEST_CASE("every token once to each destination and back summed once, no deadloc
     CAPTURE(c.tokens);
     CAPTURE(c.topk);
     CAPTURE(c.blocks);
-    const MoeFusedRun run = make_run(c.world, c.tokens, c.experts, c.topk, c.blocks, c.how, 2, 17);
-    const Result r = simulate_moe_fused(run);
-    CHECK_MESSAGE(r.ok(), r.text());
-    CHECK(r.fired > 0);
+    MoeFusedRun run = make_run(c.world, c.tokens, c.experts, c.topk, c.blocks, c.how, 2, 17);
+    for (uint64_t seed : {0, 1, 2, 3}) {  // the blocks' interleavings
+      CAPTURE(seed);
+      run.schedule = seed;
+      const Result r = simulate_moe_fused(run);
+      CHECK_MESSAGE(r.ok(), r.text());
+      CHECK(r.fired > 0);
+    }
   }
 }
 
