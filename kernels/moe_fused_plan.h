@@ -8,32 +8,40 @@
 // per source):
 //
 //   route    R      token tile i: router GEMM, softmax, top-k, per-destination counts   → routed += 1
-//   dispatch R      token tile i: each token's row once per destination q   waits routed == R
-//                   (tile 0 first writes this rank's count table into every q → counts_in += 1 there)
-//                   → sent[r] += 1 at q
+//   dispatch R      token tile i: each token's row once per destination q
+//                   waits routed == R, freed[q] >= epoch - 1 of every q
+//                   (tile 0 first writes this rank's count table into every q, in the call's parity
+//                   slot → counts_in += 1 there)                            → sent[r] += 1 at q
 //   arrange  W C    (source s, chunk c): slots → X in (expert, source, slot) order, each slot's
 //                   header kept beside X for the combine
 //                   waits sent[s] == R, counts_in == W          → rows[g] += n per tile g, arranged += 1
-//   release  1      waits arranged == the chunks the counts make (every arrange reads every source's
-//                   count table): zeroes the next call's set of words (MoeFusedWords), then
-//                   freed[r] = epoch at every source
+//   release  1      waits counts_in == W (every source's call has begun: its adds of the last call
+//                   are all in), then arranged == the chunks the counts make: zeroes the next
+//                   call's set of words (MoeFusedWords), then freed[r] = epoch at every source
 //   up       G Bu   (grouped tile g, column block b)      waits rows[g] == the rows counted into g
 //                                                         → up_done[g] += 1
 //   down     G Bd   (g, b)                                waits up_done[g] == Bu → down_done[g] += 1
 //   combine  W C    (home h, chunk c): one pre-summed row per (token, r) into h's combine rows
-//                   waits down_done[g] == Bd for every tile g holding a row of the chunk
+//                   waits arranged == the chunks (the slot headers are in: they say which tiles),
+//                   then down_done[g] == Bd for every tile g holding a row of the chunk
 //                   → combined[r] += 1 at h
 //   reduce   R      token tile i at home r: the rows from every owner, summed in rank order
 //                   waits combined[q] == chunks of r's slots at q, every q
 //
 // Across calls (one call in flight per context: a rank's next launch starts once its last has
-// ended): dispatch waits freed[q] == epoch - 1 of every destination. The counters come in two sets,
-// call e using set e % 2: the release of call e zeroes set (e + 1) % 2, which call e - 1 was done
-// with (its launch ended) and no one adds to before freed (sources' sent and counts_in) or before
-// this rank's next call (everything else). The home's combine rows need
-// no wait: an owner's combine for h in call e + 1 waits for tiles holding h's rows, so for h's
-// dispatch of call e + 1, which comes after h's call e, reduce included. The simulator shows both
-// (tests/sim/test_moe_fused_dataflow.cpp: freed left out is caught, with every wait the runs pass).
+// ended). The count tables come in two slots, call e writing slot e % 2: up and combine read them
+// after freed has let the sources go on, and a source's call e + 2 (the next writer of the slot)
+// waits for freed >= e + 1, which comes after this rank's call e has ended. freed is an epoch:
+// waited for with >=, as an owner may move it on before a source's later dispatch tile looks. The
+// counters come in two sets, call e using set e % 2: the release of call e zeroes set (e + 1) % 2,
+// which this rank's call e - 1 was done with (its launch ended) and to which every source has added
+// all of its call e - 1 (counts_in == W: each has begun call e); no one adds to it again before freed
+// (sources' sent and counts_in) or before this rank's next call (the combined words, added to by
+// owners' combines for this rank, which follow this rank's next dispatch). The home's combine rows
+// need no wait: an owner's combine for h in call e + 1 waits for tiles holding h's rows, so for h's
+// dispatch of call e + 1, which comes after h's call e, reduce included. The simulator runs all of
+// it, the sets' zeroing included (tests/sim/test_moe_fused_dataflow.cpp: each wait left out is
+// caught, but for the release's counts_in, whose need no interleaving it tried has shown).
 //
 // G counts grouped tiles over the worst case (moe_worst_grouped_rows): a ticket past the tiles the
 // counts make is empty, and so is a chunk past a source's slots. Every wait is on a unit of an
@@ -78,6 +86,7 @@ struct MoeFusedShape {
     if (rank < 0 || rank >= world) return "rank outside the world";
     if (tokens <= 0 || experts <= 0 || topk <= 0) return "tokens, experts and topk must be positive";
     if (topk > experts || topk > kMoeMaxTopk) return "topk must not exceed experts, nor 8";
+    if (experts > kMoeMaxExperts) return "more than 1024 experts";
     if (experts % world != 0) return "experts must split evenly over the ranks";
     if (up_cols <= 0 || down_cols <= 0 || chunk <= 0) return "column blocks and the chunk must be positive";
     return nullptr;

@@ -97,8 +97,7 @@ Result Sim::run() {
   struct FlagState {
     uint64_t value = 0;
     std::vector<std::pair<uint64_t, int>> history;  // (value, setter) in the order set; counters: the sum after it
-    bool counter = false;                           // set by adds (SetFlag::add)
-    bool token = false;                             // set by stores (SetFlag::store)
+    bool counter = false;                           // set by adds or stores (not only rising)
   };
   struct RegionState {
     bool written = false;
@@ -133,14 +132,9 @@ Result Sim::run() {
     for (const Wait& w : a.waits) {
       if (w.value == 0 || !races_) continue;
       const FlagState& fs = flags[w.flag];
-      if (fs.token) {  // the store that holds the value now
-        const std::vector<int32_t>& o = clock[size_t(fs.history.back().second)];
-        for (size_t s = 0; s < nstreams; ++s) c[s] = std::max(c[s], o[s]);
-        continue;
-      }
       for (const auto& [v, setter] : fs.history) {
-        // A counter's wait is ordered after every add up to the one that met it; a flag's after
-        // the first write that satisfied it.
+        // A counter's or token's wait is ordered after the last store and every add since, up to the
+        // one that met it (a release sequence); a rising flag's after the first write that met it.
         if (!fs.counter && v < w.value) continue;
         const std::vector<int32_t>& o = clock[size_t(setter)];
         for (size_t s = 0; s < nstreams; ++s) c[s] = std::max(c[s], o[s]);
@@ -199,10 +193,10 @@ Result Sim::run() {
     }
     for (const SetFlag& s : a.sets) {
       FlagState& f = flags[s.flag];
-      if (s.store) {
-        f.token = true;
+      if (s.store) {  // the value as is: what came before no longer counts
+        f.counter = true;
         f.value = s.value;
-        f.history.push_back({s.value, id});
+        f.history.assign(1, {s.value, id});
       } else if (s.add) {
         f.counter = true;
         f.value += s.value;
@@ -230,12 +224,12 @@ Result Sim::run() {
         }
     }
   } else {
-    // Each stream gets a pace from the seed (it takes a ready action in 1, 1/2, 1/4 or 1/8 of the
+    // Each stream gets a pace from the seed (it takes a ready action in 1, 1/2, ... or 1/64 of the
     // turns), and the streams take turns in an order drawn anew each turn: slow streams let the
     // others run far ahead, as a stream stalled behind a busy engine does.
     uint64_t rng = seed_;
     std::vector<uint32_t> pace(nstreams);
-    for (auto& p : pace) p = uint32_t(next_random(&rng) % 4);
+    for (auto& p : pace) p = uint32_t(next_random(&rng) % 7);
     std::vector<size_t> order(nstreams);
     for (size_t s = 0; s < nstreams; ++s) order[s] = s;
     for (bool any = true; any;) {
@@ -293,7 +287,11 @@ Result Sim::run() {
       const Wait* hw = unmet(actions_[size_t(h)]);
       chain += ", behind " + who(h) + " waiting for " + describe(hw->flag);
       int next = -1;
-      for (int x : setters[hw->flag]) next = next < 0 ? x : next;
+      for (int x : setters[hw->flag]) {
+        for (const SetFlag& f : actions_[size_t(x)].sets)
+          if (f.flag == hw->flag && (f.add || f.value >= hw->value)) next = x;
+        if (next >= 0) break;
+      }
       if (next < 0) break;
       t = actions_[size_t(next)].stream;
     }

@@ -67,9 +67,11 @@ struct SetFlag {
   // A counter: the value is added (an atomic add with release), and a wait that the sum satisfies
   // is ordered after every add up to it; otherwise the flag becomes max(flag, value).
   bool add = false;
-  // A token: the value is stored as is (it may go down: a reset to 0), and a wait it satisfies is
-  // ordered after the store that holds the value. A store that replaces a value no wait has seen
-  // yet loses it; the simulator finds that as a wait that never comes (a deadlock).
+  // A store: the value as is (it may go down: a token reset to 0, a counter zeroed for reuse); a wait
+  // is ordered after the last store and every add since, up to the value it met. A store that
+  // replaces a value no wait has seen yet loses it; the simulator finds that as a wait that never
+  // comes (a deadlock), or as data read too early. (Two stores of a value that meets a wait: the
+  // wait is ordered after the later one.)
   bool store = false;
 };
 

@@ -88,15 +88,35 @@ struct CallView {
   }
 };
 
+// What the owner computes from the count tables it read: tables[s] holds source s's rows per
+// (chunk, local expert) at key chunk * L + l.
+struct Counts {
+  std::vector<int32_t> counts, totals, offsets;  // [s * L + l], [L], [L + 1]
+  bool make(const std::vector<const Payload*>& tables, int W, int L, uint64_t call, std::string* why) {
+    counts.assign(size_t(W) * L, 0);
+    totals.assign(size_t(L), 0);
+    offsets.assign(size_t(L) + 1, 0);
+    for (int s = 0; s < W; ++s) {
+      const Payload* t = tables[size_t(s)];
+      if (!t || t->epoch != call) return *why = "source " + num(s) + "'s count table of this call is not there", false;
+      for (const auto& [key, n] : t->parts) counts[size_t(s) * L + size_t(key % L)] += n;
+    }
+    for (int s = 0; s < W; ++s)
+      for (int l = 0; l < L; ++l) totals[size_t(l)] += counts[size_t(s) * L + size_t(l)];
+    kernels::moe_expert_offsets(totals.data(), L, kernels::kMoeTileRows, offsets.data());
+    return true;
+  }
+};
+
 struct Model {
   Sim sim;
   MoeFusedShape shape;
-  int W, T, L, R, B, C;
+  int W, T, L, R, B, C, G;
   MoeFusedDrop drop;
   // data
   int k_tok = sim.kind("token", "token");
   int k_topk = sim.kind("top-k", "tile");
-  int k_counts = sim.kind("count table", "source");
+  int k_counts = sim.kind("count table", "source", "slot (call % 2)");
   int k_recv = sim.kind("receive slot", "source", "slot");
   int k_info = sim.kind("slot header", "source", "slot");
   int k_x = sim.kind("X row", "row");
@@ -104,19 +124,19 @@ struct Model {
   int k_y = sim.kind("Y row", "row", "column block");
   int k_comb = sim.kind("combine row", "owner", "slot");
   int k_out = sim.kind("out", "token");
-  // words (a: call, where the word is per call: the kernel's parity sets, zeroed before reuse)
-  int w_routed = sim.kind("routed", "call");
-  int w_counts_in = sim.kind("counts_in", "call");
-  int w_sent = sim.kind("sent", "call", "source");
-  int w_rows = sim.kind("rows", "call", "tile");
-  int w_arranged = sim.kind("arranged", "call");
-  int w_up = sim.kind("up_done", "call", "tile");
-  int w_down = sim.kind("down_done", "call", "tile");
-  int w_combined = sim.kind("combined", "call", "owner");
-  int w_freed = sim.kind("freed", "owner");  // = the call whose arranges are done (epoch word)
-  int w_ended = sim.kind("launch ended", "call");
-  std::vector<std::vector<int>> block_stream;    // [rank][block]
-  std::vector<std::vector<bool>> first_of_call;  // [rank][block]: the block's next action opens a call
+  // Counters, in two sets (a: call % 2) zeroed by the release unit before their reuse, as the kernel's.
+  int w_routed = sim.kind("routed", "set");
+  int w_counts_in = sim.kind("counts_in", "set");
+  int w_sent = sim.kind("sent", "set", "source");
+  int w_rows = sim.kind("rows", "set", "tile");
+  int w_arranged = sim.kind("arranged", "set");
+  int w_up = sim.kind("up_done", "set", "tile");
+  int w_down = sim.kind("down_done", "set", "tile");
+  int w_combined = sim.kind("combined", "set", "owner");
+  int w_freed = sim.kind("freed", "owner");        // = the call whose arranges are done (epoch word)
+  int w_ended = sim.kind("launch ended", "call");  // the model's: a launch's blocks all done
+  std::vector<std::vector<int>> block_stream;      // [rank][block]
+  std::vector<std::vector<bool>> first_of_call;    // [rank][block]: the block's next action opens a call
 
   explicit Model(const MoeFusedRun& run)
       : shape(run.shape),
@@ -126,6 +146,7 @@ struct Model {
         R(run.shape.token_tiles()),
         B(run.blocks),
         C(run.shape.slot_chunks()),
+        G(run.shape.worst_tiles()),
         drop(run.drop) {
     sim.check_races(run.races);
     sim.schedule(run.schedule);
@@ -137,14 +158,9 @@ struct Model {
     }
   }
 
-  // The words every block of a launch adds to once its call is over: the next launch of the rank
-  // starts after all of them.
-  int launch_parties() const { return B; }
-
   void add(int r, int b, int call, Action a) {
     a.stream = block_stream[size_t(r)][size_t(b)];
-    if (first_of_call[size_t(r)][size_t(b)] && call > 1)
-      a.waits.push_back({{r, w_ended, call - 1}, uint64_t(launch_parties())});
+    if (first_of_call[size_t(r)][size_t(b)] && call > 1) a.waits.push_back({{r, w_ended, call - 1}, uint64_t(B)});
     first_of_call[size_t(r)][size_t(b)] = false;
     sim.add(std::move(a));
   }
@@ -168,115 +184,159 @@ struct Model {
     }
   }
 
+  // The rank's chunks of this call (what the release and the combine wait for in arranged).
+  int chunks_at(const CallView& v, int r) const {
+    int n = 0;
+    for (int src = 0; src < W; ++src) n += kernels::moe_fused_chunks(shape, v.nslots[size_t(src) * W + size_t(r)]);
+    return n;
+  }
+  void read_tables(Action* a, int r, int e) const {
+    for (int q = 0; q < W; ++q) a->reads.push_back({{r, k_counts, q, e % 2}});
+  }
+
   void unit(int e, const CallView& v, int r, int b, const MoeUnit& u) {
+    const int set = e % 2;
+    const uint64_t call = uint64_t(e);
     Action a;
     switch (u.phase) {
       case MoePhase::kRoute: {
         a.what = "route tile " + num(u.a) + " (call " + num(e) + ")";
         for (int t = u.a * 128; t < std::min(T, (u.a + 1) * 128); ++t) a.reads.push_back({{r, k_tok, t}});
         a.writes.push_back({{r, k_topk, u.a}});
-        a.body = [u, e](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
-          out->push_back(Payload{u.a, 0, {}, uint64_t(e)});
+        a.body = [u, call](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
+          out->push_back(Payload{u.a, 0, {}, call});
           return true;
         };
-        a.sets.push_back({{r, w_routed, e}, 1, true});
+        a.sets.push_back({{r, w_routed, set}, 1, true});
         break;
       }
       case MoePhase::kDispatch: {
-        a.what = "dispatch tile " + num(u.a) + " (call " + num(e) + ")";
-        if (drop != MoeFusedDrop::kRouted) a.waits.push_back({{r, w_routed, e}, uint64_t(R)});
-        for (int q = 0; q < W; ++q)
-          if (e > 1 && drop != MoeFusedDrop::kFreed) a.waits.push_back({{r, w_freed, q}, uint64_t(e - 1)});
-        for (int i = 0; i <= u.a; ++i) a.reads.push_back({{r, k_topk, i}});  // the slot prefix
-        std::vector<int> blocks;
-        std::vector<std::map<int, int>> parts;
-        if (u.a == 0)
-          for (int q = 0; q < W; ++q) {
-            a.writes.push_back({{q, k_counts, r}, q == r ? Link::kLocal : Link::kNvlink, r, int64_t(C) * L * 4});
+        // One action per destination, r + 1 first and r last (each a remote store and add of its
+        // own: a destination seeing this tile's add says nothing of the others').
+        for (int k = 1; k <= W; ++k) {
+          const int q = (r + k) % W;
+          Action d;
+          d.what = "dispatch tile " + num(u.a) + " to rank " + num(q) + " (call " + num(e) + ")";
+          if (drop != MoeFusedDrop::kRouted) d.waits.push_back({{r, w_routed, set}, uint64_t(R)});
+          if (e > 1 && drop != MoeFusedDrop::kFreed) d.waits.push_back({{r, w_freed, q}, uint64_t(e - 1)});
+          for (int i = 0; i <= u.a; ++i) d.reads.push_back({{r, k_topk, i}});  // the slot prefix
+          std::vector<int> blocks;
+          std::vector<std::map<int, int>> parts;
+          const size_t rq = size_t(r) * W + size_t(q);
+          if (u.a == 0) {  // this rank's count table at q: rows per (chunk, local expert), first
+            d.writes.push_back({{q, k_counts, r, set}, q == r ? Link::kLocal : Link::kNvlink, r, int64_t(C) * L * 4});
+            std::map<int, int> table;
+            for (int sl = 0; sl < v.nslots[rq]; ++sl)
+              for (int x : v.experts(r, v.slot_tok[rq][size_t(sl)]))
+                if (x / L == q) ++table[(sl / shape.chunk) * L + x % L];
             blocks.push_back(-1 - r);
-            parts.push_back({});
+            parts.push_back(table);
           }
-        for (int t = u.a * 128; t < std::min(T, (u.a + 1) * 128); ++t)
-          for (int q = 0; q < W; ++q) {
-            const int sl = v.slot[(size_t(r) * W + size_t(q)) * T + size_t(t)];
+          for (int t = u.a * 128; t < std::min(T, (u.a + 1) * 128); ++t) {
+            const int sl = v.slot[rq * T + size_t(t)];
             if (sl < 0) continue;
-            a.reads.push_back({{r, k_tok, t}});
-            a.writes.push_back({{q, k_recv, r, sl}, q == r ? Link::kLocal : Link::kNvlink, r, 0});
+            d.reads.push_back({{r, k_tok, t}});
+            d.writes.push_back({{q, k_recv, r, sl}, q == r ? Link::kLocal : Link::kNvlink, r, 0});
             blocks.push_back(r * T + t);
             std::map<int, int> p;
             for (int x : v.experts(r, t))
               if (x / L == q) p[x] = 1;
             parts.push_back(p);
           }
-        const int reads_topk = u.a + 1;
-        a.body = [blocks, parts, e, reads_topk](const std::vector<const Payload*>& in, std::vector<Payload>* out,
-                                                std::string* why) {
-          for (int i = 0; i < reads_topk; ++i)
-            if (!in[size_t(i)] || in[size_t(i)]->epoch != uint64_t(e))
-              return *why = "the top-k of tile " + num(i) + " of this call is not there", false;
-          size_t at = size_t(reads_topk);
-          for (size_t i = 0; i < blocks.size(); ++i) {
-            if (blocks[i] >= 0 && (!in[at] || in[at]->block != blocks[i]))
-              return *why = "token " + num(blocks[i]) + "'s row is not the one read", false;
-            if (blocks[i] >= 0) ++at;
-            out->push_back(Payload{blocks[i], 0, parts[i], uint64_t(e)});
-          }
-          return true;
-        };
-        if (u.a == 0)
-          for (int q = 0; q < W; ++q) a.sets.push_back({{q, w_counts_in, e}, 1, true});
-        for (int q = 0; q < W; ++q) a.sets.push_back({{q, w_sent, e, r}, 1, true});
-        break;
+          const int reads_topk = u.a + 1;
+          d.body = [blocks, parts, call, reads_topk](const std::vector<const Payload*>& in, std::vector<Payload>* out,
+                                                     std::string* why) {
+            for (int i = 0; i < reads_topk; ++i)
+              if (!in[size_t(i)] || in[size_t(i)]->epoch != call)
+                return *why = "the top-k of tile " + num(i) + " of this call is not there", false;
+            size_t at = size_t(reads_topk);
+            for (size_t i = 0; i < blocks.size(); ++i) {
+              if (blocks[i] >= 0 && (!in[at] || in[at]->block != blocks[i]))
+                return *why = "token " + num(blocks[i]) + "'s row is not the one read", false;
+              if (blocks[i] >= 0) ++at;
+              out->push_back(Payload{blocks[i], 0, parts[i], call});
+            }
+            return true;
+          };
+          if (u.a == 0) d.sets.push_back({{q, w_counts_in, set}, 1, true});
+          d.sets.push_back({{q, w_sent, set, r}, 1, true});
+          add(r, b, e, std::move(d));
+        }
+        return;
       }
       case MoePhase::kArrange: {
         const int src = u.a, c = u.b, n = v.nslots[size_t(src) * W + size_t(r)];
         if (c * shape.chunk >= n) return;  // an empty unit
         a.what = "arrange source " + num(src) + " chunk " + num(c) + " (call " + num(e) + ")";
-        a.waits.push_back({{r, w_sent, e, src}, uint64_t(R)});
-        if (drop != MoeFusedDrop::kCountsIn) a.waits.push_back({{r, w_counts_in, e}, uint64_t(W)});
-        for (int q = 0; q < W; ++q) a.reads.push_back({{r, k_counts, q}});
-        std::vector<std::pair<int, int>> rows;  // (token gid, local expert) per X row written
-        std::map<int, int> per_tile;
+        if (drop != MoeFusedDrop::kSent) a.waits.push_back({{r, w_sent, set, src}, uint64_t(R)});
+        if (drop != MoeFusedDrop::kCountsIn) a.waits.push_back({{r, w_counts_in, set}, uint64_t(W)});
+        read_tables(&a, r, e);
         const int lo = c * shape.chunk, hi = std::min(n, (c + 1) * shape.chunk);
         for (int sl = lo; sl < hi; ++sl) {
           a.reads.push_back({{r, k_recv, src, sl}});
           a.writes.push_back({{r, k_info, src, sl}});
         }
+        // The rows it writes, in the order its body makes them (slot order, each slot's experts in
+        // expert order), from the model's view; the body computes them again from what it read.
+        std::vector<int> rows;
+        std::map<int, int> per_tile;
         for (int sl = lo; sl < hi; ++sl) {
-          const int t = v.slot_tok[size_t(src) * W + size_t(r)][size_t(sl)];
-          for (int x : v.experts(src, t))
-            if (x / L == r) {
-              const int row = v.row.at({r, src, sl, x % L});
-              a.writes.push_back({{r, k_x, row}});
-              rows.push_back({src * T + t, x % L});
-              ++per_tile[row / kernels::kMoeTileRows];
-            }
+          std::vector<int> mine;
+          for (int x : v.experts(src, v.slot_tok[size_t(src) * W + size_t(r)][size_t(sl)]))
+            if (x / L == r) mine.push_back(x % L);
+          std::sort(mine.begin(), mine.end());
+          for (int l : mine) {
+            const int row = v.row.at({r, src, sl, l});
+            a.writes.push_back({{r, k_x, row}});
+            rows.push_back(row);
+            ++per_tile[row / kernels::kMoeTileRows];
+          }
         }
-        const int W_ = W, e_ = e, nslot = hi - lo;
-        a.body = [W_, e_, nslot, rows](const std::vector<const Payload*>& in, std::vector<Payload>* out,
-                                       std::string* why) {
-          for (int q = 0; q < W_; ++q)
-            if (!in[size_t(q)] || in[size_t(q)]->epoch != uint64_t(e_))
-              return *why = "source " + num(q) + "'s count table of this call is not there", false;
+        const int W_ = W, L_ = L, chunk = shape.chunk, nslot = hi - lo;
+        a.body = [W_, L_, src, c, chunk, nslot, rows, call](const std::vector<const Payload*>& in,
+                                                            std::vector<Payload>* out, std::string* why) {
+          Counts k;
+          if (!k.make(in, W_, L_, call, why)) return false;
+          // nth[l]: src's rows for l in its earlier chunks (its table says how many per chunk)
+          std::vector<int32_t> nth(size_t(L_), 0);
+          for (const auto& [key, cnt] : in[size_t(src)]->parts)
+            if (key / L_ < c) nth[size_t(key % L_)] += cnt;
+          std::vector<Payload> xs;
           for (int i = 0; i < nslot; ++i) {
             const Payload* p = in[size_t(W_ + i)];
-            if (!p || p->epoch != uint64_t(e_)) return *why = "a receive slot of this call is empty", false;
-            out->push_back(*p);  // the slot's header, kept beside X
+            if (!p || p->epoch != call) return *why = "a receive slot of this call is empty", false;
+            out->push_back(*p);                      // the slot's header, kept beside X
+            for (const auto& [x, one] : p->parts) {  // its experts here, in expert order
+              const int l = x % L_;
+              const int row = kernels::moe_fused_row(k.offsets.data(), k.counts.data(), L_, src, l, nth[size_t(l)]++);
+              if (xs.size() >= rows.size() || row != rows[xs.size()])
+                return *why = "token " + num(p->block) + " for expert " + num(x) + " goes to X row " + num(row) +
+                              ", not where the counts put it",
+                       false;
+              xs.push_back(Payload{p->block, l, {}, call});
+            }
           }
-          for (const auto& [gid, l] : rows) out->push_back(Payload{gid, l, {}, uint64_t(e_)});
+          (void)chunk;
+          if (xs.size() != rows.size()) return *why = "the slots hold fewer rows than the counts", false;
+          for (auto& x : xs) out->push_back(x);
           return true;
         };
-        for (const auto& [g, cnt] : per_tile) a.sets.push_back({{r, w_rows, e, g}, uint64_t(cnt), true});
-        a.sets.push_back({{r, w_arranged, e}, 1, true});
+        for (const auto& [g, cnt] : per_tile) a.sets.push_back({{r, w_rows, set, g}, uint64_t(cnt), true});
+        a.sets.push_back({{r, w_arranged, set}, 1, true});
         break;
       }
       case MoePhase::kRelease: {
-        int chunks = 0;
-        for (int src = 0; src < W; ++src)
-          chunks += kernels::moe_fused_chunks(shape, v.nslots[size_t(src) * W + size_t(r)]);
         a.what = "release (call " + num(e) + ")";
-        if (chunks > 0) a.waits.push_back({{r, w_arranged, e}, uint64_t(chunks)});
-        for (int src = 0; src < W; ++src) a.sets.push_back({{src, w_freed, r}, uint64_t(e)});
+        if (drop != MoeFusedDrop::kReleaseCounts) a.waits.push_back({{r, w_counts_in, set}, uint64_t(W)});
+        const int chunks = chunks_at(v, r);
+        if (chunks > 0) a.waits.push_back({{r, w_arranged, set}, uint64_t(chunks)});
+        const int next = 1 - set;  // zeroed for call e + 1
+        for (int kind : {w_routed, w_counts_in, w_arranged}) a.sets.push_back({{r, kind, next}, 0, false, true});
+        for (int q = 0; q < W; ++q)
+          for (int kind : {w_sent, w_combined}) a.sets.push_back({{r, kind, next, q}, 0, false, true});
+        for (int g = 0; g < G; ++g)
+          for (int kind : {w_rows, w_up, w_down}) a.sets.push_back({{r, kind, next, g}, 0, false, true});
+        for (int src = 0; src < W; ++src) a.sets.push_back({{src, w_freed, r}, call});
         break;
       }
       case MoePhase::kUp:
@@ -286,31 +346,36 @@ struct Model {
         if (rows == 0) return;
         a.what =
             std::string(up ? "up" : "down") + " tile " + num(g) + " columns " + num(col) + " (call " + num(e) + ")";
-        if (up && drop != MoeFusedDrop::kRows) a.waits.push_back({{r, w_rows, e, g}, uint64_t(rows)});
-        if (!up) a.waits.push_back({{r, w_up, e, g}, uint64_t(shape.up_cols)});
+        if (up && drop != MoeFusedDrop::kRows) a.waits.push_back({{r, w_rows, set, g}, uint64_t(rows)});
+        if (!up && drop != MoeFusedDrop::kUpDone) a.waits.push_back({{r, w_up, set, g}, uint64_t(shape.up_cols)});
+        read_tables(&a, r, e);  // which expert the tile is, and its rows
         const int first = g * kernels::kMoeTileRows;
         const int in_cols = up ? 1 : shape.up_cols;
         for (int i = first; i < first + rows; ++i)
           for (int b2 = 0; b2 < in_cols; ++b2) a.reads.push_back({up ? Key{r, k_x, i} : Key{r, k_h, i, b2}});
         for (int i = first; i < first + rows; ++i) a.writes.push_back({{r, up ? k_h : k_y, i, col}});
-        std::vector<std::pair<int, int>> want;
-        for (int i = first; i < first + rows; ++i) want.push_back(v.row_of[size_t(r)][size_t(i)]);
-        const uint64_t e_ = uint64_t(e);
-        a.body = [want, in_cols, e_](const std::vector<const Payload*>& in, std::vector<Payload>* out,
-                                     std::string* why) {
-          for (size_t i = 0; i < want.size(); ++i) {
+        const int W_ = W, L_ = L;
+        a.body = [W_, L_, g, rows, in_cols, call](const std::vector<const Payload*>& in, std::vector<Payload>* out,
+                                                  std::string* why) {
+          Counts k;
+          if (!k.make(in, W_, L_, call, why)) return false;
+          if (kernels::moe_fused_tile_rows(k.offsets.data(), k.totals.data(), L_, g) != rows)
+            return *why = "the counts put another number of rows in tile " + num(g), false;
+          const int expert = kernels::moe_expert_of_tile(k.offsets.data(), L_, kernels::kMoeTileRows, g);
+          for (int i = 0; i < rows; ++i) {
+            const Payload* p0 = in[size_t(W_ + i * in_cols)];
             for (int b2 = 0; b2 < in_cols; ++b2) {
-              const Payload* p = in[i * size_t(in_cols) + size_t(b2)];
-              if (!p || p->epoch != e_ || p->block != want[i].first || p->piece != want[i].second)
-                return *why = "row " + num(int64_t(i)) + " of the tile is not token " + num(want[i].first) +
-                              " for expert " + num(want[i].second) + " of this call",
+              const Payload* p = in[size_t(W_ + i * in_cols + b2)];
+              if (!p || p->epoch != call || p->piece != expert || p->block != p0->block)
+                return *why = "row " + num(i) + " of tile " + num(g) + " is not a row of this call for local expert " +
+                              num(expert),
                        false;
             }
-            out->push_back(Payload{want[i].first, want[i].second, {}, e_});
+            out->push_back(Payload{p0->block, expert, {}, call});
           }
           return true;
         };
-        a.sets.push_back({{r, up ? w_up : w_down, e, g}, 1, true});
+        a.sets.push_back({{r, up ? w_up : w_down, set, g}, 1, true});
         break;
       }
       case MoePhase::kCombine: {
@@ -318,54 +383,67 @@ struct Model {
         if (c * shape.chunk >= n) return;
         a.what = "combine for home " + num(h) + " chunk " + num(c) + " (call " + num(e) + ")";
         const int lo = c * shape.chunk, hi = std::min(n, (c + 1) * shape.chunk);
+        {
+          // First the chunk's slot headers, once every arrange of the call is done: they say which
+          // tiles the rows are in, so only then can the unit wait for those tiles.
+          Action look;
+          look.what = "combine for home " + num(h) + " chunk " + num(c) + ": its slot headers (call " + num(e) + ")";
+          const int chunks = chunks_at(v, r);
+          if (drop != MoeFusedDrop::kArrangedCombine) look.waits.push_back({{r, w_arranged, set}, uint64_t(chunks)});
+          read_tables(&look, r, e);
+          for (int sl = lo; sl < hi; ++sl) look.reads.push_back({{r, k_info, h, sl}});
+          add(r, b, e, std::move(look));
+        }
         std::set<int> tiles;
         std::vector<int> nrows, gids;
-        std::vector<std::map<int, int>> parts;
         for (int sl = lo; sl < hi; ++sl) {
           const int t = v.slot_tok[size_t(h) * W + size_t(r)][size_t(sl)];
           a.reads.push_back({{r, k_info, h, sl}});
           std::vector<int> mine;
           for (int x : v.experts(h, t))
-            if (x / L == r) mine.push_back(x);
+            if (x / L == r) mine.push_back(x % L);
           std::sort(mine.begin(), mine.end());  // expert order
-          std::map<int, int> p;
-          for (int x : mine) {
-            const int row = v.row.at({r, h, sl, x % L});
+          for (int l : mine) {
+            const int row = v.row.at({r, h, sl, l});
             tiles.insert(row / kernels::kMoeTileRows);
             for (int col = 0; col < shape.down_cols; ++col) a.reads.push_back({{r, k_y, row, col}});
-            p[x] = 1;
           }
           nrows.push_back(int(mine.size()));
           gids.push_back(h * T + t);
-          parts.push_back(p);
           a.writes.push_back({{h, k_comb, r, sl}, h == r ? Link::kLocal : Link::kNvlink, r, 0});
         }
-        for (int g : tiles) a.waits.push_back({{r, w_down, e, g}, uint64_t(shape.down_cols)});
-        const int cols = shape.down_cols;
-        const uint64_t e_ = uint64_t(e);
-        a.body = [nrows, gids, parts, cols, e_](const std::vector<const Payload*>& in, std::vector<Payload>* out,
-                                                std::string* why) {
+        if (drop != MoeFusedDrop::kDownDone)
+          for (int g : tiles) a.waits.push_back({{r, w_down, set, g}, uint64_t(shape.down_cols)});
+        const int cols = shape.down_cols, L_ = L, me = r;
+        a.body = [nrows, gids, cols, L_, me, call](const std::vector<const Payload*>& in, std::vector<Payload>* out,
+                                                   std::string* why) {
           size_t at = 0;
           for (size_t i = 0; i < gids.size(); ++i) {
             const Payload* hdr = in[at++];
-            if (!hdr || hdr->block != gids[i] || hdr->epoch != e_)
+            if (!hdr || hdr->block != gids[i] || hdr->epoch != call)
               return *why = "slot header of token " + num(gids[i]) + " of this call is not there", false;
-            for (int k = 0; k < nrows[i] * cols; ++k, ++at)
-              if (!in[at] || in[at]->block != gids[i] || in[at]->epoch != e_)
-                return *why = "a Y row of token " + num(gids[i]) + " of this call is missing or another's", false;
-            out->push_back(Payload{gids[i], 0, parts[i], e_});
+            Payload row{gids[i], 0, {}, call};
+            for (int k = 0; k < nrows[i]; ++k)
+              for (int col = 0; col < cols; ++col, ++at) {
+                const Payload* y = in[at];
+                if (!y || y->block != gids[i] || y->epoch != call)
+                  return *why = "a Y row of token " + num(gids[i]) + " of this call is missing or another's", false;
+                if (col == 0) row.parts[me * L_ + y->piece] += 1;  // the expert this row is of
+              }
+            out->push_back(row);
           }
           return true;
         };
-        a.sets.push_back({{h, w_combined, e, r}, 1, true});
+        a.sets.push_back({{h, w_combined, set, r}, 1, true});
         break;
       }
       case MoePhase::kReduce: {
         a.what = "reduce tile " + num(u.a) + " (call " + num(e) + ")";
-        for (int q = 0; q < W; ++q) {
-          const int chunks = kernels::moe_fused_chunks(shape, v.nslots[size_t(r) * W + size_t(q)]);
-          if (chunks > 0) a.waits.push_back({{r, w_combined, e, q}, uint64_t(chunks)});
-        }
+        if (drop != MoeFusedDrop::kCombined)
+          for (int q = 0; q < W; ++q) {
+            const int chunks = kernels::moe_fused_chunks(shape, v.nslots[size_t(r) * W + size_t(q)]);
+            if (chunks > 0) a.waits.push_back({{r, w_combined, set, q}, uint64_t(chunks)});
+          }
         std::vector<int> gids, nparts;
         std::vector<std::set<int>> want;
         for (int t = u.a * 128; t < std::min(T, (u.a + 1) * 128); ++t) {
@@ -382,15 +460,14 @@ struct Model {
           const std::vector<int>& ex = v.experts(r, t);
           want.push_back(std::set<int>(ex.begin(), ex.end()));
         }
-        const uint64_t e_ = uint64_t(e);
-        a.body = [gids, nparts, want, e_](const std::vector<const Payload*>& in, std::vector<Payload>* out,
-                                          std::string* why) {
+        a.body = [gids, nparts, want, call](const std::vector<const Payload*>& in, std::vector<Payload>* out,
+                                            std::string* why) {
           size_t at = 0;
           for (size_t i = 0; i < gids.size(); ++i) {
-            Payload y{gids[i], 0, {}, e_};
+            Payload y{gids[i], 0, {}, call};
             for (int k = 0; k < nparts[i]; ++k, ++at) {
               const Payload* p = in[at];
-              if (!p || p->block != gids[i] || p->epoch != e_)
+              if (!p || p->block != gids[i] || p->epoch != call)
                 return *why = "token " + num(gids[i]) + "'s sum got a row that is not its own of this call", false;
               for (const auto& [x, cnt] : p->parts) y.parts[x] += cnt;
             }

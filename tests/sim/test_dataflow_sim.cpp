@@ -269,3 +269,51 @@ TEST_CASE("seeded schedules try different interleavings of independent streams")
   }
   CHECK(firsts.size() == 2);
 }
+
+TEST_CASE("a counter zeroed by a store: a wait for the sum is ordered after the store and the adds since") {
+  // Producer p0 adds 1 (an old add), a store zeroes the counter, p1 and p2 add 1 each; the consumer
+  // waits for 2 and reads what p1 and p2 wrote: ordered. Waiting for 1 leaves p2's write unordered.
+  for (const uint64_t want : {2, 1}) {
+    CAPTURE(want);
+    Sim sim;
+    const int k_data = sim.kind("data", "index"), k_count = sim.kind("count"), k_step = sim.kind("step");
+    const int s0 = sim.stream(0, "old"), sz = sim.stream(0, "zero"), s1 = sim.stream(0, "p1"), s2 = sim.stream(0, "p2"),
+              sc = sim.stream(0, "consumer");
+    Action old;
+    old.stream = s0;
+    old.what = "old add";
+    old.sets = {{{0, k_count}, 1, true}, {{0, k_step}, 1}};
+    sim.add(old);
+    Action zero;
+    zero.stream = sz;
+    zero.what = "zero";
+    zero.waits.push_back({{0, k_step}, 1});
+    zero.sets = {{{0, k_count}, 0, false, true}, {{0, k_step}, 2}};
+    sim.add(zero);
+    for (int i = 1; i <= 2; ++i) {
+      Action a;
+      a.stream = i == 1 ? s1 : s2;
+      a.what = "produce " + std::to_string(i);
+      a.waits.push_back({{0, k_step}, uint64_t(i + 1)});
+      a.writes.push_back({{0, k_data, i}});
+      a.sets = {{{0, k_count}, 1, true}, {{0, k_step}, uint64_t(i + 2)}};
+      a.body = [i](const std::vector<const Payload*>&, std::vector<Payload>* out, std::string*) {
+        out->push_back(Payload{i, 0, {}, 1});
+        return true;
+      };
+      sim.add(a);
+    }
+    Action r;
+    r.stream = sc;
+    r.what = "consume";
+    r.waits.push_back({{0, k_count}, want});
+    r.reads = {{{0, k_data, 1}, true}, {{0, k_data, 2}, true}};
+    sim.add(r);
+    const Result res = sim.run();
+    if (want == 2) {
+      CHECK_MESSAGE(res.ok(), res.text());
+    } else {
+      CHECK(res.mentions("race: rank 0 (consumer) 'consume' reads rank 0's data[index 2]"));
+    }
+  }
+}

@@ -140,26 +140,51 @@ TEST_CASE("every token once to each destination and back summed once, no deadloc
   }
 }
 
-TEST_CASE("each wait left out is caught: a race, data of the wrong call, or missing data") {
+TEST_CASE("each wait left out is caught in some interleaving: a race, data of another call, missing data or a hang") {
+  using M = MoeRouting;
   struct Drop {
     MoeFusedDrop drop;
     const char* name;
-    MoeRouting how;  // a routing that needs the wait
+    std::vector<MoeRouting> calls;  // one routing per call: what it takes for the wait to matter
+    int blocks;
   };
-  // freed: homes with experts of their own (by home), so an owner's arrange of one source is not
-  // behind another source's next call through the combine.
-  const Drop drops[] = {{MoeFusedDrop::kRouted, "routed", MoeRouting::kUniform},
-                        {MoeFusedDrop::kCountsIn, "counts_in", MoeRouting::kUniform},
-                        {MoeFusedDrop::kRows, "rows", MoeRouting::kUniform},
-                        {MoeFusedDrop::kFreed, "freed", MoeRouting::kByHome}};
+  const std::vector<M> uniform(4, M::kUniform);
+  const Drop drops[] = {
+      {MoeFusedDrop::kRouted, "routed", uniform, 3},
+      {MoeFusedDrop::kSent, "sent", uniform, 3},
+      {MoeFusedDrop::kCountsIn, "counts_in", uniform, 3},
+      {MoeFusedDrop::kRows, "rows", uniform, 3},
+      {MoeFusedDrop::kUpDone, "up_done", uniform, 3},
+      // a block whose first ticket is a combine: nothing else of it orders the headers' read
+      {MoeFusedDrop::kArrangedCombine, "combine's arranged", uniform, 96},
+      {MoeFusedDrop::kDownDone, "down_done", uniform, 3},
+      {MoeFusedDrop::kCombined, "combined", uniform, 3},
+      // a source that sends an owner nothing in one call and something in the next
+      {MoeFusedDrop::kFreed, "freed", {M::kByHome, M::kUniform, M::kUniform, M::kByHome, M::kUniform}, 3},
+      // Not here: the release's counts_in (kReleaseCounts). It keeps a source's late add of the last
+      // call out of the set being zeroed; no interleaving of 1500 tried with its calls' routings (a
+      // source sending an owner nothing for two calls, then something) showed the late add, so its
+      // need rests on the argument in kernels/moe_fused_plan.h.
+  };
   for (const Drop& d : drops) {
     const std::string which = d.name;
     CAPTURE(which);
-    MoeFusedRun run = make_run(4, 150, 8, 2, 3, d.how, 2, 5);
-    REQUIRE_MESSAGE(simulate_moe_fused(run).ok(), "with every wait");
-    run.drop = d.drop;
-    const Result r = simulate_moe_fused(run);
-    CHECK_FALSE(r.ok());
-    CHECK((r.mentions("race") || r.mentions("wrong data") || r.mentions("missing data")));
+    int caught = 0;
+    for (uint64_t seed = 0; seed < 120 && caught == 0; ++seed) {
+      MoeFusedRun run = make_run(4, 150, 8, 2, d.blocks, M::kUniform, 0, 0);
+      for (size_t c = 0; c < d.calls.size(); ++c)
+        run.calls.push_back(moe_choices(4, 150, 8, 2, d.calls[c], 5 + seed * 31 + c));
+      run.schedule = seed;
+      REQUIRE_MESSAGE(simulate_moe_fused(run).ok(), "with every wait, seed " << seed);
+      run.drop = d.drop;
+      const Result r = simulate_moe_fused(run);
+      if (!r.ok()) {
+        ++caught;
+        CHECK_MESSAGE(
+            (r.mentions("race") || r.mentions("wrong data") || r.mentions("missing data") || r.mentions("deadlock")),
+            r.text());
+      }
+    }
+    CHECK_MESSAGE(caught > 0, "no interleaving of 120 showed it");
   }
 }
