@@ -160,11 +160,7 @@ AgGemmOp::~AgGemmOp() {
     sync_bounded(copy_, 10, "ag_gemm's copy stream", [this] { unstick(); });
     cudaStreamDestroy(copy_);
   }
-  // The start mark's last write, before its word goes. The clock stream waits only for a call's
-  // start on the caller's stream (the wait above covers it); should that stream still be stuck, the
-  // word and the stream are left (a few bytes) rather than freed under a pending write.
-  const bool clock_done = !clock_ || sync_bounded(clock_, 10, "ag_gemm's clock stream", nullptr) == Status::kOk;
-  if (clock_ && clock_done) cudaStreamDestroy(clock_);
+  const bool clock_done = retire_clock_stream(clock_, "ag_gemm's clock stream");  // before its word goes
   if (side_) cudaStreamDestroy(side_);
   if (fork_) cudaEventDestroy(fork_);
   if (join_) cudaEventDestroy(join_);

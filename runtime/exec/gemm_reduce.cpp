@@ -135,11 +135,7 @@ GemmReduceOp::~GemmReduceOp() {
     cudaEventDestroy(done_);
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
-  // The start mark's last write, before its word goes. The clock stream waits only for a call's
-  // start on the caller's stream (the wait above covers it); should that stream still be stuck, the
-  // word and the stream are left (a few bytes) rather than freed under a pending write.
-  const bool clock_done = !clock_ || sync_bounded(clock_, 10, "gemm_reduce's clock stream", nullptr) == Status::kOk;
-  if (clock_ && clock_done) cudaStreamDestroy(clock_);
+  const bool clock_done = retire_clock_stream(clock_, "gemm_reduce's clock stream");  // before its word goes
   overlap_.reset();  // its streams are done (done_ above) before the words they wait on go
   if (progress_host_ && clock_done) cudaFreeHost(progress_host_);
   if (side_) cudaStreamDestroy(side_);

@@ -168,6 +168,13 @@ Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const st
   return wait_bounded([s] { return cudaStreamQuery(s); }, timeout_s, what, unstick);
 }
 
+bool retire_clock_stream(cudaStream_t s, const char* what) {
+  if (!s) return true;
+  if (sync_bounded(s, 10, what, nullptr) != Status::kOk) return false;
+  cudaStreamDestroy(s);
+  return true;
+}
+
 Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, const std::function<void()>& unstick) {
   return wait_bounded([e] { return cudaEventQuery(e); }, timeout_s, what, unstick);
 }

@@ -40,6 +40,13 @@ Status sync_bounded(cudaStream_t s, double timeout_s, const char* what, const st
 // The same for the work before an event.
 Status event_wait_bounded(cudaEvent_t e, double timeout_s, const char* what, const std::function<void()>& unstick);
 
+// An op's clock stream (the stream that writes its calls' start marks into a host-mapped word) at the
+// op's destruction: synchronised, at most 10 s, and destroyed. It waits only for a call's start on
+// the caller's stream, which the op's own bounded wait for its last call covers; should that stream
+// still be stuck, false: the stream is left, and the caller keeps the word (a few bytes) rather than
+// free it under a pending write. True for a null stream.
+bool retire_clock_stream(cudaStream_t s, const char* what);
+
 // Records an op's completion event at the end of its work on `s`. Under stream capture it becomes an
 // external record node, so each replay of the graph records the event and event_wait_bounded waits
 // for the replay, as it waits for a direct call.
