@@ -6,11 +6,13 @@
 //                    enqueue inside the events);
 //   lined up         a stream barrier of the ranks before each call, enqueued ahead (as the runner's
 //                    rows are lined up, without the host's enqueue);
+//                    `--idle-us US`: the GPU idle for US microseconds after each lined-up call
+//                    (outside the events), to time it at a duty like the runner rows' in the rounds;
 //   heap input       each of those with A already in the heap (a = shard(): no copy of the own shard).
 // The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
 // each call; rank 0 prints each mode's median over all rounds, slowest rank.
 // Usage: weftrun plan --json WORKLOAD.yaml > plan.json
-//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal]
+//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal] [--idle-us US]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -39,7 +41,7 @@ using weft::Status;
 using bf16 = __nv_bfloat16;
 
 int main(int argc, char** argv) {
-  int iters = 20, rounds = 3;
+  int iters = 20, rounds = 3, idle_us = 0;
   bool normal = false;
   std::string plan_file;
   for (int i = 1; i < argc; ++i) {
@@ -47,6 +49,8 @@ int main(int argc, char** argv) {
       iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--idle-us") && i + 1 < argc)
+      idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // after each lined-up call
     else if (!std::strcmp(argv[i], "--normal"))
       normal = true;  // weftrun run's inputs (normal, scale 1) instead of uniform in [-0.5, 0.5)
     else if (plan_file.empty() && argv[i][0] != '-')
@@ -55,7 +59,7 @@ int main(int argc, char** argv) {
       plan_file.clear(), i = argc;
   }
   if (plan_file.empty() || !bootstrap::started_under_pmix()) {
-    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal]\n");
+    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal] [--idle-us US]\n");
     return 2;
   }
   runtime::Plan plan;
@@ -123,6 +127,7 @@ int main(int argc, char** argv) {
           host_us[size_t(mode)].push_back(
               float(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count()));
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i + 1)], s));
+        if (lined) weft::bench::idle_on(s, idle_us);
       }
       // Bounded: a rank that stopped leaves the others' stream barrier unsatisfied.
       if (runtime::sync_bounded(s, 60, names[mode], nullptr) != Status::kOk) {
@@ -139,10 +144,11 @@ int main(int argc, char** argv) {
   if (rank == 0)
     printf(
         "# runtime ag_gemm op, m %lld n %lld (per rank) k %lld, %d ranks, variant %s, %d compute SMs; "
-        "%s inputs; median of %d calls x %d rounds, slowest rank; the host's time inside run()\n| mode | ms | host "
+        "%s inputs; median of %d calls x %d rounds, slowest rank; the host's time inside run()%s\n| mode | ms | host "
         "enqueue us |\n|---|---|---|\n",
         (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
-        normal ? "normal" : "uniform", iters, rounds);
+        normal ? "normal" : "uniform", iters, rounds,
+        idle_us ? ("; lined up: " + std::to_string(idle_us) + " us idle after each call").c_str() : "");
   for (int mode = 0; mode < kModes; ++mode) {
     if (mode % 3 == 2 && !line_up.available()) {
       if (rank == 0) printf("| %s | n/a (ranks on other nodes) | |\n", names[mode]);

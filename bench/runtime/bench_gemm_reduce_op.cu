@@ -8,10 +8,11 @@
 //     calls, CUDA events around each call, two ways: back to back (what a program calling the op in
 //     a loop sees), and lined up (a stream barrier of the ranks before each call, outside the events:
 //     how `weftrun bench` times its runners); AllReduce ops also with C left in the heap (no copy
-//     out). Rank 0 prints each one's median over all rounds, slowest rank, and the host's time to
+//     out); `--idle-us US` leaves the GPU idle for US microseconds after each lined-up call (outside
+//     the events), to time the op at a duty like the runner rows' in `weftrun bench`'s rounds. Rank 0 prints each one's median over all rounds, slowest rank, and the host's time to
 //     enqueue one call (median, slowest rank).
 // Usage: weftrun plan --json A.yaml > a.json; weftrun plan --json B.yaml > b.json
-//        weftrun exec -n W -- bench_gemm_reduce_op a.json b.json ... [--iters N] [--rounds R]
+//        weftrun exec -n W -- bench_gemm_reduce_op a.json b.json ... [--iters N] [--rounds R] [--idle-us US]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -55,7 +56,7 @@ __global__ void count_off(const bf16* x, const bf16* y, int64_t n, unsigned long
 }  // namespace
 
 int main(int argc, char** argv) {
-  int iters = 20, rounds = 3;
+  int iters = 20, rounds = 3, idle_us = 0;
   std::vector<std::string> files;
   bool bad_args = false;
   for (int i = 1; i < argc; ++i) {
@@ -63,6 +64,8 @@ int main(int argc, char** argv) {
       iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
       rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+    else if (!std::strcmp(argv[i], "--idle-us") && i + 1 < argc)
+      idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));
     else if (argv[i][0] != '-' && files.size() < 8)
       files.push_back(argv[i]);
     else
@@ -71,7 +74,7 @@ int main(int argc, char** argv) {
   if (files.empty() || bad_args || !bootstrap::started_under_pmix()) {
     fprintf(stderr,
             "usage: weftrun exec -n W -- bench_gemm_reduce_op PLAN.json [PLAN.json ...] (at most 8, one problem) "
-            "[--iters N] [--rounds R]\n");
+            "[--iters N] [--rounds R] [--idle-us US]\n");
     return 2;
   }
   std::vector<runtime::Plan> plans(files.size());
@@ -177,6 +180,7 @@ int main(int argc, char** argv) {
           if (it >= 0 && !lined)
             host_us[x].push_back(float(std::chrono::duration<double, std::micro>(t1 - t0).count()));
           if (it >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * it + 1)], s));
+          if (lined) weft::bench::idle_on(s, idle_us);
         }
         // Bounded: a rank that stopped leaves the others' stream barrier or the op's waits unsatisfied.
         if (weft::runtime::sync_bounded(s, 60, lined ? "lined-up calls" : "back-to-back calls", nullptr) !=
@@ -194,9 +198,10 @@ int main(int argc, char** argv) {
   if (rank == 0)
     printf(
         "# runtime %s op, m %lld n %lld k %lld, %d ranks; median of %d calls x %d rounds, slowest rank: back to back, "
-        "lined up (a stream barrier before each call), the host's enqueue\n| plan | back to back ms | lined up ms | "
+        "lined up (a stream barrier before each call%s), the host's enqueue\n| plan | back to back ms | lined up ms | "
         "host enqueue us |\n|---|---|---|---|\n",
-        ar ? "gemm_ar" : "gemm_rs", (long long)m, (long long)n, (long long)(kl * W), W, iters, rounds);
+        ar ? "gemm_ar" : "gemm_rs", (long long)m, (long long)n, (long long)(kl * W), W, iters, rounds,
+        idle_us ? (", " + std::to_string(idle_us) + " us idle after it").c_str() : "");
   for (size_t x = 0; x < entries.size(); ++x) {
     const std::string key = std::to_string(x);
     const double worst = weft::bench::allgather_max(*boot, "bench.gr.ms." + key, weft::bench::median(ms[x]));

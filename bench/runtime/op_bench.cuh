@@ -36,6 +36,23 @@ __global__ inline void fill_hash(__nv_bfloat16* p, int64_t n, uint32_t seed) {
   }
 }
 
+// One warp that sleeps on the stream for `us` microseconds (the GPU's timer), so lined-up calls can
+// be spaced by idle time: with the clocks under the power cap, a process that runs only the op and
+// one that interleaves it with lighter rows (as `weftrun bench`'s rounds do) do not run at the same
+// clock; `--idle-us` lets the two be compared at the same duty.
+__global__ inline void idle_for(uint64_t us) {
+  uint64_t t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < us * 1000);
+}
+
+inline void idle_on(cudaStream_t s, int us) {
+  if (us > 0) idle_for<<<1, 32, 0, s>>>(uint64_t(us));
+}
+
 // Joins the job (PMIx) and selects the GPU of this rank's local index; null if the job cannot be joined.
 inline std::unique_ptr<bootstrap::PmixBootstrap> join_job() {
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
