@@ -8,11 +8,15 @@
 //                    rows are lined up, without the host's enqueue);
 //                    `--idle-us US`: the GPU idle for US microseconds after each lined-up call
 //                    (outside the events), to time it at a duty like the runner rows' in the rounds;
+//                    `--skew-us US`: after the barrier rank r waits r/(W-1) of US before its start
+//                    event, as ranks leave a barrier kernel at different times (the rank's own view,
+//                    as an NCCL barrier's rows are timed);
 //   heap input       each of those with A already in the heap (a = shard(): no copy of the own shard).
 // The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
 // each call; rank 0 prints each mode's median over all rounds, slowest rank.
 // Usage: weftrun plan --json WORKLOAD.yaml > plan.json
-//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal] [--idle-us US]
+//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal] [--idle-us US] [--skew-us
+//        US]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,7 +45,7 @@ using weft::Status;
 using bf16 = __nv_bfloat16;
 
 int main(int argc, char** argv) {
-  int iters = 20, rounds = 3, idle_us = 0;
+  int iters = 20, rounds = 3, idle_us = 0, skew_us = 0;
   bool normal = false;
   std::string plan_file;
   for (int i = 1; i < argc; ++i) {
@@ -51,6 +55,8 @@ int main(int argc, char** argv) {
       rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
     else if (!std::strcmp(argv[i], "--idle-us") && i + 1 < argc)
       idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // after each lined-up call
+    else if (!std::strcmp(argv[i], "--skew-us") && i + 1 < argc)
+      skew_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // rank r starts r/(W-1) of it late
     else if (!std::strcmp(argv[i], "--normal"))
       normal = true;  // weftrun run's inputs (normal, scale 1) instead of uniform in [-0.5, 0.5)
     else if (plan_file.empty() && argv[i][0] != '-')
@@ -59,7 +65,9 @@ int main(int argc, char** argv) {
       plan_file.clear(), i = argc;
   }
   if (plan_file.empty() || !bootstrap::started_under_pmix()) {
-    fprintf(stderr, "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal] [--idle-us US]\n");
+    fprintf(stderr,
+            "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal] [--idle-us US] "
+            "[--skew-us US]\n");
     return 2;
   }
   runtime::Plan plan;
@@ -120,6 +128,7 @@ int main(int argc, char** argv) {
           if (boot->barrier("bench.ag." + std::to_string(barrier_no++)) != Status::kOk) return 1;
         }
         if (lined && line_up.enqueue(s) != Status::kOk) return 1;
+        if (lined) weft::bench::idle_on(s, W > 1 ? skew_us * rank / (W - 1) : 0);
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], s));
         const auto t0 = std::chrono::steady_clock::now();
         if (op->run(src, b, c, s) != Status::kOk) return 1;
@@ -148,7 +157,9 @@ int main(int argc, char** argv) {
         "enqueue us |\n|---|---|---|\n",
         (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
         normal ? "normal" : "uniform", iters, rounds,
-        idle_us ? ("; lined up: " + std::to_string(idle_us) + " us idle after each call").c_str() : "");
+        (std::string(idle_us ? "; lined up: " + std::to_string(idle_us) + " us idle after each call" : "") +
+         (skew_us ? "; lined up: rank r starts " + std::to_string(skew_us) + " r/(W-1) us after the barrier" : ""))
+            .c_str());
   for (int mode = 0; mode < kModes; ++mode) {
     if (mode % 3 == 2 && !line_up.available()) {
       if (rank == 0) printf("| %s | n/a (ranks on other nodes) | |\n", names[mode]);

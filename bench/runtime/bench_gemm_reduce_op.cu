@@ -9,8 +9,8 @@
 //     a loop sees), and lined up (a stream barrier of the ranks before each call, outside the events:
 //     how `weftrun bench` times its runners); AllReduce ops also with C left in the heap (no copy
 //     out); `--idle-us US` leaves the GPU idle for US microseconds after each lined-up call (outside
-//     the events), to time the op at a duty like the runner rows' in `weftrun bench`'s rounds. Rank 0 prints each one's median over all rounds, slowest rank, and the host's time to
-//     enqueue one call (median, slowest rank).
+//     the events), to time the op at a duty like the runner rows' in `weftrun bench`'s rounds. Rank 0 prints each one's
+//     median over all rounds, slowest rank, and the host's time to enqueue one call (median, slowest rank).
 // Usage: weftrun plan --json A.yaml > a.json; weftrun plan --json B.yaml > b.json
 //        weftrun exec -n W -- bench_gemm_reduce_op a.json b.json ... [--iters N] [--rounds R] [--idle-us US]
 #include <cuda_runtime.h>

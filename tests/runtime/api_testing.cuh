@@ -172,7 +172,10 @@ struct ReduceProblem {
   float* c_ref = nullptr;
   unsigned long long* bad = nullptr;
 
-  void create(const char* op_name, const char* plan_map, const std::string& tag) {
+  // m = m_per_rank x W rows, n columns, k = 64 W (a small problem by default: its kernels leave most
+  // SMs free; tiles past the SMs make each persistent kernel hold every SM).
+  void create(const char* op_name, const char* plan_map, const std::string& tag, int m_per_rank = 256,
+              int n_cols = 768) {
     const int W = g_ctx->size(), rank = g_ctx->rank();
     const int nodes = g_ctx->get().boot().info().num_nodes;
     const std::string path = "/tmp/weft-api-" + std::to_string(getppid()) + "-" + op_name + "-" + tag + ".yaml";
@@ -180,9 +183,9 @@ struct ReduceProblem {
       FILE* f = fopen(path.c_str(), "w");
       REQUIRE(f != nullptr);
       fprintf(f,
-              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: 768, k: %d}\nlayout: {nodes: %d, gpus_per_node: "
+              "name: api_%s\nop: %s\ndtype: bf16\nshape: {m: %d, n: %d, k: %d}\nlayout: {nodes: %d, gpus_per_node: "
               "%d}\n%s",
-              op_name, op_name, 256 * W, 64 * W, nodes, W / nodes, plan_map);
+              op_name, op_name, m_per_rank * W, n_cols, 64 * W, nodes, W / nodes, plan_map);
       fclose(f);
     }
     weft::Plan plan;

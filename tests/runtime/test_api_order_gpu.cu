@@ -17,8 +17,11 @@ bool g_no_order = false;
 TEST_CASE("one call in flight per context: two GEMM+RS/AR overlap ops on two streams, no synchronisation between") {
   if (g_no_order) g_ctx->get().set_call_order_for_testing(false);
   ReduceProblem one, two;
-  one.create("gemm_rs", "plan: {variant: overlap, send: sm}\n", "order1");
-  two.create("gemm_ar", "plan: {variant: overlap, send: sm, gather: sm}\n", "order2");
+  // 2048 W x 1536: at least 192 output tiles, so each op's persistent kernel holds every SM of its GPU
+  // while it runs and the two kernels cannot both be resident (with fewer tiles they fit side by side
+  // and the missing order could never show).
+  one.create("gemm_rs", "plan: {variant: overlap, send: sm}\n", "order1", 2048, 1536);
+  two.create("gemm_ar", "plan: {variant: overlap, send: sm, gather: sm}\n", "order2", 2048, 1536);
   cudaStream_t s1, s2;
   REQUIRE(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == cudaSuccess);
   REQUIRE(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess);
