@@ -27,8 +27,9 @@ enum class KernelKind : int32_t {
   kPiecePush = 3,
   kAgGemmNodes = 4,
   kGemmReduceNodes = 5,
-  kPeerReduce = 6,      // GEMM+RS/AR's peer variant: the reduction over NVLink after the GEMM
-  kGemmReduceSlots = 7  // the GEMM core with the reducing epilogue (GEMM+RS/AR's overlap variant)
+  kPeerReduce = 6,       // GEMM+RS/AR's peer variant: the reduction over NVLink after the GEMM
+  kGemmReduceSlots = 7,  // the GEMM core with the reducing epilogue (GEMM+RS/AR's overlap variant)
+  kMoeFfnCombine = 8     // the MoE layer's expert FFN, combine and home reduction in one launch
 };
 struct LaunchRecord {
   int32_t launches;           // blocks 0 of the launches since the record was cleared

@@ -4,10 +4,10 @@
 #include <cstdio>
 
 #include "base/log.h"
-#include "kernels/bf16x8.cuh"
 #include "kernels/frame.cuh"
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_router.h"
+#include "kernels/moe_rows.cuh"
 
 namespace weft::kernels {
 namespace {
@@ -20,24 +20,8 @@ struct Peers {
   uint64_t* flags[MoeExchangeArgs::kMaxRanks];
 };
 
-__device__ __forceinline__ const MoeDispatchMeta* slot_meta(const uint8_t* slot, int32_t hidden) {
-  return reinterpret_cast<const MoeDispatchMeta*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16);
-}
-
 __device__ __forceinline__ int64_t warp_id() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
 __device__ __forceinline__ int64_t warp_count() { return int64_t(gridDim.x) * blockDim.x / 32; }
-
-// Destination ranks of token t, from its top-k ids (an id out of range, which the router never
-// writes, sends nowhere).
-__device__ __forceinline__ uint32_t dest_mask(const MoeExchangeArgs& a, int32_t t) {
-  uint32_t mask = 0;
-  const int32_t experts = a.local_experts * a.world;
-  for (int32_t j = 0; j < a.topk; ++j) {
-    const int32_t id = a.topk_ids[int64_t(t) * a.topk + j];
-    if (id >= 0 && id < experts) mask |= 1u << (id / a.local_experts);
-  }
-  return mask;
-}
 
 __global__ void __launch_bounds__(kThreads) dispatch_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32, W = a.world;
@@ -54,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) dispatch_kernel(MoeExchangeArgs a) {
     const MoeDispatchMeta meta = moe_dispatch_meta(a.rank, t, ids, w, a.topk, a.local_experts, d);
     uint8_t* slot = a.recv[d] + (int64_t(a.rank) * a.tokens + t) * slot_bytes;
     if (lane < int32_t(sizeof(MoeDispatchMeta) / 16))
-      reinterpret_cast<int4*>(const_cast<MoeDispatchMeta*>(slot_meta(slot, a.hidden)))[lane] =
+      reinterpret_cast<int4*>(const_cast<MoeDispatchMeta*>(moe_slot_meta(slot, a.hidden)))[lane] =
           reinterpret_cast<const int4*>(&meta)[lane];
     if (meta.pairs == 0) continue;
     const int4* src = reinterpret_cast<const int4*>(a.x + int64_t(t) * a.hidden);
@@ -85,7 +69,7 @@ __global__ void begin_kernel(uint64_t* epoch) { *epoch += 1; }
 __global__ void __launch_bounds__(kThreads) count_kernel(MoeExchangeArgs a) {
   const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden);
   for (int64_t s = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; s < slots; s += int64_t(gridDim.x) * blockDim.x) {
-    const MoeDispatchMeta* m = slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
+    const MoeDispatchMeta* m = moe_slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
     if (m->pairs == 0) continue;
     for (int32_t j = 0; j < a.topk; ++j) {
       const int32_t e = m->local_expert[j];
@@ -111,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
   const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
   for (int64_t s = warp_id(); s < slots; s += warp_count()) {
     const uint8_t* slot = a.recv[a.rank] + s * slot_bytes;
-    const MoeDispatchMeta* m = slot_meta(slot, a.hidden);
+    const MoeDispatchMeta* m = moe_slot_meta(slot, a.hidden);
     const int32_t pairs = m->pairs;
     for (int32_t j = 0; j < a.topk; ++j) {
       const int32_t e = pairs == 0 ? -1 : m->local_expert[j];
@@ -137,51 +121,22 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
 // increasing expert order (fp32, rounded once), stored in the home's combine row for this rank.
 __global__ void __launch_bounds__(kThreads) combine_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32;
-  const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
+  const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden);
   for (int64_t s = warp_id(); s < slots; s += warp_count()) {
-    const MoeDispatchMeta* m = slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
+    const MoeDispatchMeta* m = moe_slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
     if (m->pairs == 0) continue;
-    int32_t order[kMoeMaxTopk], pos[kMoeMaxTopk];
-    float w[kMoeMaxTopk];
-    int32_t n = 0;
-    for (int32_t j = 0; j < a.topk; ++j) {  // insertion by local expert: at most 8 pairs
-      const int32_t e = m->local_expert[j];
-      if (e < 0) continue;
-      int32_t at = n++;
-      while (at > 0 && order[at - 1] > e) {
-        order[at] = order[at - 1], pos[at] = pos[at - 1], w[at] = w[at - 1];
-        --at;
-      }
-      order[at] = e, pos[at] = a.slot_pos[s * a.topk + j], w[at] = m->weight[j];
-    }
+    const MoeSlotPairs pairs = moe_slot_pairs(m, a.slot_pos + s * a.topk, a.topk);
     const int32_t src = int32_t(s / a.tokens), t = int32_t(s % a.tokens);
-    int4* dst = reinterpret_cast<int4*>(a.comb[src] + (int64_t(a.rank) * a.tokens + t) * a.hidden);
-    for (int64_t v = lane; v < vecs; v += 32) {
-      float acc[8] = {};
-      for (int32_t i = 0; i < n; ++i)
-        if (pos[i] >= 0)
-          add_scaled(acc, reinterpret_cast<const int4*>(a.grouped_y + int64_t(pos[i]) * a.hidden)[v], w[i]);
-      dst[v] = to_bf16x8(acc);
-    }
+    moe_sum_pairs(pairs, a.grouped_y, a.hidden, a.comb[src] + (int64_t(a.rank) * a.tokens + t) * a.hidden, lane);
   }
 }
 
 // Warp per token: out[t] = Σ over t's destination ranks in rank order of their combine rows.
 __global__ void __launch_bounds__(kThreads) home_reduce_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32;
-  const int64_t vecs = a.hidden / 8;
-  const bf16* comb = a.comb[a.rank];
-  for (int64_t t = warp_id(); t < a.tokens; t += warp_count()) {
-    const uint32_t mask = dest_mask(a, int32_t(t));
-    int4* dst = reinterpret_cast<int4*>(a.out + t * a.hidden);
-    for (int64_t v = lane; v < vecs; v += 32) {
-      float acc[8] = {};
-      for (int32_t q = 0; q < a.world; ++q)
-        if (mask >> q & 1u)
-          add_scaled(acc, reinterpret_cast<const int4*>(comb + (int64_t(q) * a.tokens + t) * a.hidden)[v], 1.f);
-      dst[v] = to_bf16x8(acc);
-    }
-  }
+  for (int64_t t = warp_id(); t < a.tokens; t += warp_count())
+    moe_sum_home(a.comb[a.rank], a.tokens, a.hidden, a.world, int32_t(t),
+                 moe_token_dests(a.topk_ids, int32_t(t), a.topk, a.local_experts, a.world), a.out, lane);
 }
 
 Status check_args(const MoeExchangeArgs& a) {
@@ -235,9 +190,16 @@ std::string describe_moe_wait(const DeviceError& e, int32_t world) {
              e.rank, (unsigned long long)e.expected, (unsigned long long)e.seen);
     return line;
   }
-  if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0 ||
-      e.flag_index >= 2 * world)
-    return "";
+  if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0) return "";
+  if (e.flag_index >= 2 * world) {  // the fused launch's comb_done (kernels/moe_ffn_combine.h): tile, owner
+    char line[256];
+    snprintf(line, sizeof line,
+             "rank %d waited %.1f s for rank %d's combine rows of its token tile %d (comb_done: saw %llu, expected "
+             "%llu)",
+             e.rank, double(e.waited_ns) * 1e-9, e.tile_n, e.tile_m, (unsigned long long)e.seen,
+             (unsigned long long)e.expected);
+    return line;
+  }
   const bool dispatch = e.flag_index < world;
   const int32_t peer = dispatch ? e.flag_index : e.flag_index - world;
   char line[256];

@@ -254,7 +254,9 @@ inline bool moe_heap_layout(const MoeShape& s, int64_t budget, MoeHeapLayout* ou
   h.combine_offset = up(h.recv_bytes, 256);
   h.combine_bytes = slots * s.hidden * 2;
   h.flags_offset = up(h.combine_offset + h.combine_bytes, 256);
-  h.flags_bytes = 2 * int64_t(s.world) * 8;
+  // dispatch [0, W) and combine [W, 2W) flags, then the fused launch's comb_done counters: W owners x
+  // the rank's token tiles (kernels/moe_ffn_combine.h)
+  h.flags_bytes = (2 * int64_t(s.world) + int64_t(s.world) * ((s.tokens + kMoeTileRows - 1) / kMoeTileRows)) * 8;
   h.x_offset = up(h.flags_offset + h.flags_bytes, 256);
   const int64_t row_bytes = (2 * int64_t(s.hidden) + s.ffn) * 2;  // a 128-row tile of each is 256-aligned
   h.worst_rows = moe_worst_grouped_rows(s);

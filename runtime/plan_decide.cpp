@@ -140,6 +140,14 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
                    "overlap: with ranks sharing a GPU (--oversubscribe) their GEMMs, which wait "
                    "for each other's pieces, cannot all run at once; expected peer");
   }
+  // Likewise the MoE layer's ffn_combine launch: its reduction waits for the peers' combine units.
+  if (options.share_gpus && plan->exec.variant == "ffn_combine" && plan->exec.executable) {
+    plan->exec.executable = false;
+    plan->exec.not_executable =
+        w.error_at("plan.variant",
+                   "ffn_combine: with ranks sharing a GPU (--oversubscribe) one rank's launch, waiting for a "
+                   "peer's combine, can hold the SMs that peer needs; expected staged");
+  }
   plan->notes.insert(plan->notes.end(), notes.begin(), notes.end());
   return Status::kOk;
 }

@@ -405,7 +405,7 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
 // with SM roles is not built yet). The heap holds the receive slots, combine rows and flags.
 void plan_moe(const Workload& w, Plan* p) {
   Execution& e = p->exec;
-  e.variant = "staged";
+  e.variant = w.plan.variant ? *w.plan.variant : "staged";  // "ffn_combine" only as the workload asks
   e.cluster = 1;        // the router GEMM's launch (its record is what `run` reads back)
   e.capturable = true;  // the flags carry the call's epoch from a device word the call raises
   e.executable = true;
@@ -436,8 +436,11 @@ void plan_moe(const Workload& w, Plan* p) {
     p->roles.compute = total;
   }
   p->notes.push_back(
-      "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
-      "makespan is the sum of the phases (docs/tuner.md, MoE), not the fused launch, which is not built yet");
+      e.variant == "ffn_combine"
+          ? "runs the MoE op with its expert FFN, combine and home reduction in one persistent launch (router, "
+            "dispatch and arrange before it); the makespan is the staged op's model (docs/tuner.md, MoE)"
+          : "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
+            "makespan is the sum of the phases (docs/tuner.md, MoE)");
   // The heap budget a user states (WEFT_HEAP_BYTES); unset, the workload sizes it: the worst case.
   int64_t budget = 0;
   if (get_param("WEFT_HEAP_BYTES", &budget) != Status::kOk || budget < 0) budget = 0;

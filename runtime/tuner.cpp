@@ -427,6 +427,22 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
     return Status::kInvalidArgument;
   };
   const std::string op = to_string(w.op);
+  if (w.op == Op::kMoe && layout.nodes == 1) {  // one choice: how the FFN and the combine run
+    if (s.variant && *s.variant != "staged" && *s.variant != "ffn_combine")
+      return fail("plan.variant", *s.variant + " is not a variant of moe; expected staged or ffn_combine");
+    PlanSpec rest = s;
+    rest.variant.reset();
+    if (!rest.empty())
+      return fail("plan",
+                  "moe has one execution choice a workload sets, variant (staged or ffn_combine); "
+                  "expected no other key in the plan: map");
+    return Status::kOk;
+  }
+  const bool moe_variant = s.variant && (*s.variant == "staged" || *s.variant == "ffn_combine");
+  if (moe_variant && is_gemm_op(w.op))
+    return fail("plan.variant", *s.variant + " is a variant of moe; expected " +
+                                    (w.op == Op::kAgGemm ? "copy_engine or sm_movers" : "peer or overlap") + " for " +
+                                    op);
   if (!is_gemm_op(w.op) || layout.nodes > 1)
     return fail("plan", op + (layout.nodes > 1 ? " across nodes" : "") +
                             " has no execution choices a workload sets in this build (weftrun bench measures its "
@@ -570,8 +586,9 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       (rates.pcie_gbps > 0 ? "an RDMA provider's rates (one NIC per GPU mapped)"
                                            : "the tcp provider's rates (no RDMA NIC for every GPU)"));
   plan_execution(w, mover, &p);
-  if (p.exec.variant == "staged" && layout.nodes == 1) {
-    // What runs today: the staged MoE op, its phases one after another on every SM (tuner_moe.h).
+  if ((p.exec.variant == "staged" || p.exec.variant == "ffn_combine") && layout.nodes == 1) {
+    // What runs today: the staged MoE op, its phases one after another on every SM (tuner_moe.h);
+    // ffn_combine (the FFN, combine and home reduction in one launch) has no model of its own yet.
     // The bound is the grouped FFN alone or the busiest link alone, whichever is longer.
     const MoeStagedTime st = moe_staged_time(w.moe, p.world_size, model, moe_staged_constants(model));
     p.role_time_s = {st.total_s(), 0, 0, 0};

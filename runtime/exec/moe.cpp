@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "kernels/gemm.h"
+#include "kernels/moe_ffn_combine.h"
 #include "kernels/moe_router.h"
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/stream_ops.h"
@@ -49,8 +50,17 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
     return refuse(rank, "tokens must split evenly over the ranks; hidden and ffn at most 65536");
   if (const char* why = s.invalid()) return refuse(rank, why);
 
+  const bool fused = plan.exec.variant == "ffn_combine";
+  if (!fused && plan.exec.variant != "staged" && !plan.exec.variant.empty())  // empty: a plan made in code
+    return refuse(rank, "unknown variant '" + plan.exec.variant + "' (expected staged or ffn_combine)");
+  if (fused && ctx.shares_gpu())
+    return refuse(rank,
+                  "the ffn_combine variant needs a GPU per rank (its launch waits for the peers' combine while it "
+                  "holds the SMs); ranks here share a GPU: use the staged variant");
+
   std::unique_ptr<MoeOp> op(new MoeOp());
   op->ctx_ = &ctx;
+  op->fused_ = fused;
   op->plan_ = plan;
   op->rank_ = rank, op->world_ = W;
   op->tokens_ = s.tokens, op->hidden_ = s.hidden, op->ffn_ = s.ffn, op->experts_ = s.experts, op->topk_ = s.topk;
@@ -129,7 +139,8 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
-  WEFT_CHECK(op->alloc(&p, size_t(op->up_.capacity_tiles + 1) * sizeof(uint64_t)));
+  // The FFN's per-row-tile counters (gate/up done, and for ffn_combine down done) and its claim counter.
+  WEFT_CHECK(op->alloc(&p, size_t(2 * int64_t(op->up_.capacity_tiles) + 1) * sizeof(uint64_t)));
   op->tile_done_ = static_cast<uint64_t*>(p);
 
   kernels::MoeExchangeArgs& ex = op->ex_;
@@ -140,6 +151,7 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
     ex.recv[q] = static_cast<uint8_t*>(ctx.peer(q, op->arena_ + recv_off));
     ex.comb[q] = static_cast<bf16*>(ctx.peer(q, op->arena_ + comb_off));
     ex.flags[q] = static_cast<uint64_t*>(ctx.peer(q, op->arena_ + op->flags_off_));
+    op->comb_done_.comb_done[q] = ex.flags[q] ? ex.flags[q] + 2 * W : nullptr;  // after the 2 W exchange flags
     if (!ex.recv[q] || !ex.comb[q] || !ex.flags[q])
       return refuse(rank, "rank " + std::to_string(q) + "'s heap is not mapped here (not on this node)");
   }
@@ -226,9 +238,16 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   mark(2);
   if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
   mark(3);
-  if (st == Status::kOk) st = kernels::launch_grouped_ffn(up_, down_, tile_done_, frame_params_, s);
-  mark(4);
-  if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
+  if (fused_) {  // the FFN, combine and home reduction in one launch: the last two marks together
+    kernels::MoeFfnCombineArgs fa = comb_done_;
+    fa.ex = &ex;
+    if (st == Status::kOk) st = kernels::launch_moe_ffn_combine(up_, down_, fa, tile_done_, frame_params_, s);
+    mark(4);
+  } else {
+    if (st == Status::kOk) st = kernels::launch_grouped_ffn(up_, down_, tile_done_, frame_params_, s);
+    mark(4);
+    if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
+  }
   mark(5);
   if (st == Status::kOk) st = record_done(done_, s);
   if (st != Status::kOk) ctx_->poison("moe run failed on rank " + std::to_string(rank_));
@@ -237,7 +256,9 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
 
 void MoeOp::unstick() {
   // The waits are bounded on the device; raising this rank's flags lets its own later waits pass.
-  cudaMemsetAsync(ctx_->local(arena_ + flags_off_), 0x7F, size_t(2 * world_) * 8, side_);
+  // (the flags region: the exchange's flags and the fused launch's comb_done counters)
+  for (const HeapRegion& r : regions_)
+    if (r.name == "moe.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
 Status MoeOp::clear_launch_record() { return record_.clear(); }
@@ -246,7 +267,10 @@ Status MoeOp::executed_plan(Plan* out) const {
   return record_.executed(
       plan_, regions_, arena_bytes_, rank_, "moe",
       [](int32_t kernel) -> std::string {
-        return kernel == int32_t(kernels::KernelKind::kGemm) ? "staged" : "unknown";
+        // The call's last launch that notes itself: the router GEMM (staged) or the fused FFN + combine.
+        return kernel == int32_t(kernels::KernelKind::kGemm)            ? "staged"
+               : kernel == int32_t(kernels::KernelKind::kMoeFfnCombine) ? "ffn_combine"
+                                                                        : "unknown";
       },
       out);
 }

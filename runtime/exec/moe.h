@@ -14,6 +14,7 @@
 #include "kernels/gemm_types.h"
 #include "kernels/grouped_gemm.h"
 #include "kernels/moe_exchange.h"
+#include "kernels/moe_ffn_combine.h"
 #include "kernels/moe_plan.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/launch_record.h"
@@ -34,6 +35,9 @@ struct MoeWeights {
 //   router on this rank's tokens: logits on the GEMM core (fp32), softmax, top-k, weights
 //   renormalised over the k;
 //   dispatch, arrange, grouped gate/up with SiLU·up, grouped down, combine (kernels/moe_exchange.h);
+//   the plan's variant "staged" runs the FFN and the combine as launches in sequence, "ffn_combine"
+//   as one persistent launch (kernels/moe_ffn_combine.h: a combine row starts once its tiles are
+//   done, a token tile's home reduction once every owner's combine of it is), a GPU per rank;
 //   out[t] = Σ over t's top-k experts of weight × expert(x[t]).
 // Receive slots, combine rows and the grouped rows live in the op's arena of the symmetric heap, laid
 // out by kernels::moe_heap_layout from the plan's heap bytes: the worst case (every token of every
@@ -93,7 +97,9 @@ class MoeOp {
   int32_t *ids_ = nullptr, *router_counts_ = nullptr, *drops_ = nullptr;  // drops_: router, arrange, gemm
   int32_t *counts_ = nullptr, *offsets_ = nullptr, *cursor_ = nullptr, *slot_pos_ = nullptr;
   kernels::GroupedGemmParams up_{}, down_{};
-  uint64_t* tile_done_ = nullptr;  // the one-launch FFN's per-row-tile counters and claim counter
+  uint64_t* tile_done_ = nullptr;           // the one-launch FFN's per-row-tile counters and claim counter
+  bool fused_ = false;                      // the plan's variant ffn_combine (kernels/moe_ffn_combine.h)
+  kernels::MoeFfnCombineArgs comb_done_{};  // every rank's comb_done words (ex is set per call)
   kernels::MoeExchangeArgs ex_{};
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};

@@ -14,9 +14,22 @@ run() {
   echo "== test_moe_gpu: $*"
   timeout 300 "$build/bin/weftrun" exec "$@" -- "$build/bin/test_moe_gpu" || rc=1
 }
+most=$([ "$gpus" -ge 8 ] && echo 8 || { [ "$gpus" -ge 4 ] && echo 4 || echo 2; })
 run -n 1
-[ "$gpus" -ge 2 ] && run -n "$([ "$gpus" -ge 8 ] && echo 8 || { [ "$gpus" -ge 4 ] && echo 4 || echo 2; })"
+[ "$gpus" -ge 2 ] && run -n "$most"
 [ "$gpus" -lt 4 ] && run -n 4 --oversubscribe
+# The FFN, combine and home reduction in one launch (a GPU per rank), against the staged op's bits.
+echo "== test_moe_gpu --variant ffn_combine: -n 1"
+timeout 300 "$build/bin/weftrun" exec -n 1 -- "$build/bin/test_moe_gpu" --variant ffn_combine || rc=1
+if [ "$gpus" -ge 2 ]; then
+  echo "== test_moe_gpu --variant ffn_combine: -n $most"
+  timeout 300 "$build/bin/weftrun" exec -n "$most" -- "$build/bin/test_moe_gpu" --variant ffn_combine || rc=1
+  echo "== test_moe_gpu --overflow --variant ffn_combine: -n 2"
+  timeout 120 "$build/bin/weftrun" exec -n 2 -- "$build/bin/test_moe_gpu" --overflow --variant ffn_combine || rc=1
+  echo "== test_moe_gpu --stall --variant ffn_combine: -n 2"
+  WEFT_DEVICE_TIMEOUT=3 timeout 120 "$build/bin/weftrun" exec -n 2 -- "$build/bin/test_moe_gpu" --stall \
+    --variant ffn_combine || rc=1
+fi
 # Counts first with one tile fewer than the routing needs: the owner's call fails naming the rows.
 for n in 1 2; do
   echo "== test_moe_gpu --overflow: -n $n"

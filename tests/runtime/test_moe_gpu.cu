@@ -1,10 +1,10 @@
 // The MoE op on a GPU, every rank of a `weftrun exec -n W` job (tests/runtime/moe_gpu.sh): routing
 // cases (uniform, Zipf-skewed, every token to one expert, experts that get no token), topk 1, 2 and
-// 8, token counts that are not multiples of the 128-row tile. Every call on fresh random tokens
-// (each rank's its own: a token delivered to the wrong home or combined from the wrong slot fails
-// its row), output poisoned first, checked row by row against an fp32 reference that consumes the
-// op's own top-k ids and weights and holds every expert's weights; dropped rows asserted 0; the
-// same input run twice gives the same bits.
+// 8, token counts that are not multiples of the 128-row tile; `--variant ffn_combine` (last) runs the
+// op with the FFN, combine and reduction in one launch, and checks it gives the staged op's bits. Every call on fresh
+// random tokens (each rank's its own: a token delivered to the wrong home or combined from the wrong slot fails its
+// row), output poisoned first, checked row by row against an fp32 reference that consumes the op's own top-k ids and
+// weights and holds every expert's weights; dropped rows asserted 0; the same input run twice gives the same bits.
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -34,6 +34,7 @@ namespace {
 
 int g_rank = 0;
 int g_failed = 0;
+const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch
 
 #define EXPECT(cond, ...)                                                                \
   do {                                                                                   \
@@ -202,6 +203,7 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   plan.gpus_per_node = W;
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
   plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
+  plan.exec.variant = g_variant;
   // Counts first at the boundary: every token's one expert is expert 3, whose owner needs exactly
   // pad(W T) rows; the budget reserves exactly that (below the worst case, which adds padding).
   const int64_t exact_rows = (W * T + 127) / 128 * 128;
@@ -315,6 +317,22 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   WEFT_CUDA_OK(cudaMemcpy(a.data(), out, a.size() * 2, cudaMemcpyDeviceToHost));
   WEFT_CUDA_OK(cudaMemcpy(b.data(), out2, b.size() * 2, cudaMemcpyDeviceToHost));
   EXPECT(a == b, "%s: the same input gave different bits", name);
+  // ffn_combine sums in the staged op's orders: the staged op on the same input gives the same bits.
+  bool same_as_staged = true;
+  if (std::string(g_variant) != "staged" && !c.graph) {
+    op.reset();
+    runtime::Plan staged = plan;
+    staged.exec.variant = "staged";
+    EXPECT(runtime::MoeOp::create(ctx, staged, wts, &op) == Status::kOk, "%s: the staged op's create failed", name);
+    if (op) {
+      WEFT_CUDA_OK(cudaMemsetAsync(out2, 0xFF, size_t(T * H) * 2, s));
+      EXPECT(op->run(x, out2, s) == Status::kOk, "%s: the staged run failed", name);
+      WEFT_CUDA_OK(cudaStreamSynchronize(s));
+      WEFT_CUDA_OK(cudaMemcpy(b.data(), out2, b.size() * 2, cudaMemcpyDeviceToHost));
+      same_as_staged = a == b;
+      EXPECT(same_as_staged, "%s: %s and staged gave different bits on the same input", name, g_variant);
+    }
+  }
   // How the rows spread (this rank's experts): the case did what its name says.
   std::vector<int32_t> h_ids(size_t(T * K));
   WEFT_CUDA_OK(cudaMemcpy(h_ids.data(), ids, h_ids.size() * 4, cudaMemcpyDeviceToHost));
@@ -328,10 +346,11 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
            (long long)T);
   if (c.routing == Routing::kHalfIdle) EXPECT(idle >= E / 2, "%s: only %d idle experts", name, idle);
   printf(
-      "rank %d: moe %s: %d calls %s, dropped 0, repeat identical %s, near-tie swaps vs SIMT router %d, idle experts "
-      "(this rank's tokens) %d, heap %llu B, grouped rows %lld\n",
-      r, name, calls, bad_calls ? "FAILED" : "matched", a == b ? "yes" : "NO", routing_swapped, idle,
-      (unsigned long long)op->heap_bytes(), (long long)op->capacity_rows());
+      "rank %d: moe %s %s: %d calls %s, dropped 0, repeat identical %s%s, near-tie swaps vs SIMT router %d, idle "
+      "experts (this rank's tokens) %d, heap %llu B, grouped rows %lld\n",
+      r, g_variant, name, calls, bad_calls ? "FAILED" : "matched", a == b ? "yes" : "NO",
+      std::string(g_variant) == "staged" || c.graph ? "" : (same_as_staged ? ", staged's bits" : ", NOT staged's bits"),
+      routing_swapped, idle, (unsigned long long)op->heap_bytes(), (long long)op->capacity_rows());
   op.reset();
   cudaStreamDestroy(s);
   for (void* p : std::initializer_list<void*>{router, gate, up, down, x, out, out2, ref, bad, ids, weights, s_logits,
@@ -356,6 +375,7 @@ int stall(runtime::Context& ctx) {
   plan.world_size = ctx.size(), plan.nodes = 1, plan.gpus_per_node = ctx.size();
   plan.moe.tokens = T * ctx.size(), plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
   plan.roles.compute = ctx.sm_count();
+  plan.exec.variant = g_variant;
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
              Status::kOk,
@@ -401,6 +421,7 @@ int overflow(runtime::Context& ctx) {
   plan.world_size = W, plan.nodes = 1, plan.gpus_per_node = W;
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
   plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
+  plan.exec.variant = g_variant;
   plan.heap_bytes = budget_for_rows(T, H, F, E, K, W, need - 128);
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
@@ -448,6 +469,10 @@ int main(int argc, char** argv) {
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));
   std::unique_ptr<runtime::Context> ctx;
   if (runtime::Context::create(*boot, uint64_t(1) << 30, &ctx) != Status::kOk) return 1;
+  if (argc > 2 && std::string(argv[argc - 2]) == "--variant") {
+    g_variant = argv[argc - 1];
+    argc -= 2;
+  }
   if (argc > 1 && std::string(argv[1]) == "--overflow") {
     const int rc = overflow(*ctx);
     ctx.reset();

@@ -223,9 +223,19 @@ TEST_CASE("plan: choices that do not apply are refused with file:line:col and th
   // Ops and layouts without runtime variants take no plan: map.
   CHECK(plan_error(parse(ag("plan: {group_m: 8}\n", 2, 2)))
             .rfind("t.yaml:5:7: plan: ag_gemm across nodes has no execution choices", 0) == 0);
-  CHECK(plan_error(parse("name: t\nop: moe\nshape: {tokens: 4096, hidden: 4096, ffn: 1024, experts: 8, topk: 2}\n"
-                         "plan: {group_m: 8}\n"))
-            .find("plan: moe has no execution choices") != std::string::npos);
+  // moe takes one key, its variant.
+  const std::string moe = "name: t\nop: moe\nshape: {tokens: 4096, hidden: 4096, ffn: 1024, experts: 8, topk: 2}\n";
+  CHECK(plan_error(parse(moe + "plan: {group_m: 8}\n")).find("plan: moe has one execution choice") !=
+        std::string::npos);
+  CHECK(plan_error(parse(moe + "plan: {variant: overlap}\n"))
+            .find("plan.variant: overlap is not a variant of moe; expected staged or ffn_combine") !=
+        std::string::npos);
+  CHECK(plan_error(parse(rs + "plan: {variant: ffn_combine}\n"))
+            .find("plan.variant: ffn_combine is a variant of moe; expected peer or overlap for gemm_rs") !=
+        std::string::npos);
+  CHECK(plan_error(parse(ag("plan: {variant: staged}\n")))
+            .find("plan.variant: staged is a variant of moe; expected copy_engine or sm_movers for ag_gemm") !=
+        std::string::npos);
 }
 
 TEST_CASE("plan: choices this build's op does not run make the plan not runnable, naming the line") {
@@ -729,7 +739,15 @@ TEST_CASE("moe on one node: the staged op with every SM computing and its heap; 
   REQUIRE(p.region("moe.combine") != nullptr);
   CHECK(p.region("moe.combine")->offset == uint64_t(h.combine_offset));
   REQUIRE(p.region("moe.flags") != nullptr);
-  CHECK(p.region("moe.flags")->bytes == 4 * 2 * 8);
+  CHECK(p.region("moe.flags")->bytes == (4 * 2 + 4 * 32) * 8);  // 2 W flags, W x 32 token tiles' comb_done
+
+  // The FFN, combine and home reduction in one launch, as the workload asks: the same heap.
+  const Plan fused = plan_for(parse(
+      moe("{tokens: 16384, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4, "plan: {variant: ffn_combine}\n")));
+  REQUIRE(fused.exec.executable);
+  CHECK(fused.exec.variant == "ffn_combine");
+  CHECK(fused.heap_bytes == p.heap_bytes);
+  CHECK(fused.roles.compute == p.roles.compute);
 
   // A stated heap budget below the worst case: counts first, the grouped rows the budget leaves.
   setenv("WEFT_HEAP_BYTES", std::to_string(h.x_offset + 20000LL * (2 * 4096 + 14336) * 2).c_str(), 1);

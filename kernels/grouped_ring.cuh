@@ -1,0 +1,305 @@
+// The grouped GEMM's persistent ring for sm_90a, shared by its launches (kernels/grouped_gemm.cu: the
+// grouped GEMM and the expert FFN; kernels/moe_ffn_combine.cu: the FFN with the MoE layer's combine
+// and home reduction after it in the same launch):
+//
+//   block (384 threads) = warpgroup 0: producer (one thread claims units and issues TMA loads)
+//                         warpgroups 1, 2: consumers (wgmma m64n256k16, 64 rows of 128 each)
+//   u ─moe_grouped_tile_at─► (row tile m, n block) ─moe_expert_of_tile─► expert e
+//   X rows [128 m, +128) ──TMA──► smem ring {X 128x64, W 256x64} x 4 ──wgmma──► fp32 regs
+//   W rows [e n + 256 nb, +256) ┘                                     │
+//   epilogue from registers: rows below offsets[e] + counts[e], cols below n ◄─┘
+//   (kSwiGlu: accumulator columns j and j + 128 are gate and up of one H column)
+//   a tail unit (after every GEMM unit): handed to the consumers in a stage with no loads; its
+//   8 warps run it as SIMT work (Tail::run) and free the stage
+//
+// The same warp-specialized ring as kernels/gemm_sm90.cuh (its bounded barrier wait is reused), but
+// its own walk: the standalone core's TileSchedule needs M on the host, and here M is a device
+// value. W's 256-row box may reach into the next expert's rows when n is not a multiple of 256:
+// those columns are computed and never stored. Stores go straight from registers (no TMA store:
+// the last tile of an expert is partial and its row bound is a device value). Templated on the
+// tail so the launches without one compile as they did before it.
+#pragma once
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include "kernels/frame.cuh"
+#include "kernels/gemm_sm90.cuh"
+#include "kernels/grouped_gemm.h"
+#include "kernels/moe_plan.h"
+
+namespace weft::kernels::grouped_ring {
+
+using Cfg = GemmConfig;
+
+struct __align__(1024) GroupedShared {
+  __nv_bfloat16 a[Cfg::kStages][Cfg::kTileM * Cfg::kTileK];
+  __nv_bfloat16 b[Cfg::kStages][Cfg::kTileN * Cfg::kTileK];
+  uint64_t full[Cfg::kStages];
+  uint64_t empty[Cfg::kStages];
+  int64_t unit[Cfg::kStages];  // the unit whose first k-block a stage holds (-1: no more units)
+};
+static_assert(sizeof(GroupedShared) + 1024 <= 227 * 1024, "shared-memory budget of one H100/H200 block");
+static_assert(Cfg::kTileM == kMoeTileRows, "the expert offsets are padded to the GEMM's row tile");
+constexpr size_t kSmemBytes = sizeof(GroupedShared) + 1024;
+
+struct Walk {
+  int32_t m_tiles = 0;
+  int64_t units = 0;
+};
+
+__device__ __forceinline__ Walk walk_of(const GroupedGemmParams& p) {
+  Walk w;
+  const int32_t rows = p.offsets[p.experts];
+  w.m_tiles = min(rows / Cfg::kTileM, p.capacity_tiles);
+  w.units = int64_t(w.m_tiles) * p.n_blocks;
+  return w;
+}
+
+__device__ __forceinline__ TileCoord coord_of(const GroupedGemmParams& p, const Walk& w, int64_t u, int32_t* e) {
+  TileCoord c;
+  moe_grouped_tile_at(u, w.m_tiles, p.n_blocks, p.group_m, &c.m_block, &c.n_block);
+  *e = moe_expert_of_tile(p.offsets, p.experts, Cfg::kTileM, c.m_block);
+  return c;
+}
+
+// A launch's units after its GEMM units, run by the consumer warps as SIMT work (the MoE layer's
+// combine and home reduction, kernels/moe_ffn_combine.cu); the plain GEMM and the expert FFN have none.
+struct NoTail {
+  static constexpr bool kHas = false;
+  int64_t units = 0;
+  __device__ __forceinline__ bool run(int64_t, const FrameParams&, int32_t, int32_t) const { return true; }
+};
+
+// The units of one launch: the plain GEMM's (one phase), or the expert FFN's gate/up units then its
+// down units (two phases over the same row tiles), then the tail's. A down unit of row tile m is
+// gated on tile_done[m], which each gate/up unit of tile m raises by one after its H columns are
+// stored; with a tail, each down unit raises down_done[m] likewise, which the tail's units wait for.
+template <class Tail>
+struct Phases {
+  const GroupedGemmParams* p[2] = {};
+  int64_t units0 = 0, units = 0;  // phase 0's units, both phases' units
+  int64_t all = 0;                // and the tail's
+  int32_t m_tiles = 0;
+  uint64_t* tile_done = nullptr;  // two phases only: capacity_tiles words, zero at launch
+  uint64_t* down_done = nullptr;  // with a tail: the next capacity_tiles words, zero at launch
+  // Two phases: the units are claimed in order from this word (zero at launch), so every unit a
+  // later unit waits for was claimed earlier by a running block, which finishes it without waiting
+  // on later ones; one phase: block b takes b, b + grid, ...
+  unsigned long long* claims = nullptr;
+  const Tail* tail = nullptr;
+};
+
+template <class Tail>
+__device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, const GroupedGemmParams* p1,
+                                                  uint64_t* tile_done, const Tail* tail) {
+  Phases<Tail> ph;
+  const Walk w = walk_of(p0);  // both phases walk the same row tiles (the same offsets)
+  ph.p[0] = &p0;
+  ph.p[1] = p1;
+  ph.m_tiles = w.m_tiles;
+  ph.units0 = w.units;
+  ph.units = w.units + (p1 ? int64_t(w.m_tiles) * p1->n_blocks : 0);
+  ph.all = ph.units;
+  ph.tile_done = tile_done;
+  if (p1) ph.claims = reinterpret_cast<unsigned long long*>(tile_done + p0.capacity_tiles);
+  if constexpr (Tail::kHas) {
+    ph.tail = tail;
+    ph.all += tail->units;
+    ph.down_done = tile_done + p0.capacity_tiles;
+    ph.claims = reinterpret_cast<unsigned long long*>(tile_done + 2 * int64_t(p0.capacity_tiles));
+  }
+  return ph;
+}
+
+// Unit u of the launch: its phase, parameters, tile and expert.
+template <class Tail>
+__device__ __forceinline__ const GroupedGemmParams& unit_at(const Phases<Tail>& ph, int64_t u, int32_t* phase,
+                                                            TileCoord* c, int32_t* e) {
+  *phase = u < ph.units0 ? 0 : 1;
+  const GroupedGemmParams& p = *ph.p[*phase];
+  Walk w;
+  w.m_tiles = ph.m_tiles;
+  w.units = int64_t(ph.m_tiles) * p.n_blocks;
+  *c = coord_of(p, w, *phase ? u - ph.units0 : u, e);
+  return p;
+}
+
+template <class Tail>
+__device__ __forceinline__ int64_t next_unit(const Phases<Tail>& ph, int64_t u) {
+  if (ph.claims) return int64_t(atomicAdd(ph.claims, 1ull));
+  return u < 0 ? int64_t(blockIdx.x) : u + gridDim.x;
+}
+
+// The producer passes each unit to the consumers in the stage of its first k-block (a tail unit in a
+// stage of its own, with no loads), and -1 in one more stage when it has no more.
+template <class Tail>
+__device__ __forceinline__ void producer(const Phases<Tail>& ph, const FrameParams& f, GroupedShared& s) {
+  constexpr uint32_t kStageBytes = (Cfg::kTileM + Cfg::kTileN) * Cfg::kTileK * sizeof(__nv_bfloat16);
+  uint32_t it = 0;
+  for (int64_t u = next_unit(ph, -1); u < ph.all; u = next_unit(ph, u)) {
+    if constexpr (Tail::kHas) {
+      if (u >= ph.units) {
+        const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+        if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, TileCoord{})) return;
+        s.unit[stage] = u;
+        sm90::mbar_arrive(&s.full[stage]);
+        ++it;
+        continue;
+      }
+    }
+    int32_t e, phase;
+    TileCoord c;
+    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
+    if (phase == 1) {
+      // Every consumer warp of every gate/up unit of this row tile has stored its H columns; H is read
+      // by TMA (async proxy) next.
+      const uint64_t* flag = ph.tile_done + c.m_block;
+      const uint64_t all = uint64_t(ph.p[0]->n_blocks) * Cfg::kConsumers * 4;
+      if (!frame_wait_flag(f, flag, all, Role::kCompute, c.m_block, c.n_block, c.m_block))
+        return;  // the consumers see the launch abandoned at their next barrier wait
+      asm volatile("fence.proxy.async.global;" ::: "memory");
+    }
+    const int32_t row_a = c.m_block * Cfg::kTileM;
+    const int32_t row_b = e * p.n + c.n_block * Cfg::kTileN;
+    for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
+      const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+      if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, c)) return;
+      if (kb == 0) s.unit[stage] = u;
+      sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
+      sm90::tma_load_2d(s.a[stage], &p.tmap_x, &s.full[stage], kb * Cfg::kTileK, row_a);
+      sm90::tma_load_2d(s.b[stage], &p.tmap_w, &s.full[stage], kb * Cfg::kTileK, row_b);
+    }
+  }
+  const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+  if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, TileCoord{})) return;
+  s.unit[stage] = -1;
+  sm90::mbar_arrive(&s.full[stage]);
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.f + __expf(-g)); }
+
+__device__ __forceinline__ void store_tile(const GroupedGemmParams& p, const float (&acc)[128], int32_t row,
+                                           int32_t row_end, int32_t n_block, int32_t lane) {
+  if (p.epilogue == int32_t(GroupedEpilogue::kSwiGlu)) {
+    // Accumulator columns 8j + q (j < 16) are gate, 128 + 8j + q the up of the same H column.
+    const int32_t col0 = n_block * (Cfg::kTileN / 2) + 2 * (lane % 4);
+#pragma unroll
+    for (int32_t j = 0; j < 16; ++j) {
+      const int32_t col = col0 + 8 * j;
+      if (row < row_end)
+        *reinterpret_cast<__nv_bfloat162*>(p.y + int64_t(row) * p.ldy + col) = __floats2bfloat162_rn(
+            silu(acc[4 * j + 0]) * acc[4 * (j + 16) + 0], silu(acc[4 * j + 1]) * acc[4 * (j + 16) + 1]);
+      if (row + 8 < row_end)
+        *reinterpret_cast<__nv_bfloat162*>(p.y + int64_t(row + 8) * p.ldy + col) = __floats2bfloat162_rn(
+            silu(acc[4 * j + 2]) * acc[4 * (j + 16) + 2], silu(acc[4 * j + 3]) * acc[4 * (j + 16) + 3]);
+    }
+    return;
+  }
+  const int32_t col0 = n_block * Cfg::kTileN + 2 * (lane % 4);
+#pragma unroll
+  for (int32_t j = 0; j < 32; ++j) {
+    const int32_t col = col0 + 8 * j;
+    if (col >= p.n) continue;  // n % 8 == 0: col + 1 < n too
+    if (row < row_end)
+      *reinterpret_cast<__nv_bfloat162*>(p.y + int64_t(row) * p.ldy + col) =
+          __floats2bfloat162_rn(acc[4 * j + 0], acc[4 * j + 1]);
+    if (row + 8 < row_end)
+      *reinterpret_cast<__nv_bfloat162*>(p.y + int64_t(row + 8) * p.ldy + col) =
+          __floats2bfloat162_rn(acc[4 * j + 2], acc[4 * j + 3]);
+  }
+}
+
+template <class Tail>
+__device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FrameParams& f, GroupedShared& s) {
+  const int32_t half = threadIdx.x / 128 - 1;  // which 64-row half of the tile
+  const int32_t t128 = threadIdx.x % 128, warp = t128 / 32, lane = t128 % 32;
+  float acc[128];
+  uint32_t it = 0;
+  for (;;) {
+    if (!gemm_detail::wait_barrier(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1, f, TileCoord{})) return;
+    const int64_t u = s.unit[it % Cfg::kStages];
+    if (u < 0) return;
+    if constexpr (Tail::kHas) {
+      if (u >= ph.units) {  // SIMT work on the 8 consumer warps; a false return: the launch is abandoned
+        if (!ph.tail->run(u - ph.units, f, half * 4 + warp, lane)) return;
+        __syncwarp();
+        if (lane == 0) sm90::mbar_arrive(&s.empty[it % Cfg::kStages]);
+        ++it;
+        continue;
+      }
+    }
+    int32_t e, phase;
+    TileCoord c;
+    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
+    for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
+      const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
+      if (kb > 0 && !gemm_detail::wait_barrier(&s.full[stage], phase_bit, f, c)) {
+        sm90::wgmma_wait<0>();  // leave nothing in flight
+        return;
+      }
+      const uint64_t desc_a = sm90::make_smem_desc_sw128(s.a[stage] + half * 64 * Cfg::kTileK);
+      const uint64_t desc_b = sm90::make_smem_desc_sw128(s.b[stage]);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int32_t k = 0; k < Cfg::kTileK / 16; ++k)  // +32 bytes per k16 step: +2 in the >>4 field
+        sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > 0 || k > 0) ? 1 : 0);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<1>();  // the previous k-block's MMAs are done reading their stage
+      if (kb > 0 && lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
+    }
+    sm90::wgmma_wait<0>();
+    if (lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
+    const int32_t row = c.m_block * Cfg::kTileM + half * 64 + warp * 16 + lane / 4;
+    store_tile(p, acc, row, p.offsets[e] + p.counts[e], c.n_block, lane);
+    if (phase == 0 && ph.tile_done) {
+      // Each consumer warp's stores of this unit, then one release per warp: the down units of the
+      // tile (any SM) wait for every warp of every gate/up unit of it. Per warp, not a block-wide
+      // barrier: a warp that left on an abandoned launch must not hold the others (its count is then
+      // missing, and the waiting producer times out, bounded).
+      __syncwarp();
+      if (lane == 0) flag_add_release(ph.tile_done + c.m_block, 1);
+    }
+    if constexpr (Tail::kHas) {
+      if (phase == 1) {  // the same for the tail's units, per down unit's warp
+        __syncwarp();
+        if (lane == 0) flag_add_release(ph.down_done + c.m_block, 1);
+      }
+    }
+  }
+}
+
+template <class Tail>
+__device__ __forceinline__ void grouped_body(const Phases<Tail>& ph, const FrameParams& f) {
+  extern __shared__ uint8_t smem_raw[];
+  GroupedShared& s =
+      *reinterpret_cast<GroupedShared*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  const GroupedGemmParams& p = *ph.p[0];
+  if (threadIdx.x == 0) {
+    for (int32_t i = 0; i < Cfg::kStages; ++i) {
+      sm90::mbar_init(&s.full[i], 1);
+      sm90::mbar_init(&s.empty[i], Cfg::kConsumers * 4);  // one arrival per consumer warp
+    }
+    sm90::fence_barrier_init();
+    sm90::tma_prefetch_desc(&p.tmap_x);
+    sm90::tma_prefetch_desc(&p.tmap_w);
+    if (ph.p[1]) {
+      sm90::tma_prefetch_desc(&ph.p[1]->tmap_x);
+      sm90::tma_prefetch_desc(&ph.p[1]->tmap_w);
+    }
+    // Rows routed beyond the reservation are not computed: counted, never silently lost.
+    const int32_t rows = p.offsets[p.experts];
+    if (blockIdx.x == 0 && p.dropped && rows > p.capacity_tiles * Cfg::kTileM)
+      atomicAdd(p.dropped, rows - p.capacity_tiles * Cfg::kTileM);
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    sm90::setmaxnreg_dec<40>();
+    if (threadIdx.x == 0) producer(ph, f, s);
+  } else {
+    sm90::setmaxnreg_inc<232>();
+    consumer(ph, f, s);
+  }
+}
+
+}  // namespace weft::kernels::grouped_ring

@@ -1,0 +1,85 @@
+// The MoE layer's per-row device steps shared by its staged kernels (kernels/moe_exchange.cu) and the
+// fused FFN + combine launch (kernels/moe_ffn_combine.cu): a receive slot's header, a token's
+// destination ranks, the owner's weighted pre-sum of one slot's expert rows and the home's sum of one
+// token's rows. A warp per row: lane i takes 16-byte vectors i, i + 32, ... .cu files only.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/bf16x8.cuh"
+#include "kernels/moe_plan.h"
+
+namespace weft::kernels {
+
+__device__ __forceinline__ const MoeDispatchMeta* moe_slot_meta(const uint8_t* slot, int32_t hidden) {
+  return reinterpret_cast<const MoeDispatchMeta*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16);
+}
+
+// Destination ranks of token t, from its top-k ids (an id out of range, which the router never
+// writes, sends nowhere).
+__device__ __forceinline__ uint32_t moe_token_dests(const int32_t* topk_ids, int32_t t, int32_t topk,
+                                                    int32_t local_experts, int32_t world) {
+  uint32_t mask = 0;
+  const int32_t experts = local_experts * world;
+  for (int32_t j = 0; j < topk; ++j) {
+    const int32_t id = topk_ids[int64_t(t) * topk + j];
+    if (id >= 0 && id < experts) mask |= 1u << (id / local_experts);
+  }
+  return mask;
+}
+
+// A slot's local pairs in increasing local-expert order: their rows of Y (slot_pos, -1: not computed
+// here) and weights.
+struct MoeSlotPairs {
+  int32_t n = 0;
+  int32_t pos[kMoeMaxTopk];
+  float w[kMoeMaxTopk];
+};
+
+__device__ __forceinline__ MoeSlotPairs moe_slot_pairs(const MoeDispatchMeta* m, const int32_t* slot_pos,
+                                                       int32_t topk) {
+  MoeSlotPairs p;
+  int32_t order[kMoeMaxTopk];
+  for (int32_t j = 0; j < topk; ++j) {  // insertion by local expert: at most 8 pairs
+    const int32_t e = m->local_expert[j];
+    if (e < 0) continue;
+    int32_t at = p.n++;
+    while (at > 0 && order[at - 1] > e) {
+      order[at] = order[at - 1], p.pos[at] = p.pos[at - 1], p.w[at] = p.w[at - 1];
+      --at;
+    }
+    order[at] = e, p.pos[at] = slot_pos[j], p.w[at] = m->weight[j];
+  }
+  return p;
+}
+
+// dst = Σ weight × Y[pos] over the pairs in their order (fp32, rounded once).
+__device__ __forceinline__ void moe_sum_pairs(const MoeSlotPairs& p, const __nv_bfloat16* y, int32_t hidden,
+                                              __nv_bfloat16* dst_row, int32_t lane) {
+  const int64_t vecs = hidden / 8;
+  int4* dst = reinterpret_cast<int4*>(dst_row);
+  for (int64_t v = lane; v < vecs; v += 32) {
+    float acc[8] = {};
+    for (int32_t i = 0; i < p.n; ++i)
+      if (p.pos[i] >= 0) add_scaled(acc, reinterpret_cast<const int4*>(y + int64_t(p.pos[i]) * hidden)[v], p.w[i]);
+    dst[v] = to_bf16x8(acc);
+  }
+}
+
+// out[t] = Σ over the ranks in mask, in rank order, of the combine rows comb[q][t] (fp32, rounded once).
+__device__ __forceinline__ void moe_sum_home(const __nv_bfloat16* comb, int32_t tokens, int32_t hidden, int32_t world,
+                                             int32_t t, uint32_t mask, __nv_bfloat16* out, int32_t lane) {
+  const int64_t vecs = hidden / 8;
+  int4* dst = reinterpret_cast<int4*>(out + int64_t(t) * hidden);
+  for (int64_t v = lane; v < vecs; v += 32) {
+    float acc[8] = {};
+    for (int32_t q = 0; q < world; ++q)
+      if (mask >> q & 1u)
+        add_scaled(acc, reinterpret_cast<const int4*>(comb + (int64_t(q) * tokens + t) * hidden)[v], 1.f);
+    dst[v] = to_bf16x8(acc);
+  }
+}
+
+}  // namespace weft::kernels
