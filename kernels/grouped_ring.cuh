@@ -144,6 +144,9 @@ __device__ __forceinline__ void producer(const Phases<Tail>& ph, const FramePara
         if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, TileCoord{})) return;
         s.unit[stage] = u;
         sm90::mbar_arrive(&s.full[stage]);
+        // One tail unit in flight per block: the next ticket is claimed once the consumers are done
+        // with this one, so idle blocks take the tail's units instead of a few blocks queueing them.
+        if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit, f, TileCoord{})) return;
         ++it;
         continue;
       }

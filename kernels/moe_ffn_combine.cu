@@ -14,10 +14,12 @@ namespace {
 using grouped_ring::Cfg;
 using bf16 = __nv_bfloat16;
 constexpr int32_t kWarps = Cfg::kConsumers * 4;  // the consumer warps that run a tail unit
+constexpr int32_t kSubs = 4;                     // combine units per 128-slot chunk (32 slots each)
+constexpr int32_t kSubSlots = kMoeTileRows / kSubs;
 
 struct CombineTail {
   static constexpr bool kHas = true;
-  int64_t units = 0;  // world x chunks combine units, then chunks reduce units
+  int64_t units = 0;  // world x chunks x kSubs combine units, then chunks reduce units
   int32_t world = 1, rank = 0, tokens = 0, hidden = 0, topk = 0, local_experts = 0, chunks = 0;
   uint64_t down_warps = 0;  // down_done[m] when every down unit of row tile m has stored
   const uint8_t* recv = nullptr;
@@ -30,11 +32,13 @@ struct CombineTail {
   bf16* comb[MoeExchangeArgs::kMaxRanks] = {};
   uint64_t* comb_done[MoeExchangeArgs::kMaxRanks] = {};
 
-  // Combine unit (home h, chunk c): warp w takes the chunk's slots w, w + 8, ...
+  // Combine unit (home h, chunk c, quarter q): warp w takes the quarter's slots w, w + 8, ... (4 each).
   __device__ bool combine(int64_t u, const FrameParams& f, int32_t warp, int32_t lane) const {
-    const int32_t h = int32_t((rank + 1 + u / chunks) % world), c = int32_t(u % chunks);  // each rank starts elsewhere
+    const int64_t per_home = int64_t(chunks) * kSubs;
+    const int32_t h = int32_t((rank + 1 + u / per_home) % world);  // each rank starts with another home
+    const int32_t c = int32_t(u % per_home / kSubs), sub = int32_t(u % kSubs);
     const int64_t slot_bytes = moe_slot_bytes(hidden);
-    for (int32_t i = warp; i < kMoeTileRows; i += kWarps) {
+    for (int32_t i = sub * kSubSlots + warp; i < (sub + 1) * kSubSlots; i += kWarps) {
       const int32_t t = c * kMoeTileRows + i;
       if (t >= tokens) break;
       const int64_t s = int64_t(h) * tokens + t;
@@ -64,7 +68,7 @@ struct CombineTail {
   __device__ bool reduce(int32_t i, const FrameParams& f, int32_t warp, int32_t lane) const {
     bool ok = true;
     if (lane == 0) {
-      const uint64_t all = uint64_t(kWarps) * *epoch;
+      const uint64_t all = uint64_t(kWarps) * kSubs * *epoch;
       for (int32_t q = 0; q < world && ok; ++q)
         ok = frame_wait_flag(f, comb_done[rank] + q * chunks + i, all, Role::kCompute, i, q,
                              moe_comb_done_flag(world, chunks, q, i));
@@ -80,7 +84,7 @@ struct CombineTail {
   }
 
   __device__ __forceinline__ bool run(int64_t u, const FrameParams& f, int32_t warp, int32_t lane) const {
-    const int64_t combines = int64_t(world) * chunks;
+    const int64_t combines = int64_t(world) * chunks * kSubs;
     return u < combines ? combine(u, f, warp, lane) : reduce(int32_t(u - combines), f, warp, lane);
   }
 };
@@ -129,7 +133,7 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
   t.world = ex->world, t.rank = ex->rank, t.tokens = ex->tokens, t.hidden = ex->hidden, t.topk = ex->topk;
   t.local_experts = ex->local_experts;
   t.chunks = moe_ffn_combine_chunks(ex->tokens);
-  t.units = int64_t(t.world + 1) * t.chunks;
+  t.units = int64_t(t.world) * t.chunks * kSubs + t.chunks;
   t.down_warps = uint64_t(down.n_blocks) * kWarps;
   t.recv = ex->recv[ex->rank], t.slot_pos = ex->slot_pos, t.y = ex->grouped_y, t.topk_ids = ex->topk_ids;
   t.out = ex->out, t.epoch = ex->epoch;
@@ -140,8 +144,8 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
     err = cudaFuncSetAttribute(moe_ffn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                int(grouped_ring::kSmemBytes));
   if (err == cudaSuccess) {
-    moe_ffn_combine_kernel<<<frame.roles.compute, Cfg::kThreads, grouped_ring::kSmemBytes, stream>>>(up, down, t,
-                                                                                                     work, frame);
+    moe_ffn_combine_kernel<<<frame.roles.compute, Cfg::kThreads, grouped_ring::kSmemBytes, stream>>>(up, down, t, work,
+                                                                                                     frame);
     err = cudaGetLastError();
   }
   if (err != cudaSuccess) {

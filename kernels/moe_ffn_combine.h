@@ -3,21 +3,23 @@
 // claimed from the same counter in this order, the combine units and the home's reduction units.
 //
 //   tickets  up (row tile, column block) → down (row tile, column block)
-//            → combine (home h, chunk c: receive slots [h][128 c, +128))
+//            → combine (home h, chunk c, quarter: receive slots [h][128 c + 32 quarter, +32))
 //            → reduce (token tile i of this rank)
 //   combine  a warp per slot: waits until every down unit of each row tile holding one of the
 //            slot's rows has stored (down_done[m], a counter per row tile raised by each consumer
 //            warp of each down unit), sums weight × Y over the slot's local experts in expert
 //            order (fp32, rounded once), stores the row into h's combine rows [this rank][t]; then
 //            each warp adds one to h's comb_done[this rank][c]
-//   reduce   waits until comb_done[q][i] of this rank counts every warp of owner q's combine unit
-//            (this rank, i) in this call, for every q, then sums its tokens' rows in rank order
+//   reduce   waits until comb_done[q][i] of this rank counts every warp of owner q's four combine
+//            units of (this rank, i) in this call, for every q, then sums its tokens' rows in rank order
+//   A block holds one tail unit at a time (its producer claims the next once the consumers are done),
+//   so the blocks that finish their GEMM units first do not queue the tail's units among a few.
 //
 // What the separate combine launch did in two launches and a one-block wait now starts on a row of
 // the chunk as soon as that row's tiles are done, beside the GEMM units still running, and the home's
 // reduction of a token tile starts as soon as every owner has finished that tile's chunk.
 //
-// comb_done counts up across calls (8 warps per unit per call): call e (the epoch, a device word the
+// comb_done counts up across calls (8 warps x 4 units per chunk per call): call e (the epoch, a device word the
 // call's first kernel raised) waits for 8 e, so nothing is reset between calls and a graph replay is a
 // new call. Reuse is safe as for the staged op (kernels/moe_exchange.h): an owner's combine of call
 // e + 1 for home h follows its arrange of e + 1, which waits for h's dispatch of e + 1, which h makes
