@@ -266,6 +266,31 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
   CHECK(shared.exec.variant == "overlap");
 }
 
+TEST_CASE("ranks sharing GPUs: moe's ffn_combine variant is not runnable, staged is") {
+  TempDir d;
+  const std::string moe = "name: t\nop: moe\ndtype: bf16\nshape: {tokens: 4096, hidden: 1024, ffn: 512, experts: 8, "
+                          "topk: 2}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  const Workload fused = load(write_workload(d, moe + "plan: {variant: ffn_combine}\n"));
+  DecideOptions o;
+  o.topology = std::string(WEFT_SOURCE_DIR) + "/tests/data/hwloc-nvidiaDGX2.xml";
+  o.share_gpus = true;
+  Plan p;
+  std::string err;
+  bool bad = false;
+  REQUIRE(decide_plan(fused, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "ffn_combine");
+  CHECK(!p.exec.executable);
+  CHECK(p.exec.not_executable.find("ffn_combine: with ranks sharing a GPU") != std::string::npos);
+  o.share_gpus = false;
+  REQUIRE(decide_plan(fused, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.executable);
+  const Workload staged = load(write_workload(d, moe));
+  o.share_gpus = true;
+  REQUIRE(decide_plan(staged, o, &p, &err, &bad) == Status::kOk);
+  CHECK(p.exec.variant == "staged");
+  CHECK(p.exec.executable);
+}
+
 TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache for shared GPUs: peer instead") {
   TempDir d;
   const Workload w = load(write_workload(d,
