@@ -100,8 +100,9 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   // The op's context over this runner's bootstrap: the plan's heap (WEFT_HEAP_BYTES where larger).
   int64_t heap_param = 0;
   WEFT_CHECK(get_param("WEFT_HEAP_BYTES", &heap_param));
+  // Room for two ops: the plan's and the other variant's (staged or ffn_combine), timed beside it.
   const uint64_t heap =
-      (std::max<uint64_t>(plan.heap_bytes, uint64_t(std::max<int64_t>(heap_param, 0))) + 4095) / 4096 * 4096;
+      (std::max<uint64_t>(2 * plan.heap_bytes, uint64_t(std::max<int64_t>(heap_param, 0))) + 4095) / 4096 * 4096;
   std::unique_ptr<Context> rt;
   WEFT_CHECK(Context::create(boot, heap, &rt));
   cudaStream_t s = nullptr;
@@ -126,7 +127,19 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
 
   std::unique_ptr<MoeOp> op;
   WEFT_CHECK(MoeOp::create(*rt, plan, MoeWeights{router, gate, up, down}, &op));
-  auto unstick = [&] { op->unstick(); };
+  // The other variant on the same weights and tokens, where every rank has a GPU of its own (ffn_combine
+  // needs one); the staged one of the two gives the phase rows.
+  Plan other_plan = plan;
+  other_plan.exec.variant = plan.exec.variant == "ffn_combine" ? "staged" : "ffn_combine";
+  double shared = 0;
+  WEFT_CHECK(max_over_ranks(boot, "weft.moe.shared", rt->shares_gpu() ? 1 : 0, &shared));
+  std::unique_ptr<MoeOp> other;
+  if (shared == 0) WEFT_CHECK(MoeOp::create(*rt, other_plan, MoeWeights{router, gate, up, down}, &other));
+  MoeOp* staged = plan.exec.variant == "ffn_combine" ? other.get() : op.get();
+  auto unstick = [&] {
+    op->unstick();
+    if (other) other->unstick();
+  };
   ncclComm_t comm = nullptr;  // destroyed on success only (as the other runners): a failed peer may hold it
   WEFT_CHECK(create_nccl_comm(boot, &comm));
   cublasHandle_t blas = nullptr;
@@ -190,6 +203,28 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   double any_bad = 0, ref_err = 0, seq_err = 0;
   WEFT_CHECK(max_over_ranks(boot, "weft.moe.bad", bad ? 1 : 0, &any_bad));
   if (any_bad > 0) return Status::kInternal;  // every rank alike, the failing ones having said why
+  // The other variant: the same bits as the plan's on the same call's input (the sums run in the same
+  // orders), checked on every element.
+  bool other_same = true;
+  if (other) {
+    bf16* y_other = nullptr;
+    WEFT_CHECK(buf.alloc(T * H, &y_other));
+    WEFT_CHECK(poison_bf16(y_other, T * H, s));
+    if (other->run(x, y_other, s) != Status::kOk ||
+        sync_bounded(s, 2 * timeout, "moe: the other variant's first call", unstick) != Status::kOk)
+      return failed("the " + other_plan.exec.variant + " variant's first call failed");
+    std::vector<uint16_t> a(size_t(T * H)), b(size_t(T * H));
+    WEFT_CUDA_CHECK(cudaMemcpy(a.data(), y, a.size() * 2, cudaMemcpyDeviceToHost));
+    WEFT_CUDA_CHECK(cudaMemcpy(b.data(), y_other, b.size() * 2, cudaMemcpyDeviceToHost));
+    other_same = a == b;
+  }
+  double other_off = 0;
+  WEFT_CHECK(max_over_ranks(boot, "weft.moe.other", other_same ? 0 : 1, &other_off));
+  if (other_off > 0) {
+    WEFT_WARN(kBench, "rank %d: moe: the %s and %s variants gave different bits on the same input", rank,
+              plan.exec.variant.c_str(), other_plan.exec.variant.c_str());
+    return Status::kInternal;
+  }
   WEFT_CHECK(max_over_ranks(boot, "weft.moe.ref_err", ref_cmp.rel_err, &ref_err));
   WEFT_CHECK(max_over_ranks(boot, "weft.moe.seq_err", seq_cmp.rel_err, &seq_err));
 
@@ -208,16 +243,21 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   timer.add([&] { return seq.run(y_seq, s); });   // 1
   timer.add([&] { return seq.run_a2a(s); });      // 2
   timer.add([&] { return seq.run_experts(s); });  // 3
-  timer.add([&] {                                 // 4
+  timer.add([&] {                                 // 4: the staged op (or the plan's, where it is the only one)
+    MoeOp* phased = staged ? staged : op.get();
     const int c = std::max(0, phase_calls++ - warm);
-    op->record_phases(&ev[size_t(std::min(c, std::max(iters, 1) - 1) * (MoeOp::kPhases + 1))]);
-    const Status st = op->run(x, y, s);
-    op->record_phases(nullptr);
+    phased->record_phases(&ev[size_t(std::min(c, std::max(iters, 1) - 1) * (MoeOp::kPhases + 1))]);
+    const Status st = phased->run(x, y, s);
+    phased->record_phases(nullptr);
     return st;
   });
+  if (other) timer.add([&] { return other->run(x, y, s); });  // 5
   if (timer.run(boot, comm, s, warm, iters, "weft.moe.interleaved", unstick) != Status::kOk)
     return failed("the timed rounds failed");
   WEFT_CHECK(op->dropped(&dropped));
+  int64_t other_dropped = 0;
+  if (other) WEFT_CHECK(other->dropped(&other_dropped));
+  dropped += other_dropped;
   if (dropped != 0) return failed(std::to_string(dropped) + " rows dropped in the timed calls");
   std::vector<double> mine, ph(MoeOp::kPhases, 0);
   WEFT_CHECK(phase_ms(ev, std::min(iters, std::max(0, phase_calls - warm)), &mine));
@@ -239,9 +279,19 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   auto tf = [&](double ms) { return ms > 0 ? flops / (ms * 1e-3) / 1e12 : 0; };
   char note[320];
   std::vector<ResultRow> rows;
-  snprintf(note, sizeof note, "%.2fx bound, %.2fx faster than the sequential layer; %d compute SMs; dropped %lld",
-           bound > 0 ? layer / bound : 0, layer > 0 ? sequential / layer : 0, plan.roles.compute, (long long)dropped);
+  snprintf(note, sizeof note,
+           "the plan (%s); %.2fx bound, %.2fx faster than the sequential layer; %d compute SMs; dropped %lld",
+           plan.exec.variant.c_str(), bound > 0 ? layer / bound : 0, layer > 0 ? sequential / layer : 0,
+           plan.roles.compute, (long long)dropped);
   rows.push_back({"weft moe", layer, tf(layer), note});
+  if (other) {
+    const double t = timer.ms(5);
+    snprintf(note, sizeof note, "%.2fx bound, %.2fx the plan's time; the same bits as the plan's",
+             bound > 0 ? t / bound : 0, layer > 0 ? t / layer : 0);
+    rows.push_back({"weft moe, " + other_plan.exec.variant + " variant", t, tf(t), note});
+  } else if (rank == 0) {
+    printf("(no %s row: ranks share a GPU)\n", other_plan.exec.variant.c_str());
+  }
   snprintf(note, sizeof note, "sequential baseline on weft's routing; counts to the host twice; rel err vs weft %.1e",
            seq_err);
   rows.push_back({"nccl a2a-v + cublas + nccl a2a-v (sequential)", sequential, tf(sequential), note});
@@ -259,7 +309,7 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   rows.push_back({"bound", bound, tf(bound), note});
   double phased = 0;
   for (double p : ph) phased += p;
-  snprintf(note, sizeof note, "diagnostic: route %.3f, phase sum %.3f", ph[0], phased);
+  snprintf(note, sizeof note, "diagnostic (the staged op): route %.3f, phase sum %.3f", ph[0], phased);
   rows.push_back({"weft moe, events between phases", timer.ms(4), tf(timer.ms(4)), note});
   if (plan.makespan_s > 0) {
     snprintf(note, sizeof note, "tuner: compute %d, limited by %s", plan.roles.compute, plan.limited_by.c_str());
@@ -292,6 +342,7 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   }
 
   WEFT_CHECK(sync_bounded(s, 2 * timeout, "moe: the last calls", unstick));
+  other.reset();  // both ops before their context (rt.reset() below)
   op.reset();
   WEFT_CHECK(boot.barrier("weft.moe.done"));  // nobody frees a heap a peer still reads
   rt.reset();
