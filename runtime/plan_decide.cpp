@@ -131,22 +131,18 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
                       " (weftrun tune measures one)");
     }
   }
-  // Whatever chose it (the workload, the tuning cache): the overlap variant's GEMMs wait for each
-  // other's pieces while they run, so ranks that share a GPU cannot all be resident at once.
-  if (options.share_gpus && plan->exec.variant == "overlap" && plan->exec.executable) {
+  // Whatever chose it (the workload, the tuning cache): variants whose launches wait for the peers'
+  // while they hold the SMs cannot run with ranks that share a GPU, as not all can be resident at once.
+  const std::string& v = plan->exec.variant;
+  const char* shared_why =
+      v == "overlap" ? "overlap: with ranks sharing a GPU (--oversubscribe) their GEMMs, which wait for each other's "
+                       "pieces, cannot all run at once; expected peer"
+      : v == "ffn_combine" ? "ffn_combine: with ranks sharing a GPU (--oversubscribe) one rank's launch, waiting for "
+                             "a peer's combine, can hold the SMs that peer needs; expected staged"
+                           : nullptr;
+  if (options.share_gpus && shared_why && plan->exec.executable) {
     plan->exec.executable = false;
-    plan->exec.not_executable =
-        w.error_at("plan.variant",
-                   "overlap: with ranks sharing a GPU (--oversubscribe) their GEMMs, which wait "
-                   "for each other's pieces, cannot all run at once; expected peer");
-  }
-  // Likewise the MoE layer's ffn_combine launch: its reduction waits for the peers' combine units.
-  if (options.share_gpus && plan->exec.variant == "ffn_combine" && plan->exec.executable) {
-    plan->exec.executable = false;
-    plan->exec.not_executable =
-        w.error_at("plan.variant",
-                   "ffn_combine: with ranks sharing a GPU (--oversubscribe) one rank's launch, waiting for a "
-                   "peer's combine, can hold the SMs that peer needs; expected staged");
+    plan->exec.not_executable = w.error_at("plan.variant", shared_why);
   }
   plan->notes.insert(plan->notes.end(), notes.begin(), notes.end());
   return Status::kOk;

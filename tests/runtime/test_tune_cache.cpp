@@ -268,8 +268,9 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
 
 TEST_CASE("ranks sharing GPUs: moe's ffn_combine variant is not runnable, staged is") {
   TempDir d;
-  const std::string moe = "name: t\nop: moe\ndtype: bf16\nshape: {tokens: 4096, hidden: 1024, ffn: 512, experts: 8, "
-                          "topk: 2}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  const std::string moe =
+      "name: t\nop: moe\ndtype: bf16\nshape: {tokens: 4096, hidden: 1024, ffn: 512, experts: 8, "
+      "topk: 2}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
   const Workload fused = load(write_workload(d, moe + "plan: {variant: ffn_combine}\n"));
   DecideOptions o;
   o.topology = std::string(WEFT_SOURCE_DIR) + "/tests/data/hwloc-nvidiaDGX2.xml";
