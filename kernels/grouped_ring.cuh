@@ -159,7 +159,7 @@ __device__ __forceinline__ void producer(const Phases<Tail>& ph, const FramePara
       // by TMA (async proxy) next.
       const uint64_t* flag = ph.tile_done + c.m_block;
       const uint64_t all = uint64_t(ph.p[0]->n_blocks) * Cfg::kConsumers * 4;
-      if (!frame_wait_flag(f, flag, all, Role::kCompute, c.m_block, c.n_block, c.m_block))
+      if (!frame_wait_flag(f, flag, all, Role::kCompute, c.m_block, c.n_block, -1))  // the tile names it
         return;  // the consumers see the launch abandoned at their next barrier wait
       asm volatile("fence.proxy.async.global;" ::: "memory");
     }

@@ -234,10 +234,18 @@ Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cu
   count_kernel<<<grid_for((slots + 31) / 32), kThreads, 0, s>>>(a);
   WEFT_CHECK(launched("count", a.rank));
   WEFT_CHECK(launch_moe_offsets(a.counts, a.local_experts, a.offsets, s));
-  capacity_kernel<<<1, 1, 0, s>>>(frame, a.offsets, a.local_experts, a.capacity_rows);
-  WEFT_CHECK(launched("capacity", a.rank));
+  if (!a.capacity_after) {
+    capacity_kernel<<<1, 1, 0, s>>>(frame, a.offsets, a.local_experts, a.capacity_rows);
+    WEFT_CHECK(launched("capacity", a.rank));
+  }
   scatter_kernel<<<grid_for(slots), kThreads, 0, s>>>(a);
   return launched("scatter", a.rank);
+}
+
+Status launch_moe_capacity(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
+  WEFT_CHECK(check_args(a));
+  capacity_kernel<<<1, 1, 0, s>>>(frame, a.offsets, a.local_experts, a.capacity_rows);
+  return launched("capacity", a.rank);
 }
 
 Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {

@@ -61,6 +61,10 @@ struct MoeExchangeArgs {
   int64_t capacity_rows = 0;
   __nv_bfloat16* out = nullptr;  // T x hidden
   uint64_t* epoch = nullptr;     // device word (local): the calls so far; launch_moe_begin raises it
+  // The routed rows checked against capacity_rows after the expert FFN (launch_moe_capacity) instead
+  // of inside launch_moe_arrange: the FFN + combine launch (moe_ffn_combine.h) must run to its end on an
+  // overflow, or its peers would wait for combine rows it never sends; the call fails all the same.
+  bool capacity_after = false;
 };
 
 // Phase launches, in call order on one stream. Each checks its arguments once per call (cheap).
@@ -71,6 +75,9 @@ Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t stream);
 // Waits (one block, bounded: the frame's record names the flag) until every rank's dispatch flag
 // reached the epoch, then counts, offsets and scatters the arrivals into grouped_x.
 Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t stream);
+// With capacity_after: records the capacity error (the call then fails) where the routed rows exceed
+// capacity_rows; launched after the FFN + combine launch.
+Status launch_moe_capacity(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t stream);
 // Pre-reduces and sends the combine rows, signals, waits for every owner's rows and reduces them.
 Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t stream);
 

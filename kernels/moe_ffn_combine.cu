@@ -53,6 +53,7 @@ struct CombineTail {
             ok = frame_wait_flag(f, down_done + tile, down_warps, Role::kCompute, tile, -1, -1);
           }
       if (!__shfl_sync(0xffffffffu, ok, 0)) return false;
+      __syncwarp();  // lane 0's acquire before every lane's reads of Y
       moe_sum_pairs(pairs, y, hidden, comb[h] + (int64_t(rank) * tokens + t) * hidden, lane);
     }
     __syncwarp();
@@ -74,6 +75,7 @@ struct CombineTail {
                              moe_comb_done_flag(world, chunks, q, i));
     }
     if (!__shfl_sync(0xffffffffu, ok, 0)) return false;
+    __syncwarp();  // lane 0's acquires before every lane's reads of the owners' rows
     for (int32_t tt = warp; tt < kMoeTileRows; tt += kWarps) {
       const int32_t t = i * kMoeTileRows + tt;
       if (t >= tokens) break;
@@ -116,12 +118,13 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
   else if (sms <= 0 || frame.roles.compute <= 0 || frame.roles.compute > sms)
     why = "the compute blocks must be between 1 and the GPU's SMs";
   else if (up.epilogue != int32_t(GroupedEpilogue::kSwiGlu) || down.epilogue != int32_t(GroupedEpilogue::kStore) ||
-           up.counts != down.counts || up.offsets != down.offsets || up.capacity_tiles != down.capacity_tiles ||
-           down.k != up.n / 2)
+           up.counts != down.counts || up.offsets != down.offsets || up.experts != down.experts ||
+           up.capacity_tiles != down.capacity_tiles || up.group_m != down.group_m || down.k != up.n / 2)
     why = "gate/up and down must be the expert FFN's two GEMMs over the same rows";
   else if (ex->world < 1 || ex->world > MoeExchangeArgs::kMaxRanks || ex->rank < 0 || ex->rank >= ex->world ||
            ex->tokens < 1 || ex->hidden != down.n || ex->topk < 1 || ex->topk > kMoeMaxTopk || !ex->slot_pos ||
-           !ex->grouped_y || !ex->topk_ids || !ex->out || !ex->epoch || !ex->recv[ex->rank])
+           ex->local_experts != up.experts || ex->grouped_y != down.y || !ex->topk_ids || !ex->out || !ex->epoch ||
+           !ex->recv[ex->rank])
     why = "the exchange's arguments do not fit the FFN (hidden, ranks, buffers)";
   for (int q = 0; !why && ex && q < ex->world; ++q)
     if (!ex->comb[q] || !a.comb_done[q]) why = "every rank's combine rows and comb_done words must be mapped";

@@ -20,11 +20,16 @@
 // reduction of a token tile starts as soon as every owner has finished that tile's chunk.
 //
 // comb_done counts up across calls (8 warps x 4 units per chunk per call): call e (the epoch, a device word the
-// call's first kernel raised) waits for 8 e, so nothing is reset between calls and a graph replay is a
+// call's first kernel raised) waits for 32 e, so nothing is reset between calls and a graph replay is a
 // new call. Reuse is safe as for the staged op (kernels/moe_exchange.h): an owner's combine of call
 // e + 1 for home h follows its arrange of e + 1, which waits for h's dispatch of e + 1, which h makes
 // after this launch of call e ended (its reduction included); h's slots at the owner are rewritten
 // only after h's reduction saw every owner's combine of h's chunks (their last read of the slots).
+//
+// A call whose routed rows exceed the reserved grouped rows (counts first) runs this launch to its end
+// over the rows that fit (the others dropped and counted) and records the capacity error after it
+// (MoeExchangeArgs::capacity_after), so the peers' reductions get every combine count and end; the
+// call fails all the same.
 //
 // No deadlock: a unit waits only for units of earlier tickets (down on up; combine on down; reduce on
 // peers' combines, which wait on their own down units only), and a block finishes its units in the

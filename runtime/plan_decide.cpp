@@ -108,10 +108,12 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       notes.push_back(warning);
     }
     const bool cached_unfit =
-        found == Status::kOk && cached.exec.variant == "overlap" &&
-        (options.share_gpus || (options.heap_budget > 0 && cached.heap_bytes > options.heap_budget));
+        found == Status::kOk &&
+        ((cached.exec.variant == "overlap" &&
+          (options.share_gpus || (options.heap_budget > 0 && cached.heap_bytes > options.heap_budget))) ||
+         (cached.exec.variant == "ffn_combine" && options.share_gpus));
     if (cached_unfit)
-      notes.push_back("the tuning cache's overlap plan (" + path +
+      notes.push_back("the tuning cache's " + cached.exec.variant + " plan (" + path +
                       ") was not used: it cannot run with ranks sharing a GPU or in the heap that is free");
     if (found == Status::kOk && !cached_unfit) {
       // What runs comes from the measurement; the predictions stay the model's, for its own choice.

@@ -401,8 +401,9 @@ void plan_gemm_reduce(const Workload& w, Plan* p) {
 }
 
 // The MoE layer on one node (runtime/exec/moe.h), "staged": routing, dispatch, arrange, the grouped
-// GEMMs and the combine as kernels in sequence, each on every SM the plan gives (the fused launch
-// with SM roles is not built yet). The heap holds the receive slots, combine rows and flags.
+// GEMMs and the combine as kernels in sequence, each on every SM the plan gives; "ffn_combine" (only
+// as the workload writes it): the grouped GEMMs, combine and home reduction in one launch. The launch
+// with SM roles for movers is not built yet. The heap holds the receive slots, combine rows and flags.
 void plan_moe(const Workload& w, Plan* p) {
   Execution& e = p->exec;
   e.variant = w.plan.variant ? *w.plan.variant : "staged";  // "ffn_combine" only as the workload asks

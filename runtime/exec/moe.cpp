@@ -5,6 +5,7 @@
 
 #include "base/log.h"
 #include "base/params.h"
+#include "bootstrap/bootstrap.h"
 #include "kernels/gemm.h"
 #include "kernels/moe_ffn_combine.h"
 #include "kernels/moe_router.h"
@@ -53,10 +54,18 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   const bool fused = plan.exec.variant == "ffn_combine";
   if (!fused && plan.exec.variant != "staged" && !plan.exec.variant.empty())  // empty: a plan made in code
     return refuse(rank, "unknown variant '" + plan.exec.variant + "' (expected staged or ffn_combine)");
-  if (fused && ctx.shares_gpu())
-    return refuse(rank,
-                  "the ffn_combine variant needs a GPU per rank (its launch waits for the peers' combine while it "
-                  "holds the SMs); ranks here share a GPU: use the staged variant");
+  if (fused) {  // every rank refuses alike (only the ranks that share a GPU know it): one exchange
+    const uint8_t mine = ctx.shares_gpu() ? 1 : 0;
+    std::vector<bootstrap::Blob> all;
+    WEFT_CHECK(ctx.boot().allgather("weft.moe.shared." + std::to_string(ctx.reserved_bytes()),
+                                    bootstrap::Blob(&mine, &mine + 1), &all));
+    bool shared = false;
+    for (const auto& b : all) shared = shared || (!b.empty() && b[0] != 0);
+    if (shared)
+      return refuse(rank,
+                    "the ffn_combine variant needs a GPU per rank (its launch waits for the peers' combine while "
+                    "it holds the SMs); ranks of this job share a GPU: use the staged variant");
+  }
 
   std::unique_ptr<MoeOp> op(new MoeOp());
   op->ctx_ = &ctx;
@@ -158,6 +167,7 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   ex.counts = op->counts_, ex.offsets = op->offsets_, ex.cursor = op->cursor_, ex.slot_pos = op->slot_pos_;
   ex.dropped = op->drops_ + 1;
   ex.grouped_x = op->x_, ex.grouped_y = op->y_, ex.capacity_rows = cap;
+  ex.capacity_after = fused;
 
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
@@ -242,6 +252,7 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
     kernels::MoeFfnCombineArgs fa = comb_done_;
     fa.ex = &ex;
     if (st == Status::kOk) st = kernels::launch_moe_ffn_combine(up_, down_, fa, tile_done_, frame_params_, s);
+    if (st == Status::kOk) st = kernels::launch_moe_capacity(ex, frame_params_, s);  // after: see capacity_after
     mark(4);
   } else {
     if (st == Status::kOk) st = kernels::launch_grouped_ffn(up_, down_, tile_done_, frame_params_, s);
