@@ -10,13 +10,15 @@
 //                    (outside the events), to time it at a duty like the runner rows' in the rounds;
 //                    `--skew-us US`: after the barrier rank r waits r/(W-1) of US before its start
 //                    event, as ranks leave a barrier kernel at different times (the rank's own view,
-//                    as an NCCL barrier's rows are timed);
+//                    as an NCCL barrier's rows are timed); `--nccl-line-up`: the barrier is a
+//                    one-word NCCL all-reduce on the stream, as `weftrun bench`'s rounds line their
+//                    rows up (builds with NCCL only);
 //   heap input       each of those with A already in the heap (a = shard(): no copy of the own shard).
 // The modes take turns in rounds, so the GPU's clock steps fall on all of them. CUDA events around
 // each call; rank 0 prints each mode's median over all rounds, slowest rank.
 // Usage: weftrun plan --json WORKLOAD.yaml > plan.json
-//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal] [--idle-us US] [--skew-us
-//        US]
+//        weftrun exec -n W -- bench_ag_gemm_op plan.json [--iters N] [--rounds R] [--normal] [--idle-us US]
+//        [--skew-us US] [--nccl-line-up]
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -38,6 +40,11 @@
 #include "runtime/exec/run_plan.h"
 #include "runtime/exec/stream_ops.h"
 #include "runtime/plan.h"
+#if WEFT_HAVE_OPS
+#include <nccl.h>
+
+#include "runtime/ops/op_harness.h"
+#endif
 
 namespace runtime = weft::runtime;
 namespace bootstrap = weft::bootstrap;
@@ -46,7 +53,7 @@ using bf16 = __nv_bfloat16;
 
 int main(int argc, char** argv) {
   int iters = 20, rounds = 3, idle_us = 0, skew_us = 0;
-  bool normal = false;
+  bool normal = false, nccl_line_up = false;
   std::string plan_file;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
@@ -57,6 +64,8 @@ int main(int argc, char** argv) {
       idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // after each lined-up call
     else if (!std::strcmp(argv[i], "--skew-us") && i + 1 < argc)
       skew_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // rank r starts r/(W-1) of it late
+    else if (!std::strcmp(argv[i], "--nccl-line-up"))
+      nccl_line_up = true;  // lined up by a one-word NCCL all-reduce, as weftrun bench's rounds are
     else if (!std::strcmp(argv[i], "--normal"))
       normal = true;  // weftrun run's inputs (normal, scale 1) instead of uniform in [-0.5, 0.5)
     else if (plan_file.empty() && argv[i][0] != '-')
@@ -67,7 +76,7 @@ int main(int argc, char** argv) {
   if (plan_file.empty() || !bootstrap::started_under_pmix()) {
     fprintf(stderr,
             "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal] [--idle-us US] "
-            "[--skew-us US]\n");
+            "[--skew-us US] [--nccl-line-up]\n");
     return 2;
   }
   runtime::Plan plan;
@@ -113,6 +122,25 @@ int main(int argc, char** argv) {
                                "heap input, lined up"};
   weft::bench::StreamLineUp line_up;
   if (!line_up.create(*ctx, *boot)) return 1;
+#if WEFT_HAVE_OPS
+  ncclComm_t comm = nullptr;
+  int* word = nullptr;
+  if (nccl_line_up) {
+    if (runtime::ops::create_nccl_comm(*boot, &comm) != Status::kOk) return 1;
+    BENCH_CUDA(cudaMalloc(&word, sizeof(int)));
+    BENCH_CUDA(cudaMemset(word, 0, sizeof(int)));
+  }
+  auto barrier_on = [&](cudaStream_t st) {
+    if (!nccl_line_up) return line_up.enqueue(st);
+    return ncclAllReduce(word, word, 1, ncclInt32, ncclSum, comm, st) == ncclSuccess ? Status::kOk : Status::kInternal;
+  };
+#else
+  if (nccl_line_up) {
+    fprintf(stderr, "bench_ag_gemm_op: --nccl-line-up needs a build with NCCL\n");
+    return 2;
+  }
+  auto barrier_on = [&](cudaStream_t st) { return line_up.enqueue(st); };
+#endif
   std::vector<std::vector<float>> ms(kModes), host_us(kModes);  // host_us: the host's time inside run()
   std::vector<cudaEvent_t> ev(size_t(2 * iters));
   for (auto& e : ev) BENCH_CUDA(cudaEventCreate(&e));
@@ -127,7 +155,7 @@ int main(int argc, char** argv) {
           BENCH_CUDA(cudaStreamSynchronize(s));
           if (boot->barrier("bench.ag." + std::to_string(barrier_no++)) != Status::kOk) return 1;
         }
-        if (lined && line_up.enqueue(s) != Status::kOk) return 1;
+        if (lined && barrier_on(s) != Status::kOk) return 1;
         if (lined) weft::bench::idle_on(s, W > 1 ? skew_us * rank / (W - 1) : 0);
         if (i >= 0) BENCH_CUDA(cudaEventRecord(ev[size_t(2 * i)], s));
         const auto t0 = std::chrono::steady_clock::now();
@@ -157,7 +185,8 @@ int main(int argc, char** argv) {
         "enqueue us |\n|---|---|---|\n",
         (long long)m, (long long)n, (long long)k, W, plan.exec.variant.c_str(), plan.roles.compute,
         normal ? "normal" : "uniform", iters, rounds,
-        (std::string(idle_us ? "; lined up: " + std::to_string(idle_us) + " us idle after each call" : "") +
+        (std::string(nccl_line_up ? "; lined up by a one-word NCCL all-reduce" : "") +
+         (idle_us ? "; lined up: " + std::to_string(idle_us) + " us idle after each call" : "") +
          (skew_us ? "; lined up: rank r starts " + std::to_string(skew_us) + " r/(W-1) us after the barrier" : ""))
             .c_str());
   for (int mode = 0; mode < kModes; ++mode) {
@@ -186,5 +215,9 @@ int main(int argc, char** argv) {
   for (auto& e : ev) cudaEventDestroy(e);
   op.reset();
   cudaFree(a), cudaFree(b), cudaFree(c);
+#if WEFT_HAVE_OPS
+  if (comm) ncclCommDestroy(comm);
+  if (word) cudaFree(word);
+#endif
   return 0;
 }
