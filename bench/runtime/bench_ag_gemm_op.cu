@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
                                "heap input, back-to-back",
                                "heap input, isolated",
                                "heap input, lined up"};
+  if (nccl_line_up)
+    names[2] = "lined up (an NCCL all-reduce before each call)", names[5] = "heap input, lined up (NCCL)";
   weft::bench::StreamLineUp line_up;
   if (!line_up.create(*ctx, *boot)) return 1;
 #if WEFT_HAVE_OPS

@@ -57,8 +57,9 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   if (fused) {  // every rank refuses alike (only the ranks that share a GPU know it): one exchange
     const uint8_t mine = ctx.shares_gpu() ? 1 : 0;
     std::vector<bootstrap::Blob> all;
-    WEFT_CHECK(ctx.boot().allgather("weft.moe.shared." + std::to_string(ctx.reserved_bytes()),
-                                    bootstrap::Blob(&mine, &mine + 1), &all));
+    static int creates = 0;  // every rank creates its ops in the same order: a key per exchange
+    WEFT_CHECK(
+        ctx.boot().allgather("weft.moe.shared." + std::to_string(creates++), bootstrap::Blob(&mine, &mine + 1), &all));
     bool shared = false;
     for (const auto& b : all) shared = shared || (!b.empty() && b[0] != 0);
     if (shared)
