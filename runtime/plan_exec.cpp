@@ -550,7 +550,8 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
   }
   auto add = [&](const Plan& p) {
     if (!p.exec.executable) return;
-    if (share_gpus && p.exec.variant == "overlap") return;  // plan_decide.cpp: its GEMMs wait for each other
+    // plan_decide.cpp: their launches wait for each other's
+    if (share_gpus && (p.exec.variant == "overlap" || p.exec.variant == "ffn_combine")) return;
     for (const auto& q : out)
       if (plan_hash(q) == plan_hash(p)) return;
     out.push_back(p);
@@ -564,6 +565,16 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     Plan p = model;
     plan_execution(v, IntraMover::kCopyEngine, &p);
     add(p);
+  }
+  if (model.op == Op::kMoe && model.nodes == 1 && !share_gpus) {
+    // The other way to run the FFN and the combine (ffn_combine needs a GPU per rank).
+    Workload v = w;
+    v.plan.variant = model.exec.variant == "ffn_combine" ? "staged" : "ffn_combine";
+    Plan p = model;
+    plan_execution(v, IntraMover::kSm, &p);
+    add(p);
+    for (auto& q : out) q.chosen_by = "model";
+    return out;
   }
   if ((model.op == Op::kGemmRs || model.op == Op::kGemmAr) && model.nodes == 1 && !share_gpus) {
     // The peer variant and the overlap variant's ways of moving pieces and rows (each as the workload

@@ -1,8 +1,9 @@
 // tune_plans(): one op per candidate on one heap, one validation call each, then interleaved rounds
-// (AllGather+GEMM, GEMM+RS, GEMM+AR).
+// (AllGather+GEMM, GEMM+RS, GEMM+AR, MoE).
 #include "runtime/exec/tune.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 
@@ -14,7 +15,9 @@
 #include "runtime/exec/cuda_check.h"
 #include "runtime/exec/device_data.h"
 #include "runtime/exec/gemm_reduce.h"
+#include "runtime/exec/moe.h"
 #include "runtime/exec/reference_gemm.h"
+#include "runtime/exec/reference_moe.h"
 #include "runtime/exec/stream_ops.h"
 
 namespace weft::runtime {
@@ -193,6 +196,62 @@ Status tune_gemm_reduce(Context& ctx, const std::vector<Plan>& candidates, const
   return Status::kOk;
 }
 
+// MoE: every rank's tokens from its own seed, the router weight shared, each expert's weights from
+// (seed, expert); a candidate is checked as `weftrun run` checks the op (up to 64 sampled tokens per
+// rank against reference_moe_expert with the call's own routing) and must drop no row.
+Status tune_moe(Context& ctx, const std::vector<Plan>& candidates, const RunSpec& run,
+                const std::function<void(int, int)>& progress, TuneResult* out) {
+  const size_t count = candidates.size();
+  const Plan& p0 = candidates[0];
+  const int rank = ctx.rank(), W = ctx.size();
+  const int64_t T = p0.moe.tokens / W, H = p0.moe.hidden, F = p0.moe.ffn, E = p0.moe.experts, L = E / W;
+  const int64_t K = p0.moe.topk;
+  DeviceBuffers buf;
+  bf16 *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr, *y = nullptr;
+  WEFT_CHECK(buf.alloc(H * E, &router));
+  WEFT_CHECK(buf.alloc(L * F * H, &gate));
+  WEFT_CHECK(buf.alloc(L * F * H, &up));
+  WEFT_CHECK(buf.alloc(L * H * F, &down));
+  WEFT_CHECK(buf.alloc(T * H, &x));
+  WEFT_CHECK(buf.alloc(T * H, &y));
+  cudaStream_t s = nullptr;
+  WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t v) { cudaStreamDestroy(v); });
+  const uint64_t seed = 0x7E59ull + uint64_t(T * 31 + H);  // the same on every rank; tokens differ by rank
+  WEFT_CHECK(fill_random_bf16(router, H * E, seed + 2, 0, 1.f / std::sqrt(float(H)), s));
+  for (int64_t i = 0; i < L; ++i)
+    WEFT_CHECK(fill_moe_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
+  WEFT_CHECK(fill_random_bf16(x, T * H, seed + 1, rank, 1.0f, s));
+  WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
+  // The ops last: on an early return they go first, waiting for their last calls.
+  std::vector<std::unique_ptr<MoeOp>> ops(count);
+  for (size_t i = 0; i < count; ++i)
+    WEFT_CHECK(MoeOp::create(ctx, candidates[i], MoeWeights{router, gate, up, down}, &ops[i]));
+  double timeout = 10;
+  WEFT_CHECK(get_param("WEFT_DEVICE_TIMEOUT", &timeout));
+  Measured me;
+  me.unstick = [&ops] {
+    for (auto& o : ops)
+      if (o) o->unstick();
+  };
+  me.call = [&ops, x, y, s](size_t i) { return ops[i]->run(x, y, s); };
+  me.check = [&, timeout](size_t i, bool* bad) -> Status {
+    WEFT_CHECK(poison_bf16(y, T * H, s));
+    WEFT_CHECK(ops[i]->run(x, y, s));
+    WEFT_CHECK(sync_bounded(s, 2 * timeout, "tune: a checked moe call", me.unstick));
+    int64_t dropped = 0;
+    WEFT_CHECK(ops[i]->dropped(&dropped));
+    Comparison cmp;
+    WEFT_CHECK(check_moe_sampled(ops[i]->topk_ids(), ops[i]->topk_weights(), seed, x, y, T, H, F, E, K,
+                                 int32_t(std::min<int64_t>(T, 64)), s, &cmp));
+    *bad = dropped != 0 || cmp.non_finite > 0 || !(cmp.rel_err < 1e-2);
+    return Status::kOk;
+  };
+  WEFT_CHECK(measure(ctx.boot(), count, me, run, s, progress, out));
+  ops.clear();
+  return Status::kOk;
+}
+
 }  // namespace
 
 Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates, const RunSpec& run,
@@ -211,11 +270,13 @@ Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates
   }
   bootstrap::Bootstrap& boot = group ? static_cast<bootstrap::Bootstrap&>(*group) : job;
   const Plan& p0 = candidates[0];
-  const bool gemm_reduce = p0.op == Op::kGemmRs || p0.op == Op::kGemmAr;
+  const bool gemm_reduce = p0.op == Op::kGemmRs || p0.op == Op::kGemmAr, moe = p0.op == Op::kMoe;
   for (const auto& p : candidates)
-    if ((p0.op != Op::kAgGemm && !gemm_reduce) || p.op != p0.op || p.gemm.m != p0.gemm.m || p.gemm.n != p0.gemm.n ||
-        p.gemm.k != p0.gemm.k) {
-      WEFT_WARN(kTune, "rank %d: tune measures AllGather+GEMM, GEMM+RS or GEMM+AR candidates of one op and shape",
+    if ((p0.op != Op::kAgGemm && !gemm_reduce && !moe) || p.op != p0.op || p.gemm.m != p0.gemm.m ||
+        p.gemm.n != p0.gemm.n || p.gemm.k != p0.gemm.k || p.moe.tokens != p0.moe.tokens ||
+        p.moe.hidden != p0.moe.hidden || p.moe.ffn != p0.moe.ffn || p.moe.experts != p0.moe.experts ||
+        p.moe.topk != p0.moe.topk) {
+      WEFT_WARN(kTune, "rank %d: tune measures AllGather+GEMM, GEMM+RS, GEMM+AR or MoE candidates of one op and shape",
                 boot.info().rank);
       return Status::kUnsupported;
     }
@@ -223,7 +284,9 @@ Status tune_plans(bootstrap::Bootstrap& job, const std::vector<Plan>& candidates
   for (const auto& p : candidates) heap += (p.heap_bytes + 4095) / 4096 * 4096;
   std::unique_ptr<Context> ctx;
   WEFT_CHECK(Context::create(boot, heap, &ctx));
-  if (gemm_reduce)
+  if (moe)
+    WEFT_CHECK(tune_moe(*ctx, candidates, run, progress, out));
+  else if (gemm_reduce)
     WEFT_CHECK(tune_gemm_reduce(*ctx, candidates, run, progress, out));
   else
     WEFT_CHECK(tune_ag_gemm(*ctx, candidates, run, progress, out));

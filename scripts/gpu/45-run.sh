@@ -144,6 +144,18 @@ if timeout 600 "$weftrun" tune $share "$rs" 2>&1 | tee "$out/tune-rs.txt" && gre
 else
   fail "tune gemm_rs: weftrun tune did not store a plan"
 fi
+# MoE's two variants (staged, and ffn_combine where every rank has a GPU of its own) tuned the same way.
+moe=$root/configs/examples/moe_small_4gpu.yaml
+echo "=== weftrun tune $share $moe"
+if timeout 600 "$weftrun" tune $share "$moe" 2>&1 | tee "$out/tune-moe.txt" && grep -q "stored candidate" "$out/tune-moe.txt" &&
+  "$weftrun" plan $share --json "$moe" >"$out/plan-tuned-moe.json" &&
+  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
+    "$out/plan-tuned-moe.json"; then
+  echo "PASS    run tune moe: $(grep -o 'stored candidate.*ms)' "$out/tune-moe.txt") ($where)" >>"$WEFT_SUMMARY"
+  run_one tuned_moe "$moe" "$out/plan-tuned-moe.json"
+else
+  fail "tune moe: weftrun tune did not store a plan"
+fi
 unset WEFT_TUNE_CACHE
 
 # Refused before any rank starts.

@@ -266,7 +266,7 @@ TEST_CASE("ranks sharing GPUs: the overlap variant is not runnable and not a tun
   CHECK(shared.exec.variant == "overlap");
 }
 
-TEST_CASE("ranks sharing GPUs: moe's ffn_combine variant is not runnable, staged is") {
+TEST_CASE("moe's variants: ffn_combine not runnable with ranks sharing a GPU, staged is; tune's candidates") {
   TempDir d;
   const std::string moe =
       "name: t\nop: moe\ndtype: bf16\nshape: {tokens: 4096, hidden: 1024, ffn: 512, experts: 8, "
@@ -290,6 +290,24 @@ TEST_CASE("ranks sharing GPUs: moe's ffn_combine variant is not runnable, staged
   REQUIRE(decide_plan(staged, o, &p, &err, &bad) == Status::kOk);
   CHECK(p.exec.variant == "staged");
   CHECK(p.exec.executable);
+  // What weftrun tune measures: both variants with a GPU per rank, staged alone with shared GPUs, and
+  // only the workload's where its plan: map fixes it.
+  o.share_gpus = false;
+  REQUIRE(decide_plan(staged, o, &p, &err, &bad) == Status::kOk);
+  const std::vector<Plan> both = candidate_plans(staged, p, false);
+  REQUIRE(both.size() == 2);
+  CHECK(both[0].exec.variant == "staged");
+  CHECK(both[1].exec.variant == "ffn_combine");
+  CHECK(both[1].exec.executable);
+  CHECK(both[1].heap_bytes == both[0].heap_bytes);
+  CHECK(both[1].roles.compute == both[0].roles.compute);
+  const std::vector<Plan> shared = candidate_plans(staged, p, true);
+  REQUIRE(shared.size() == 1);
+  CHECK(shared[0].exec.variant == "staged");
+  REQUIRE(decide_plan(fused, o, &p, &err, &bad) == Status::kOk);
+  const std::vector<Plan> fixed = candidate_plans(fused, p, false);
+  REQUIRE(fixed.size() == 1);
+  CHECK(fixed[0].exec.variant == "ffn_combine");
 }
 
 TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache for shared GPUs: peer instead") {
