@@ -123,6 +123,13 @@ Status decide_plan(const Workload& w, const DecideOptions& options, Plan* plan, 
       plan->exec = cached.exec;
       plan->heap = cached.heap;
       plan->heap_bytes = cached.heap_bytes;
+      if (plan->op == Op::kMoe) {
+        // MoE's heap follows this run's WEFT_HEAP_BYTES (counts first below the worst case), which the
+        // cache's key does not hold: the cached variant is planned again here, not its layout copied.
+        Workload v = w;
+        v.plan.variant = cached.exec.variant;
+        plan_execution(v, IntraMover::kSm, plan);
+      }
       plan->chosen_by = "tuning cache";
       char line[256];
       snprintf(line, sizeof line, "from the tuning cache (%s, tuned %s): %.3f ms measured, the model's plan %.3f ms",

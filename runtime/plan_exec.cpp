@@ -436,6 +436,12 @@ void plan_moe(const Workload& w, Plan* p) {
     p->roles = RoleCounts{};
     p->roles.compute = total;
   }
+  // Planned again (a tune candidate, a cached variant): the notes this function gives are not repeated.
+  auto mine = [](const std::string& n) {
+    return n.rfind("runs the staged MoE op", 0) == 0 || n.rfind("runs the MoE op with", 0) == 0 ||
+           n.rfind("counts first:", 0) == 0;
+  };
+  p->notes.erase(std::remove_if(p->notes.begin(), p->notes.end(), mine), p->notes.end());
   p->notes.push_back(
       e.variant == "ffn_combine"
           ? "runs the MoE op with its expert FFN, combine and home reduction in one persistent launch (router, "

@@ -310,6 +310,43 @@ TEST_CASE("moe's variants: ffn_combine not runnable with ranks sharing a GPU, st
   CHECK(fixed[0].exec.variant == "ffn_combine");
 }
 
+TEST_CASE("moe from the tuning cache: the stored variant, the heap this run's WEFT_HEAP_BYTES gives") {
+  TempDir d;
+  const std::string moe =
+      "name: t\nop: moe\ndtype: bf16\nshape: {tokens: 4096, hidden: 512, ffn: 256, experts: 16, "
+      "topk: 2}\nlayout: {nodes: 1, gpus_per_node: 4}\n";
+  const Workload w = load(write_workload(d, moe));
+  const std::string cache = d.path + "/tune.json";
+  const Plan model = decide(w, nullptr, cache);
+  REQUIRE(model.exec.variant == "staged");
+  const Plan fused = decide(load(write_workload(d, moe + "plan: {variant: ffn_combine}\n")), nullptr, cache);
+  std::string err;
+  REQUIRE(store_tune_entry(cache, {tune_key(machine(), model), executed_json(fused), 0.3, 0.4, 3, "now"}, &err) ==
+          Status::kOk);
+  const TuneMachine m = machine();
+  const Plan used = decide(w, &m, cache);
+  CHECK(used.chosen_by == "tuning cache");
+  CHECK(used.exec.variant == "ffn_combine");
+  CHECK(plan_hash(used) == plan_hash(fused));
+  int runs_notes = 0;
+  for (const auto& n : used.notes) runs_notes += n.rfind("runs the", 0) == 0;
+  CHECK(runs_notes == 1);  // the cached variant's note only, not the model's beside it
+  // A heap budget below the worst case: counts first, as without the cache (the entry was tuned
+  // without one), not the cached worst-case layout.
+  setenv("WEFT_HEAP_BYTES", std::to_string(model.heap_bytes / 2).c_str(), 1);
+  const Plan budget_model = decide(w, nullptr, cache);
+  const Plan budget_used = decide(w, &m, cache);
+  unsetenv("WEFT_HEAP_BYTES");
+  REQUIRE(budget_model.exec.executable);
+  CHECK(budget_model.heap_bytes < model.heap_bytes);
+  CHECK(budget_used.chosen_by == "tuning cache");
+  CHECK(budget_used.exec.variant == "ffn_combine");
+  CHECK(budget_used.heap_bytes == budget_model.heap_bytes);
+  bool counts_first = false;
+  for (const auto& n : budget_used.notes) counts_first |= n.rfind("counts first:", 0) == 0;
+  CHECK(counts_first);
+}
+
 TEST_CASE("GEMM+RS's overlap plan where the heap is too small, or from the cache for shared GPUs: peer instead") {
   TempDir d;
   const Workload w = load(write_workload(d,
