@@ -260,7 +260,10 @@ int Context::watch(Watch failed, std::function<void()> unstick) {
 void Context::unwatch(int id) {
   std::lock_guard<std::mutex> lock(watch_mu_);
   for (size_t i = 0; i < watched_.size(); ++i)
-    if (watched_[i].id == id) watched_.erase(watched_.begin() + long(i));
+    if (watched_[i].id == id) {  // ids are unique: one entry
+      watched_.erase(watched_.begin() + long(i));
+      return;
+    }
 }
 
 void Context::watchdog() {
