@@ -85,6 +85,24 @@ Status fill_moe_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, __
   return fill_random_bf16(down, hidden * ffn, seed + 18 + 3 * uint64_t(e), 0, sf, s);
 }
 
+Status make_moe_inputs(DeviceBuffers* buf, uint64_t seed, int rank, int64_t tokens, int64_t hidden, int64_t ffn,
+                       int64_t experts, int64_t local_experts, cudaStream_t s, MoeInputs* out) {
+  const int64_t T = tokens, H = hidden, F = ffn, E = experts, L = local_experts;
+  MoeInputs in;
+  WEFT_CHECK(buf->alloc(H * E, &in.router));
+  WEFT_CHECK(buf->alloc(L * F * H, &in.gate));
+  WEFT_CHECK(buf->alloc(L * F * H, &in.up));
+  WEFT_CHECK(buf->alloc(L * H * F, &in.down));
+  WEFT_CHECK(buf->alloc(T * H, &in.x));
+  WEFT_CHECK(fill_random_bf16(in.router, H * E, seed + 2, 0, 1.f / sqrtf(float(H)), s));
+  for (int64_t i = 0; i < L; ++i)
+    WEFT_CHECK(
+        fill_moe_expert(seed, rank * L + i, H, F, in.gate + i * F * H, in.up + i * F * H, in.down + i * H * F, s));
+  WEFT_CHECK(fill_random_bf16(in.x, T * H, seed + 1, rank, 1.0f, s));
+  *out = in;
+  return Status::kOk;
+}
+
 Status check_moe_sampled(const int32_t* ids_dev, const float* weights, uint64_t seed, const __nv_bfloat16* x,
                          const __nv_bfloat16* y, int64_t T, int64_t H, int64_t F, int64_t E, int64_t K, int32_t samples,
                          cudaStream_t s, Comparison* out) {

@@ -17,6 +17,16 @@ namespace weft::runtime {
 Status fill_moe_expert(uint64_t seed, int64_t e, int64_t hidden, int64_t ffn, __nv_bfloat16* gate, __nv_bfloat16* up,
                        __nv_bfloat16* down, cudaStream_t s);
 
+// One rank's inputs of an MoE layer, as `weftrun run`, `weftrun bench` and `weftrun tune` make them,
+// allocated in *buf: the router weight shared by every rank (hidden x experts, from seed + 2), this
+// rank's L experts (e = rank L + i) by fill_moe_expert, so check_moe_sampled can make them again, and
+// its T tokens (T x hidden, from seed + 1 and the rank).
+struct MoeInputs {
+  __nv_bfloat16 *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr;
+};
+Status make_moe_inputs(DeviceBuffers* buf, uint64_t seed, int rank, int64_t tokens, int64_t hidden, int64_t ffn,
+                       int64_t experts, int64_t local_experts, cudaStream_t s, MoeInputs* out);
+
 // For each sampled token i (row rows[i] of x): acc[i] += Σ over its pairs j with ids[j] == expert of
 // weights[j] · bf16(down · bf16(SiLU(gate · x) · (up · x))), the roundings where the op rounds (H and
 // Y are bf16). gate, up: ffn x hidden; down: hidden x ffn (this expert's). acc: samples x hidden.

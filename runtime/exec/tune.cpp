@@ -207,21 +207,15 @@ Status tune_moe(Context& ctx, const std::vector<Plan>& candidates, const RunSpec
   const int64_t T = p0.moe.tokens / W, H = p0.moe.hidden, F = p0.moe.ffn, E = p0.moe.experts, L = E / W;
   const int64_t K = p0.moe.topk;
   DeviceBuffers buf;
-  bf16 *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr, *y = nullptr;
-  WEFT_CHECK(buf.alloc(H * E, &router));
-  WEFT_CHECK(buf.alloc(L * F * H, &gate));
-  WEFT_CHECK(buf.alloc(L * F * H, &up));
-  WEFT_CHECK(buf.alloc(L * H * F, &down));
-  WEFT_CHECK(buf.alloc(T * H, &x));
+  bf16* y = nullptr;
   WEFT_CHECK(buf.alloc(T * H, &y));
   cudaStream_t s = nullptr;
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t v) { cudaStreamDestroy(v); });
   const uint64_t seed = 0x7E59ull + uint64_t(T * 31 + H);  // the same on every rank; tokens differ by rank
-  WEFT_CHECK(fill_random_bf16(router, H * E, seed + 2, 0, 1.f / std::sqrt(float(H)), s));
-  for (int64_t i = 0; i < L; ++i)
-    WEFT_CHECK(fill_moe_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
-  WEFT_CHECK(fill_random_bf16(x, T * H, seed + 1, rank, 1.0f, s));
+  MoeInputs in;
+  WEFT_CHECK(make_moe_inputs(&buf, seed, rank, T, H, F, E, L, s, &in));
+  bf16 *const router = in.router, *const gate = in.gate, *const up = in.up, *const down = in.down, *const x = in.x;
   WEFT_CUDA_CHECK(cudaStreamSynchronize(s));
   // The ops last: on an early return they go first, waiting for their last calls.
   std::vector<std::unique_ptr<MoeOp>> ops(count);

@@ -109,20 +109,14 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::unique_ptr<CUstream_st, void (*)(cudaStream_t)> stream_guard(s, [](cudaStream_t v) { cudaStreamDestroy(v); });
   DeviceBuffers buf;
-  bf16 *router = nullptr, *gate = nullptr, *up = nullptr, *down = nullptr, *x = nullptr, *y = nullptr, *y_seq = nullptr;
-  WEFT_CHECK(buf.alloc(H * E, &router));
-  WEFT_CHECK(buf.alloc(L * F * H, &gate));
-  WEFT_CHECK(buf.alloc(L * F * H, &up));
-  WEFT_CHECK(buf.alloc(L * H * F, &down));
-  WEFT_CHECK(buf.alloc(T * H, &x));
+  bf16 *y = nullptr, *y_seq = nullptr;
   WEFT_CHECK(buf.alloc(T * H, &y));
   WEFT_CHECK(buf.alloc(T * H, &y_seq));
   uint64_t seed = 0;
   WEFT_CHECK(shared_seed(boot, "weft.moe.seed", &seed));
-  WEFT_CHECK(fill_random_bf16(router, H * E, seed + 2, 0, 1.f / std::sqrt(float(H)), s));
-  for (int64_t i = 0; i < L; ++i)
-    WEFT_CHECK(fill_moe_expert(seed, rank * L + i, H, F, gate + i * F * H, up + i * F * H, down + i * H * F, s));
-  WEFT_CHECK(fill_random_bf16(x, T * H, seed + 1, rank, 1.0f, s));
+  MoeInputs in;
+  WEFT_CHECK(make_moe_inputs(&buf, seed, rank, T, H, F, E, L, s, &in));
+  bf16 *const router = in.router, *const gate = in.gate, *const up = in.up, *const down = in.down, *const x = in.x;
   WEFT_CHECK(sync_bounded(s, timeout, "moe: the inputs", nullptr));
 
   std::unique_ptr<MoeOp> op;

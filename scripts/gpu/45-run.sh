@@ -121,41 +121,30 @@ fi
 # says it comes from the tuning cache and run executes exactly that plan.
 export WEFT_TUNE_CACHE=$out/tune.json
 rm -f "$WEFT_TUNE_CACHE"
-echo "=== weftrun tune $share $base"
-if timeout 600 "$weftrun" tune $share "$base" 2>&1 | tee "$out/tune.txt" && grep -q "stored candidate" "$out/tune.txt" &&
-  "$weftrun" plan $share --json "$base" >"$out/plan-tuned.json" &&
-  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
-    "$out/plan-tuned.json"; then
-  echo "PASS    run tune: $(grep -o 'stored candidate.*ms)' "$out/tune.txt") ($where)" >>"$WEFT_SUMMARY"
-  run_one tuned "$base" "$out/plan-tuned.json"
-else
-  fail "tune: weftrun tune did not store a plan that plan then uses"
-fi
+# tune_one SUFFIX WHAT WORKLOAD: tune, check plan takes the stored entry, run it (executed = planned).
+tune_one() {
+  local sfx=$1 what=$2 wl=$3
+  local label=tuned${sfx//-/_}
+  echo "=== weftrun tune $share $wl"
+  if timeout 600 "$weftrun" tune $share "$wl" 2>&1 | tee "$out/tune$sfx.txt" &&
+    grep -q "stored candidate" "$out/tune$sfx.txt" &&
+    "$weftrun" plan $share --json "$wl" >"$out/plan-tuned$sfx.json" &&
+    python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
+      "$out/plan-tuned$sfx.json"; then
+    echo "PASS    run tune$what: $(grep -o 'stored candidate.*ms)' "$out/tune$sfx.txt") ($where)" >>"$WEFT_SUMMARY"
+    run_one "$label" "$wl" "$out/plan-tuned$sfx.json"
+  else
+    fail "tune$what: weftrun tune did not store a plan that plan then uses"
+  fi
+}
+tune_one "" "" "$base"
 # GEMM+RS's candidates (the peer variant and the overlap variant's ways) tuned the same way, and the
 # stored plan executed as planned.
 rs=$root/configs/examples/gemm_rs_m8192.yaml
-echo "=== weftrun tune $share $rs"
-if timeout 600 "$weftrun" tune $share "$rs" 2>&1 | tee "$out/tune-rs.txt" && grep -q "stored candidate" "$out/tune-rs.txt" &&
-  "$weftrun" plan $share --json "$rs" >"$out/plan-tuned-rs.json" &&
-  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
-    "$out/plan-tuned-rs.json"; then
-  echo "PASS    run tune gemm_rs: $(grep -o 'stored candidate.*ms)' "$out/tune-rs.txt") ($where)" >>"$WEFT_SUMMARY"
-  run_one tuned_rs "$rs" "$out/plan-tuned-rs.json"
-else
-  fail "tune gemm_rs: weftrun tune did not store a plan"
-fi
+tune_one -rs " gemm_rs" "$rs"
 # MoE's two variants (staged, and ffn_combine where every rank has a GPU of its own) tuned the same way.
 moe=$root/configs/examples/moe_small_4gpu.yaml
-echo "=== weftrun tune $share $moe"
-if timeout 600 "$weftrun" tune $share "$moe" 2>&1 | tee "$out/tune-moe.txt" && grep -q "stored candidate" "$out/tune-moe.txt" &&
-  "$weftrun" plan $share --json "$moe" >"$out/plan-tuned-moe.json" &&
-  python3 -c 'import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))["chosen_by"] == "tuning cache" else 1)' \
-    "$out/plan-tuned-moe.json"; then
-  echo "PASS    run tune moe: $(grep -o 'stored candidate.*ms)' "$out/tune-moe.txt") ($where)" >>"$WEFT_SUMMARY"
-  run_one tuned_moe "$moe" "$out/plan-tuned-moe.json"
-else
-  fail "tune moe: weftrun tune did not store a plan"
-fi
+tune_one -moe " moe" "$moe"
 unset WEFT_TUNE_CACHE
 
 # Refused before any rank starts.
