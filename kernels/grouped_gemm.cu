@@ -111,6 +111,9 @@ Status make_grouped_gemm_params(const GroupedGemmArgs& a, GroupedGemmParams* out
   GroupedGemmParams p;
   WEFT_CHECK(encode("X", a.x, a.capacity_rows, a.k, Cfg::kTileM, &p.tmap_x));
   WEFT_CHECK(encode("W", a.w, int64_t(a.experts) * a.n, a.k, Cfg::kTileN, &p.tmap_w));
+  const int64_t ldy = a.epilogue == GroupedEpilogue::kSwiGlu ? a.n / 2 : a.n;
+  static_assert(Cfg::kTileK == Cfg::kStoreBox, "encode's box is kTileK columns wide: the store box's width");
+  WEFT_CHECK(encode("Y", a.y, a.capacity_rows, ldy, Cfg::kStoreBox, &p.tmap_y));
   p.counts = a.counts;
   p.offsets = a.offsets;
   p.y = a.y;
@@ -123,7 +126,7 @@ Status make_grouped_gemm_params(const GroupedGemmArgs& a, GroupedGemmParams* out
   p.group_m = a.group_m;
   p.capacity_tiles = int32_t(a.capacity_rows / Cfg::kTileM);
   p.epilogue = int32_t(a.epilogue);
-  p.ldy = a.epilogue == GroupedEpilogue::kSwiGlu ? a.n / 2 : a.n;
+  p.ldy = ldy;
   *out = p;
   return Status::kOk;
 }

@@ -5,7 +5,8 @@
 // Layout (moe_plan.h): X is capacity_rows x k, expert e's rows at offsets[e] .. offsets[e] +
 // counts[e], offsets padded to 128 rows (so a row tile never holds two experts); W is experts x n
 // x k (each W_e K-major, as nn.Linear stores it); Y is capacity_rows x n_out with the same row
-// offsets. Rows past an expert's count (its padding) are not written. The host never reads the
+// offsets. Rows past an expert's count (its padding) are not written (a 64-row half of a tile that
+// reaches past the count is stored from registers, row by row; the others through TMA). The host never reads the
 // counts: the persistent kernel reads offsets[experts] and walks (row tile, n block) units.
 #pragma once
 
@@ -43,6 +44,7 @@ struct GroupedGemmArgs {
 struct GroupedGemmParams {
   CUtensorMap tmap_x;  // capacity_rows x k, box {64, 128}
   CUtensorMap tmap_w;  // (experts n) x k, box {64, 256}
+  CUtensorMap tmap_y;  // capacity_rows x ldy, box {64, 64}: the epilogue's TMA stores
   const int32_t* counts = nullptr;
   const int32_t* offsets = nullptr;
   __nv_bfloat16* y = nullptr;
@@ -50,6 +52,9 @@ struct GroupedGemmParams {
   int64_t ldy = 0;
   int32_t experts = 0, n = 0, k = 0, k_iters = 0, n_blocks = 0, group_m = 16, capacity_tiles = 0;
   int32_t epilogue = 0;
+  // 1: a consumer's 64-row half whose rows are all its expert's leaves through shared memory and TMA
+  // (tmap_y); the half holding an expert's last rows, and every half with 0, from registers.
+  int32_t store_tma = 1;
 };
 
 // Checks the arguments (logging why once) and encodes the tensor maps.

@@ -7,7 +7,9 @@
 //   u ─moe_grouped_tile_at─► (row tile m, n block) ─moe_expert_of_tile─► expert e
 //   X rows [128 m, +128) ──TMA──► smem ring {X 128x64, W 256x64} x 4 ──wgmma──► fp32 regs
 //   W rows [e n + 256 nb, +256) ┘                                     │
-//   epilogue from registers: rows below offsets[e] + counts[e], cols below n ◄─┘
+//   epilogue per consumer half (64 rows) ◄────────────────────────────┘
+//     every row the expert's: bf16 into a swizzled 64x64 staging box ──TMA store──► Y (tmap_y)
+//     an expert's last, partial half: from registers, rows below offsets[e] + counts[e]
 //   (kSwiGlu: accumulator columns j and j + 128 are gate and up of one H column)
 //   a tail unit (after every GEMM unit): handed to the consumers in a stage with no loads; its
 //   8 warps run it as SIMT work (Tail::run) and free the stage
@@ -15,13 +17,23 @@
 // The same warp-specialized ring as kernels/gemm_sm90.cuh (its bounded barrier wait is reused), but
 // its own walk: the standalone core's TileSchedule needs M on the host, and here M is a device
 // value. W's 256-row box may reach into the next expert's rows when n is not a multiple of 256:
-// those columns are computed and never stored. Stores go straight from registers (no TMA store:
-// the last tile of an expert is partial and its row bound is a device value). Templated on the
-// tail so the launches without one compile as they did before it.
+// those columns are computed and never stored (TMA clips the store at Y's width). A TMA store's box
+// is a whole 64-row half, so the half holding an expert's last rows (its bound a device value) is
+// stored from registers: no padding row is ever written. Templated on the tail so the launches
+// without one compile as they did before it.
+//
+// A row tile's counter (tile_done, down_done) counts consumer warps. A half stored from registers
+// adds 1 per warp after its stores; a half stored through TMA adds 4 once its stores are complete
+// (cp.async.bulk.wait_group 0), which its thread 0 defers past the next unit's first k-block so
+// the stores' latency hides behind MMAs. Deferred, never held: it is settled before the consumer
+// waits on a stage that is not yet full (the producer may be waiting for this very count), before
+// a tail unit (which may wait for it) and before the consumer leaves.
 #pragma once
 
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <cstddef>
 
 #include "kernels/frame.cuh"
 #include "kernels/gemm_sm90.cuh"
@@ -35,11 +47,15 @@ using Cfg = GemmConfig;
 struct __align__(1024) GroupedShared {
   __nv_bfloat16 a[Cfg::kStages][Cfg::kTileM * Cfg::kTileK];
   __nv_bfloat16 b[Cfg::kStages][Cfg::kTileN * Cfg::kTileK];
+  // Epilogue staging: per consumer, two 64 x 64 bf16 boxes (128-byte swizzle, 1024-byte aligned)
+  // that alternate.
+  __nv_bfloat16 c[Cfg::kConsumers][2][Cfg::kStoreBox * Cfg::kStoreBox];
   uint64_t full[Cfg::kStages];
   uint64_t empty[Cfg::kStages];
   int64_t unit[Cfg::kStages];  // the unit whose first k-block a stage holds (-1: no more units)
 };
 static_assert(sizeof(GroupedShared) + 1024 <= 227 * 1024, "shared-memory budget of one H100/H200 block");
+static_assert(offsetof(GroupedShared, c) % 1024 == 0, "the staging boxes' swizzle repeats every 1024 bytes");
 static_assert(Cfg::kTileM == kMoeTileRows, "the expert offsets are padded to the GEMM's row tile");
 constexpr size_t kSmemBytes = sizeof(GroupedShared) + 1024;
 
@@ -213,19 +229,87 @@ __device__ __forceinline__ void store_tile(const GroupedGemmParams& p, const flo
   }
 }
 
+// This consumer's 64-row half of the tile (rows row0 .. row0 + 63 of Y, every one its expert's) through
+// shared memory and TMA: 64 x 64 boxes (two for kSwiGlu's 128 H columns, four for kStore's 256),
+// the threads packing bf16 pairs into the 128-byte-swizzled staging box (kernels/gemm_sm90.cuh's
+// store_tile_tma has the layout), thread 0 handing each box to the TMA unit as its own bulk group.
+// A staging box is rewritten only after the store issued from it two boxes earlier has read it.
+__device__ __forceinline__ void store_half_tma(const GroupedGemmParams& p, GroupedShared& s, const float (&acc)[128],
+                                               int32_t half, int32_t row0, int32_t n_block, int32_t t128) {
+  const bool swiglu = p.epilogue == int32_t(GroupedEpilogue::kSwiGlu);
+  const int32_t warp = t128 / 32, lane = t128 % 32;
+  const int32_t r0 = warp * 16 + lane / 4;  // rows r0 and r0 + 8 of the half
+  const int32_t swz = r0 & 7;               // (r0 + 8) & 7 is the same
+  const uint32_t bar_id = 2 + uint32_t(half);
+  const int32_t col_base = n_block * (swiglu ? Cfg::kTileN / 2 : Cfg::kTileN);
+  const int32_t boxes = (swiglu ? Cfg::kTileN / 2 : Cfg::kTileN) / Cfg::kStoreBox;
+#pragma unroll
+  for (int32_t box = 0; box < Cfg::kTileN / Cfg::kStoreBox; ++box) {
+    // Past Y's width (kStore with n not a multiple of 256): nothing of this box is stored.
+    if (box >= boxes || col_base + box * Cfg::kStoreBox >= p.ldy) break;
+    uint8_t* buf = reinterpret_cast<uint8_t*>(s.c[half][box & 1]);
+    if (t128 == 0) sm90::bulk_wait_read<1>();
+    sm90::named_barrier_sync(bar_id, 128);
+#pragma unroll
+    for (int32_t jj = 0; jj < 8; ++jj) {  // 16-byte chunk jj of each row: columns 8 jj + 2 (lane % 4) + {0, 1}
+      const int32_t j = box * 8 + jj;
+      const int32_t off = ((jj ^ swz) * 16) + 4 * (lane % 4);
+      float v0, v1, v2, v3;
+      if (swiglu) {  // j < 16 here: gate in accumulator columns 8j + q, up in 128 + 8j + q
+        const int32_t g = 4 * j, u = 4 * (j + 16);
+        v0 = silu(acc[g + 0]) * acc[u + 0], v1 = silu(acc[g + 1]) * acc[u + 1];
+        v2 = silu(acc[g + 2]) * acc[u + 2], v3 = silu(acc[g + 3]) * acc[u + 3];
+      } else {
+        v0 = acc[4 * j + 0], v1 = acc[4 * j + 1], v2 = acc[4 * j + 2], v3 = acc[4 * j + 3];
+      }
+      sm90::st_shared_u32(buf + r0 * 128 + off, gemm_detail::pack_bf16x2(v0, v1));
+      sm90::st_shared_u32(buf + (r0 + 8) * 128 + off, gemm_detail::pack_bf16x2(v2, v3));
+    }
+    sm90::fence_proxy_async_shared();
+    sm90::named_barrier_sync(bar_id, 128);
+    if (t128 == 0) {
+      sm90::tma_store_2d(&p.tmap_y, buf, col_base + box * Cfg::kStoreBox, row0);
+      sm90::bulk_commit();
+    }
+  }
+}
+
+// A TMA-stored half's count, added once its stores are complete (thread 0 of the half, which issued
+// them); nothing when none is outstanding.
+__device__ __forceinline__ void settle(uint64_t** pending) {
+  if (!*pending) return;
+  sm90::bulk_wait<0>();
+  asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(*pending), "l"(uint64_t(4)) : "memory");
+  *pending = nullptr;
+}
+
 template <class Tail>
 __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FrameParams& f, GroupedShared& s) {
   const int32_t half = threadIdx.x / 128 - 1;  // which 64-row half of the tile
   const int32_t t128 = threadIdx.x % 128, warp = t128 / 32, lane = t128 % 32;
   float acc[128];
   uint32_t it = 0;
+  uint64_t* pending = nullptr;  // thread 0 of the half: the counter its last TMA-stored half still owes
   for (;;) {
-    if (!gemm_detail::wait_barrier(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1, f, TileCoord{})) return;
+    // The producer may be waiting for the count this half owes before it fills the stage.
+    if (pending && !sm90::mbar_try_wait(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1)) settle(&pending);
+    if (!gemm_detail::wait_barrier(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1, f, TileCoord{})) {
+      if (t128 == 0) sm90::bulk_wait<0>();  // no TMA store left reading the staging boxes
+      return;
+    }
     const int64_t u = s.unit[it % Cfg::kStages];
-    if (u < 0) return;
+    if (u < 0) {
+      settle(&pending);
+      if (t128 == 0) sm90::bulk_wait<0>();
+      return;
+    }
     if constexpr (Tail::kHas) {
       if (u >= ph.units) {  // SIMT work on the 8 consumer warps; a false return: the launch is abandoned
-        if (!ph.tail->run(u - ph.units, f, half * 4 + warp, lane)) return;
+        settle(&pending);   // the tail unit may wait for that count
+        if (!ph.tail->run(u - ph.units, f, half * 4 + warp, lane)) {
+          if (t128 == 0) sm90::bulk_wait<0>();
+          return;
+        }
         __syncwarp();
         if (lane == 0) sm90::mbar_arrive(&s.empty[it % Cfg::kStages]);
         ++it;
@@ -238,7 +322,8 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
     for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
       if (kb > 0 && !gemm_detail::wait_barrier(&s.full[stage], phase_bit, f, c)) {
-        sm90::wgmma_wait<0>();  // leave nothing in flight
+        sm90::wgmma_wait<0>();                // leave nothing in flight
+        if (t128 == 0) sm90::bulk_wait<0>();  // nor a TMA store reading the staging boxes
         return;
       }
       const uint64_t desc_a = sm90::make_smem_desc_sw128(s.a[stage] + half * 64 * Cfg::kTileK);
@@ -248,26 +333,32 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
       for (int32_t k = 0; k < Cfg::kTileK / 16; ++k)  // +32 bytes per k16 step: +2 in the >>4 field
         sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > 0 || k > 0) ? 1 : 0);
       sm90::wgmma_commit();
-      sm90::wgmma_wait<1>();  // the previous k-block's MMAs are done reading their stage
+      if (kb == 0) settle(&pending);  // the last half's stores completed behind this k-block's MMAs
+      sm90::wgmma_wait<1>();          // the previous k-block's MMAs are done reading their stage
       if (kb > 0 && lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
-    const int32_t row = c.m_block * Cfg::kTileM + half * 64 + warp * 16 + lane / 4;
-    store_tile(p, acc, row, p.offsets[e] + p.counts[e], c.n_block, lane);
-    if (phase == 0 && ph.tile_done) {
-      // Each consumer warp's stores of this unit, then one release per warp: the down units of the
-      // tile (any SM) wait for every warp of every gate/up unit of it. Per warp, not a block-wide
-      // barrier: a warp that left on an abandoned launch must not hold the others (its count is then
-      // missing, and the waiting producer times out, bounded).
-      __syncwarp();
-      if (lane == 0) flag_add_release(ph.tile_done + c.m_block, 1);
-    }
+    // The down units of the tile (any SM) wait for every warp of every gate/up unit of it
+    // (tile_done); with a tail, the tail's units for every warp of every down unit (down_done).
+    uint64_t* counter = phase == 0 ? ph.tile_done : nullptr;
     if constexpr (Tail::kHas) {
-      if (phase == 1) {  // the same for the tail's units, per down unit's warp
-        __syncwarp();
-        if (lane == 0) flag_add_release(ph.down_done + c.m_block, 1);
-      }
+      if (phase == 1) counter = ph.down_done;
+    }
+    if (counter) counter += c.m_block;
+    const int32_t half_row0 = c.m_block * Cfg::kTileM + half * 64;
+    if (p.store_tma && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
+      store_half_tma(p, s, acc, half, half_row0, c.n_block, t128);
+      if (t128 == 0) pending = counter;  // settled behind the next unit's first k-block
+      continue;
+    }
+    store_tile(p, acc, half_row0 + warp * 16 + lane / 4, p.offsets[e] + p.counts[e], c.n_block, lane);
+    if (counter) {
+      // Each warp's stores, then one release per warp. Per warp, not a block-wide barrier: a warp
+      // that left on an abandoned launch must not hold the others (its count is then missing, and
+      // the waiting producer times out, bounded).
+      __syncwarp();
+      if (lane == 0) flag_add_release(counter, 1);
     }
   }
 }

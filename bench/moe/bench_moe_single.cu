@@ -6,7 +6,9 @@
 // Every candidate timed with CUDA events, interleaved round by round, median after warm-up; fresh
 // random inputs every run; weft's outputs checked against cuBLAS's. weft's FFN twice: as two
 // launches (gate/up, then down) and in one launch (launch_grouped_ffn: a down tile starts when its
-// H rows are complete), the second checked to give the first's bits.
+// H rows are complete), the second checked to give the first's bits. And the same three with the
+// epilogue storing from registers only (GroupedGemmParams::store_tma = 0, how every tile was stored
+// before the TMA store epilogue), checked to give the same bits.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -68,6 +70,7 @@ struct Row {
   int64_t rows, padded;
   int min_count, max_count;
   double router_ms, up_w, up_c, silu_c, down_w, down_c, ffn_one;
+  double up_r, down_r, ffn_one_r;  // register stores only
   double err_h, err_y;
 };
 
@@ -143,6 +146,8 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   GroupedGemmParams pu, pd;
   WEFT_OK(make_grouped_gemm_params(up, &pu));
   WEFT_OK(make_grouped_gemm_params(down, &pd));
+  GroupedGemmParams pu_r = pu, pd_r = pd;
+  pu_r.store_tma = pd_r.store_tma = 0;
   DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
@@ -175,11 +180,15 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
       },
       blas_down,
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd, tile_done.p, fp, nullptr)); },
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_gemm(pu_r, fp, nullptr)); },
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_gemm(pd_r, fp, nullptr)); },
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu_r, pd_r, tile_done.p, fp, nullptr)); },
   };
   WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
   const std::vector<double> ms = weft::bench::time_interleaved(rounds, nullptr, cands);
   row.up_w = ms[0], row.down_w = ms[1], row.up_c = ms[2], row.silu_c = ms[3], row.down_c = ms[4];
   row.ffn_one = ms[5];
+  row.up_r = ms[6], row.down_r = ms[7], row.ffn_one_r = ms[8];
   // The one-launch FFN gives the two launches' bits (valid rows; the padding stays unwritten).
   {
     WEFT_OK(launch_grouped_gemm(pu, fp, nullptr));
@@ -191,10 +200,20 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
     WEFT_OK(launch_grouped_ffn(pu, pd, tile_done.p, fp, nullptr));
     WEFT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off[L]) * F), y1 = to_host(y.p, int64_t(off[L]) * H);
+    poison_bf16(h.p, cap * F);
+    poison_bf16(y.p, cap * H);
+    WEFT_OK(launch_grouped_ffn(pu_r, pd_r, tile_done.p, fp, nullptr));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<__nv_bfloat16> h3 = to_host(h.p, int64_t(off[L]) * F), y3 = to_host(y.p, int64_t(off[L]) * H);
     for (int e = 0; e < L; ++e) {
       const size_t hb = size_t(off[e]) * F, hn = size_t(cnt[e]) * F, yb = size_t(off[e]) * H, yn = size_t(cnt[e]) * H;
       if (std::memcmp(&h1[hb], &h2[hb], hn * 2) != 0 || std::memcmp(&y1[yb], &y2[yb], yn * 2) != 0) {
         fprintf(stderr, "%s T=%d expert %d: the one-launch FFN differs from the two launches\n", s.name, tokens, e);
+        std::exit(1);
+      }
+      if (std::memcmp(&h3[hb], &h2[hb], hn * 2) != 0 || std::memcmp(&y3[yb], &y2[yb], yn * 2) != 0) {
+        fprintf(stderr, "%s T=%d expert %d: the register-store FFN differs from the TMA-store one\n", s.name, tokens,
+                e);
         std::exit(1);
       }
     }
@@ -265,10 +284,13 @@ int main(int argc, char** argv) {
           "ms\n"
           "   weft  gate/up+SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)  FFN in one launch %.3f ms (%.2fx)\n"
           "   cuBLAS gate/up %.3f ms  SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
-          "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n",
+          "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n"
+          "   register stores: gate/up+SiLU %.3f ms  down %.3f ms  FFN in one launch %.3f ms (TMA stores %.3fx "
+          "faster)\n",
           s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
           r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
-          r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y);
+          r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y, r.up_r,
+          r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one);
       fflush(stdout);
     }
   if (markdown) {
@@ -277,13 +299,13 @@ int main(int argc, char** argv) {
       fprintf(f, "| shape (%s, 1 of %d ranks) | T/rank | rows (padded) | router ms | weft up+SiLU | cuBLAS up+SiLU | ",
               prop.name, g_world);
       fprintf(f,
-              "weft down | cuBLAS down | weft FFN | weft FFN one launch | cuBLAS FFN | cuBLAS/weft "
-              "|\n|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "weft down | cuBLAS down | weft FFN | weft FFN one launch | one launch, register stores | cuBLAS FFN | "
+              "cuBLAS/weft |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
       for (const Row& r : rows)
-        fprintf(f, "| %s | %d | %lld (%lld) | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx |\n",
+        fprintf(f, "| %s | %d | %lld (%lld) | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.2fx |\n",
                 r.shape.c_str(), r.tokens, (long long)r.rows, (long long)r.padded, r.router_ms, r.up_w,
-                r.up_c + r.silu_c, r.down_w, r.down_c, r.up_w + r.down_w, r.ffn_one, r.up_c + r.silu_c + r.down_c,
-                (r.up_c + r.silu_c + r.down_c) / (r.up_w + r.down_w));
+                r.up_c + r.silu_c, r.down_w, r.down_c, r.up_w + r.down_w, r.ffn_one, r.ffn_one_r,
+                r.up_c + r.silu_c + r.down_c, (r.up_c + r.silu_c + r.down_c) / (r.up_w + r.down_w));
       fclose(f);
     }
   }

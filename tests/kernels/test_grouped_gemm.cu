@@ -61,9 +61,12 @@ struct Runner {
     roles.compute = sms;
     REQUIRE(frame.params(roles, &fp) == Status::kOk);
   }
-  void run(const GroupedGemmArgs& a, const char* what) {
+  // store_tma 0: every tile stored from registers (the halves whose rows are all one expert's
+  // otherwise leave through TMA).
+  void run(const GroupedGemmArgs& a, const char* what, int32_t store_tma = 1) {
     GroupedGemmParams p;
     REQUIRE(make_grouped_gemm_params(a, &p) == Status::kOk);
+    p.store_tma = store_tma;
     REQUIRE(launch_grouped_gemm(p, fp, nullptr) == Status::kOk);
     WEFT_CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(frame.check(what) == Status::kOk);
@@ -101,6 +104,17 @@ void check_grouped(const std::vector<int32_t>& counts, int n, int k, int64_t ext
     MESSAGE("expert " << e << " rows " << counts[e] << ": rel err " << cmp.rel_err);
     REQUIRE(cmp.bad == 0);
     REQUIRE(cmp.rel_err < 1e-2);
+  }
+  require_padding_untouched(y.p, n, counts, off);
+  // Stored from registers only: the same bits (the TMA store rounds as the register store does).
+  const std::vector<__nv_bfloat16> y_tma = to_host(y.p, int64_t(off.back()) * n);
+  poison_bf16(y.p, cap * n);
+  rn.run(a, "grouped gemm test, register stores", 0);
+  const std::vector<__nv_bfloat16> y_reg = to_host(y.p, int64_t(off.back()) * n);
+  for (int32_t e = 0; e < experts; ++e) {
+    CAPTURE(e);
+    const size_t yb = size_t(off[e]) * n;
+    REQUIRE(std::memcmp(&y_reg[yb], &y_tma[yb], size_t(counts[e]) * n * 2) == 0);
   }
   require_padding_untouched(y.p, n, counts, off);
 }
@@ -166,18 +180,21 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn) {
   require_padding_untouched(y.p, hidden, counts, off);
 
   // The same FFN in one launch (a down tile waits for its H tile's gate/up units): the same bits,
-  // the padding still unwritten; twice, so the tile counters start from zero on every call.
+  // the padding still unwritten; twice, so the tile counters start from zero on every call; a third
+  // time with every tile stored from registers (each TMA-stored half counts its 4 warps at once).
   const std::vector<__nv_bfloat16> h2 = to_host(h.p, int64_t(off.back()) * ffn);
   const std::vector<__nv_bfloat16> y2 = to_host(y.p, int64_t(off.back()) * hidden);
   GroupedGemmParams pu, pd;
   REQUIRE(make_grouped_gemm_params(up, &pu) == Status::kOk);
   REQUIRE(make_grouped_gemm_params(down, &pd) == Status::kOk);
   DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
-  for (int call = 0; call < 2; ++call) {
+  for (int call = 0; call < 3; ++call) {
     CAPTURE(call);
     poison_bf16(h.p, cap * ffn);
     poison_bf16(y.p, cap * hidden);
-    REQUIRE(launch_grouped_ffn(pu, pd, tile_done.p, rn.fp, nullptr) == Status::kOk);
+    GroupedGemmParams u = pu, d = pd;
+    if (call == 2) u.store_tma = d.store_tma = 0;
+    REQUIRE(launch_grouped_ffn(u, d, tile_done.p, rn.fp, nullptr) == Status::kOk);
     WEFT_CUDA_OK(cudaDeviceSynchronize());
     REQUIRE(rn.frame.check("grouped ffn in one launch") == Status::kOk);
     const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off.back()) * ffn);
