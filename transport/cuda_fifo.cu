@@ -67,6 +67,14 @@ Status from_region(void* ctx, void* dst, const void* src, uint64_t bytes) {
   return copy(ctx, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
+Status bind_thread(void* ctx) {
+  auto* c = static_cast<CopyContext*>(ctx);
+  const cudaError_t e = cudaSetDevice(c->device);
+  if (e == cudaSuccess) return Status::kOk;
+  WEFT_WARN(kTransport, "GPU %d: cannot make it current on the proxy thread: %s", c->device, cudaGetErrorString(e));
+  return Status::kCudaError;
+}
+
 // Page-locked staging (portable: usable from any device's copies). Failure is not an error: the
 // backend then stages through ordinary memory, slower.
 void* host_alloc(void* ctx, uint64_t bytes) {
@@ -118,6 +126,7 @@ DeviceCopyHooks cuda_copy_hooks(int device) {
   h.from_region = from_region;
   h.alloc_host = host_alloc;
   h.free_host = host_free;
+  h.bind_thread = bind_thread;
   h.ctx = c;
   return h;
 }

@@ -112,6 +112,7 @@ Region CudaHeap::region() const {
   Region r{base_, bytes_, MemKind::kDevice, dmabuf_fd_, dmabuf_offset_};
   r.rdma_writes_ordering = rdma_writes_ordering_;
   r.flush_rdma_writes = [device = device_, rank = rank_] { return flush_gpu_rdma_writes(device, rank); };
+  r.cuda_device = device_;
   return r;
 }
 

@@ -30,6 +30,9 @@ struct DeviceCopyHooks {
   // close, never while the proxy runs. Null: ordinary heap memory.
   void* (*alloc_host)(void* ctx, uint64_t bytes) = nullptr;
   void (*free_host)(void* ctx, void* p) = nullptr;
+  // Optional: makes the region's GPU current on the calling thread (the proxy thread starts with no
+  // CUDA context, and a provider that takes device memory calls the CUDA driver on it).
+  Status (*bind_thread)(void* ctx) = nullptr;
 };
 
 // The one memory region a backend serves: the rank's symmetric heap. Offsets index into it.
@@ -45,6 +48,7 @@ struct Region {
   // has the receiving proxy flush and then set each signal itself (ibverbs_backend.cpp).
   int rdma_writes_ordering = -1;
   std::function<Status()> flush_rdma_writes = nullptr;
+  int cuda_device = -1;  // a device heap's CUDA ordinal (ofi registers it with FI_HMEM_CUDA); -1 unknown
 };
 // The attribute's "owner" level: the GPU's own kernels see RDMA writes in the order the NIC made them.
 constexpr int kRdmaWritesOrderingOwner = 100;
@@ -166,6 +170,9 @@ class NetBackend {
   // How the backend registers memory, for `weftrun check` (ofi: "mr_mode FI_MR_PROV_KEY: offsets,
   // the provider's keys, ..."); "" where the backend has nothing to say.
   virtual std::string memory_registration() const { return ""; }
+  // Once, on the proxy thread, before it posts or polls (ofi with a GPU heap registered with the
+  // provider: that GPU made current there).
+  virtual void on_proxy_thread() {}
 };
 
 // WEFT_NET_BACKEND names: "auto" (this rank's candidate: auto_backend_choice), "ibverbs", "ofi"

@@ -8,8 +8,12 @@
 // thread that owns the backend; poll() and wait_activity() read the completion queue, which also
 // drives progress for providers with manual progress.
 //
-// Device heaps go through host staging (ofi_stage.h): fi_writedata into the peer's receive stage,
-// whose proxy copies each slot in with the copy hooks, in sequence order, before any later signal.
+// Device heaps: where the provider takes device memory (FI_HMEM in its caps: shm's CUDA IPC on one
+// host, EFA and verbs with GPUDirect RDMA), the heap is registered as CUDA memory (fi_mr_regattr,
+// FI_HMEM_CUDA, the heap's device) and puts and signals go to and from it as for a host heap, each
+// naming the heap's descriptor (FI_MR_HMEM). Elsewhere they go through host staging (ofi_stage.h):
+// fi_writedata into the peer's receive stage, whose proxy copies each slot in with the copy hooks, in
+// sequence order, before any later signal.
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -297,9 +301,14 @@ class OfiBackend final : public NetBackend {
     const uint64_t m = static_cast<uint64_t>(info_->domain_attr->mr_mode);
     return "mr_mode " + ofi_mr_mode_names(m) + ": " + ofi_mr_mode_meaning(m);
   }
+  void on_proxy_thread() override {
+    // libfabric's CUDA calls for the heap (cuMemGetAddressRange, IPC) run on this thread.
+    if (hmem_ && cfg_.copy_hooks.bind_thread) cfg_.copy_hooks.bind_thread(cfg_.copy_hooks.ctx);
+  }
   std::string ordering() const override {
     if (!info_) return "";
-    return staged_ ? "host staging, applied in sequence by the receiving proxy" : to_string(ordering_);
+    if (staged_) return "host staging, applied in sequence by the receiving proxy";
+    return to_string(ordering_) + std::string(hmem_ ? "; the GPU heap registered with the provider (FI_HMEM)" : "");
   }
 
  private:
@@ -346,6 +355,19 @@ class OfiBackend final : public NetBackend {
                                          (provider_.empty() ? std::string("any") : provider_) +
                                          "' (WEFT_OFI_PROVIDER; providers here: " + ofi_providers_here() + ")");
     if (rc) return fail(Status::kSystemError, "fi_getinfo: " + ofi_error(rc));
+    // A device heap: the same provider's entries that take device memory, where it has them (never
+    // another provider than the one chosen above: that may not reach the other hosts).
+    if (region_.kind == MemKind::kDevice && region_.cuda_device >= 0 && switches_.hmem != 0) {
+      fi_info* hmem = nullptr;
+      if (ofi_lookup(found->fabric_attr->prov_name, switches_.virt_addr, &hmem, true) == 0 && (hmem->caps & FI_HMEM)) {
+        fi_freeinfo(found);
+        found = hmem;
+        hmem_ = true;
+        staged_ = false;
+      } else if (hmem) {
+        fi_freeinfo(hmem);
+      }
+    }
     // A NIC named for this channel (the topology mapping) picks the domain where the provider has it.
     fi_info* pick = found;
     for (fi_info* i = found; i && !cfg_.nic_name.empty(); i = i->next)
@@ -423,14 +445,14 @@ class OfiBackend final : public NetBackend {
                     "staging a device heap needs 4 bytes of remote CQ data and at most 65535 "
                     "ranks (the provider offers " +
                         std::to_string(info_->domain_attr->cq_data_size) + " bytes)");
-      if (info_->caps & FI_HMEM)
-        WEFT_INFO(kNet, "rank %d channel %d: the provider offers FI_HMEM; weft stages through host memory still",
-                  cfg_.rank, cfg_.channel);
     } else {
-      WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
+      WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap",
+                     hmem_ ? region_.cuda_device : -1));
     }
     WEFT_CHECK(reg(ctrl_, ctrl_bytes_, FI_WRITE | FI_SEND | FI_RECV, kCtrlKey, &ctrl_mr_, "the control block"));
-    heap_desc_ = mr_local_ && heap_mr_ && !switches_.drop_heap_descriptor ? fi_mr_desc(heap_mr_) : nullptr;
+    // FI_MR_LOCAL: every local buffer's descriptor; FI_MR_HMEM: device buffers' (the heap's) at least.
+    heap_desc_ =
+        (mr_local_ || hmem_) && heap_mr_ && !switches_.drop_heap_descriptor ? fi_mr_desc(heap_mr_) : nullptr;
     ctrl_desc_ = mr_local_ ? fi_mr_desc(ctrl_mr_) : nullptr;
     for (int i = 0; i < kRecvSlots; ++i) WEFT_CHECK(post_recv(i));
     tally_.receives_posted += kRecvSlots;
@@ -439,23 +461,45 @@ class OfiBackend final : public NetBackend {
     tally_ = OfiWiring{};
     WEFT_INFO(kNet,
               "rank %d channel %d: ofi provider %s, domain %s: signals ordered by %s (FI_FENCE %s, write-after-write "
-              "%s up to %llu bytes), mr_mode %s (%s), %s progress",
+              "%s up to %llu bytes), mr_mode %s (%s), %s progress; %s",
               cfg_.rank, cfg_.channel, info_->fabric_attr->prov_name, info_->domain_attr->name, to_string(ordering_),
               traits_.fence    ? "yes"
               : fence_offered_ ? "offered, not relied on"
                                : "no",
               traits_.write_after_write ? "yes" : "no", (unsigned long long)traits_.max_order_waw_size,
               ofi_mr_mode_names(mr_mode).c_str(), ofi_mr_mode_meaning(mr_mode).c_str(),
-              manual_progress_ ? "manual" : "automatic");
+              manual_progress_ ? "manual" : "automatic",
+              region_.kind == MemKind::kHost ? "host heap"
+              : hmem_ ? ("GPU heap registered with the provider (FI_HMEM, CUDA device " +
+                         std::to_string(region_.cuda_device) + ")")
+                            .c_str()
+                      : "GPU heap staged through host memory");
     return Status::kOk;
   }
 
-  Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what) {
-    int rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
+  // cuda_device >= 0: device memory of that GPU (FI_HMEM_CUDA; FI_HMEM_DEVICE_ONLY lets shm move it
+  // by CUDA IPC instead of bouncing it through host memory).
+  Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what,
+             int cuda_device = -1) {
+    int rc = 0;
+    if (cuda_device < 0) {
+      rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
+    } else {
+      iovec iov{base, static_cast<size_t>(bytes)};
+      fi_mr_attr attr{};
+      attr.mr_iov = &iov;
+      attr.iov_count = 1;
+      attr.access = access;
+      attr.requested_key = prov_key_ ? 0 : key;
+      attr.iface = FI_HMEM_CUDA;
+      attr.device.cuda = cuda_device;
+      rc = fi_mr_regattr(domain_, &attr, FI_HMEM_DEVICE_ONLY, mr);
+    }
     if (rc)
       return fail(Status::kSystemError, std::string("registering ") + what + " (mr_mode " +
                                             ofi_mr_mode_names(info_->domain_attr->mr_mode) +
-                                            "): fi_mr_reg: " + ofi_error(rc));
+                                            (cuda_device < 0 ? "): fi_mr_reg: " : "): fi_mr_regattr (FI_HMEM_CUDA): ") +
+                                            ofi_error(rc));
     tally_.registrations += 1;
     tally_.registered_bytes += bytes;
     if (switches_.check_descriptors || switches_.emulate_mr_binding)
@@ -887,7 +931,8 @@ class OfiBackend final : public NetBackend {
   bool hello_sent_ = false;
   std::vector<Completion> done_;
 
-  // Device heaps: host staging.
+  // Device heaps: registered with the provider (FI_HMEM), or host staging.
+  bool hmem_ = false;
   bool staged_ = false;
   struct Stage {
     char* mem = nullptr;  // the peer's receive ring, then this rank's send ring to it

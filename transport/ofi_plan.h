@@ -78,6 +78,9 @@ struct OfiTestSwitches {
   // agreement; -1: none.
   int delay_first_put_rank = -1;
   double first_put_delay_s = 0;
+  // A device heap: -1 registered with the provider where it takes device memory (FI_HMEM), else
+  // staged through host memory; 0: staged even where FI_HMEM is offered.
+  int hmem = -1;
 };
 void set_ofi_test_switches(const OfiTestSwitches& s);
 OfiTestSwitches ofi_test_switches();

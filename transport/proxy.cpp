@@ -161,6 +161,7 @@ void Proxy::pin() {
 void Proxy::run() {
   try {
     pin();
+    backend_->on_proxy_thread();
     loop();
   } catch (const std::exception& e) {
     fail(Status::kInternal, "rank " + std::to_string(cfg_.rank) + " channel " + std::to_string(cfg_.channel) +

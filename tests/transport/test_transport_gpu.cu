@@ -1,5 +1,8 @@
 // GPU: device threads push FIFO commands; data moves between 2 emulated nodes x 2 GPUs through proxy + socket
-// (loopback TCP) and between same-node GPUs through CUDA IPC peer pointers, in every signal mode.
+// (loopback TCP) and between same-node GPUs through CUDA IPC peer pointers, in every signal mode; then the
+// same through the ofi backend where libfabric offers its provider here (WEFT_OFI_PROVIDER): the GPU
+// heap registered with the provider where it takes device memory (FI_HMEM, e.g. shm on one host),
+// else staged through host memory; each rank's line says which.
 //
 //   node 0: rank 0 (GPU 0), rank 1 (GPU 1)      node 1: rank 2 (GPU 2), rank 3 (GPU 3)
 //   inter-node (FIFO -> proxy -> socket):  0 <-> 2, 1 <-> 3   (same local index on the other node)
@@ -12,11 +15,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "fork_gpu.h"
+#include "base/params.h"
 #include "local_bootstrap.h"
 #include "transport/cuda_transport.h"
 #include "transport/fifo_device.cuh"
+#include "transport/net_backend.h"
 #include "transport/transport.h"
 
 using weft::Status;
@@ -105,16 +111,27 @@ int rank_body(testing::ForkBootstrap& boot, int ngpu) {
   const int nvl_from = node * kPerNode + (local + kPerNode - 1) % kPerNode;
   std::string summary = "rank " + std::to_string(me) + " GPU " + std::to_string(dev);
   int epoch = 0;
-  for (const char* mode : {"serial", "fenced", "batched"}) {
+  std::vector<std::string> backends = {"socket"};
+  std::string provider, why;
+  if (weft::get_param("WEFT_OFI_PROVIDER", &provider) != Status::kOk) return boot.report("WEFT_OFI_PROVIDER"), 22;
+  if (weft::transport::ofi_provider_present(provider, &why))
+    backends.push_back("ofi");
+  else
+    summary += "; ofi not run: " + why;
+  for (size_t b = 0; b < backends.size() * 3; ++b) {
+    const std::string& backend = backends[b / 3];
+    const char* mode = b % 3 == 0 ? "serial" : b % 3 == 1 ? "fenced" : "batched";
     ++epoch;
     TransportOptions opt;
-    opt.backend = "socket";
+    opt.backend = backend;
     opt.signal_mode = mode;
     opt.fifo_depth = 64;  // 256 producer threads: back-pressure on the device side too
     opt.fifo_memory = cuda_fifo_memory();
     opt.copy_hooks = cuda_copy_hooks(dev);
     std::unique_ptr<Transport> t;
-    if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk) return boot.report("transport failed"), 3;
+    if (Transport::create(boot, heap->region(), opt, &t) != Status::kOk)
+      return boot.report(summary + "; " + backend + " " + mode + ": transport failed"), 3;
+    if (b % 3 == 0) summary += "; " + backend + " (" + t->ordering() + ")";
     std::unique_ptr<DeviceFifoHandle> fifo;
     if (DeviceFifoHandle::create(t->fifo_ring(0), 30, &fifo) != Status::kOk) return 4;
     FORK_CUDA_TRY(cudaMemsetAsync(errors, 0, sizeof(int), stream));
