@@ -32,6 +32,20 @@ else
 fi
 grep -E "MESSAGE|rank [0-9] GPU" "$OUTDIR/transport-gpu-test.log" || true
 
+# The ofi backend's GPU heap registered with the provider (FI_HMEM): a libfabric built with CUDA
+# (scripts/libfabric-cuda.sh; the distributions' packages are built without it) at
+# .deps/libfabric-cuda, its shm provider between the emulated nodes of this host.
+say "GPU test, ofi with FI_HMEM"
+LFC=$(cd "$(dirname "$0")/../.." && pwd)/.deps/libfabric-cuda/lib
+if [ ! -e "$LFC/libfabric.so.1" ]; then
+  row "SKIP transport gpu test with FI_HMEM: no libfabric built with CUDA at $LFC (scripts/libfabric-cuda.sh)"
+elif LD_LIBRARY_PATH="$LFC:${LD_LIBRARY_PATH:-}" WEFT_OFI_PROVIDER=shm timeout 300 "$BIN/test_transport_gpu" -s \
+    >"$OUTDIR/transport-gpu-hmem.log" 2>&1 && grep -q "registered with the provider (FI_HMEM)" "$OUTDIR/transport-gpu-hmem.log"; then
+  row "PASS transport gpu test with FI_HMEM: ofi (shm, libfabric with CUDA) moved the GPU heap's bytes without host staging, 3 signal modes"
+else
+  row "FAIL transport gpu test with FI_HMEM (transport-gpu-hmem.log)"; rc=1
+fi
+
 say "all-gather: weft vs NCCL (NCCL_HOSTID per emulated node)"
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c GPU)
 if [ "$gpus" -lt 4 ]; then
