@@ -451,8 +451,7 @@ class OfiBackend final : public NetBackend {
     }
     WEFT_CHECK(reg(ctrl_, ctrl_bytes_, FI_WRITE | FI_SEND | FI_RECV, kCtrlKey, &ctrl_mr_, "the control block"));
     // FI_MR_LOCAL: every local buffer's descriptor; FI_MR_HMEM: device buffers' (the heap's) at least.
-    heap_desc_ =
-        (mr_local_ || hmem_) && heap_mr_ && !switches_.drop_heap_descriptor ? fi_mr_desc(heap_mr_) : nullptr;
+    heap_desc_ = (mr_local_ || hmem_) && heap_mr_ && !switches_.drop_heap_descriptor ? fi_mr_desc(heap_mr_) : nullptr;
     ctrl_desc_ = mr_local_ ? fi_mr_desc(ctrl_mr_) : nullptr;
     for (int i = 0; i < kRecvSlots; ++i) WEFT_CHECK(post_recv(i));
     tally_.receives_posted += kRecvSlots;
@@ -470,7 +469,7 @@ class OfiBackend final : public NetBackend {
               ofi_mr_mode_names(mr_mode).c_str(), ofi_mr_mode_meaning(mr_mode).c_str(),
               manual_progress_ ? "manual" : "automatic",
               region_.kind == MemKind::kHost ? "host heap"
-              : hmem_ ? ("GPU heap registered with the provider (FI_HMEM, CUDA device " +
+              : hmem_                        ? ("GPU heap registered with the provider (FI_HMEM, CUDA device " +
                          std::to_string(region_.cuda_device) + ")")
                             .c_str()
                       : "GPU heap staged through host memory");
@@ -496,10 +495,9 @@ class OfiBackend final : public NetBackend {
       rc = fi_mr_regattr(domain_, &attr, FI_HMEM_DEVICE_ONLY, mr);
     }
     if (rc)
-      return fail(Status::kSystemError, std::string("registering ") + what + " (mr_mode " +
-                                            ofi_mr_mode_names(info_->domain_attr->mr_mode) +
-                                            (cuda_device < 0 ? "): fi_mr_reg: " : "): fi_mr_regattr (FI_HMEM_CUDA): ") +
-                                            ofi_error(rc));
+      return fail(Status::kSystemError,
+                  std::string("registering ") + what + " (mr_mode " + ofi_mr_mode_names(info_->domain_attr->mr_mode) +
+                      (cuda_device < 0 ? "): fi_mr_reg: " : "): fi_mr_regattr (FI_HMEM_CUDA): ") + ofi_error(rc));
     tally_.registrations += 1;
     tally_.registered_bytes += bytes;
     if (switches_.check_descriptors || switches_.emulate_mr_binding)

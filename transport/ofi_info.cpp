@@ -16,13 +16,12 @@ std::string ofi_error(int rc) { return std::string(fi_strerror(rc < 0 ? -rc : rc
 fi_info* ofi_hints(const std::string& provider, bool fence, bool waw, int virt_addr_switch, bool hmem) {
   fi_info* h = fi_allocinfo();
   if (!h) return nullptr;
-  h->caps = FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND | FI_RECV | (fence ? FI_FENCE : 0) |
-            (hmem ? FI_HMEM : 0);
+  h->caps =
+      FI_RMA | FI_WRITE | FI_REMOTE_WRITE | FI_MSG | FI_SEND | FI_RECV | (fence ? FI_FENCE : 0) | (hmem ? FI_HMEM : 0);
   h->mode = FI_CONTEXT | FI_CONTEXT2 | FI_RX_CQ_DATA;  // receives stay posted: remote CQ data may take them
   h->ep_attr->type = FI_EP_RDM;
-  h->domain_attr->mr_mode =
-      FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT | (virt_addr_switch == 0 ? 0 : FI_MR_VIRT_ADDR) |
-      (hmem ? FI_MR_HMEM : 0);
+  h->domain_attr->mr_mode = FI_MR_LOCAL | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT |
+                            (virt_addr_switch == 0 ? 0 : FI_MR_VIRT_ADDR) | (hmem ? FI_MR_HMEM : 0);
   h->domain_attr->threading = FI_THREAD_DOMAIN;
   h->tx_attr->msg_order = waw ? FI_ORDER_WAW : 0;
   if (!provider.empty()) h->fabric_attr->prov_name = strdup(provider.c_str());

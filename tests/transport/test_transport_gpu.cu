@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "fork_gpu.h"
 #include "base/params.h"
+#include "fork_gpu.h"
 #include "local_bootstrap.h"
 #include "transport/cuda_transport.h"
 #include "transport/fifo_device.cuh"
