@@ -55,15 +55,17 @@ int main(int argc, char** argv) {
   int iters = 20, rounds = 3, idle_us = 0, skew_us = 0;
   bool normal = false, nccl_line_up = false;
   std::string plan_file;
+  bool bad_args = false;
+  using weft::bench::flag_int;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
-      iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
+      bad_args |= !flag_int(argv[++i], 1, 1000, &iters);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
-      rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+      bad_args |= !flag_int(argv[++i], 1, 100, &rounds);
     else if (!std::strcmp(argv[i], "--idle-us") && i + 1 < argc)
-      idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // after each lined-up call
+      bad_args |= !flag_int(argv[++i], 0, 100000, &idle_us);  // after each lined-up call
     else if (!std::strcmp(argv[i], "--skew-us") && i + 1 < argc)
-      skew_us = std::max(0, std::min(100000, std::atoi(argv[++i])));  // rank r starts r/(W-1) of it late
+      bad_args |= !flag_int(argv[++i], 0, 100000, &skew_us);  // rank r starts r/(W-1) of it late
     else if (!std::strcmp(argv[i], "--nccl-line-up"))
       nccl_line_up = true;  // lined up by a one-word NCCL all-reduce, as weftrun bench's rounds are
     else if (!std::strcmp(argv[i], "--normal"))
@@ -73,10 +75,10 @@ int main(int argc, char** argv) {
     else
       plan_file.clear(), i = argc;
   }
-  if (plan_file.empty() || !bootstrap::started_under_pmix()) {
+  if (plan_file.empty() || bad_args || !bootstrap::started_under_pmix()) {
     fprintf(stderr,
-            "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N] [--rounds R] [--normal] [--idle-us US] "
-            "[--skew-us US] [--nccl-line-up]\n");
+            "usage: weftrun exec -n W -- bench_ag_gemm_op PLAN.json [--iters N (1..1000)] [--rounds R (1..100)] "
+            "[--normal] [--idle-us US (0..100000)] [--skew-us US (0..100000)] [--nccl-line-up]\n");
     return 2;
   }
   runtime::Plan plan;

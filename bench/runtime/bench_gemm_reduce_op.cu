@@ -59,13 +59,14 @@ int main(int argc, char** argv) {
   int iters = 20, rounds = 3, idle_us = 0;
   std::vector<std::string> files;
   bool bad_args = false;
+  using weft::bench::flag_int;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
-      iters = std::max(1, std::min(1000, std::atoi(argv[++i])));
+      bad_args |= !flag_int(argv[++i], 1, 1000, &iters);
     else if (!std::strcmp(argv[i], "--rounds") && i + 1 < argc)
-      rounds = std::max(1, std::min(100, std::atoi(argv[++i])));
+      bad_args |= !flag_int(argv[++i], 1, 100, &rounds);
     else if (!std::strcmp(argv[i], "--idle-us") && i + 1 < argc)
-      idle_us = std::max(0, std::min(100000, std::atoi(argv[++i])));
+      bad_args |= !flag_int(argv[++i], 0, 100000, &idle_us);
     else if (argv[i][0] != '-' && files.size() < 8)
       files.push_back(argv[i]);
     else
@@ -74,7 +75,7 @@ int main(int argc, char** argv) {
   if (files.empty() || bad_args || !bootstrap::started_under_pmix()) {
     fprintf(stderr,
             "usage: weftrun exec -n W -- bench_gemm_reduce_op PLAN.json [PLAN.json ...] (at most 8, one problem) "
-            "[--iters N] [--rounds R] [--idle-us US]\n");
+            "[--iters N (1..1000)] [--rounds R (1..100)] [--idle-us US (0..100000)]\n");
     return 2;
   }
   std::vector<runtime::Plan> plans(files.size());

@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -47,6 +48,17 @@ __global__ inline void idle_for(uint64_t us) {
     __nanosleep(1000);
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   } while (t - t0 < us * 1000);
+}
+
+// A flag's value: the whole text a base-10 integer in [lo, hi] (a non-number or one out of range is
+// refused, not read as 0 or clamped); false leaves *out as it was.
+inline bool flag_int(const char* text, int lo, int hi, int* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < lo || v > hi) return false;
+  *out = static_cast<int>(v);
+  return true;
 }
 
 inline void idle_on(cudaStream_t s, int us) {
