@@ -233,9 +233,11 @@ __device__ __forceinline__ void store_tile(const GroupedGemmParams& p, const flo
 // shared memory and TMA: 64 x 64 boxes (two for kSwiGlu's 128 H columns, four for kStore's 256),
 // the threads packing bf16 pairs into the 128-byte-swizzled staging box (kernels/gemm_sm90.cuh's
 // store_tile_tma has the layout), thread 0 handing each box to the TMA unit as its own bulk group.
-// A staging box is rewritten only after the store issued from it two boxes earlier has read it.
+// A staging box is rewritten only after the store issued from it two boxes earlier has read it:
+// *seq counts this half's boxes across units (a unit of kStore may issue an odd number of them).
 __device__ __forceinline__ void store_half_tma(const GroupedGemmParams& p, GroupedShared& s, const float (&acc)[128],
-                                               int32_t half, int32_t row0, int32_t n_block, int32_t t128) {
+                                               int32_t half, int32_t row0, int32_t n_block, int32_t t128,
+                                               uint32_t* seq) {
   const bool swiglu = p.epilogue == int32_t(GroupedEpilogue::kSwiGlu);
   const int32_t warp = t128 / 32, lane = t128 % 32;
   const int32_t r0 = warp * 16 + lane / 4;  // rows r0 and r0 + 8 of the half
@@ -247,7 +249,7 @@ __device__ __forceinline__ void store_half_tma(const GroupedGemmParams& p, Group
   for (int32_t box = 0; box < Cfg::kTileN / Cfg::kStoreBox; ++box) {
     // Past Y's width (kStore with n not a multiple of 256): nothing of this box is stored.
     if (box >= boxes || col_base + box * Cfg::kStoreBox >= p.ldy) break;
-    uint8_t* buf = reinterpret_cast<uint8_t*>(s.c[half][box & 1]);
+    uint8_t* buf = reinterpret_cast<uint8_t*>(s.c[half][(*seq)++ & 1]);
     if (t128 == 0) sm90::bulk_wait_read<1>();
     sm90::named_barrier_sync(bar_id, 128);
 #pragma unroll
@@ -279,6 +281,7 @@ __device__ __forceinline__ void store_half_tma(const GroupedGemmParams& p, Group
 __device__ __forceinline__ void settle(uint64_t** pending) {
   if (!*pending) return;
   sm90::bulk_wait<0>();
+  asm volatile("fence.proxy.async.global;" ::: "memory");  // the TMA stores before the generic release
   asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(*pending), "l"(uint64_t(4)) : "memory");
   *pending = nullptr;
 }
@@ -290,6 +293,7 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
   float acc[128];
   uint32_t it = 0;
   uint64_t* pending = nullptr;  // thread 0 of the half: the counter its last TMA-stored half still owes
+  uint32_t boxes = 0;           // staging boxes this half has filled (which of the two is next)
   for (;;) {
     // The producer may be waiting for the count this half owes before it fills the stage.
     if (pending && !sm90::mbar_try_wait(&s.full[it % Cfg::kStages], (it / Cfg::kStages) & 1)) settle(&pending);
@@ -348,7 +352,7 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
     if (counter) counter += c.m_block;
     const int32_t half_row0 = c.m_block * Cfg::kTileM + half * 64;
     if (p.store_tma && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
-      store_half_tma(p, s, acc, half, half_row0, c.n_block, t128);
+      store_half_tma(p, s, acc, half, half_row0, c.n_block, t128, &boxes);
       if (t128 == 0) pending = counter;  // settled behind the next unit's first k-block
       continue;
     }

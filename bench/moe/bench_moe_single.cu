@@ -285,8 +285,9 @@ int main(int argc, char** argv) {
           "   weft  gate/up+SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)  FFN in one launch %.3f ms (%.2fx)\n"
           "   cuBLAS gate/up %.3f ms  SiLU %.3f ms  down %.3f ms  FFN %.3f ms (%.0f TFLOP/s)\n"
           "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n"
-          "   register stores: gate/up+SiLU %.3f ms  down %.3f ms  FFN in one launch %.3f ms (TMA stores %.3fx "
-          "faster)\n",
+          "   register stores: gate/up+SiLU %.3f ms  down %.3f ms  FFN in one launch %.3f ms (register / TMA-store "
+          "time "
+          "%.3f)\n",
           s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
           r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
           r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y, r.up_r,

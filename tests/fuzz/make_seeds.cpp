@@ -88,6 +88,7 @@ void peer_info_seeds() {
   ofi.provider = "tcp;ofi_rxm";
   ofi.stage_slots = 8;
   ofi.stage_slot_bytes = 256 << 10;
+  ofi.heap_memory = OfiPeerInfo::kDeviceHeapStaged;
   put("peer_info", "ofi", encode_peer_info(1, 1, ofi));
   bootstrap::BlobWriter w;  // a bootstrap put entry: rank, then the bytes
   w.u32(1);

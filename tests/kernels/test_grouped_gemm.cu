@@ -54,11 +54,13 @@ struct Runner {
   FrameHost frame;
   FrameParams fp;
   int sms = 0;
-  Runner() {
+  // blocks > 0: that many persistent blocks instead of one per SM (a block then runs many units in
+  // a row: staging boxes reused across units, a producer waiting for its own consumers' counts).
+  explicit Runner(int blocks = 0) {
     sms = require_hopper();
     REQUIRE(frame.create(0) == Status::kOk);
     RoleCounts roles;
-    roles.compute = sms;
+    roles.compute = blocks > 0 ? std::min(blocks, sms) : sms;
     REQUIRE(frame.params(roles, &fp) == Status::kOk);
   }
   // store_tma 0: every tile stored from registers (the halves whose rows are all one expert's
@@ -74,12 +76,13 @@ struct Runner {
 };
 
 // Y_e = X_e W_e^T for the given counts, against the reference GEMM expert by expert.
-void check_grouped(const std::vector<int32_t>& counts, int n, int k, int64_t extra_capacity_tiles = 0) {
+void check_grouped(const std::vector<int32_t>& counts, int n, int k, int64_t extra_capacity_tiles = 0, int blocks = 0) {
   const int32_t experts = int32_t(counts.size());
   CAPTURE(experts);
   CAPTURE(n);
   CAPTURE(k);
-  Runner rn;
+  CAPTURE(blocks);
+  Runner rn(blocks);
   DevBuf<int32_t> d_counts(experts), d_off(experts + 1), dropped(1);
   const std::vector<int32_t> off = upload_counts(counts, d_counts, d_off);
   const int64_t cap = off.back() + (extra_capacity_tiles + 1) * kMoeTileRows;  // never 0
@@ -127,12 +130,13 @@ __global__ void swiglu_reference(const float* gate, const float* up, int64_t n, 
 }
 
 // The expert FFN: H = SiLU(X Wg^T) * (X Wu^T) (fused epilogue over interleaved weights), Y = H W2^T.
-void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn) {
+void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn, int blocks = 0) {
   const int32_t experts = int32_t(counts.size());
   CAPTURE(experts);
   CAPTURE(hidden);
   CAPTURE(ffn);
-  Runner rn;
+  CAPTURE(blocks);
+  Runner rn(blocks);
   DevBuf<int32_t> d_counts(experts), d_off(experts + 1), dropped(1);
   const std::vector<int32_t> off = upload_counts(counts, d_counts, d_off);
   const int64_t cap = off.back() + kMoeTileRows;
@@ -217,6 +221,13 @@ TEST_CASE("grouped gemm: counts not multiples of 128, empty experts") {
   check_grouped({300, 0, 128, 1, 555, 0, 129, 77}, 776, 520);  // n, k not multiples of the tile
 }
 
+TEST_CASE("grouped gemm: few blocks, odd store boxes per unit, halves exactly full") {
+  // n = 320: the last column block stores one 64-column box, so a block's units alternate odd and
+  // even box counts; counts 64 and 192 end on a half's last row (stored by TMA), 65 just after it.
+  for (int blocks : {1, 2}) check_grouped({64, 192, 65, 0, 300, 128}, 320, 64, 0, blocks);
+  check_grouped({64, 192, 65, 0, 300, 128}, 448, 128, 0, 3);  // n % 256 = 192: three boxes
+}
+
 TEST_CASE("grouped gemm: all tokens to one expert, and no token at all") {
   check_grouped({0, 0, 4096 * 2 + 3, 0}, 1024, 256);
   check_grouped({0, 0, 0, 0, 0, 0, 0, 0}, 512, 256, 2);  // nothing to do: y stays poison
@@ -254,6 +265,9 @@ TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two l
   std::vector<int32_t> counts(32);  // many row tiles: down units of one tile run on other SMs than its gate/up
   for (auto& c : counts) c = rng() % 4 == 0 ? 0 : int32_t(rng() % 700);
   check_swiglu(counts, 768, 1024);
+  // One and two blocks: a block's producer waits for its own consumers' gate/up counts (deferred
+  // behind their next unit's first k-block, or settled when the stage it waits for is not full).
+  for (int blocks : {1, 2}) check_swiglu({64, 192, 65, 0, 300}, 512, 384, blocks);
 }
 
 TEST_CASE("grouped gemm: the one-launch FFN refuses mismatched halves") {

@@ -180,6 +180,18 @@ TEST_CASE("ofi endpoint blob: round trip, bounds, and the kind is checked") {
   CHECK(d->provider == o.provider);
   CHECK(d->heap_base == o.heap_base);
   CHECK(d->heap_key == o.heap_key);
+  CHECK(d->heap_memory == OfiPeerInfo::kHostHeap);
+  {  // a GPU heap registered with the provider, and a staged one: what the heap is travels
+    OfiPeerInfo g = o;
+    g.heap_memory = OfiPeerInfo::kDeviceHeapRegistered;
+    PeerInfo gb;
+    REQUIRE(decode_peer_info(encode_peer_info(2, 1, g), 2, &node, &gb) == Status::kOk);
+    CHECK(std::get<OfiPeerInfo>(gb).heap_memory == OfiPeerInfo::kDeviceHeapRegistered);
+    g.heap_memory = OfiPeerInfo::kDeviceHeapStaged;  // staged without a staging ring: refused
+    CHECK(decode_peer_info(encode_peer_info(2, 1, g), 2, &node, &gb) != Status::kOk);
+    g.heap_memory = 3;  // no such kind
+    CHECK(decode_peer_info(encode_peer_info(2, 1, g), 2, &node, &gb) != Status::kOk);
+  }
   for (size_t cut = 0; cut < b.size(); ++cut) {
     bootstrap::Blob shorter(b.begin(), b.begin() + cut);
     CHECK(decode_peer_info(shorter, 2, &node, &back) != Status::kOk);
@@ -677,11 +689,14 @@ Status from_dev(void*, void* dst, const void* src, uint64_t bytes) {
   return Status::kOk;
 }
 
-Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode) {
+// cuda_device >= 0: the region says it is that GPU's memory (it is host memory here), so a provider
+// that lists FI_HMEM is asked to register it as CUDA memory first.
+Status staged_exchange(bootstrap::Bootstrap& boot, const std::string& mode, int cuda_device = -1) {
   const int me = boot.info().rank, n = boot.info().size;
   const uint64_t kBlock = 3 << 20;  // past one ring of staging slots: credits must come back
   std::vector<uint64_t> mem((2 * n * kBlock + 4096) / 8, 0);
   Region heap{mem.data(), mem.size() * 8, MemKind::kDevice, -1};
+  heap.cuda_device = cuda_device;
   char* base = reinterpret_cast<char*>(mem.data());
   const uint64_t recv0 = n * kBlock, flags0 = 2 * n * kBlock;
   TransportOptions opt = ofi_options(mode, 20);
@@ -736,6 +751,25 @@ TEST_CASE("ofi over tcp: a device heap goes through host staging, applied in ord
     CHECK(g_from_bytes == payload);
     CHECK(g_to_bytes == payload + 3ull * 2 * 3 * 8);  // and the flags, copied in by the receiver
   }
+}
+
+TEST_CASE("ofi: a provider that lists FI_HMEM but cannot register CUDA memory stages the GPU heap") {
+  // This machine's libfabric has no CUDA; its shm provider lists FI_HMEM all the same, and refuses
+  // the CUDA registration (ENOSYS). The backend must stage then, as before FI_HMEM was used.
+  WithProvider w("shm");
+  if (!w.present) return;
+  fi_info* hm = nullptr;
+  const bool listed = ofi_lookup("shm", -1, &hm, true) == 0 && (hm->caps & FI_HMEM);
+  if (hm) fi_freeinfo(hm);
+  const std::string path = listed ? "yes (the fallback is what runs)" : "no (staged from the start)";
+  MESSAGE("shm lists FI_HMEM here: " << path);
+  g_to_bytes = g_from_bytes = 0;
+  auto st = testing::run_threads(3, 1, [&](bootstrap::Bootstrap& b) { return staged_exchange(b, "fenced", 0); });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(st[r] == Status::kOk);
+  }
+  CHECK(g_from_bytes == 3ull * 2 * (8 + 300000 + (3 << 20)));  // staged: every put through the copy hooks
 }
 
 TEST_CASE("ofi FI_MR_LOCAL over tcp: a device heap's staging rings go with their descriptors") {
