@@ -32,5 +32,6 @@ make install
 # found through its own RUNPATH, so the prefix works where no CUDA toolkit is installed.
 cp -L "$(ls "$cuda"/lib64/libcudart.so.* | sort -V | tail -1)" "$prefix/lib/libcudart.so"
 patchelf --set-rpath '$ORIGIN' "$(readlink -f "$prefix/lib/libfabric.so.1")"
-rm -rf "$prefix/lib/libfabric.la" "$prefix/share" "$prefix/include"
+rm -rf "$prefix/lib/libfabric.la" "$prefix/share"
+sed -i 's|^prefix=.*|prefix=${pcfiledir}/../..|' "$prefix/lib/pkgconfig/libfabric.pc"  # relocatable
 echo "libfabric-cuda.sh: $prefix ($(du -sh "$prefix" | cut -f1)); use LD_LIBRARY_PATH=$prefix/lib"

@@ -95,6 +95,10 @@ struct OfiPeerInfo {
   // Device heaps staged through host memory (ofi_stage.h): the shape of the ring each pair of ranks
   // sets up at connect; stage_slots 0 = the heap is written directly.
   uint32_t stage_slots = 0, stage_slot_bytes = 0;
+  // What the heap is (peers must agree): host memory, GPU memory staged (stage_slots > 0), or GPU
+  // memory registered with the provider (FI_HMEM).
+  static constexpr uint8_t kHostHeap = 0, kDeviceHeapStaged = 1, kDeviceHeapRegistered = 2;
+  uint8_t heap_memory = kHostHeap;
   static constexpr uint32_t kMaxAddrBytes = 1024, kMaxProviderChars = 128;
   static constexpr uint32_t kMaxStageSlots = 1024, kMaxStageSlotBytes = 64u << 20;
 };

@@ -9,9 +9,11 @@
 // drives progress for providers with manual progress.
 //
 // Device heaps: where the provider takes device memory (FI_HMEM in its caps: shm's CUDA IPC on one
-// host, EFA and verbs with GPUDirect RDMA), the heap is registered as CUDA memory (fi_mr_regattr,
-// FI_HMEM_CUDA, the heap's device) and puts and signals go to and from it as for a host heap, each
-// naming the heap's descriptor (FI_MR_HMEM). Elsewhere they go through host staging (ofi_stage.h):
+// host, EFA and verbs with GPUDirect RDMA) and registering the heap as CUDA memory succeeds
+// (fi_mr_regattr, FI_HMEM_CUDA, the heap's device), puts go from it and puts and signals into it as
+// for a host heap, each put naming the heap's descriptor (FI_MR_HMEM; signals leave from the host
+// control block). Elsewhere (a provider listing FI_HMEM without CUDA support refuses the
+// registration) they go through host staging (ofi_stage.h):
 // fi_writedata into the peer's receive stage, whose proxy copies each slot in with the copy hooks, in
 // sequence order, before any later signal.
 #include <rdma/fabric.h>
@@ -137,6 +139,7 @@ class OfiBackend final : public NetBackend {
     if (rc) return fail(Status::kSystemError, "fi_getname: " + ofi_error(rc));
     info.addr.resize(len);
     info.provider = info_->fabric_attr->prov_name;
+    info.heap_memory = heap_memory();
     if (staged_) {
       info.stage_slots = kStageSlots;  // the rings themselves are set up per peer at connect
       info.stage_slot_bytes = kStageSlotBytes;
@@ -160,10 +163,12 @@ class OfiBackend final : public NetBackend {
       return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + " opened provider '" + oi->provider +
                                                 "', this rank '" + info_->fabric_attr->prov_name +
                                                 "' (set WEFT_OFI_PROVIDER alike on every rank)");
-    if (staged_ != (oi->stage_slots != 0))
-      return fail(Status::kInvalidArgument, "rank " + std::to_string(peer) + "'s heap is " +
-                                                (oi->stage_slots ? "device" : "host") + " memory, this rank's " +
-                                                (staged_ ? "device" : "host") + " memory: ofi needs every rank alike");
+    if (oi->heap_memory != heap_memory())
+      return fail(Status::kInvalidArgument,
+                  "rank " + std::to_string(peer) + "'s heap is " + heap_memory_text(oi->heap_memory) +
+                      ", this rank's " + heap_memory_text(heap_memory()) +
+                      ": ofi needs every rank alike (a GPU heap is registered with the provider only where the "
+                      "libfabric of every rank takes CUDA memory: the same libfabric and provider everywhere)");
     if (staged_ ? (oi->stage_slots != kStageSlots || oi->stage_slot_bytes != kStageSlotBytes)
                 : virt_addr_ != (oi->heap_base != 0))
       return fail(Status::kProtocolError, "rank " + std::to_string(peer) + " addresses its heap differently");
@@ -302,8 +307,10 @@ class OfiBackend final : public NetBackend {
     return "mr_mode " + ofi_mr_mode_names(m) + ": " + ofi_mr_mode_meaning(m);
   }
   void on_proxy_thread() override {
-    // libfabric's CUDA calls for the heap (cuMemGetAddressRange, IPC) run on this thread.
-    if (hmem_ && cfg_.copy_hooks.bind_thread) cfg_.copy_hooks.bind_thread(cfg_.copy_hooks.ctx);
+    // libfabric's CUDA calls for a registered GPU heap (cuMemGetAddressRange, IPC), and the staging
+    // copies, run on this thread. A failure is logged by the hook; the copies then fail naming it.
+    if (region_.kind == MemKind::kDevice && cfg_.copy_hooks.bind_thread)
+      cfg_.copy_hooks.bind_thread(cfg_.copy_hooks.ctx);
   }
   std::string ordering() const override {
     if (!info_) return "";
@@ -318,6 +325,17 @@ class OfiBackend final : public NetBackend {
     uint64_t stage_base = 0, stage_key = 0;  // device heaps: the peer's receive ring for this rank (its hello)
     bool connected = false;
   };
+
+  uint8_t heap_memory() const {
+    return region_.kind == MemKind::kHost ? OfiPeerInfo::kHostHeap
+           : hmem_                        ? OfiPeerInfo::kDeviceHeapRegistered
+                                          : OfiPeerInfo::kDeviceHeapStaged;
+  }
+  static std::string heap_memory_text(uint8_t m) {
+    return m == OfiPeerInfo::kHostHeap           ? "host memory"
+           : m == OfiPeerInfo::kDeviceHeapStaged ? "GPU memory staged through host memory"
+                                                 : "GPU memory registered with the provider (FI_HMEM)";
+  }
 
   Status fail(Status s, const std::string& what) {
     if (status_ == Status::kOk) {
@@ -357,7 +375,7 @@ class OfiBackend final : public NetBackend {
     if (rc) return fail(Status::kSystemError, "fi_getinfo: " + ofi_error(rc));
     // A device heap: the same provider's entries that take device memory, where it has them (never
     // another provider than the one chosen above: that may not reach the other hosts).
-    if (region_.kind == MemKind::kDevice && region_.cuda_device >= 0 && switches_.hmem != 0) {
+    if (region_.kind == MemKind::kDevice && region_.cuda_device >= 0 && switches_.hmem != 0 && !hmem_refused_) {
       fi_info* hmem = nullptr;
       if (ofi_lookup(found->fabric_attr->prov_name, switches_.virt_addr, &hmem, true) == 0 && (hmem->caps & FI_HMEM)) {
         fi_freeinfo(found);
@@ -445,9 +463,27 @@ class OfiBackend final : public NetBackend {
                     "staging a device heap needs 4 bytes of remote CQ data and at most 65535 "
                     "ranks (the provider offers " +
                         std::to_string(info_->domain_attr->cq_data_size) + " bytes)");
-    } else {
+    } else if (hmem_) {
+      // Listing FI_HMEM is not registering CUDA memory: a libfabric built without CUDA lists shm's FI_HMEM
+      // entry all the same, and one built with it refuses when it cannot load the CUDA runtime. Then the
+      // heap is staged, as with any provider that does not take device memory.
+      int refused = 0;
       WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap",
-                     hmem_ ? region_.cuda_device : -1));
+                     region_.cuda_device, &refused));
+      if (refused) {
+        WEFT_INFO(kNet,
+                  "rank %d channel %d: provider %s lists FI_HMEM but does not register the GPU heap (%s): staging it "
+                  "through host memory",
+                  cfg_.rank, cfg_.channel, info_->fabric_attr->prov_name, ofi_error(refused).c_str());
+        release();
+        tally_ = OfiWiring{};
+        hmem_ = false;
+        staged_ = true;
+        hmem_refused_ = true;
+        return open();
+      }
+    } else {
+      WEFT_CHECK(reg(region_.base, region_.bytes, FI_WRITE | FI_REMOTE_WRITE, kHeapKey, &heap_mr_, "the heap"));
     }
     WEFT_CHECK(reg(ctrl_, ctrl_bytes_, FI_WRITE | FI_SEND | FI_RECV, kCtrlKey, &ctrl_mr_, "the control block"));
     // FI_MR_LOCAL: every local buffer's descriptor; FI_MR_HMEM: device buffers' (the heap's) at least.
@@ -477,9 +513,10 @@ class OfiBackend final : public NetBackend {
   }
 
   // cuda_device >= 0: device memory of that GPU (FI_HMEM_CUDA; FI_HMEM_DEVICE_ONLY lets shm move it
-  // by CUDA IPC instead of bouncing it through host memory).
+  // by CUDA IPC instead of bouncing it through host memory). refused: where the registration call
+  // itself fails, its code goes there (kOk returned, nothing registered) instead of failing the backend.
   Status reg(void* base, uint64_t bytes, uint64_t access, uint64_t key, fid_mr** mr, const char* what,
-             int cuda_device = -1) {
+             int cuda_device = -1, int* refused = nullptr) {
     int rc = 0;
     if (cuda_device < 0) {
       rc = fi_mr_reg(domain_, base, bytes, access, 0, prov_key_ ? 0 : key, 0, mr, nullptr);
@@ -493,6 +530,11 @@ class OfiBackend final : public NetBackend {
       attr.iface = FI_HMEM_CUDA;
       attr.device.cuda = cuda_device;
       rc = fi_mr_regattr(domain_, &attr, FI_HMEM_DEVICE_ONLY, mr);
+    }
+    if (rc && refused) {
+      *mr = nullptr;
+      *refused = rc;
+      return Status::kOk;
     }
     if (rc)
       return fail(Status::kSystemError,
@@ -931,6 +973,7 @@ class OfiBackend final : public NetBackend {
 
   // Device heaps: registered with the provider (FI_HMEM), or host staging.
   bool hmem_ = false;
+  bool hmem_refused_ = false;  // the provider listed FI_HMEM and refused the heap's registration
   bool staged_ = false;
   struct Stage {
     char* mem = nullptr;  // the peer's receive ring, then this rank's send ring to it

@@ -16,7 +16,7 @@ namespace {
 
 constexpr uint32_t kEndpointMagic = 0x45544657u;  // "WFTE"
 // 2: ibverbs lists (peer, qpn, psn) for its peer set only; 3: ibverbs flags (signals by SEND)
-constexpr uint16_t kEndpointVersion = 3;
+constexpr uint16_t kEndpointVersion = 4;
 
 class Writer {
  public:
@@ -110,6 +110,7 @@ bootstrap::Blob encode_peer_info(int rank, int node, const PeerInfo& info) {
     w.put(o->heap_key);
     w.put(o->stage_slots);
     w.put(o->stage_slot_bytes);
+    w.put(o->heap_memory);
   }
   return w.out;
 }
@@ -158,7 +159,9 @@ Status decode_peer_info(const bootstrap::Blob& blob, int expect_rank, int* node,
            r.bytes(&prov, OfiPeerInfo::kMaxProviderChars) && r.get(&o.heap_base) && r.get(&o.heap_key) &&
            r.get(&o.stage_slots) && r.get(&o.stage_slot_bytes) && o.stage_slots <= OfiPeerInfo::kMaxStageSlots &&
            o.stage_slot_bytes <= OfiPeerInfo::kMaxStageSlotBytes &&
-           (o.stage_slots == 0 ? o.stage_slot_bytes == 0 : o.stage_slot_bytes > 32);
+           (o.stage_slots == 0 ? o.stage_slot_bytes == 0 : o.stage_slot_bytes > 32) && r.get(&o.heap_memory) &&
+           o.heap_memory <= OfiPeerInfo::kDeviceHeapRegistered &&
+           (o.stage_slots != 0) == (o.heap_memory == OfiPeerInfo::kDeviceHeapStaged);
       o.provider.assign(prov.begin(), prov.end());
       *info = o;
     } else {
