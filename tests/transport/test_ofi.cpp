@@ -753,6 +753,34 @@ TEST_CASE("ofi over tcp: a device heap goes through host staging, applied in ord
   }
 }
 
+TEST_CASE("ofi: a peer whose heap is another kind (host, GPU staged) is refused at connect, naming both") {
+  if (!have_provider()) return;
+  std::vector<uint64_t> host_mem(512), dev_mem(512);
+  std::unique_ptr<NetBackend> host, dev;
+  BackendConfig cfg;
+  cfg.size = 2;
+  cfg.rank = 0;
+  REQUIRE(make_ofi_backend(cfg, &host) == Status::kOk);
+  cfg.rank = 1;
+  cfg.copy_hooks.to_region = to_dev;
+  cfg.copy_hooks.from_region = from_dev;
+  REQUIRE(make_ofi_backend(cfg, &dev) == Status::kOk);
+  REQUIRE(host->register_region(Region{host_mem.data(), host_mem.size() * 8, MemKind::kHost, -1}) == Status::kOk);
+  REQUIRE(dev->register_region(Region{dev_mem.data(), dev_mem.size() * 8, MemKind::kDevice, -1}) == Status::kOk);
+  PeerInfo host_info, dev_info;
+  REQUIRE(host->local_info(&host_info) == Status::kOk);
+  REQUIRE(dev->local_info(&dev_info) == Status::kOk);
+  CHECK(std::get<OfiPeerInfo>(host_info).heap_memory == OfiPeerInfo::kHostHeap);
+  CHECK(std::get<OfiPeerInfo>(dev_info).heap_memory == OfiPeerInfo::kDeviceHeapStaged);
+  CHECK(host->connect(1, dev_info) == Status::kInvalidArgument);
+  const std::string why = host->error_message();
+  CAPTURE(why);
+  CHECK(why.find("rank 1's heap is GPU memory staged through host memory") != std::string::npos);
+  CHECK(why.find("this rank's host memory") != std::string::npos);
+  host->close("");
+  dev->close("");
+}
+
 TEST_CASE("ofi: a provider that lists FI_HMEM but cannot register CUDA memory stages the GPU heap") {
   // This machine's libfabric has no CUDA; its shm provider lists FI_HMEM all the same, and refuses
   // the CUDA registration (ENOSYS). The backend must stage then, as before FI_HMEM was used.
