@@ -6,6 +6,7 @@
 #include "base/log.h"
 #include "kernels/frame.cuh"
 #include "kernels/moe_exchange.h"
+#include "kernels/moe_nodes.h"
 #include "kernels/moe_router.h"
 #include "kernels/moe_rows.cuh"
 
@@ -14,36 +15,22 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 
 struct Peers {
   uint64_t* flags[MoeExchangeArgs::kMaxRanks];
 };
 
-__device__ __forceinline__ int64_t warp_id() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
-__device__ __forceinline__ int64_t warp_count() { return int64_t(gridDim.x) * blockDim.x / 32; }
-
 __global__ void __launch_bounds__(kThreads) dispatch_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32, W = a.world;
-  const int64_t slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
-  for (int64_t i = warp_id(); i < int64_t(a.tokens) * W; i += warp_count()) {
+  const int64_t slot_bytes = moe_slot_bytes(a.hidden);
+  for (int64_t i = moe_warp(); i < int64_t(a.tokens) * W; i += moe_warps()) {
     const int32_t t = int32_t(i / W), d = int32_t(i % W);
     int32_t ids[kMoeMaxTopk];
     float w[kMoeMaxTopk];
-    for (int32_t j = 0; j < a.topk; ++j) {
-      ids[j] = a.topk_ids[int64_t(t) * a.topk + j];
-      w[j] = a.topk_weights[int64_t(t) * a.topk + j];
-      if (ids[j] < 0 || ids[j] >= a.local_experts * W) ids[j] = -a.local_experts * (W + 1);  // nobody's
-    }
+    moe_load_pairs(a.topk_ids, a.topk_weights, t, a.topk, a.local_experts, W, ids, w);
     const MoeDispatchMeta meta = moe_dispatch_meta(a.rank, t, ids, w, a.topk, a.local_experts, d);
-    uint8_t* slot = a.recv[d] + (int64_t(a.rank) * a.tokens + t) * slot_bytes;
-    if (lane < int32_t(sizeof(MoeDispatchMeta) / 16))
-      reinterpret_cast<int4*>(const_cast<MoeDispatchMeta*>(moe_slot_meta(slot, a.hidden)))[lane] =
-          reinterpret_cast<const int4*>(&meta)[lane];
-    if (meta.pairs == 0) continue;
-    const int4* src = reinterpret_cast<const int4*>(a.x + int64_t(t) * a.hidden);
-    int4* dst = reinterpret_cast<int4*>(slot);
-    for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
+    moe_write_slot(a.recv[d] + (int64_t(a.rank) * a.tokens + t) * slot_bytes, meta, a.x + int64_t(t) * a.hidden,
+                   a.hidden, lane);
   }
 }
 
@@ -93,7 +80,7 @@ __global__ void capacity_kernel(FrameParams f, const int32_t* offsets, int32_t e
 __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32;
   const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden), vecs = a.hidden / 8;
-  for (int64_t s = warp_id(); s < slots; s += warp_count()) {
+  for (int64_t s = moe_warp(); s < slots; s += moe_warps()) {
     const uint8_t* slot = a.recv[a.rank] + s * slot_bytes;
     const MoeDispatchMeta* m = moe_slot_meta(slot, a.hidden);
     const int32_t pairs = m->pairs;
@@ -122,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
 __global__ void __launch_bounds__(kThreads) combine_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32;
   const int64_t slots = int64_t(a.world) * a.tokens, slot_bytes = moe_slot_bytes(a.hidden);
-  for (int64_t s = warp_id(); s < slots; s += warp_count()) {
+  for (int64_t s = moe_warp(); s < slots; s += moe_warps()) {
     const MoeDispatchMeta* m = moe_slot_meta(a.recv[a.rank] + s * slot_bytes, a.hidden);
     if (m->pairs == 0) continue;
     const MoeSlotPairs pairs = moe_slot_pairs(m, a.slot_pos + s * a.topk, a.topk);
@@ -134,18 +121,20 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(MoeExchangeArgs a) {
 // Warp per token: out[t] = Σ over t's destination ranks in rank order of their combine rows.
 __global__ void __launch_bounds__(kThreads) home_reduce_kernel(MoeExchangeArgs a) {
   const int32_t lane = threadIdx.x % 32;
-  for (int64_t t = warp_id(); t < a.tokens; t += warp_count())
+  for (int64_t t = moe_warp(); t < a.tokens; t += moe_warps())
     moe_sum_home(a.comb[a.rank], a.tokens, a.hidden, a.world, int32_t(t),
                  moe_token_dests(a.topk_ids, int32_t(t), a.topk, a.local_experts, a.world), a.out, lane);
 }
 
-Status check_args(const MoeExchangeArgs& a) {
+// peers: the launch reaches every rank's buffers (dispatch, combine); else only this rank's (the
+// cross-node op maps only its node's ranks and moves the rest itself: kernels/moe_nodes.h).
+Status check_args(const MoeExchangeArgs& a, bool peers) {
   bool ok = a.world >= 1 && a.world <= MoeExchangeArgs::kMaxRanks && a.rank >= 0 && a.rank < a.world && a.tokens >= 1 &&
             a.hidden >= 8 && a.hidden % 8 == 0 && a.topk >= 1 && a.topk <= kMoeMaxTopk && a.local_experts >= 1 &&
             a.local_experts * a.world <= kMoeMaxExperts && a.x && a.topk_ids && a.topk_weights && a.counts &&
             a.offsets && a.cursor && a.slot_pos && a.dropped && a.grouped_x && a.grouped_y && a.out &&
             a.capacity_rows > 0 && a.epoch;
-  for (int q = 0; ok && q < a.world; ++q) ok = a.recv[q] && a.comb[q] && a.flags[q];
+  for (int q = 0; ok && q < a.world; ++q) ok = (!peers && q != a.rank) || (a.recv[q] && a.comb[q] && a.flags[q]);
   if (!ok) {
     WEFT_WARN(kKernel,
               "rank %d: moe exchange: invalid arguments (world %d, tokens %d, hidden %d, topk %d, experts/rank %d)",
@@ -155,16 +144,7 @@ Status check_args(const MoeExchangeArgs& a) {
   return Status::kOk;
 }
 
-int grid_for(int64_t warps_needed) {
-  static int sms = [] {
-    int dev = 0, n = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
-    return n > 0 ? n : 1;
-  }();
-  const int64_t blocks = (warps_needed + kWarps - 1) / kWarps;
-  return int(blocks < 2 * sms ? (blocks > 0 ? blocks : 1) : 2 * sms);
-}
+int grid_for(int64_t warps_needed) { return moe_grid_for(warps_needed, kThreads); }
 
 Peers peers_of(const MoeExchangeArgs& a) {
   Peers p{};
@@ -191,6 +171,14 @@ std::string describe_moe_wait(const DeviceError& e, int32_t world) {
     return line;
   }
   if (e.status == 0 || e.kind != int32_t(DeviceErrorKind::kFlagTimeout) || e.flag_index < 0) return "";
+  if (e.flag_index >= kMoeRailFlag) {  // across nodes (kernels/moe_nodes.cu): tile_m the phase, tile_n the peer
+    char line[256];
+    snprintf(line, sizeof line, "rank %d waited %.1f s for rank %d's %s over the network (saw %llu, expected %llu)",
+             e.rank, double(e.waited_ns) * 1e-9, e.tile_n,
+             e.tile_m == 0 ? "tokens for this node" : "summed combine rows of its node", (unsigned long long)e.seen,
+             (unsigned long long)e.expected);
+    return line;
+  }
   if (e.flag_index >= 2 * world) {  // the fused launch's comb_done (kernels/moe_ffn_combine.h): tile, owner
     char line[256];
     snprintf(line, sizeof line,
@@ -210,13 +198,13 @@ std::string describe_moe_wait(const DeviceError& e, int32_t world) {
 }
 
 Status launch_moe_begin(const MoeExchangeArgs& a, cudaStream_t s) {
-  WEFT_CHECK(check_args(a));
+  WEFT_CHECK(check_args(a, false));
   begin_kernel<<<1, 1, 0, s>>>(a.epoch);
   return launched("begin", a.rank);
 }
 
 Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t s) {
-  WEFT_CHECK(check_args(a));
+  WEFT_CHECK(check_args(a, true));
   dispatch_kernel<<<grid_for(int64_t(a.tokens) * a.world), kThreads, 0, s>>>(a);
   WEFT_CHECK(launched("dispatch", a.rank));
   signal_kernel<<<1, 32, 0, s>>>(peers_of(a), a.world, moe_dispatch_flag(a.rank), a.epoch);
@@ -224,7 +212,7 @@ Status launch_moe_dispatch(const MoeExchangeArgs& a, cudaStream_t s) {
 }
 
 Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
-  WEFT_CHECK(check_args(a));
+  WEFT_CHECK(check_args(a, false));
   wait_kernel<<<1, 32, 0, s>>>(frame, a.flags[a.rank], moe_dispatch_flag(0), a.world, a.epoch);
   WEFT_CHECK(launched("dispatch wait", a.rank));
   if (cudaMemsetAsync(a.counts, 0, sizeof(int32_t) * a.local_experts, s) != cudaSuccess ||
@@ -243,13 +231,13 @@ Status launch_moe_arrange(const MoeExchangeArgs& a, const FrameParams& frame, cu
 }
 
 Status launch_moe_capacity(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
-  WEFT_CHECK(check_args(a));
+  WEFT_CHECK(check_args(a, false));
   capacity_kernel<<<1, 1, 0, s>>>(frame, a.offsets, a.local_experts, a.capacity_rows);
   return launched("capacity", a.rank);
 }
 
 Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t s) {
-  WEFT_CHECK(check_args(a));
+  WEFT_CHECK(check_args(a, true));
   combine_kernel<<<grid_for(int64_t(a.world) * a.tokens), kThreads, 0, s>>>(a);
   WEFT_CHECK(launched("combine", a.rank));
   signal_kernel<<<1, 32, 0, s>>>(peers_of(a), a.world, moe_combine_flag(a.world, a.rank), a.epoch);

@@ -82,8 +82,8 @@ Status launch_moe_capacity(const MoeExchangeArgs& a, const FrameParams& frame, c
 Status launch_moe_combine(const MoeExchangeArgs& a, const FrameParams& frame, cudaStream_t stream);
 
 // Flag words of the exchange (index in the flag array, for error messages).
-inline int32_t moe_dispatch_flag(int32_t src) { return src; }
-inline int32_t moe_combine_flag(int32_t world, int32_t src) { return world + src; }
+WEFT_HD inline int32_t moe_dispatch_flag(int32_t src) { return src; }
+WEFT_HD inline int32_t moe_combine_flag(int32_t world, int32_t src) { return world + src; }
 
 // One sentence naming what a timed-out exchange wait of this rank awaited (or, for a kCapacity
 // record, the grouped rows the routed tokens needed and the rows reserved), from the frame's record

@@ -21,6 +21,8 @@
 #include <utility>
 #include <vector>
 
+#include "kernels/moe_plan.h"
+
 namespace weft::kernels {
 
 // Where ranks sit: the rank at (node, local), built once in O(world).
@@ -82,6 +84,53 @@ inline bool make_moe_nodes_plan(const MoeNodesPlacement& pl, int rank, MoeNodesP
   for (int i = 1; i < p.per_node; ++i) p.mates.push_back(pl.at(p.node, (p.local + i) % p.per_node));
   for (int j = 1; j < p.nodes; ++j) p.rails.push_back(pl.at((p.node + j) % p.nodes, p.local));
   *out = std::move(p);
+  return true;
+}
+
+// The cross-node regions of the MoE op's arena (runtime/exec/moe.h, variant "hierarchical"), after the
+// one-node layout (moe_heap_layout), offsets from the arena, 256-byte aligned; N nodes of G ranks, T
+// tokens per rank. A rank is a home (its own tokens) and the relay of its rail peers' tokens:
+//   rail_out[N]        home, per destination node: a block of the route (a count word, then T int32:
+//                      the token's compact slot for that node, or -1) and the compact slots (the row
+//                      and a header holding the token's k global expert ids and weights), which one
+//                      put carries to the node's relay (route + count slots)
+//   rail_in[N]         relay, per source node: the blocks that arrived
+//   node_comb[N][G][T] relay: its node-mates' combine rows of remote tokens, per home node and mate
+//   comb_out[N][T]     relay: the node's sum per remote token, in the home's compact slot order
+//   comb_in[N][T]      home: the sums that arrived, per relay node
+//   rail_flags[2N]     dispatch [0, N) by source node, combine [N, 2N) by relay node (call epochs)
+// The own node's entries are unused. Every region is bounded by N, G and T, not by the world.
+struct MoeNodesHeap {
+  int64_t route_bytes = 0;  // a block's route: 16-byte head (the count) + T int32, 256-aligned
+  int64_t slot_bytes = 0;   // moe_slot_bytes(hidden)
+  int64_t block_bytes = 0;  // route_bytes + T slots, 256-aligned
+  int64_t rail_out_offset = 0, rail_in_offset = 0, node_comb_offset = 0, comb_out_offset = 0, comb_in_offset = 0;
+  int64_t flags_offset = 0, flags_bytes = 0;
+  int64_t total_bytes = 0;  // the end, from the arena, 4 KiB-rounded
+};
+
+// `base`: where the regions start (the one-node layout's total_bytes). False with *why for an empty
+// layout.
+inline bool moe_nodes_heap(const MoeShape& s, int nodes, int per_node, int64_t base, MoeNodesHeap* out,
+                           const char** why) {
+  auto up = [](int64_t v, int64_t a) { return (v + a - 1) / a * a; };
+  if ((*why = s.invalid())) return false;
+  if (nodes < 2 || per_node < 1 || int64_t(nodes) * per_node != s.world)
+    return *why = "the cross-node layout needs 2 or more nodes of equal ranks", false;
+  MoeNodesHeap h;
+  const int64_t T = s.tokens, N = nodes, G = per_node, row = int64_t(s.hidden) * 2;
+  h.route_bytes = up(16 + 4 * T, 256);
+  h.slot_bytes = moe_slot_bytes(s.hidden);
+  h.block_bytes = up(h.route_bytes + T * h.slot_bytes, 256);
+  h.rail_out_offset = up(base, 256);
+  h.rail_in_offset = h.rail_out_offset + N * h.block_bytes;
+  h.node_comb_offset = h.rail_in_offset + N * h.block_bytes;
+  h.comb_out_offset = up(h.node_comb_offset + N * G * T * row, 256);
+  h.comb_in_offset = up(h.comb_out_offset + N * T * row, 256);
+  h.flags_offset = up(h.comb_in_offset + N * T * row, 256);
+  h.flags_bytes = 2 * N * 8;
+  h.total_bytes = up(h.flags_offset + h.flags_bytes, 4096);
+  *out = h;
   return true;
 }
 

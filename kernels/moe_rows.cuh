@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -13,8 +14,47 @@
 
 namespace weft::kernels {
 
+// Warp-per-row kernels: this warp's index and the grid's warps; the host's grid for `warps` rows
+// (at most two blocks per SM).
+__device__ __forceinline__ int64_t moe_warp() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
+__device__ __forceinline__ int64_t moe_warps() { return int64_t(gridDim.x) * blockDim.x / 32; }
+inline int moe_grid_for(int64_t warps, int threads) {
+  static int sms = [] {
+    int dev = 0, n = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev);
+    return n > 0 ? n : 1;
+  }();
+  const int64_t per_block = threads / 32, blocks = (warps + per_block - 1) / per_block;
+  return int(blocks < 2 * sms ? (blocks > 0 ? blocks : 1) : 2 * sms);
+}
+
 __device__ __forceinline__ const MoeDispatchMeta* moe_slot_meta(const uint8_t* slot, int32_t hidden) {
   return reinterpret_cast<const MoeDispatchMeta*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16);
+}
+
+// Token t's k expert ids and weights; an id out of range (which the router never writes) becomes one
+// whose owner, id / local_experts, is no rank (negative), so it is sent nowhere.
+__device__ __forceinline__ void moe_load_pairs(const int32_t* topk_ids, const float* topk_weights, int32_t t,
+                                               int32_t topk, int32_t local_experts, int32_t world, int32_t* ids,
+                                               float* w) {
+  for (int32_t j = 0; j < topk; ++j) {
+    ids[j] = topk_ids[int64_t(t) * topk + j];
+    w[j] = topk_weights[int64_t(t) * topk + j];
+    if (ids[j] < 0 || ids[j] >= local_experts * world) ids[j] = -local_experts * (world + 1);
+  }
+}
+
+// A slot: the header (lanes 0.., one 16-byte vector each) and, where it has pairs, the row.
+__device__ __forceinline__ void moe_write_slot(uint8_t* slot, const MoeDispatchMeta& meta, const __nv_bfloat16* row,
+                                               int32_t hidden, int32_t lane) {
+  if (lane < int32_t(sizeof(MoeDispatchMeta) / 16))
+    reinterpret_cast<int4*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16)[lane] =
+        reinterpret_cast<const int4*>(&meta)[lane];
+  if (meta.pairs == 0) return;
+  const int4* src = reinterpret_cast<const int4*>(row);
+  int4* dst = reinterpret_cast<int4*>(slot);
+  for (int64_t v = lane; v < hidden / 8; v += 32) dst[v] = src[v];
 }
 
 // Destination ranks of token t, from its top-k ids (an id out of range, which the router never

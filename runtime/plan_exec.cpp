@@ -6,6 +6,7 @@
 #include "kernels/ag_gemm_nodes_plan.h"
 #include "kernels/frame.cuh"
 #include "kernels/gemm_reduce_nodes_plan.h"
+#include "kernels/moe_nodes_plan.h"
 #include "kernels/moe_plan.h"
 #include "kernels/reduce_overlap_plan.h"
 #include "kernels/small_reduce_plan.h"
@@ -411,9 +412,23 @@ void plan_moe(const Workload& w, Plan* p) {
   e.capturable = true;  // the flags carry the call's epoch from a device word the call raises
   e.executable = true;
   const int64_t W = p->world_size;
-  if (p->nodes > 1)
-    return refuse(p, w.error_at(nodes_key(w), "moe across nodes is not built yet (the op runs on one node)"));
-  if (W > 8) return refuse(p, w.error_at(gpus_key(w), std::to_string(W) + " ranks: the op handles at most 8"));
+  const bool across = p->nodes > 1;
+  if (across) {  // the staged phases with dispatch and combine across nodes (kernels/moe_nodes.h)
+    if (w.plan.variant && *w.plan.variant != "hierarchical")
+      return refuse(p, w.error_at("plan.variant",
+                                  "'" + *w.plan.variant + "': across nodes the MoE op runs the hierarchical variant"));
+    e.variant = "hierarchical";
+    e.signal_mode = to_string(w.transport.signal_mode);
+    int64_t channels = 4;
+    if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8)
+      return refuse(p, "WEFT_NET_CHANNELS: expected 1 to 8 proxy channels");
+    e.channels = int(channels);  // the context's transport is shared by its ops; this one pushes on channel 0
+  } else if (e.variant == "hierarchical") {
+    return refuse(p, w.error_at("plan.variant", "'hierarchical' is the MoE op across nodes; this layout is one node"));
+  }
+  if (W > 8)
+    return refuse(p, w.error_at(across ? nodes_key(w) : gpus_key(w),
+                                std::to_string(W) + " ranks: the op handles at most 8 in this build"));
   if (p->moe.tokens % W != 0)
     return refuse(p, w.error_at("shape.tokens", std::to_string(p->moe.tokens) + ": expected a multiple of the " +
                                                     std::to_string(W) + " ranks"));
@@ -443,7 +458,11 @@ void plan_moe(const Workload& w, Plan* p) {
   };
   p->notes.erase(std::remove_if(p->notes.begin(), p->notes.end(), mine), p->notes.end());
   p->notes.push_back(
-      e.variant == "ffn_combine"
+      across ? "runs the staged MoE op across nodes: each token crosses the NIC once per destination node to the "
+               "home's rail peer there, which forwards it over NVLink and sums its node's combine rows before "
+               "they go back (router, dispatch, arrange, grouped GEMMs, combine in sequence); the makespan is "
+               "the sum of the phases (docs/tuner.md, MoE)"
+      : e.variant == "ffn_combine"
           ? "runs the MoE op with its expert FFN, combine and home reduction in one persistent launch (router, "
             "dispatch and arrange before it); the makespan is the staged op's model (docs/tuner.md, MoE)"
           : "runs the staged MoE op (router, dispatch, arrange, grouped GEMMs, combine in sequence); the "
@@ -452,7 +471,16 @@ void plan_moe(const Workload& w, Plan* p) {
   int64_t budget = 0;
   if (get_param("WEFT_HEAP_BYTES", &budget) != Status::kOk || budget < 0) budget = 0;
   kernels::MoeHeapLayout h;
+  kernels::MoeNodesHeap nh;
   const char* why = nullptr;
+  if (across) {  // the cross-node regions come out of the same budget (MoeOp::create does the same)
+    const int G = p->gpus_per_node;
+    if (!kernels::moe_nodes_heap(s, p->nodes, G, 0, &nh, &why)) return refuse(p, w.error_at("shape", why));
+    if (budget > 0 && budget <= nh.total_bytes)
+      return refuse(p, "WEFT_HEAP_BYTES " + std::to_string(budget) + " does not hold the cross-node regions (" +
+                           std::to_string(nh.total_bytes) + " bytes)");
+    if (budget > 0) budget -= nh.total_bytes;
+  }
   if (!kernels::moe_heap_layout(s, budget, &h, &why)) return refuse(p, w.error_at("shape", why));
   if (h.mode == kernels::MoeSlotMode::kCountsFirst)
     p->notes.push_back("counts first: WEFT_HEAP_BYTES leaves " + std::to_string(h.grouped_rows) +
@@ -465,6 +493,18 @@ void plan_moe(const Workload& w, Plan* p) {
   p->heap.push_back({"moe.h", uint64_t(h.h_offset), uint64_t(h.y_offset - h.h_offset)});
   p->heap.push_back({"moe.y", uint64_t(h.y_offset), uint64_t(h.grouped_rows * s.hidden * 2)});
   p->heap_bytes = uint64_t(h.total_bytes);
+  if (across) {
+    kernels::moe_nodes_heap(s, p->nodes, p->gpus_per_node, h.total_bytes, &nh, &why);
+    const uint64_t N = uint64_t(p->nodes), G = uint64_t(p->gpus_per_node), T = uint64_t(s.tokens),
+                   row = uint64_t(s.hidden) * 2;
+    p->heap.push_back({"moe.rail_out", uint64_t(nh.rail_out_offset), N * uint64_t(nh.block_bytes)});
+    p->heap.push_back({"moe.rail_in", uint64_t(nh.rail_in_offset), N * uint64_t(nh.block_bytes)});
+    p->heap.push_back({"moe.node_comb", uint64_t(nh.node_comb_offset), N * G * T * row});
+    p->heap.push_back({"moe.comb_out", uint64_t(nh.comb_out_offset), N * T * row});
+    p->heap.push_back({"moe.comb_in", uint64_t(nh.comb_in_offset), N * T * row});
+    p->heap.push_back({"moe.rail_flags", uint64_t(nh.flags_offset), uint64_t(nh.flags_bytes)});
+    p->heap_bytes = uint64_t(nh.total_bytes);
+  }
 }
 
 }  // namespace

@@ -427,17 +427,21 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
     return Status::kInvalidArgument;
   };
   const std::string op = to_string(w.op);
-  if (w.op == Op::kMoe && layout.nodes == 1) {  // one choice: how the FFN and the combine run
-    if (s.variant && *s.variant != "staged" && *s.variant != "ffn_combine")
-      return fail("plan.variant", *s.variant + " is not a variant of moe; expected staged or ffn_combine");
+  if (w.op == Op::kMoe) {  // one choice: how the FFN and the combine run (across nodes: hierarchical only)
+    const bool one = layout.nodes == 1;
+    const char* allowed = one ? "staged or ffn_combine" : "hierarchical (across nodes)";
+    if (s.variant && (one ? *s.variant != "staged" && *s.variant != "ffn_combine" : *s.variant != "hierarchical"))
+      return fail("plan.variant", *s.variant + " is not a variant of moe on this layout; expected " + allowed);
     PlanSpec rest = s;
     rest.variant.reset();
     if (!rest.empty())
-      return fail("plan",
-                  "moe has one execution choice a workload sets, variant (staged or ffn_combine); "
-                  "expected no other key in the plan: map");
+      return fail("plan", std::string("moe has one execution choice a workload sets, variant (") + allowed +
+                              "); expected no other key in the plan: map");
     return Status::kOk;
   }
+  if (s.variant && *s.variant == "hierarchical")  // gemm ops: chosen by the layout, never written
+    return fail("plan.variant", "hierarchical is the variant the layout picks across nodes; " + op +
+                                    " takes no plan: map there, and on one node it is not a variant of " + op);
   const bool moe_variant = s.variant && (*s.variant == "staged" || *s.variant == "ffn_combine");
   if (moe_variant && is_gemm_op(w.op))
     return fail("plan.variant", *s.variant + " is a variant of moe; expected " +

@@ -615,7 +615,8 @@ bool Reader::read_plan(const YAML::Node& top) {
                   ""))
     return false;
   PlanSpec& s = w_->plan;
-  static const Keys kVariants = {"copy_engine", "sm_movers", "peer", "overlap", "staged", "ffn_combine"};
+  static const Keys kVariants = {"copy_engine", "sm_movers",   "peer",        "overlap",
+                                 "staged",      "ffn_combine", "hierarchical"};
   static const Keys kMovers = {"pull_vec", "push_vec", "pull_bulk", "push_bulk"};
   static const Keys kBy = {"copy", "sm"};
   static const Keys kGather = {"push", "sm"};

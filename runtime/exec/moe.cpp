@@ -2,10 +2,13 @@
 #include "runtime/exec/moe.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "base/log.h"
 #include "base/params.h"
 #include "bootstrap/bootstrap.h"
+#include "bootstrap/placement.h"
 #include "kernels/gemm.h"
 #include "kernels/moe_ffn_combine.h"
 #include "kernels/moe_router.h"
@@ -34,10 +37,14 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   const int rank = ctx.rank(), W = ctx.size();
   WEFT_CHECK(ctx.check_usable("moe create"));
   if (plan.op != Op::kMoe) return refuse(rank, std::string("the plan is for ") + to_string(plan.op));
-  if (plan.world_size != W || plan.nodes != 1 || W > kernels::MoeExchangeArgs::kMaxRanks)
+  const bool across = plan.exec.variant == "hierarchical";
+  const int job_nodes = ctx.boot().info().num_nodes;
+  if (plan.world_size != W || W > kernels::MoeExchangeArgs::kMaxRanks || (!across && plan.nodes != 1) ||
+      (across && (plan.nodes < 2 || plan.nodes != job_nodes || W % plan.nodes != 0)))
     return refuse(rank, "the plan is for " + std::to_string(plan.world_size) + " ranks on " +
-                            std::to_string(plan.nodes) + " node(s), the job has " + std::to_string(W) +
-                            " (this op runs on one node, up to 8 ranks)");
+                            std::to_string(plan.nodes) + " node(s) (" + (across ? "hierarchical" : "one node") +
+                            "), the job has " + std::to_string(W) + " on " + std::to_string(job_nodes) +
+                            " (this build: up to 8 ranks; across nodes the hierarchical variant)");
   if (!wts.router || !wts.gate || !wts.up || !wts.down) return refuse(rank, "every weight pointer is needed");
   kernels::MoeShape s;
   s.tokens = int32_t(plan.moe.tokens / W);
@@ -52,8 +59,27 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   if (const char* why = s.invalid()) return refuse(rank, why);
 
   const bool fused = plan.exec.variant == "ffn_combine";
-  if (!fused && plan.exec.variant != "staged" && !plan.exec.variant.empty())  // empty: a plan made in code
-    return refuse(rank, "unknown variant '" + plan.exec.variant + "' (expected staged or ffn_combine)");
+  if (!fused && !across && plan.exec.variant != "staged" && !plan.exec.variant.empty())  // empty: made in code
+    return refuse(rank, "unknown variant '" + plan.exec.variant + "' (expected staged, ffn_combine or hierarchical)");
+  // Across nodes: where every rank sits (collective), and with lazy module loading a kernel loaded at
+  // its first launch waits for the device to go idle while a wait for the proxy holds it (the
+  // proxy's copies wait behind the load): refused before anything is allocated.
+  kernels::MoeNodesPlacement placement;
+  if (across) {
+    std::vector<int> node_of, local_of;
+    WEFT_CHECK(bootstrap::gather_node_placement(ctx.boot(), &node_of, &local_of));
+    std::string why;
+    if (!placement.make(node_of, local_of, &why)) return refuse(rank, why);
+    if (placement.per_node != plan.gpus_per_node)
+      return refuse(rank, "the plan has " + std::to_string(plan.gpus_per_node) + " ranks per node, the job " +
+                              std::to_string(placement.per_node));
+    const char* loading = getenv("CUDA_MODULE_LOADING");
+    if (!loading || strcmp(loading, "EAGER") != 0)
+      return refuse(rank, std::string("across nodes the op needs CUDA_MODULE_LOADING=EAGER (it is ") +
+                              (loading ? loading : "unset, i.e. lazy") +
+                              "): a kernel loaded lazily while a call waits for the network deadlocks with the "
+                              "proxy's copies (weftrun sets it; under srun or mpirun export it)");
+  }
   if (fused) {  // every rank refuses alike (only the ranks that share a GPU know it): one exchange
     const uint8_t mine = ctx.shares_gpu() ? 1 : 0;
     std::vector<bootstrap::Blob> all;
@@ -79,9 +105,20 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
 
   // Symmetric heap: receive slots, combine rows, flags and the grouped rows, laid out as the plan
   // laid them out (its heap bytes are the budget: 0 or enough for the worst case keeps the worst case).
+  // Across nodes the cross-node regions follow (kernels/moe_nodes_plan.h); the plan's budget covers both.
   kernels::MoeHeapLayout layout;
+  kernels::MoeNodesHeap nodes_heap;
   const char* why = nullptr;
-  if (!kernels::moe_heap_layout(s, int64_t(std::min<uint64_t>(plan.heap_bytes, uint64_t(INT64_MAX))), &layout, &why))
+  int64_t budget = int64_t(std::min<uint64_t>(plan.heap_bytes, uint64_t(INT64_MAX / 2)));
+  if (across) {
+    if (!kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, 0, &nodes_heap, &why))
+      return refuse(rank, why);
+    if (budget > 0 && budget <= nodes_heap.total_bytes)
+      return refuse(rank, "the plan's heap bytes do not hold the cross-node regions (raise WEFT_HEAP_BYTES)");
+    if (budget > 0) budget -= nodes_heap.total_bytes;
+  }
+  if (!kernels::moe_heap_layout(s, budget, &layout, &why)) return refuse(rank, why);
+  if (across && !kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, layout.total_bytes, &nodes_heap, &why))
     return refuse(rank, why);
   const uint64_t recv_off = uint64_t(layout.recv_offset), comb_off = uint64_t(layout.combine_offset);
   op->flags_off_ = uint64_t(layout.flags_offset);
@@ -92,6 +129,17 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
                   {"moe.h", uint64_t(layout.h_offset), uint64_t(layout.y_offset - layout.h_offset)},
                   {"moe.y", uint64_t(layout.y_offset), uint64_t(layout.grouped_rows * s.hidden * 2)}};
   op->arena_bytes_ = uint64_t(layout.total_bytes);
+  if (across) {
+    const int64_t N = placement.nodes, G = placement.per_node, row = int64_t(s.hidden) * 2, T0 = s.tokens;
+    op->regions_.push_back(
+        {"moe.rail_out", uint64_t(nodes_heap.rail_out_offset), uint64_t(N * nodes_heap.block_bytes)});
+    op->regions_.push_back({"moe.rail_in", uint64_t(nodes_heap.rail_in_offset), uint64_t(N * nodes_heap.block_bytes)});
+    op->regions_.push_back({"moe.node_comb", uint64_t(nodes_heap.node_comb_offset), uint64_t(N * G * T0 * row)});
+    op->regions_.push_back({"moe.comb_out", uint64_t(nodes_heap.comb_out_offset), uint64_t(N * T0 * row)});
+    op->regions_.push_back({"moe.comb_in", uint64_t(nodes_heap.comb_in_offset), uint64_t(N * T0 * row)});
+    op->regions_.push_back({"moe.rail_flags", uint64_t(nodes_heap.flags_offset), uint64_t(nodes_heap.flags_bytes)});
+    op->arena_bytes_ = uint64_t(nodes_heap.total_bytes);
+  }
   op->capacity_ = layout.grouped_rows;
   if (op->arena_bytes_ > ctx.heap_bytes() - ctx.reserved_bytes())
     return refuse(rank, "the symmetric heap is too small: this op needs " + std::to_string(op->arena_bytes_) +
@@ -162,14 +210,17 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
     ex.comb[q] = static_cast<bf16*>(ctx.peer(q, op->arena_ + comb_off));
     ex.flags[q] = static_cast<uint64_t*>(ctx.peer(q, op->arena_ + op->flags_off_));
     op->comb_done_.comb_done[q] = ex.flags[q] ? ex.flags[q] + 2 * W : nullptr;  // after the 2 W exchange flags
-    if (!ex.recv[q] || !ex.comb[q] || !ex.flags[q])
+    const bool mate = !across || placement.node_of[size_t(q)] == placement.node_of[size_t(rank)];
+    if (mate && (!ex.recv[q] || !ex.comb[q] || !ex.flags[q]))
       return refuse(rank, "rank " + std::to_string(q) + "'s heap is not mapped here (not on this node)");
+    if (!mate) ex.recv[q] = nullptr, ex.comb[q] = nullptr, ex.flags[q] = nullptr;
   }
   ex.counts = op->counts_, ex.offsets = op->offsets_, ex.cursor = op->cursor_, ex.slot_pos = op->slot_pos_;
   ex.dropped = op->drops_ + 1;
   ex.grouped_x = op->x_, ex.grouped_y = op->y_, ex.capacity_rows = cap;
   ex.capacity_after = fused;
 
+  if (across) WEFT_CHECK(op->create_nodes(placement, nodes_heap));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
   WEFT_CUDA_CHECK(cudaEventCreateWithFlags(&op->done_, cudaEventDisableTiming));
   WEFT_CHECK(op->frame_.create(rank));
@@ -186,6 +237,7 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   MoeOp* raw = op.get();
   op->watch_ = ctx.watch(
       [raw](std::string* why) {
+        if (raw->network_failed(why)) return true;
         if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
         raw->frame_.check("moe");
         const std::string what = kernels::describe_moe_wait(raw->frame_.record(), raw->world_);
@@ -205,6 +257,7 @@ MoeOp::~MoeOp() {
   }
   if (ctx_ && watch_ >= 0) ctx_->unwatch(watch_);
   if (side_) cudaStreamDestroy(side_);
+  if (push_error_) cudaFreeHost(push_error_);
   for (void* p : owned_) cudaFree(p);
   if (ctx_ && arena_bytes_) ctx_->release(arena_);
 }
@@ -245,7 +298,10 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   }
   if (st == Status::kOk) st = kernels::launch_moe_topk(ra, ro, s);
   mark(1);
-  if (st == Status::kOk) st = kernels::launch_moe_dispatch(ex, s);
+  kernels::MoeNodesArgs na;
+  if (nodes_) na = *nodes_, na.ex = ex;
+  if (st == Status::kOk)
+    st = nodes_ ? kernels::launch_moe_nodes_dispatch(na, frame_params_, s) : kernels::launch_moe_dispatch(ex, s);
   mark(2);
   if (st == Status::kOk) st = kernels::launch_moe_arrange(ex, frame_params_, s);
   mark(3);
@@ -258,7 +314,9 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
   } else {
     if (st == Status::kOk) st = kernels::launch_grouped_ffn(up_, down_, tile_done_, frame_params_, s);
     mark(4);
-    if (st == Status::kOk) st = kernels::launch_moe_combine(ex, frame_params_, s);
+    if (st == Status::kOk)
+      st = nodes_ ? kernels::launch_moe_nodes_combine(na, frame_params_, s)
+                  : kernels::launch_moe_combine(ex, frame_params_, s);
   }
   mark(5);
   if (st == Status::kOk) st = record_done(done_, s);
@@ -270,13 +328,14 @@ void MoeOp::unstick() {
   // The waits are bounded on the device; raising this rank's flags lets its own later waits pass.
   // (the flags region: the exchange's flags and the fused launch's comb_done counters)
   for (const HeapRegion& r : regions_)
-    if (r.name == "moe.flags") cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
+    if (r.name == "moe.flags" || r.name == "moe.rail_flags")
+      cudaMemsetAsync(ctx_->local(arena_ + r.offset), 0x7F, r.bytes, side_);
 }
 
 Status MoeOp::clear_launch_record() { return record_.clear(); }
 
 Status MoeOp::executed_plan(Plan* out) const {
-  return record_.executed(
+  WEFT_CHECK(record_.executed(
       plan_, regions_, arena_bytes_, rank_, "moe",
       [](int32_t kernel) -> std::string {
         // The call's last launch that notes itself: the router GEMM (staged) or the fused FFN + combine.
@@ -284,7 +343,12 @@ Status MoeOp::executed_plan(Plan* out) const {
                : kernel == int32_t(kernels::KernelKind::kMoeFfnCombine) ? "ffn_combine"
                                                                         : "unknown";
       },
-      out);
+      out));
+  // Across nodes the combine's last push notes the nodes it served (kernels/moe_nodes.cu).
+  kernels::LaunchRecord rec{};
+  WEFT_CHECK(record_.read(&rec));
+  if (out->exec.variant == "staged" && rec.shards >= 2) out->exec.variant = "hierarchical";
+  return Status::kOk;
 }
 
 Status MoeOp::dropped(int64_t* out) {

@@ -15,6 +15,8 @@
 #include "kernels/grouped_gemm.h"
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_ffn_combine.h"
+#include "kernels/moe_nodes.h"
+#include "kernels/moe_nodes_plan.h"
 #include "kernels/moe_plan.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/launch_record.h"
@@ -38,6 +40,9 @@ struct MoeWeights {
 //   the plan's variant "staged" runs the FFN and the combine as launches in sequence, "ffn_combine"
 //   as one persistent launch (kernels/moe_ffn_combine.h: a combine row starts once its tiles are
 //   done, a token tile's home reduction once every owner's combine of it is), a GPU per rank;
+//   "hierarchical" (2 or more nodes) the staged phases with dispatch and combine across nodes
+//   (kernels/moe_nodes.h: a token crosses the NIC once per destination node, through the context's
+//   transport, and is forwarded over NVLink there);
 //   out[t] = Σ over t's top-k experts of weight × expert(x[t]).
 // Receive slots, combine rows and the grouped rows live in the op's arena of the symmetric heap, laid
 // out by kernels::moe_heap_layout from the plan's heap bytes: the worst case (every token of every
@@ -80,6 +85,10 @@ class MoeOp {
  private:
   MoeOp() = default;
   Status alloc(void** p, size_t bytes);
+  // Across nodes (runtime/exec/moe_nodes.cpp): the cross-node arguments over the arena's regions and
+  // the context's transport (collective); a failed push or transport, said in *why.
+  Status create_nodes(const kernels::MoeNodesPlacement& placement, const kernels::MoeNodesHeap& heap);
+  bool network_failed(std::string* why) const;
 
   Context* ctx_ = nullptr;
   Plan plan_;
@@ -101,6 +110,9 @@ class MoeOp {
   bool fused_ = false;                      // the plan's variant ffn_combine (kernels/moe_ffn_combine.h)
   kernels::MoeFfnCombineArgs comb_done_{};  // every rank's comb_done words (ex is set per call)
   kernels::MoeExchangeArgs ex_{};
+  std::unique_ptr<kernels::MoeNodesArgs> nodes_;  // "hierarchical": the cross-node moves
+  transport::Transport* tp_ = nullptr;            // the context's, for the hierarchical variant
+  int32_t* push_error_ = nullptr;                 // host-mapped: a failed FIFO push (status, peer)
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
   OpLaunchRecord record_;

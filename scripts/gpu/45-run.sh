@@ -73,6 +73,9 @@ if [ -z "$share" ]; then
 else
   echo "SKIP    run across nodes: 2 emulated nodes x 2 need 4 GPUs, this machine has $gpus" >>"$WEFT_SUMMARY"
 fi
+# The MoE op across 2 emulated nodes (hierarchical): its phases are launches with one-block waits, so
+# ranks may share GPUs (--oversubscribe where there are fewer than 4).
+run_one moe_2x2 "$root/configs/examples/moe_2x2.yaml" "" --emulate-nodes 2
 
 # Explicit role splits, as written.
 base=$root/configs/examples/ag_gemm_m2048.yaml

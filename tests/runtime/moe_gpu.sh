@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_moe_gpu under `weftrun exec`: 1 rank, then as many ranks as GPUs (2, 4 or 8 on NVLink), then 4
-# ranks sharing the GPUs where there are fewer than 4 (the protocol, not NVLink).
+# ranks sharing the GPUs where there are fewer than 4 (the protocol, not NVLink); the hierarchical
+# variant across 2 emulated nodes.
 # Usage: moe_gpu.sh BUILD_DIR. Exit 77 (skipped) without a GPU.
 set -uo pipefail
 build=${1:?usage: moe_gpu.sh BUILD_DIR}
@@ -30,6 +31,25 @@ if [ "$gpus" -ge 2 ]; then
   WEFT_DEVICE_TIMEOUT=3 timeout 120 "$build/bin/weftrun" exec -n 2 -- "$build/bin/test_moe_gpu" --stall \
     --variant ffn_combine || rc=1
 fi
+# Across 2 emulated nodes (the socket backend between them): one rank per node, then 2 per node
+# (the relay forwards to its node-mate; ranks share the GPUs where there are fewer than 4); a rank
+# that never calls; counts first overflowing on one owner.
+share1=""
+[ "$gpus" -lt 2 ] && share1=--oversubscribe
+share2=""
+[ "$gpus" -lt 4 ] && share2=--oversubscribe
+echo "== test_moe_gpu --variant hierarchical: -n 2 --emulate-nodes 2 $share1"
+timeout 300 "$build/bin/weftrun" exec -n 2 --emulate-nodes 2 $share1 -- "$build/bin/test_moe_gpu" \
+  --variant hierarchical || rc=1
+echo "== test_moe_gpu --variant hierarchical: -n 4 --emulate-nodes 2 $share2"
+timeout 300 "$build/bin/weftrun" exec -n 4 --emulate-nodes 2 $share2 -- "$build/bin/test_moe_gpu" \
+  --variant hierarchical || rc=1
+echo "== test_moe_gpu --stall --variant hierarchical: -n 2 --emulate-nodes 2 $share1"
+WEFT_DEVICE_TIMEOUT=3 timeout 120 "$build/bin/weftrun" exec -n 2 --emulate-nodes 2 $share1 -- \
+  "$build/bin/test_moe_gpu" --stall --variant hierarchical || rc=1
+echo "== test_moe_gpu --overflow --variant hierarchical: -n 2 --emulate-nodes 2 $share1"
+timeout 120 "$build/bin/weftrun" exec -n 2 --emulate-nodes 2 $share1 -- "$build/bin/test_moe_gpu" --overflow \
+  --variant hierarchical || rc=1
 # Counts first with one tile fewer than the routing needs: the owner's call fails naming the rows.
 for n in 1 2; do
   echo "== test_moe_gpu --overflow: -n $n"

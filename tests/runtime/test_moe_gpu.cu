@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bootstrap/pmix_bootstrap.h"
+#include "kernels/moe_nodes_plan.h"
 #include "kernels/moe_router.h"
 #include "runtime/exec/context.h"
 #include "runtime/exec/moe.h"
@@ -34,7 +35,25 @@ namespace {
 
 int g_rank = 0;
 int g_failed = 0;
-const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch
+const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch;
+                                   // --variant hierarchical: across (emulated) nodes, the socket backend
+int g_nodes = 1;                   // the job's nodes (weftrun exec --emulate-nodes)
+
+bool hierarchical() { return std::string(g_variant) == "hierarchical"; }
+
+// The plan every case starts from: the op, the job's layout and the variant; every SM computes, as
+// the staged plan gives it.
+runtime::Plan base_plan(runtime::Context& ctx) {
+  runtime::Plan plan;
+  plan.op = runtime::Op::kMoe;
+  plan.world_size = ctx.size();
+  plan.nodes = hierarchical() ? g_nodes : 1;
+  plan.gpus_per_node = ctx.size() / plan.nodes;
+  plan.roles.compute = ctx.sm_count();
+  plan.exec.variant = g_variant;
+  if (hierarchical()) plan.inter_backend = "socket", plan.exec.signal_mode = "batched", plan.exec.channels = 1;
+  return plan;
+}
 
 #define EXPECT(cond, ...)                                                                \
   do {                                                                                   \
@@ -79,7 +98,9 @@ uint64_t budget_for_rows(int64_t tokens, int64_t hidden, int64_t ffn, int64_t ex
   kernels::MoeHeapLayout worst;
   const char* why = nullptr;
   if (!kernels::moe_heap_layout(s, 0, &worst, &why)) return 0;
-  return uint64_t(worst.x_offset + rows * (2 * hidden + ffn) * 2);
+  kernels::MoeNodesHeap nodes;  // across nodes the cross-node regions come out of the same budget
+  if (hierarchical() && !kernels::moe_nodes_heap(s, g_nodes, world / g_nodes, 0, &nodes, &why)) return 0;
+  return uint64_t(worst.x_offset + rows * (2 * hidden + ffn) * 2 + (hierarchical() ? nodes.total_bytes : 0));
 }
 
 // Router column bias through feature 0 (every token's x[:, 0] = 1): Zipf 1/(e+1), one expert far
@@ -196,14 +217,8 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   if (mode) bias_router<<<1, 256>>>(router, int(E), mode);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
 
-  runtime::Plan plan;
-  plan.op = runtime::Op::kMoe;
-  plan.world_size = W;
-  plan.nodes = 1;
-  plan.gpus_per_node = W;
+  runtime::Plan plan = base_plan(ctx);
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
-  plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
-  plan.exec.variant = g_variant;
   // Counts first at the boundary: every token's one expert is expert 3, whose owner needs exactly
   // pad(W T) rows; the budget reserves exactly that (below the worst case, which adds padding).
   const int64_t exact_rows = (W * T + 127) / 128 * 128;
@@ -319,7 +334,7 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
   EXPECT(a == b, "%s: the same input gave different bits", name);
   // ffn_combine sums in the staged op's orders: the staged op on the same input gives the same bits.
   bool same_as_staged = true;
-  if (std::string(g_variant) != "staged" && !c.graph) {
+  if (std::string(g_variant) == "ffn_combine" && !c.graph) {
     op.reset();
     runtime::Plan staged = plan;
     staged.exec.variant = "staged";
@@ -349,7 +364,8 @@ void run_case(runtime::Context& ctx, const Case& c, int case_no, int calls) {
       "rank %d: moe %s %s: %d calls %s, dropped 0, repeat identical %s%s, near-tie swaps vs SIMT router %d, idle "
       "experts (this rank's tokens) %d, heap %llu B, grouped rows %lld\n",
       r, g_variant, name, calls, bad_calls ? "FAILED" : "matched", a == b ? "yes" : "NO",
-      std::string(g_variant) == "staged" || c.graph ? "" : (same_as_staged ? ", staged's bits" : ", NOT staged's bits"),
+      std::string(g_variant) != "ffn_combine" || c.graph ? ""
+                                                         : (same_as_staged ? ", staged's bits" : ", NOT staged's bits"),
       routing_swapped, idle, (unsigned long long)op->heap_bytes(), (long long)op->capacity_rows());
   op.reset();
   cudaStreamDestroy(s);
@@ -370,12 +386,8 @@ int stall(runtime::Context& ctx) {
   random_bf16(w, L * F * H * 3, 2);
   random_bf16(x, T * H, 3);
   WEFT_CUDA_OK(cudaDeviceSynchronize());
-  runtime::Plan plan;
-  plan.op = runtime::Op::kMoe;
-  plan.world_size = ctx.size(), plan.nodes = 1, plan.gpus_per_node = ctx.size();
+  runtime::Plan plan = base_plan(ctx);
   plan.moe.tokens = T * ctx.size(), plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
-  plan.roles.compute = ctx.sm_count();
-  plan.exec.variant = g_variant;
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
              Status::kOk,
@@ -388,7 +400,11 @@ int stall(runtime::Context& ctx) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     EXPECT(ctx.poisoned(), "stall: the context was not poisoned after %.1f s", s);
     const std::string why = ctx.poison_reason();
-    EXPECT(why.find("for rank 1's dispatched tokens") != std::string::npos, "stall: reason '%s'", why.c_str());
+    // Across nodes rank 1 is on the other node (one rank per node) or a node-mate (dispatch flag).
+    const bool remote = hierarchical() && ctx.size() == g_nodes;
+    EXPECT(why.find(remote ? "for rank 1's tokens for this node over the network" : "for rank 1's dispatched tokens") !=
+               std::string::npos,
+           "stall: reason '%s'", why.c_str());
     EXPECT(op->run(x, out, nullptr) == Status::kPeerFailed, "stall: a call after the failure must fail fast");
     printf("rank 0: moe stall: call ended after %.1f s, context poisoned: %s\n", s, why.c_str());
   }
@@ -416,12 +432,8 @@ int overflow(runtime::Context& ctx) {
   random_bf16(x, T * H, 13 + r);
   set_feature0<<<64, 256>>>(x, int(T), int(H));
   WEFT_CUDA_OK(cudaDeviceSynchronize());
-  runtime::Plan plan;
-  plan.op = runtime::Op::kMoe;
-  plan.world_size = W, plan.nodes = 1, plan.gpus_per_node = W;
+  runtime::Plan plan = base_plan(ctx);
   plan.moe.tokens = T * W, plan.moe.hidden = H, plan.moe.ffn = F, plan.moe.experts = E, plan.moe.topk = K;
-  plan.roles.compute = ctx.sm_count();  // every SM computes, as the staged plan gives it
-  plan.exec.variant = g_variant;
   plan.heap_bytes = budget_for_rows(T, H, F, E, K, W, need - 128);
   std::unique_ptr<runtime::MoeOp> op;
   EXPECT(runtime::MoeOp::create(ctx, plan, runtime::MoeWeights{router, w, w + L * F * H, w + 2 * L * F * H}, &op) ==
@@ -464,6 +476,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   if (bootstrap::PmixBootstrap::connect(&boot) != Status::kOk) return 1;
   g_rank = boot->info().rank;
+  g_nodes = boot->info().num_nodes;
   int gpus = 0;
   WEFT_CUDA_OK(cudaGetDeviceCount(&gpus));
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));

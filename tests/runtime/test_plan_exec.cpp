@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/frame.cuh"
+#include "kernels/moe_nodes_plan.h"
 #include "kernels/moe_plan.h"
 #include "runtime/plan.h"
 #include "runtime/tuner.h"
@@ -228,7 +229,7 @@ TEST_CASE("plan: choices that do not apply are refused with file:line:col and th
   CHECK(plan_error(parse(moe + "plan: {group_m: 8}\n")).find("plan: moe has one execution choice") !=
         std::string::npos);
   CHECK(plan_error(parse(moe + "plan: {variant: overlap}\n"))
-            .find("plan.variant: overlap is not a variant of moe; expected staged or ffn_combine") !=
+            .find("plan.variant: overlap is not a variant of moe on this layout; expected staged or ffn_combine") !=
         std::string::npos);
   CHECK(plan_error(parse(rs + "plan: {variant: ffn_combine}\n"))
             .find("plan.variant: ffn_combine is a variant of moe; expected peer or overlap for gemm_rs") !=
@@ -713,7 +714,7 @@ TEST_CASE("GEMM+RS/AR overlap: pieces, lag, send and gather come from the GEMM's
   CHECK(!apply_reduce_schedule(rec, &rs, &why));
 }
 
-TEST_CASE("moe on one node: the staged op with every SM computing and its heap; across nodes refused") {
+TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes the hierarchical variant") {
   auto moe = [](const std::string& shape, int nodes, int gpus, const std::string& extra = "") {
     return "name: t\nop: moe\nshape: " + shape + "\nlayout: {nodes: " + std::to_string(nodes) +
            ", gpus_per_node: " + std::to_string(gpus) + "}\n" + extra;
@@ -765,9 +766,45 @@ TEST_CASE("moe on one node: the staged op with every SM computing and its heap; 
   CHECK(!tiny.exec.executable);
   CHECK(tiny.exec.not_executable.find("heap budget too small") != std::string::npos);
 
+  // Across nodes: the hierarchical variant, the cross-node regions after the one-node ones.
   const Plan two = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2)));
-  CHECK(!two.exec.executable);
-  CHECK(two.exec.not_executable.find("moe across nodes is not built yet") != std::string::npos);
+  REQUIRE(two.exec.executable);
+  CHECK(two.exec.variant == "hierarchical");
+  CHECK(two.exec.capturable);
+  CHECK(two.exec.channels >= 1);
+  weft::kernels::MoeShape s2;
+  s2.tokens = 2048, s2.hidden = 2048, s2.ffn = 1408, s2.experts = 64, s2.topk = 6, s2.world = 4;
+  weft::kernels::MoeHeapLayout h2;
+  REQUIRE(weft::kernels::moe_heap_layout(s2, 0, &h2, &why));
+  weft::kernels::MoeNodesHeap n2;
+  REQUIRE(weft::kernels::moe_nodes_heap(s2, 2, 2, h2.total_bytes, &n2, &why));
+  CHECK(two.heap_bytes == uint64_t(n2.total_bytes));
+  REQUIRE(two.region("moe.rail_out") != nullptr);
+  CHECK(two.region("moe.rail_out")->offset == uint64_t(h2.total_bytes));  // right after the one-node layout
+  CHECK(two.region("moe.rail_out")->bytes == 2 * uint64_t(n2.block_bytes));
+  REQUIRE(two.region("moe.node_comb") != nullptr);
+  CHECK(two.region("moe.node_comb")->bytes == uint64_t(2 * 2 * 2048) * 2048 * 2);  // [node][mate][token] rows
+  REQUIRE(two.region("moe.rail_flags") != nullptr);
+  CHECK(two.region("moe.rail_flags")->bytes == 2 * 2 * 8);
+  // A block holds the route (count word + T slots) and T compact slots.
+  CHECK(n2.block_bytes >= int64_t(16 + 4 * 2048) + 2048 * weft::kernels::moe_slot_bytes(2048));
+  for (const auto& r : two.heap) CHECK(r.offset + r.bytes <= two.heap_bytes);
+  const Plan two_hier = plan_for(parse(
+      moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2, "plan: {variant: hierarchical}\n")));
+  CHECK(two_hier.exec.executable);
+  CHECK(two_hier.heap_bytes == two.heap_bytes);
+  for (const auto& [layout, variant] : std::vector<std::pair<std::pair<int, int>, std::string>>{
+           {{2, 2}, "staged"}, {{2, 2}, "ffn_combine"}, {{1, 4}, "hierarchical"}}) {
+    const Workload wl = parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", layout.first,
+                                  layout.second, "plan: {variant: " + variant + "}\n"));
+    Plan refused;
+    std::string err;
+    CHECK(tune(wl, wl.layout, {}, {}, machine_model_h200(), &refused, &err) != Status::kOk);
+    CHECK_MESSAGE(err.find("is not a variant of moe on this layout") != std::string::npos, err);
+  }
+  const Plan wide = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 4, 4)));
+  CHECK(!wide.exec.executable);
+  CHECK(wide.exec.not_executable.find("at most 8") != std::string::npos);
   const Plan movers = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 1, 4,
                                          "roles: {compute: 100, intra_comm: 16}\n")));
   CHECK(!movers.exec.executable);
