@@ -1,6 +1,7 @@
-// weftrun bench for the MoE layer (op: moe) on one node: weft's runtime op (runtime/exec/moe.h, MoeOp,
-// what `weftrun run` and weft::Moe execute) against the sequential layer with NCCL and cuBLAS on the
-// same routing (moe_baseline.h), and the bound of docs/moe.md (bench/moe/moe_bound.py):
+// weftrun bench for the MoE layer (op: moe), on one node or across nodes (the hierarchical variant):
+// weft's runtime op (runtime/exec/moe.h, MoeOp, what `weftrun run` and weft::Moe execute) against
+// the sequential layer with NCCL and cuBLAS on the same routing (moe_baseline.h), and the bound of
+// docs/moe.md (bench/moe/moe_bound.py):
 //   bound = max(compute, communication), compute = the faster of weft's grouped FFN phase and the
 //   per-expert cuBLAS FFN, communication = the faster of the NCCL all-to-all-v of the rows alone (out
 //   and back, once per (token, destination rank)) and weft's dispatch + arrange + combine phases.
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,14 +85,16 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
     WEFT_WARN(kBench, "rank %d: moe needs a GPU and this rank has none", rank);
     return Status::kUnsupported;
   }
-  if (info.num_nodes > 1 || wl.layout.nodes > 1)
-    return refuse(rank, "the job spans " + std::to_string(std::max(info.num_nodes, wl.layout.nodes)) +
-                            " nodes: the MoE op runs on one node (across nodes it is planned, not built yet); "
-                            "run `weftrun bench` on a one-node workload");
+  if (info.num_nodes != wl.layout.nodes)
+    return refuse(rank, wl.source + " is laid out on " + std::to_string(wl.layout.nodes) + " node(s), the job has " +
+                            std::to_string(info.num_nodes) + " (weftrun bench --emulate-nodes)");
   if (wl.world_size() != W)
     return refuse(rank, wl.source + " needs " + std::to_string(wl.world_size()) + " ranks (layout " +
                             std::to_string(wl.layout.nodes) + " x " + std::to_string(wl.layout.gpus_per_node) +
                             ") but the job has " + std::to_string(W));
+  // Across (emulated) nodes NCCL's baseline crosses them through its network transport, as weft does:
+  // one host id per node (the launcher names emulated nodes differently). A user's value is kept.
+  if (info.num_nodes > 1) setenv("NCCL_HOSTID", info.hostname.c_str(), 0);
   Plan plan;
   WEFT_CHECK(moe_plan(wl, rank, W, &plan));
   const int64_t T = wl.moe.tokens / W, H = wl.moe.hidden, F = wl.moe.ffn, E = wl.moe.experts, K = wl.moe.topk;
@@ -128,7 +132,8 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   double shared = 0;
   WEFT_CHECK(max_over_ranks(boot, "weft.moe.shared", rt->shares_gpu() ? 1 : 0, &shared));
   std::unique_ptr<MoeOp> other;
-  if (shared == 0) WEFT_CHECK(MoeOp::create(*rt, other_plan, MoeWeights{router, gate, up, down}, &other));
+  if (shared == 0 && plan.nodes == 1)
+    WEFT_CHECK(MoeOp::create(*rt, other_plan, MoeWeights{router, gate, up, down}, &other));
   MoeOp* staged = plan.exec.variant == "ffn_combine" ? other.get() : op.get();
   auto unstick = [&] {
     op->unstick();
@@ -284,7 +289,10 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
              bound > 0 ? t / bound : 0, layer > 0 ? t / layer : 0);
     rows.push_back({"weft moe, " + other_plan.exec.variant + " variant", t, tf(t), note});
   } else if (rank == 0) {
-    printf("(no %s row: ranks share a GPU)\n", other_plan.exec.variant.c_str());
+    if (plan.nodes > 1)
+      printf("(across nodes the op has one variant, hierarchical)\n");
+    else
+      printf("(no %s row: ranks share a GPU)\n", other_plan.exec.variant.c_str());
   }
   snprintf(note, sizeof note, "sequential baseline on weft's routing; counts to the host twice; rel err vs weft %.1e",
            seq_err);
