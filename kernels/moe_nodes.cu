@@ -74,44 +74,51 @@ __global__ void signal_node_kernel(MoeNodesArgs a, int32_t index) {
 
 // Thread m < N, m != node: the put + signal of this call's block to node m's relay (phase 0), or of
 // the relay's sums to node m's home (phase 1). A failed push is recorded in push_error.
+// Thread (m, ch) = (threadIdx.x / C, threadIdx.x % C), m != node: piece ch of this call's block to
+// node m's relay (phase 0), or of the relay's sums to node m's home (phase 1), as a put + signal on
+// channel ch (pieces of whole 4 KiB, the last shorter; a piece may be empty, its signal still goes).
 // The combine push (the call's last) notes the nodes it served in the launch record (shards), what
-// `weftrun run` reads back as the hierarchical variant.
+// `weftrun run` reads back as the hierarchical variant. A failed push is recorded in push_error.
 __global__ void rail_push_kernel(FrameParams f, MoeNodesArgs a, int32_t phase) {
-  const int32_t m = threadIdx.x;
   if (phase == 1) frame_note_schedule(f, a.nodes, 0, 0);
+  const int32_t C = a.channels, m = int32_t(threadIdx.x) / C, ch = int32_t(threadIdx.x) % C;
   if (m >= a.nodes || m == a.node) return;
   const int32_t peer = a.rank_at[m * a.per_node + a.local];
   const uint64_t epoch = *a.ex.epoch;
-  int rc;
+  uint64_t src, dst, bytes, flag;
   if (phase == 0) {
     uint8_t* block = a.rail_out + int64_t(m) * a.block_bytes;
     const int32_t count = a.rail_counts[m];
-    *reinterpret_cast<int32_t*>(block) = count;
-    __threadfence_system();
-    rc = transport::device::push_put_signal<false>(
-        a.fifo, peer, a.rail_out_off + uint64_t(m) * a.block_bytes, a.rail_in_off + uint64_t(a.node) * a.block_bytes,
-        uint64_t(a.route_bytes) + uint64_t(count) * uint64_t(moe_slot_bytes(a.ex.hidden)),
-        a.rail_flags_off + uint64_t(a.node) * 8, epoch);
+    if (ch == 0) *reinterpret_cast<int32_t*>(block) = count;  // in piece 0, which this thread puts
+    src = a.rail_out_off + uint64_t(m) * a.block_bytes;
+    dst = a.rail_in_off + uint64_t(a.node) * a.block_bytes;
+    bytes = uint64_t(a.route_bytes) + uint64_t(count) * uint64_t(moe_slot_bytes(a.ex.hidden));
+    flag = a.rail_flags_off + (uint64_t(a.node) * C + ch) * 8;
   } else {
     int32_t count = *reinterpret_cast<const int32_t*>(a.rail_in + int64_t(m) * a.block_bytes);
     count = count < 0 ? 0 : count > a.ex.tokens ? a.ex.tokens : count;  // a corrupt count stays in the region
     const uint64_t rows = uint64_t(a.ex.tokens) * a.ex.hidden * 2;
-    __threadfence_system();
-    rc = transport::device::push_put_signal<false>(
-        a.fifo, peer, a.comb_out_off + uint64_t(m) * rows, a.comb_in_off + uint64_t(a.node) * rows,
-        uint64_t(count) * a.ex.hidden * 2, a.rail_flags_off + uint64_t(a.nodes + a.node) * 8, epoch);
+    src = a.comb_out_off + uint64_t(m) * rows;
+    dst = a.comb_in_off + uint64_t(a.node) * rows;
+    bytes = uint64_t(count) * a.ex.hidden * 2;
+    flag = a.rail_flags_off + ((uint64_t(a.nodes) + a.node) * C + ch) * 8;
   }
+  const uint64_t piece = ((bytes + C - 1) / C + 4095) & ~uint64_t(4095);
+  const uint64_t lo = piece * ch < bytes ? piece * ch : bytes, hi = lo + piece < bytes ? lo + piece : bytes;
+  __threadfence_system();
+  const int rc = transport::device::push_put_signal<false>(a.fifo[ch], peer, src + lo, dst + lo, hi - lo, flag, epoch);
   if (rc != transport::device::kOk && atomicCAS(a.push_error, 0, rc) == 0) {
     a.push_error[1] = peer;
     __threadfence_system();
   }
 }
 
-// Thread m < N, m != node: waits (bounded) for node m's rail flag of this phase (0 dispatch, 1 combine).
+// Thread (m, ch), m != node: waits (bounded) for node m's rail flag of this phase (0 dispatch, 1
+// combine) on channel ch.
 __global__ void rail_wait_kernel(FrameParams f, MoeNodesArgs a, int32_t phase) {
-  const int32_t m = threadIdx.x;
+  const int32_t C = a.channels, m = int32_t(threadIdx.x) / C, ch = int32_t(threadIdx.x) % C;
   if (m >= a.nodes || m == a.node) return;
-  const int32_t i = phase * a.nodes + m;
+  const int32_t i = (phase * a.nodes + m) * C + ch;
   frame_wait_flag(f, a.rail_flags + i, *a.ex.epoch, Role::kInterSend, phase, a.rank_at[m * a.per_node + a.local],
                   kMoeRailFlag + i);
 }
@@ -152,8 +159,8 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(MoeNodesArgs a) {
     for (int32_t l = 0; l < G; ++l) {
       const int32_t d = a.rank_at[a.node * G + l];
       const MoeDispatchMeta meta = moe_dispatch_meta(h, t, ids, w, x.topk, x.local_experts, d);
-      moe_write_slot(x.recv[d] + (int64_t(h) * x.tokens + t) * slot_bytes, meta,
-                     reinterpret_cast<const bf16*>(slot), x.hidden, lane);
+      moe_write_slot(x.recv[d] + (int64_t(h) * x.tokens + t) * slot_bytes, meta, reinterpret_cast<const bf16*>(slot),
+                     x.hidden, lane);
     }
   }
 }
@@ -211,9 +218,8 @@ __global__ void __launch_bounds__(kThreads) relay_sum_kernel(MoeNodesArgs a, con
       float acc[8] = {};
       for (int32_t l = 0; l < G; ++l)
         if (owners >> l & 1u)
-          add_scaled(acc,
-                     reinterpret_cast<const int4*>(node_comb + ((int64_t(m) * G + l) * x.tokens + t) * x.hidden)[v],
-                     1.f);
+          add_scaled(
+              acc, reinterpret_cast<const int4*>(node_comb + ((int64_t(m) * G + l) * x.tokens + t) * x.hidden)[v], 1.f);
       dst[v] = to_bf16x8(acc);
     }
   }
@@ -255,7 +261,9 @@ Status check(const MoeNodesArgs& a) {
             a.node >= 0 && a.node < a.nodes && a.local >= 0 && a.local < a.per_node && a.rail_out && a.rail_in &&
             a.comb_out && a.comb_in && a.rail_flags && a.rail_counts && a.push_error && a.block_bytes > 0 &&
             a.route_bytes >= 16 + 4 * int64_t(x.tokens) && x.epoch && x.recv[x.rank] && x.flags[x.rank] && x.x &&
-            x.out && x.topk_ids && x.topk_weights && x.slot_pos && x.grouped_y && a.fifo.slots;
+            x.out && x.topk_ids && x.topk_weights && x.slot_pos && x.grouped_y && a.channels >= 1 &&
+            a.channels <= MoeNodesArgs::kMaxChannels;
+  for (int ch = 0; ok && ch < a.channels; ++ch) ok = a.fifo[ch].slots != nullptr;
   for (int m = 0; ok && m < a.nodes; ++m)
     for (int l = 0; ok && l < a.per_node; ++l) {
       const int q = a.rank_at[m * a.per_node + l];
@@ -288,9 +296,9 @@ Status launch_moe_nodes_dispatch(const MoeNodesArgs& a, const FrameParams& frame
   WEFT_CHECK(launched("dispatch", rank));
   signal_node_kernel<<<1, 32, 0, s>>>(a, moe_dispatch_flag(rank));
   WEFT_CHECK(launched("dispatch signal", rank));
-  rail_push_kernel<<<1, 32, 0, s>>>(frame, a, 0);
+  rail_push_kernel<<<1, a.nodes * a.channels, 0, s>>>(frame, a, 0);
   WEFT_CHECK(launched("dispatch push", rank));
-  rail_wait_kernel<<<1, 32, 0, s>>>(frame, a, 0);
+  rail_wait_kernel<<<1, a.nodes * a.channels, 0, s>>>(frame, a, 0);
   WEFT_CHECK(launched("dispatch rail wait", rank));
   forward_kernel<<<moe_grid_for(int64_t(a.nodes) * a.ex.tokens, kThreads), kThreads, 0, s>>>(a);
   WEFT_CHECK(launched("forward", rank));
@@ -307,12 +315,11 @@ Status launch_moe_nodes_combine(const MoeNodesArgs& a, const FrameParams& frame,
   WEFT_CHECK(launched("combine signal", rank));
   node_combine_wait_kernel<<<1, 32, 0, s>>>(frame, a);
   WEFT_CHECK(launched("combine wait", rank));
-  relay_sum_kernel<<<moe_grid_for(int64_t(a.nodes) * a.ex.tokens, kThreads), kThreads, 0, s>>>(a,
-                                                                                               a.node_comb[rank]);
+  relay_sum_kernel<<<moe_grid_for(int64_t(a.nodes) * a.ex.tokens, kThreads), kThreads, 0, s>>>(a, a.node_comb[rank]);
   WEFT_CHECK(launched("relay sum", rank));
-  rail_push_kernel<<<1, 32, 0, s>>>(frame, a, 1);
+  rail_push_kernel<<<1, a.nodes * a.channels, 0, s>>>(frame, a, 1);
   WEFT_CHECK(launched("combine push", rank));
-  rail_wait_kernel<<<1, 32, 0, s>>>(frame, a, 1);
+  rail_wait_kernel<<<1, a.nodes * a.channels, 0, s>>>(frame, a, 1);
   WEFT_CHECK(launched("combine rail wait", rank));
   home_reduce_kernel<<<moe_grid_for(a.ex.tokens, kThreads), kThreads, 0, s>>>(a);
   return launched("home reduce", rank);

@@ -7,6 +7,7 @@
 //   dispatch_local: d on n ─NVLink─► recv_d[h][t] (as on one node)
 //                   node m: compact slot c in rail_out[m], route[t] = c
 //   rail push: put rail_out[m] (route + count slots) + signal ──NIC──► rail_in[n], rail_flags[n]
+//              (in one piece per proxy channel, each with its own flag word)
 //                                     wait rail_flags, forward: header (and row where d owns one of
 //                                     t's experts) ─NVLink─► recv_d[h][t] for every d on m; signal
 //                                     dispatch flag h on every d
@@ -54,7 +55,9 @@ struct MoeNodesArgs {
   uint64_t* rail_flags = nullptr;
   uint64_t rail_out_off = 0, rail_in_off = 0, comb_out_off = 0, comb_in_off = 0, rail_flags_off = 0;
   int64_t route_bytes = 0, block_bytes = 0;
-  transport::DeviceFifo fifo;
+  static constexpr int kMaxChannels = 8;
+  transport::DeviceFifo fifo[kMaxChannels];  // a block moves in `channels` pieces, one per proxy channel
+  int32_t channels = 1;
   int32_t* rail_counts = nullptr;  // local scratch: compact slots per destination node, zeroed per call
   int32_t* push_error = nullptr;   // host-mapped: [0] a failed push's status, [1] its peer
 };
@@ -68,7 +71,7 @@ Status launch_moe_nodes_dispatch(const MoeNodesArgs& a, const FrameParams& frame
 // sums back through the proxy; as a home the wait for them and the reduction into ex.out.
 Status launch_moe_nodes_combine(const MoeNodesArgs& a, const FrameParams& frame, cudaStream_t stream);
 
-// Flag indexes in frame records of the rail waits: kMoeRailFlag + i, i in [0, 2 N) as in rail_flags.
+// Flag indexes in frame records of the rail waits: kMoeRailFlag + i, i in [0, 2 N C) as in rail_flags.
 constexpr int32_t kMoeRailFlag = 1 << 24;
 
 }  // namespace weft::kernels

@@ -98,7 +98,8 @@ inline bool make_moe_nodes_plan(const MoeNodesPlacement& pl, int rank, MoeNodesP
 //   node_comb[N][G][T] relay: its node-mates' combine rows of remote tokens, per home node and mate
 //   comb_out[N][T]     relay: the node's sum per remote token, in the home's compact slot order
 //   comb_in[N][T]      home: the sums that arrived, per relay node
-//   rail_flags[2N]     dispatch [0, N) by source node, combine [N, 2N) by relay node (call epochs)
+//   rail_flags[2N][C]  dispatch [0, N) by source node, combine [N, 2N) by relay node, one word per
+//                      proxy channel (a block moves in C pieces, one per channel; call epochs)
 // The own node's entries are unused. Every region is bounded by N, G and T, not by the world.
 struct MoeNodesHeap {
   int64_t route_bytes = 0;  // a block's route: 16-byte head (the count) + T int32, 256-aligned
@@ -111,12 +112,13 @@ struct MoeNodesHeap {
 
 // `base`: where the regions start (the one-node layout's total_bytes). False with *why for an empty
 // layout.
-inline bool moe_nodes_heap(const MoeShape& s, int nodes, int per_node, int64_t base, MoeNodesHeap* out,
+inline bool moe_nodes_heap(const MoeShape& s, int nodes, int per_node, int channels, int64_t base, MoeNodesHeap* out,
                            const char** why) {
   auto up = [](int64_t v, int64_t a) { return (v + a - 1) / a * a; };
   if ((*why = s.invalid())) return false;
   if (nodes < 2 || per_node < 1 || int64_t(nodes) * per_node != s.world)
     return *why = "the cross-node layout needs 2 or more nodes of equal ranks", false;
+  if (channels < 1 || channels > 8) return *why = "the cross-node layout takes 1 to 8 proxy channels", false;
   MoeNodesHeap h;
   const int64_t T = s.tokens, N = nodes, G = per_node, row = int64_t(s.hidden) * 2;
   h.route_bytes = up(16 + 4 * T, 256);
@@ -128,7 +130,7 @@ inline bool moe_nodes_heap(const MoeShape& s, int nodes, int per_node, int64_t b
   h.comb_out_offset = up(h.node_comb_offset + N * G * T * row, 256);
   h.comb_in_offset = up(h.comb_out_offset + N * T * row, 256);
   h.flags_offset = up(h.comb_in_offset + N * T * row, 256);
-  h.flags_bytes = 2 * N * 8;
+  h.flags_bytes = 2 * N * channels * 8;
   h.total_bytes = up(h.flags_offset + h.flags_bytes, 4096);
   *out = h;
   return true;

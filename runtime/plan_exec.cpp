@@ -419,10 +419,10 @@ void plan_moe(const Workload& w, Plan* p) {
                                   "'" + *w.plan.variant + "': across nodes the MoE op runs the hierarchical variant"));
     e.variant = "hierarchical";
     e.signal_mode = to_string(w.transport.signal_mode);
-    int64_t channels = 4;
-    if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8)
-      return refuse(p, "WEFT_NET_CHANNELS: expected 1 to 8 proxy channels");
-    e.channels = int(channels);  // the context's transport is shared by its ops; this one pushes on channel 0
+    // A block moves in one piece per channel. One channel: with 4 (WEFT_NET_CHANNELS' default) over
+    // the socket backend a call's combine pieces stalled on one channel from the second call on
+    // (2 H200s, 4096 tokens per rank; 2 channels pass test_moe_gpu), not yet understood.
+    e.channels = 1;
   } else if (e.variant == "hierarchical") {
     return refuse(p, w.error_at("plan.variant", "'hierarchical' is the MoE op across nodes; this layout is one node"));
   }
@@ -475,7 +475,7 @@ void plan_moe(const Workload& w, Plan* p) {
   const char* why = nullptr;
   if (across) {  // the cross-node regions come out of the same budget (MoeOp::create does the same)
     const int G = p->gpus_per_node;
-    if (!kernels::moe_nodes_heap(s, p->nodes, G, 0, &nh, &why)) return refuse(p, w.error_at("shape", why));
+    if (!kernels::moe_nodes_heap(s, p->nodes, G, e.channels, 0, &nh, &why)) return refuse(p, w.error_at("shape", why));
     if (budget > 0 && budget <= nh.total_bytes)
       return refuse(p, "WEFT_HEAP_BYTES " + std::to_string(budget) + " does not hold the cross-node regions (" +
                            std::to_string(nh.total_bytes) + " bytes)");
@@ -494,7 +494,7 @@ void plan_moe(const Workload& w, Plan* p) {
   p->heap.push_back({"moe.y", uint64_t(h.y_offset), uint64_t(h.grouped_rows * s.hidden * 2)});
   p->heap_bytes = uint64_t(h.total_bytes);
   if (across) {
-    kernels::moe_nodes_heap(s, p->nodes, p->gpus_per_node, h.total_bytes, &nh, &why);
+    kernels::moe_nodes_heap(s, p->nodes, p->gpus_per_node, e.channels, h.total_bytes, &nh, &why);
     const uint64_t N = uint64_t(p->nodes), G = uint64_t(p->gpus_per_node), T = uint64_t(s.tokens),
                    row = uint64_t(s.hidden) * 2;
     p->heap.push_back({"moe.rail_out", uint64_t(nh.rail_out_offset), N * uint64_t(nh.block_bytes)});

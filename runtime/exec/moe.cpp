@@ -111,14 +111,15 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   const char* why = nullptr;
   int64_t budget = int64_t(std::min<uint64_t>(plan.heap_bytes, uint64_t(INT64_MAX / 2)));
   if (across) {
-    if (!kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, 0, &nodes_heap, &why))
+    if (!kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, plan.exec.channels, 0, &nodes_heap, &why))
       return refuse(rank, why);
     if (budget > 0 && budget <= nodes_heap.total_bytes)
       return refuse(rank, "the plan's heap bytes do not hold the cross-node regions (raise WEFT_HEAP_BYTES)");
     if (budget > 0) budget -= nodes_heap.total_bytes;
   }
   if (!kernels::moe_heap_layout(s, budget, &layout, &why)) return refuse(rank, why);
-  if (across && !kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, layout.total_bytes, &nodes_heap, &why))
+  if (across && !kernels::moe_nodes_heap(s, placement.nodes, placement.per_node, plan.exec.channels, layout.total_bytes,
+                                         &nodes_heap, &why))
     return refuse(rank, why);
   const uint64_t recv_off = uint64_t(layout.recv_offset), comb_off = uint64_t(layout.combine_offset);
   op->flags_off_ = uint64_t(layout.flags_offset);

@@ -40,10 +40,16 @@ Status MoeOp::create_nodes(const kernels::MoeNodesPlacement& pl, const kernels::
   WEFT_CUDA_CHECK(cudaHostAlloc(&push_error_, 2 * sizeof(int32_t), cudaHostAllocMapped));
   push_error_[0] = push_error_[1] = 0;
   WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&a->push_error), push_error_, 0));
-  // The transport between the nodes (collective on the context's first ask): one channel is enough
-  // for the few puts a call makes (one block per node each way).
+  // The transport between the nodes (collective on the context's first ask); a block moves in one
+  // piece per channel.
+  if (plan.exec.channels < 1 || plan.exec.channels > kernels::MoeNodesArgs::kMaxChannels) {
+    WEFT_WARN(kKernel, "rank %d: moe across nodes: the plan's %d proxy channels (expected 1 to %d)", rank_,
+              plan.exec.channels, kernels::MoeNodesArgs::kMaxChannels);
+    return Status::kInvalidArgument;
+  }
   WEFT_CHECK(ctx.transport(plan.exec.channels, plan.inter_backend, plan.exec.signal_mode, &tp_));
-  a->fifo = ctx.fifo(0);
+  a->channels = plan.exec.channels;
+  for (int ch = 0; ch < a->channels; ++ch) a->fifo[ch] = ctx.fifo(ch);
   nodes_ = std::move(a);
   return Status::kOk;
 }

@@ -38,6 +38,7 @@ int g_failed = 0;
 const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch;
                                    // --variant hierarchical: across (emulated) nodes, the socket backend
 int g_nodes = 1;                   // the job's nodes (weftrun exec --emulate-nodes)
+constexpr int g_channels = 2;      // hierarchical: proxy channels (a block moves in 2 pieces)
 
 bool hierarchical() { return std::string(g_variant) == "hierarchical"; }
 
@@ -51,7 +52,7 @@ runtime::Plan base_plan(runtime::Context& ctx) {
   plan.gpus_per_node = ctx.size() / plan.nodes;
   plan.roles.compute = ctx.sm_count();
   plan.exec.variant = g_variant;
-  if (hierarchical()) plan.inter_backend = "socket", plan.exec.signal_mode = "batched", plan.exec.channels = 1;
+  if (hierarchical()) plan.inter_backend = "socket", plan.exec.signal_mode = "batched", plan.exec.channels = g_channels;
   return plan;
 }
 
@@ -99,7 +100,7 @@ uint64_t budget_for_rows(int64_t tokens, int64_t hidden, int64_t ffn, int64_t ex
   const char* why = nullptr;
   if (!kernels::moe_heap_layout(s, 0, &worst, &why)) return 0;
   kernels::MoeNodesHeap nodes;  // across nodes the cross-node regions come out of the same budget
-  if (hierarchical() && !kernels::moe_nodes_heap(s, g_nodes, world / g_nodes, 0, &nodes, &why)) return 0;
+  if (hierarchical() && !kernels::moe_nodes_heap(s, g_nodes, world / g_nodes, g_channels, 0, &nodes, &why)) return 0;
   return uint64_t(worst.x_offset + rows * (2 * hidden + ffn) * 2 + (hierarchical() ? nodes.total_bytes : 0));
 }
 

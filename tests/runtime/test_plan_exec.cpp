@@ -777,7 +777,7 @@ TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes
   weft::kernels::MoeHeapLayout h2;
   REQUIRE(weft::kernels::moe_heap_layout(s2, 0, &h2, &why));
   weft::kernels::MoeNodesHeap n2;
-  REQUIRE(weft::kernels::moe_nodes_heap(s2, 2, 2, h2.total_bytes, &n2, &why));
+  REQUIRE(weft::kernels::moe_nodes_heap(s2, 2, 2, two.exec.channels, h2.total_bytes, &n2, &why));
   CHECK(two.heap_bytes == uint64_t(n2.total_bytes));
   REQUIRE(two.region("moe.rail_out") != nullptr);
   CHECK(two.region("moe.rail_out")->offset == uint64_t(h2.total_bytes));  // right after the one-node layout
@@ -785,7 +785,7 @@ TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes
   REQUIRE(two.region("moe.node_comb") != nullptr);
   CHECK(two.region("moe.node_comb")->bytes == uint64_t(2 * 2 * 2048) * 2048 * 2);  // [node][mate][token] rows
   REQUIRE(two.region("moe.rail_flags") != nullptr);
-  CHECK(two.region("moe.rail_flags")->bytes == 2 * 2 * 8);
+  CHECK(two.region("moe.rail_flags")->bytes == uint64_t(2 * 2 * two.exec.channels) * 8);  // [2 N][C]
   // A block holds the route (count word + T slots) and T compact slots.
   CHECK(n2.block_bytes >= int64_t(16 + 4 * 2048) + 2048 * weft::kernels::moe_slot_bytes(2048));
   for (const auto& r : two.heap) CHECK(r.offset + r.bytes <= two.heap_bytes);
