@@ -205,6 +205,10 @@ int launch_ranks(const LaunchOptions& o) {
   // a deadlock (transport/cuda_transport.h, preload_kernels). weft cannot preload a program's own
   // kernels. One node keeps CUDA's default (eager loading costs a framework seconds at start).
   if (o.nodes > 1 && !getenv("CUDA_MODULE_LOADING")) base.push_back("CUDA_MODULE_LOADING=EAGER");
+  // And the most hardware work queues (CUDA's default is 8): streams beyond them share a queue, and a
+  // proxy's copy queued behind a kernel that waits for that proxy never runs (the MoE op across
+  // nodes with 4 proxy channels stalled so on 2 H200s until this was raised).
+  if (o.nodes > 1 && !getenv("CUDA_DEVICE_MAX_CONNECTIONS")) base.push_back("CUDA_DEVICE_MAX_CONNECTIONS=32");
 
   std::vector<Child> kids(o.ranks);
   std::string cause;  // the first failure, as printed

@@ -419,10 +419,10 @@ void plan_moe(const Workload& w, Plan* p) {
                                   "'" + *w.plan.variant + "': across nodes the MoE op runs the hierarchical variant"));
     e.variant = "hierarchical";
     e.signal_mode = to_string(w.transport.signal_mode);
-    // A block moves in one piece per channel. One channel: with 4 (WEFT_NET_CHANNELS' default) over
-    // the socket backend a call's combine pieces stalled on one channel from the second call on
-    // (2 H200s, 4096 tokens per rank; 2 channels pass test_moe_gpu), not yet understood.
-    e.channels = 1;
+    int64_t channels = 4;  // a block moves in one piece per channel
+    if (get_param("WEFT_NET_CHANNELS", &channels) != Status::kOk || channels < 1 || channels > 8)
+      return refuse(p, "WEFT_NET_CHANNELS: expected 1 to 8 proxy channels");
+    e.channels = int(channels);
   } else if (e.variant == "hierarchical") {
     return refuse(p, w.error_at("plan.variant", "'hierarchical' is the MoE op across nodes; this layout is one node"));
   }

@@ -28,7 +28,7 @@ void pinned_free(void* p) { cudaFreeHost(p); }
 // Streams for the copies of one device. Each proxy thread (one per channel) takes its own stream on
 // its first copy, so the channels' copies run side by side instead of waiting for each other's.
 struct CopyContext {
-  static constexpr int kStreams = 16;
+  static constexpr int kStreams = 8;  // a proxy thread per channel (at most 8); few streams share few work queues
   int device;
   cudaStream_t streams[kStreams];
   std::atomic<int> next{0};

@@ -79,6 +79,14 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
                               (loading ? loading : "unset, i.e. lazy") +
                               "): a kernel loaded lazily while a call waits for the network deadlocks with the "
                               "proxy's copies (weftrun sets it; under srun or mpirun export it)");
+    // Streams beyond the GPU's hardware work queues share one: a proxy copy queued behind this op's
+    // wait for that proxy stalls the call (seen with 4 proxy channels and CUDA's default of 8 queues).
+    const char* queues = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    if (!queues || atoi(queues) < 32)
+      return refuse(rank, std::string("across nodes the op needs CUDA_DEVICE_MAX_CONNECTIONS=32 (it is ") +
+                              (queues ? queues : "unset, i.e. 8") +
+                              "): with fewer hardware work queues the proxy's copies can queue behind the op's "
+                              "waits for them (weftrun sets it; under srun or mpirun export it)");
   }
   if (fused) {  // every rank refuses alike (only the ranks that share a GPU know it): one exchange
     const uint8_t mine = ctx.shares_gpu() ? 1 : 0;

@@ -217,27 +217,35 @@ TEST_CASE("a rank that connects three times exchanges afresh each time, never re
 
 // Ranks of a job across nodes load every kernel when CUDA starts (a lazy load during an op across
 // nodes can deadlock with the proxy's copies), unless the user chose a loading mode.
-TEST_CASE("ranks of a job across nodes get CUDA_MODULE_LOADING=EAGER unless the user set it") {
+// And the most hardware work queues (a proxy copy queued behind a kernel waiting for it stalls).
+TEST_CASE("ranks of a job across nodes get CUDA_MODULE_LOADING=EAGER and 32 work queues unless the user set them") {
   // Each rank says what it got, then joins the job (a rank that never does is a failure).
-  const std::string rank = "sh -c 'echo loading=$CUDA_MODULE_LOADING; exec " + std::string(WEFT_BINARY_DIR) +
-                           "/bin/bootstrap_reconnect_rank'";
+  const std::string rank = "sh -c 'echo loading=$CUDA_MODULE_LOADING; echo queues=$CUDA_DEVICE_MAX_CONNECTIONS; exec " +
+                           std::string(WEFT_BINARY_DIR) + "/bin/bootstrap_reconnect_rank'";
   auto count = [](const std::string& out, const std::string& what) {
     int n = 0;
     for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
     return n;
   };
-  ProcResult r =
-      weft::testing::run("exec env -u CUDA_MODULE_LOADING " + weftrun("exec -n 2 --emulate-nodes 2 -- " + rank), 60);
+  ProcResult r = weft::testing::run("exec env -u CUDA_MODULE_LOADING -u CUDA_DEVICE_MAX_CONNECTIONS " +
+                                        weftrun("exec -n 2 --emulate-nodes 2 -- " + rank),
+                                    60);
   INFO(r.out << r.err);
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "loading=EAGER\n") == 2);
-  r = weft::testing::run("exec " + weftrun("exec -n 2 --emulate-nodes 2 -- " + rank, "CUDA_MODULE_LOADING=LAZY"), 60);
+  CHECK(count(r.out, "queues=32\n") == 2);
+  r = weft::testing::run("exec " + weftrun("exec -n 2 --emulate-nodes 2 -- " + rank,
+                                           "CUDA_MODULE_LOADING=LAZY CUDA_DEVICE_MAX_CONNECTIONS=16"),
+                         60);
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "loading=LAZY\n") == 2);
-  // One node: CUDA's default stays.
-  r = weft::testing::run("exec env -u CUDA_MODULE_LOADING " + weftrun("exec -n 2 -- " + rank), 60);
+  CHECK(count(r.out, "queues=16\n") == 2);
+  // One node: CUDA's defaults stay.
+  r = weft::testing::run(
+      "exec env -u CUDA_MODULE_LOADING -u CUDA_DEVICE_MAX_CONNECTIONS " + weftrun("exec -n 2 -- " + rank), 60);
   CHECK(r.exit_code == 0);
   CHECK(count(r.out, "loading=\n") == 2);
+  CHECK(count(r.out, "queues=\n") == 2);
 }
 
 TEST_CASE("weftrun run: a bad workload fails before any rank starts, GPU or not") {

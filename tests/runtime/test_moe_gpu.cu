@@ -38,7 +38,7 @@ int g_failed = 0;
 const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch;
                                    // --variant hierarchical: across (emulated) nodes, the socket backend
 int g_nodes = 1;                   // the job's nodes (weftrun exec --emulate-nodes)
-constexpr int g_channels = 2;      // hierarchical: proxy channels (a block moves in 2 pieces)
+constexpr int g_channels = 4;      // hierarchical: proxy channels (a block moves in 4 pieces)
 
 bool hierarchical() { return std::string(g_variant) == "hierarchical"; }
 
