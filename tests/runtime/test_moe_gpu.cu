@@ -7,9 +7,11 @@
 // weights and holds every expert's weights; dropped rows asserted 0; the same input run twice gives the same bits.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -38,7 +40,7 @@ int g_failed = 0;
 const char* g_variant = "staged";  // --variant ffn_combine: the FFN, combine and reduction in one launch;
                                    // --variant hierarchical: across (emulated) nodes, the socket backend
 int g_nodes = 1;                   // the job's nodes (weftrun exec --emulate-nodes)
-constexpr int g_channels = 4;      // hierarchical: proxy channels (a block moves in 4 pieces)
+int g_channels = 4;                // hierarchical: proxy channels, WEFT_NET_CHANNELS (a block moves in as many pieces)
 
 bool hierarchical() { return std::string(g_variant) == "hierarchical"; }
 
@@ -478,6 +480,7 @@ int main(int argc, char** argv) {
   if (bootstrap::PmixBootstrap::connect(&boot) != Status::kOk) return 1;
   g_rank = boot->info().rank;
   g_nodes = boot->info().num_nodes;
+  if (const char* c = getenv("WEFT_NET_CHANNELS")) g_channels = std::max(1, std::min(8, atoi(c)));
   int gpus = 0;
   WEFT_CUDA_OK(cudaGetDeviceCount(&gpus));
   WEFT_CUDA_OK(cudaSetDevice(boot->info().local_rank % gpus));
