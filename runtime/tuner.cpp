@@ -394,15 +394,16 @@ Status check_explicit(const Workload& w, const Layout& layout, const Demand& d, 
   if (layout.nodes == 1 && c.inter_reduce > 0)
     return fail("roles.inter_reduce", "expected 0 on a single node (no inter-node traffic)");
   const bool copy_engines = d.intra_mover == IntraMover::kCopyEngine || d.sequential;
-  // The MoE op on one node runs its phases in sequence: kernels on the compute SMs move its rows.
-  const bool staged = w.op == Op::kMoe && layout.nodes == 1;
+  // The MoE op runs its phases in sequence (across nodes too, its hierarchical variant): kernels on
+  // the compute SMs move its rows, one-block kernels feed the proxy.
+  const bool staged = w.op == Op::kMoe;
   if (std::max(d.nvlink_out, d.nvlink_in) > 0 && c.intra_comm == 0 && !copy_engines && !staged)
     return fail("roles.intra_comm", "0, but " + op + " moves data between the node's GPUs; expected at least 1");
   // GEMM+RS/AR's overlap variant puts mover SMs on intra_comm (plan_exec.cpp says so, or refuses them).
   const bool overlap_movers = w.plan.variant == std::optional<std::string>("overlap");
   if (copy_engines && c.intra_comm > 0 && !overlap_movers)
     plan->notes.push_back("roles.intra_comm: the copy engines move the NVLink bytes, the intra_comm SMs will idle");
-  if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0)
+  if (std::max(d.nic_out, d.nic_in) > 0 && c.inter_send == 0 && !staged)
     return fail("roles.inter_send", "0, but " + op + " sends data between nodes; expected at least 1");
   if (d.reduce_bytes > 0 && c.inter_reduce == 0 && !d.epilogue_reduce)
     return fail("roles.inter_reduce", "0, but " + op + " folds partial sums from other nodes; expected at least 1");

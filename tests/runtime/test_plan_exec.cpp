@@ -789,6 +789,11 @@ TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes
   // A block holds the route (count word + T slots) and T compact slots.
   CHECK(n2.block_bytes >= int64_t(16 + 4 * 2048) + 2048 * weft::kernels::moe_slot_bytes(2048));
   for (const auto& r : two.heap) CHECK(r.offset + r.bytes <= two.heap_bytes);
+  // Compute-only roles, as written (the phases run on every SM; the puts come from one-block kernels).
+  const Plan two_compute = plan_for(parse(moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2,
+                                              "roles: {compute: 120, intra_comm: 0, inter_send: 0}\n")));
+  CHECK(two_compute.exec.executable);
+  CHECK(two_compute.roles.compute == 120);
   const Plan two_hier = plan_for(parse(
       moe("{tokens: 8192, hidden: 2048, ffn: 1408, experts: 64, topk: 6}", 2, 2, "plan: {variant: hierarchical}\n")));
   CHECK(two_hier.exec.executable);
