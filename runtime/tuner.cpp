@@ -603,6 +603,17 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
     p.compute_alone_s = st.ffn_s();
     p.bound_s = std::max(p.compute_alone_s, p.comm_alone_s);
   }
+  if (p.exec.variant == "hierarchical" && w.op == Op::kMoe && p.exec.executable) {
+    // Across nodes the same phases, the rows to other nodes through the network (tuner_moe.h).
+    const MoeStagedTime st = moe_hierarchical_time(w.moe, layout.nodes, layout.gpus_per_node, rates.nic_gbps, model,
+                                                   moe_staged_constants(model));
+    p.role_time_s = {st.total_s(), 0, 0, 0};
+    p.tail_s = 0;
+    p.makespan_s = st.total_s();
+    p.limited_by = to_string(Role::kCompute);
+    p.compute_alone_s = st.ffn_s();
+    p.bound_s = std::max(p.compute_alone_s, p.comm_alone_s);
+  }
   if (!w.plan.empty()) p.chosen_by = "workload";
   WEFT_INFO(kTune, "%s: roles %d/%d/%d/%d, makespan %.1f us (%s), bound %.1f us", w.name.c_str(), p.roles.compute,
             p.roles.intra_comm, p.roles.inter_send, p.roles.inter_reduce, p.makespan_s * 1e6, p.limited_by.c_str(),

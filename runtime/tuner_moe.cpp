@@ -98,4 +98,28 @@ MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& 
   return t;
 }
 
+MoeStagedTime moe_hierarchical_time(const MoeShape& s, int nodes, int per_node, double net_gbps, const MachineModel& m,
+                                    const MoeStagedConstants& c) {
+  const int N = std::max(1, nodes), G = std::max(1, per_node), W = N * G;
+  MoeStagedTime t = moe_staged_time(s, W, m, c);  // route, arrange and the FFN as on one node
+  const double T = double(s.tokens) / W, h = double(s.hidden);
+  const double hit_rank = group_hit(s.experts, s.topk, s.experts / int64_t(W));
+  const double hit_node = group_hit(s.experts, s.topk, s.experts / int64_t(W) * G);
+  const double row = h * 2 + kHeaderBytes;
+  // NVLink: the home's rows to its G - 1 node-mates, and the relay's forwards of its N - 1 rail
+  // peers' tokens to them; the relay's own slot is a copy within HBM.
+  const double nvlink = T * (G - 1) * hit_rank * row * N;
+  const double net = T * (N - 1) * hit_node * row;  // each way
+  const double net_s = net_gbps > 0 ? net / (net_gbps * kGB) : 0;
+  const double pairs = T * double(s.topk);
+  t.dispatch_s = c.dispatch_us * 1e-6 + nvlink / (c.exchange_gbps * kGB) +
+                 (net + T * (N - 1) * hit_rank * row) * 2 / (c.copy_gbps * kGB) + net_s + m.latency_us * 1e-6;
+  // Combine: the owner's pre-sums (read its experts' rows), the node's rows over NVLink, the relay's
+  // sums (G rows a remote token at most), the network, the home's sum (G + N - 1 rows a token at most).
+  t.combine_s = c.combine_us * 1e-6 +
+                (pairs + T * (N - 1) * G * hit_rank + T * (G + N - 1)) * h * 2 / (c.copy_gbps * kGB) +
+                nvlink / (c.exchange_gbps * kGB) + net_s + m.latency_us * 1e-6;
+  return t;
+}
+
 }  // namespace weft::runtime

@@ -58,4 +58,13 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
 // routing; the busiest rank is the average one.
 MoeStagedTime moe_staged_time(const MoeShape& shape, int world, const MachineModel& m, const MoeStagedConstants& c);
 
+// One call of the hierarchical variant (kernels/moe_nodes.h) on `nodes` nodes of `per_node` ranks:
+// the staged phases, with each rank's rows to another node crossing the network once per (token,
+// node) at `net_gbps` each way (the tuner's per-GPU network rate: the NIC's, or the socket backend's
+// for the plan's channels), packed into the block first; the node's rows over NVLink (the home's to
+// its node-mates and, as the relay, its rail peers' forwards to them); the relay's sums. Uniform
+// routing; one proxy hop per phase (m.latency_us). No constant is fitted to cross-node rows.
+MoeStagedTime moe_hierarchical_time(const MoeShape& shape, int nodes, int per_node, double net_gbps,
+                                    const MachineModel& m, const MoeStagedConstants& c);
+
 }  // namespace weft::runtime

@@ -100,4 +100,32 @@ inline const std::vector<MoeMeasured>& moe_measured_rows_4xh200() {
   return rows;
 }
 
+// docs/results/2026-11-27-moe-across-nodes.md, call BG: the hierarchical variant on 2 emulated nodes
+// x 1 NVIDIA H200 (socket backend over loopback TCP), 4096 tokens per rank, tree 4758956, weftrun
+// bench (median of 20 calls after 5, max over ranks); one process per proxy-channel count.
+struct MoeNodesMeasured {
+  const char* id;
+  const char* shape;
+  int64_t hidden, ffn, experts, topk, tokens;  // tokens per rank
+  int nodes, per_node, channels;
+  double ms;  // the layer
+  // Per-phase medians of the staged-phase row (events between phases; waits included).
+  double route_ms, dispatch_ms, arrange_ms, ffn_ms, combine_ms;
+};
+
+inline const std::vector<MoeNodesMeasured>& moe_measured_rows_2x1_h200() {
+  static const std::vector<MoeNodesMeasured> rows = {
+      {"N01", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 1, 1, 24.610, 0.069, 11.308, 0.079, 4.157, 10.108},
+      {"N02", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 1, 4, 11.280, 0.067, 4.612, 0.078, 4.041, 3.863},
+      {"N03", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 1, 8, 10.063, 0.068, 3.694, 0.079, 4.126, 3.299},
+      {"N04", "Qwen3-30B-A3B", 2048, 768, 128, 8, 4096, 2, 1, 1, 13.175, 0.067, 6.832, 0.094, 0.582, 6.054},
+      {"N05", "Qwen3-30B-A3B", 2048, 768, 128, 8, 4096, 2, 1, 4, 6.076, 0.068, 3.469, 0.095, 0.581, 2.841},
+      {"N06", "Qwen3-30B-A3B", 2048, 768, 128, 8, 4096, 2, 1, 8, 4.008, 0.067, 2.235, 0.095, 0.583, 1.871},
+      {"N07", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 1, 48.854, 0.131, 22.501, 0.367, 5.754, 21.551},
+      {"N08", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 4, 20.547, 0.132, 8.391, 0.371, 5.707, 7.549},
+      {"N09", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 8, 16.959, 0.131, 6.862, 0.364, 5.726, 6.105},
+  };
+  return rows;
+}
+
 }  // namespace weft::testing

@@ -354,3 +354,56 @@ TEST_CASE("moe: the constants are a fit to their stated rows only (the layer tot
   check_is_fit(kGemmKnobs, gemm_loss, "grouped GEMM on S01-S09");
   check_is_fit(kPhaseKnobs, phase_loss, "phases of L01, L02, L04, L05");
 }
+
+// Rows outside 20%, with the bound each stays within (docs/tuner.md, "MoE across nodes").
+const std::map<std::string, double> kNodesMisses = {{"N05", 0.30}};  // Qwen3-30B-A3B, 4 channels: -25.7%
+
+TEST_CASE("moe across nodes: the tuner's hierarchical model against the 2 x 1 H200 rows (held out: none fitted)") {
+  // The socket backend's rates are the ones fitted on AllGather rows (docs/tuner.md); the staged
+  // constants the H100 ones, scaled. WEFT_TUNER_FIT_TABLE=1 prints the table.
+  std::ostringstream table;
+  table << "row  shape          channels  measured ms  predicted  error    dispatch / combine predicted (error)\n";
+  std::vector<double> errors;
+  for (const auto& r : weft::testing::moe_measured_rows_2x1_h200()) {
+    MachineModel m = machine_model_h200();
+    m.net_channels = r.channels;
+    std::ostringstream text;
+    text << "op: moe\nshape: {tokens: " << r.tokens * r.nodes * r.per_node << ", hidden: " << r.hidden
+         << ", ffn: " << r.ffn << ", experts: " << r.experts << ", topk: " << r.topk << "}\nlayout: {nodes: " << r.nodes
+         << ", gpus_per_node: " << r.per_node << "}\ntransport: {inter_node: socket}\n";
+    Workload w;
+    std::string err;
+    REQUIRE_MESSAGE(parse_workload(text.str(), "t.yaml", &w, &err) == Status::kOk, err);
+    Plan p;
+    REQUIRE_MESSAGE(tune(w, w.layout, {}, {}, m, &p, &err) == Status::kOk, err);
+    REQUIRE(p.exec.variant == "hierarchical");
+    MoeShape s;
+    s.tokens = w.moe.tokens, s.hidden = r.hidden, s.ffn = r.ffn, s.experts = r.experts, s.topk = r.topk;
+    const double net = std::min(m.socket_gbps / r.per_node, r.channels * m.socket_channel_gbps);
+    const MoeStagedTime st = moe_hierarchical_time(s, r.nodes, r.per_node, net, m, moe_staged_constants(m));
+    CHECK(p.makespan_s == doctest::Approx(st.total_s()));
+    const double pred = p.makespan_s * 1e3, e = pred / r.ms - 1;
+    char line[512];
+    snprintf(line, sizeof line, "%-4s %-14s %8d  %11.3f  %9.3f  %+6.1f%%  %.3f %s / %.3f %s\n", r.id, r.shape,
+             r.channels, r.ms, pred, e * 100, st.dispatch_s * 1e3, err_pct(st.dispatch_s * 1e3, r.dispatch_ms).c_str(),
+             st.combine_s * 1e3, err_pct(st.combine_s * 1e3, r.combine_ms).c_str());
+    table << line;
+    INFO(line);
+    // The issue's 20% on every row but the listed misses, each within its stated bound and still a
+    // miss (once the model reaches 20% there, the list shrinks).
+    const auto miss = kNodesMisses.find(r.id);
+    CHECK(std::fabs(e) <= (miss == kNodesMisses.end() ? 0.20 : miss->second));
+    if (miss != kNodesMisses.end()) CHECK(std::fabs(e) > 0.20);
+    errors.push_back(std::fabs(e));
+  }
+  std::sort(errors.begin(), errors.end());
+  REQUIRE(errors.size() == 9);
+  table << "max error " << fmt("%.1f", errors.back() * 100) << "%, median "
+        << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
+  INFO(table.str());
+  print(table.str());
+  // At this commit: 8 of 9 rows within 20% (max 18.6%), median 12.0%; the exchange phases alone miss
+  // by up to 49% at 4 and 8 channels: one rank per node moved 5.8 and 7.2 GB/s each way, below the
+  // socket model's min(socket_gbps / G, channels x socket_channel_gbps) = 9.8 and 13 (fitted on rows
+  // with 2 ranks per node), while the totals' other phases are over-predicted.
+}
