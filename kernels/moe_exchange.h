@@ -63,7 +63,9 @@ struct MoeExchangeArgs {
   uint64_t* epoch = nullptr;     // device word (local): the calls so far; launch_moe_begin raises it
   // The routed rows checked against capacity_rows after the expert FFN (launch_moe_capacity) instead
   // of inside launch_moe_arrange: the FFN + combine launch (moe_ffn_combine.h) must run to its end on an
-  // overflow, or its peers would wait for combine rows it never sends; the call fails all the same.
+  // overflow, or its peers would wait for combine rows it never sends, and so must a relay across nodes
+  // (moe_nodes.h: a recorded error ends the call's later waits at once, and it would sum rows its
+  // node-mates have not written yet); the call fails all the same.
   bool capacity_after = false;
 };
 

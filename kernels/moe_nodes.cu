@@ -72,13 +72,12 @@ __global__ void signal_node_kernel(MoeNodesArgs a, int32_t index) {
   flag_store_release(a.ex.flags[a.rank_at[a.node * a.per_node + i]] + index, *a.ex.epoch);
 }
 
-// Thread m < N, m != node: the put + signal of this call's block to node m's relay (phase 0), or of
-// the relay's sums to node m's home (phase 1). A failed push is recorded in push_error.
 // Thread (m, ch) = (threadIdx.x / C, threadIdx.x % C), m != node: piece ch of this call's block to
 // node m's relay (phase 0), or of the relay's sums to node m's home (phase 1), as a put + signal on
 // channel ch (pieces of whole 4 KiB, the last shorter; a piece may be empty, its signal still goes).
 // The combine push (the call's last) notes the nodes it served in the launch record (shards), what
-// `weftrun run` reads back as the hierarchical variant. A failed push is recorded in push_error.
+// `weftrun run` reads back as the hierarchical variant. The first failed push is recorded in
+// push_error as one word (its peer and status together, so the host never reads half of it).
 __global__ void rail_push_kernel(FrameParams f, MoeNodesArgs a, int32_t phase) {
   if (phase == 1) frame_note_schedule(f, a.nodes, 0, 0);
   const int32_t C = a.channels, m = int32_t(threadIdx.x) / C, ch = int32_t(threadIdx.x) % C;
@@ -107,8 +106,8 @@ __global__ void rail_push_kernel(FrameParams f, MoeNodesArgs a, int32_t phase) {
   const uint64_t lo = piece * ch < bytes ? piece * ch : bytes, hi = lo + piece < bytes ? lo + piece : bytes;
   __threadfence_system();
   const int rc = transport::device::push_put_signal<false>(a.fifo[ch], peer, src + lo, dst + lo, hi - lo, flag, epoch);
-  if (rc != transport::device::kOk && atomicCAS(a.push_error, 0, rc) == 0) {
-    a.push_error[1] = peer;
+  if (rc != transport::device::kOk) {
+    atomicCAS(a.push_error, 0ull, uint64_t(uint32_t(peer)) << 32 | uint32_t(rc));
     __threadfence_system();
   }
 }
@@ -225,8 +224,9 @@ __global__ void __launch_bounds__(kThreads) relay_sum_kernel(MoeNodesArgs a, con
   }
 }
 
-// Warp per token: out[t] = Σ in node order of the own node's combine rows (rank order) and each remote
-// node's summed row (comb_in at the token's compact slot there), fp32, rounded once.
+// Warp per token: out[t] = Σ in node order of the own node's combine rows (local-index order) and each
+// remote node's summed row (comb_in at the token's compact slot there, rounded to bf16 by its relay),
+// in fp32, rounded once.
 __global__ void __launch_bounds__(kThreads) home_reduce_kernel(MoeNodesArgs a) {
   const MoeExchangeArgs& x = a.ex;
   const int32_t lane = threadIdx.x % 32, G = a.per_node;

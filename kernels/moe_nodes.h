@@ -17,7 +17,8 @@
 //                                     wait the node's combine flags; sum node_comb over the node's
 //                                     owners of t in local order ─► comb_out[n][c]; put + signal
 //   home: wait the node's combine flags and every relay's ◄──NIC── comb_in[m][c], rail_flags[N + m]
-//   out[t] = Σ in node order: the own node's rows in rank order, a remote node's summed row
+//   out[t] = Σ in node order: the own node's rows in local order, a remote node's summed row (the
+//   relay rounds it to bf16 before it travels, so the result is not the one-node op's bits)
 //
 // Every home sends every other node a block each call (count 0 when no token goes there) and every
 // relay answers, so no wait depends on the routing. Reuse across calls needs no extra round: a home
@@ -58,8 +59,8 @@ struct MoeNodesArgs {
   static constexpr int kMaxChannels = 8;
   transport::DeviceFifo fifo[kMaxChannels];  // a block moves in `channels` pieces, one per proxy channel
   int32_t channels = 1;
-  int32_t* rail_counts = nullptr;  // local scratch: compact slots per destination node, zeroed per call
-  int32_t* push_error = nullptr;   // host-mapped: [0] a failed push's status, [1] its peer
+  int32_t* rail_counts = nullptr;            // local scratch: compact slots per destination node, zeroed per call
+  unsigned long long* push_error = nullptr;  // host-mapped: the first failed push, peer << 32 | status
 };
 
 // Phase launches, in call order on one stream (launch_moe_begin of moe_exchange.h first; then these

@@ -65,14 +65,7 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   // its first launch waits for the device to go idle while a wait for the proxy holds it (the
   // proxy's copies wait behind the load): refused before anything is allocated.
   kernels::MoeNodesPlacement placement;
-  if (across) {
-    std::vector<int> node_of, local_of;
-    WEFT_CHECK(bootstrap::gather_node_placement(ctx.boot(), &node_of, &local_of));
-    std::string why;
-    if (!placement.make(node_of, local_of, &why)) return refuse(rank, why);
-    if (placement.per_node != plan.gpus_per_node)
-      return refuse(rank, "the plan has " + std::to_string(plan.gpus_per_node) + " ranks per node, the job " +
-                              std::to_string(placement.per_node));
+  if (across) {  // the environment first: refused before the collective gather
     const char* loading = getenv("CUDA_MODULE_LOADING");
     if (!loading || strcmp(loading, "EAGER") != 0)
       return refuse(rank, std::string("across nodes the op needs CUDA_MODULE_LOADING=EAGER (it is ") +
@@ -87,6 +80,13 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
                               (queues ? queues : "unset, i.e. 8") +
                               "): with fewer hardware work queues the proxy's copies can queue behind the op's "
                               "waits for them (weftrun sets it; under srun or mpirun export it)");
+    std::vector<int> node_of, local_of;
+    WEFT_CHECK(bootstrap::gather_node_placement(ctx.boot(), &node_of, &local_of));
+    std::string why;
+    if (!placement.make(node_of, local_of, &why)) return refuse(rank, why);
+    if (placement.per_node != plan.gpus_per_node)
+      return refuse(rank, "the plan has " + std::to_string(plan.gpus_per_node) + " ranks per node, the job " +
+                              std::to_string(placement.per_node));
   }
   if (fused) {  // every rank refuses alike (only the ranks that share a GPU know it): one exchange
     const uint8_t mine = ctx.shares_gpu() ? 1 : 0;
@@ -227,7 +227,9 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   ex.counts = op->counts_, ex.offsets = op->offsets_, ex.cursor = op->cursor_, ex.slot_pos = op->slot_pos_;
   ex.dropped = op->drops_ + 1;
   ex.grouped_x = op->x_, ex.grouped_y = op->y_, ex.capacity_rows = cap;
-  ex.capacity_after = fused;
+  // The fused launch and the relays across nodes must run to their end on an overflow (a failed wait
+  // ends a call's later waits at once: a relay would sum rows its node-mates have not written yet).
+  ex.capacity_after = fused || across;
 
   if (across) WEFT_CHECK(op->create_nodes(placement, nodes_heap));
   WEFT_CUDA_CHECK(cudaStreamCreateWithFlags(&op->side_, cudaStreamNonBlocking));
@@ -249,7 +251,15 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
         if (raw->network_failed(why)) return true;
         if (*reinterpret_cast<const volatile int32_t*>(&raw->frame_.record().status) == 0) return false;
         raw->frame_.check("moe");
-        const std::string what = kernels::describe_moe_wait(raw->frame_.record(), raw->world_);
+        std::string what = kernels::describe_moe_wait(raw->frame_.record(), raw->world_);
+        // Across nodes a remote home's tokens come from this node's relay for it: name that rank too.
+        const int32_t flag = raw->frame_.record().flag_index;
+        if (raw->nodes_ && !what.empty() && flag >= 0 && flag < raw->world_) {
+          const kernels::MoeNodesArgs& a = *raw->nodes_;
+          if (a.node_of[flag] != a.node)
+            what += " (forwarded by rank " + std::to_string(a.rank_at[a.node * a.per_node + a.local_of[flag]]) +
+                    ", this node's relay for it)";
+        }
         *why = "moe: " + (what.empty() ? "a device wait timed out on rank " + std::to_string(raw->rank_) : what);
         return true;
       },
@@ -326,6 +336,7 @@ Status MoeOp::run(const bf16* x, bf16* out, cudaStream_t s) {
     if (st == Status::kOk)
       st = nodes_ ? kernels::launch_moe_nodes_combine(na, frame_params_, s)
                   : kernels::launch_moe_combine(ex, frame_params_, s);
+    if (st == Status::kOk && nodes_) st = kernels::launch_moe_capacity(ex, frame_params_, s);  // capacity_after
   }
   mark(5);
   if (st == Status::kOk) st = record_done(done_, s);

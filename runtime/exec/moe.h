@@ -112,7 +112,7 @@ class MoeOp {
   kernels::MoeExchangeArgs ex_{};
   std::unique_ptr<kernels::MoeNodesArgs> nodes_;  // "hierarchical": the cross-node moves
   transport::Transport* tp_ = nullptr;            // the context's, for the hierarchical variant
-  int32_t* push_error_ = nullptr;                 // host-mapped: a failed FIFO push (status, peer)
+  unsigned long long* push_error_ = nullptr;      // host-mapped: a failed FIFO push, peer << 32 | status
   kernels::FrameHost frame_;
   kernels::FrameParams frame_params_{};
   OpLaunchRecord record_;

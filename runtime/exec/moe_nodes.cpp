@@ -37,8 +37,8 @@ Status MoeOp::create_nodes(const kernels::MoeNodesPlacement& pl, const kernels::
   void* p = nullptr;
   WEFT_CHECK(alloc(&p, size_t(pl.nodes) * sizeof(int32_t)));
   a->rail_counts = static_cast<int32_t*>(p);
-  WEFT_CUDA_CHECK(cudaHostAlloc(&push_error_, 2 * sizeof(int32_t), cudaHostAllocMapped));
-  push_error_[0] = push_error_[1] = 0;
+  WEFT_CUDA_CHECK(cudaHostAlloc(&push_error_, sizeof *push_error_, cudaHostAllocMapped));
+  *push_error_ = 0;
   WEFT_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&a->push_error), push_error_, 0));
   // The transport between the nodes (collective on the context's first ask); a block moves in one
   // piece per channel.
@@ -56,10 +56,10 @@ Status MoeOp::create_nodes(const kernels::MoeNodesPlacement& pl, const kernels::
 
 bool MoeOp::network_failed(std::string* why) const {
   if (!nodes_) return false;
-  const int32_t push = *reinterpret_cast<const volatile int32_t*>(push_error_);
+  const unsigned long long push = *reinterpret_cast<const volatile unsigned long long*>(push_error_);
   if (push != 0) {
     *why = "moe across nodes: rank " + std::to_string(rank_) + "'s FIFO push for rank " +
-           std::to_string(push_error_[1]) + " failed (" + to_string(static_cast<Status>(push)) +
+           std::to_string(int(push >> 32)) + " failed (" + to_string(static_cast<Status>(int32_t(push & 0xffffffffu))) +
            "): the proxy did not drain within WEFT_PROXY_TIMEOUT; " + tp_->error_message();
     return true;
   }
