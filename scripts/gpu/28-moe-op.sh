@@ -5,7 +5,8 @@
 # Zipf-skewed routing, direct calls and graph replays) and, in the same
 # call, the PyTorch sequential layer on the same GPUs (bench/peers/moe_sequential.py under torchrun),
 # and the layer against its bound from the two tables (bench/moe/moe_bound.py); last, `weftrun bench` of a
-# 1 x n copy of the small example (weft next to a sequential NCCL + cuBLAS layer, both validated).
+# 1 x n copy of the small example (weft next to a sequential NCCL + cuBLAS layer, both validated), and
+# of a 2 x 1 copy across 2 emulated nodes (the hierarchical variant).
 # Usage: 28-moe-op.sh OUTDIR (WEFT_BUILD_DIR, WEFT_SUMMARY as set by scripts/weft).
 set -uo pipefail
 OUTDIR=${1:?usage: 28-moe-op.sh OUTDIR}
@@ -77,5 +78,22 @@ if [ "$bn" -ge 2 ]; then
   fi
 else
   echo "SKIP    weftrun bench moe: needs 2 or more GPUs, this machine has $gpus" >>"$SUMMARY"
+fi
+# Across 2 emulated nodes of 1 GPU (the hierarchical variant, the socket backend between them): weft
+# next to the sequential layer, NCCL_HOSTID per node.
+if [ "$gpus" -ge 2 ]; then
+  sed "s/nodes: 1, gpus_per_node: 4/nodes: 2, gpus_per_node: 1/; s/tokens: 4096/tokens: 2048/" \
+    "$ROOT/configs/examples/moe_small_4gpu.yaml" >"$OUTDIR/moe-bench-nodes.yaml"
+  if timeout 300 "$BUILD/bin/weftrun" bench "$OUTDIR/moe-bench-nodes.yaml" >"$OUTDIR/moe-bench-nodes.log" 2>&1 &&
+    [ "$(grep -c 'moe validated' "$OUTDIR/moe-bench-nodes.log")" -eq 2 ] &&
+    grep -q 'the plan (hierarchical)' "$OUTDIR/moe-bench-nodes.log"; then
+    echo "PASS    weftrun bench moe across 2 emulated nodes: validated; $(grep -E '^  weft moe ' "$OUTDIR/moe-bench-nodes.log" | head -1)" >>"$SUMMARY"
+  else
+    echo "FAIL    weftrun bench moe across 2 emulated nodes (moe-bench-nodes.log)" >>"$SUMMARY"
+    tail -20 "$OUTDIR/moe-bench-nodes.log"
+    rc=1
+  fi
+else
+  echo "SKIP    weftrun bench moe across nodes: needs 2 or more GPUs, this machine has $gpus" >>"$SUMMARY"
 fi
 exit $rc
