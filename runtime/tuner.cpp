@@ -591,22 +591,17 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
                       (rates.pcie_gbps > 0 ? "an RDMA provider's rates (one NIC per GPU mapped)"
                                            : "the tcp provider's rates (no RDMA NIC for every GPU)"));
   plan_execution(w, mover, &p);
-  if ((p.exec.variant == "staged" || p.exec.variant == "ffn_combine") && layout.nodes == 1) {
-    // What runs today: the staged MoE op, its phases one after another on every SM (tuner_moe.h);
-    // ffn_combine (the FFN, combine and home reduction in one launch) has no model of its own yet.
-    // The bound is the grouped FFN alone or the busiest link alone, whichever is longer.
-    const MoeStagedTime st = moe_staged_time(w.moe, p.world_size, model, moe_staged_constants(model));
-    p.role_time_s = {st.total_s(), 0, 0, 0};
-    p.tail_s = 0;
-    p.makespan_s = st.total_s();
-    p.limited_by = to_string(Role::kCompute);
-    p.compute_alone_s = st.ffn_s();
-    p.bound_s = std::max(p.compute_alone_s, p.comm_alone_s);
-  }
-  if (p.exec.variant == "hierarchical" && w.op == Op::kMoe && p.exec.executable) {
-    // Across nodes the same phases, the rows to other nodes through the network (tuner_moe.h).
-    const MoeStagedTime st = moe_hierarchical_time(w.moe, layout.nodes, layout.gpus_per_node, rates.nic_gbps, model,
-                                                   moe_staged_constants(model));
+  // What runs today for moe: the staged op, its phases one after another on every SM (tuner_moe.h);
+  // across nodes its hierarchical variant, the rows to other nodes through the network; ffn_combine
+  // (the FFN, combine and home reduction in one launch) has no model of its own yet. The bound is the
+  // grouped FFN alone or the busiest link alone, whichever is longer.
+  const bool one_node_moe = (p.exec.variant == "staged" || p.exec.variant == "ffn_combine") && layout.nodes == 1;
+  const bool nodes_moe = p.exec.variant == "hierarchical" && w.op == Op::kMoe && p.exec.executable;
+  if (one_node_moe || nodes_moe) {
+    const MoeStagedConstants c = moe_staged_constants(model);
+    const MoeStagedTime st =
+        one_node_moe ? moe_staged_time(w.moe, p.world_size, model, c)
+                     : moe_hierarchical_time(w.moe, layout.nodes, layout.gpus_per_node, rates.nic_gbps, model, c);
     p.role_time_s = {st.total_s(), 0, 0, 0};
     p.tail_s = 0;
     p.makespan_s = st.total_s();
