@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/moe_nodes_plan.h"
 #include "kernels/moe_plan.h"
 
 using namespace weft::kernels;
@@ -333,4 +334,60 @@ TEST_CASE("moe heap layout: regions in order, aligned, disjoint; worst case or c
         CHECK(back.grouped_rows == half.grouped_rows);
         CHECK(back.total_bytes == half.total_bytes);
       }
+}
+
+TEST_CASE("moe across nodes: the cross-node regions in order, aligned, disjoint, sized by N, G, C and T") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int N = 2 + int(rng() % 7), G = 1 + int(rng() % 4), C = 1 + int(rng() % 8);
+    weft::kernels::MoeShape s;
+    s.world = N * G;
+    s.tokens = 1 + int32_t(rng() % 5000);
+    s.hidden = 8 * (1 + int32_t(rng() % 1024));
+    s.ffn = 128 * (1 + int32_t(rng() % 16));
+    s.experts = s.world * (1 + int32_t(rng() % 4));
+    s.topk = 1 + int32_t(rng() % std::min<int32_t>(8, s.experts));
+    const int64_t base = 4096 * int64_t(1 + rng() % 1000);
+    weft::kernels::MoeNodesHeap h;
+    const char* why = nullptr;
+    REQUIRE_MESSAGE(weft::kernels::moe_nodes_heap(s, N, G, C, base, &h, &why), why);
+    const int64_t T = s.tokens, row = int64_t(s.hidden) * 2;
+    // A block holds the route (a count word and T int32) and T compact slots.
+    CHECK(h.route_bytes >= 16 + 4 * T);
+    CHECK(h.block_bytes >= h.route_bytes + T * weft::kernels::moe_slot_bytes(s.hidden));
+    struct Region {
+      int64_t at, bytes;
+    };
+    const std::vector<Region> regions = {{h.rail_out_offset, N * h.block_bytes},
+                                         {h.rail_in_offset, N * h.block_bytes},
+                                         {h.node_comb_offset, int64_t(N) * G * T * row},
+                                         {h.comb_out_offset, N * T * row},
+                                         {h.comb_in_offset, N * T * row},
+                                         {h.flags_offset, h.flags_bytes}};
+    int64_t end = base;
+    for (const Region& r : regions) {
+      CHECK(r.at % 256 == 0);
+      CHECK(r.at >= end);  // in order, none overlapping the one before or the one-node layout
+      end = r.at + r.bytes;
+    }
+    CHECK(h.flags_bytes == 2 * N * C * 8);  // [2 N][C]: dispatch and combine words per node and channel
+    CHECK(h.total_bytes >= end);
+    CHECK(h.total_bytes % 4096 == 0);
+    // Laid out from 0, the regions' size is what any base adds (the op and the plan rely on it).
+    weft::kernels::MoeNodesHeap h0;
+    REQUIRE(weft::kernels::moe_nodes_heap(s, N, G, C, 0, &h0, &why));
+    CHECK(h.total_bytes == base + h0.total_bytes);
+  }
+  weft::kernels::MoeShape s;
+  s.world = 4, s.tokens = 64, s.hidden = 256, s.ffn = 128, s.experts = 8, s.topk = 2;
+  weft::kernels::MoeNodesHeap h;
+  const char* why = nullptr;
+  CHECK(!weft::kernels::moe_nodes_heap(s, 1, 4, 1, 0, &h, &why));  // one node: not a cross-node layout
+  CHECK(std::string(why).find("2 or more nodes") != std::string::npos);
+  CHECK(!weft::kernels::moe_nodes_heap(s, 2, 3, 1, 0, &h, &why));  // 6 ranks for a world of 4
+  CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 0, 0, &h, &why));
+  CHECK(std::string(why).find("1 to 8 proxy channels") != std::string::npos);
+  CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 9, 0, &h, &why));
+  s.topk = 9;
+  CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 1, 0, &h, &why));  // the shape's own check
 }

@@ -1,5 +1,5 @@
 // What a timed-out MoE wait says (kernels::describe_moe_wait), host only: the exchange's dispatch and
-// combine flags, the ffn_combine launch's comb_done counters (owner and token tile from the record's
+// combine flags, the rail waits across nodes, the ffn_combine launch's comb_done counters (owner and token tile from the record's
 // tile fields), the capacity record, and records that are not the op's waits (left to the generic
 // report, e.g. the expert FFN's per-row-tile wait, which names its tile and no flag index).
 #include <doctest/doctest.h>
@@ -7,6 +7,7 @@
 #include "kernels/device_error.h"
 #include "kernels/moe_exchange.h"
 #include "kernels/moe_ffn_combine.h"
+#include "kernels/moe_nodes.h"
 
 using weft::kernels::describe_moe_wait;
 using weft::kernels::DeviceError;
@@ -36,6 +37,15 @@ TEST_CASE("moe waits: dispatch and combine flags name the peer") {
         "rank 2 waited 3.0 s for rank 1's dispatched tokens (flag 1: saw 32, expected 64)");
   CHECK(describe_moe_wait(timeout_at(weft::kernels::moe_combine_flag(4, 3)), 4) ==
         "rank 2 waited 3.0 s for rank 3's combine rows (flag 7: saw 32, expected 64)");
+}
+
+TEST_CASE("moe waits across nodes: the rail waits name the peer and what crosses the network") {
+  // kernels/moe_nodes.cu: flag index kMoeRailFlag + the rail word, tile_m the phase, tile_n the peer.
+  const int32_t rail = weft::kernels::kMoeRailFlag;
+  CHECK(describe_moe_wait(timeout_at(rail + 5, 0, 3), 4) ==
+        "rank 2 waited 3.0 s for rank 3's tokens for this node over the network (saw 32, expected 64)");
+  CHECK(describe_moe_wait(timeout_at(rail + 13, 1, 0), 4) ==
+        "rank 2 waited 3.0 s for rank 0's summed combine rows of its node over the network (saw 32, expected 64)");
 }
 
 TEST_CASE("moe waits: ffn_combine's comb_done names the owner and the token tile") {
