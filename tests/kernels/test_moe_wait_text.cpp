@@ -1,7 +1,7 @@
 // What a timed-out MoE wait says (kernels::describe_moe_wait), host only: the exchange's dispatch and
-// combine flags, the rail waits across nodes, the ffn_combine launch's comb_done counters (owner and token tile from the record's
-// tile fields), the capacity record, and records that are not the op's waits (left to the generic
-// report, e.g. the expert FFN's per-row-tile wait, which names its tile and no flag index).
+// combine flags, the rail waits across nodes, the ffn_combine launch's comb_done counters (owner and token tile from
+// the record's tile fields), the capacity record, and records that are not the op's waits (left to the generic report,
+// e.g. the expert FFN's per-row-tile wait, which names its tile and no flag index).
 #include <doctest/doctest.h>
 
 #include "kernels/device_error.h"
