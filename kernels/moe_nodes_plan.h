@@ -107,7 +107,19 @@ struct MoeNodesHeap {
   int64_t block_bytes = 0;  // route_bytes + T slots, 256-aligned
   int64_t rail_out_offset = 0, rail_in_offset = 0, node_comb_offset = 0, comb_out_offset = 0, comb_in_offset = 0;
   int64_t flags_offset = 0, flags_bytes = 0;
-  int64_t total_bytes = 0;  // the end, from the arena, 4 KiB-rounded
+  int64_t rail_bytes = 0, node_comb_bytes = 0, comb_bytes = 0;  // rail_out / rail_in, node_comb, comb_out / comb_in
+  int64_t total_bytes = 0;                                      // the end, from the arena, 4 KiB-rounded
+
+  // The regions by name, in order: what `weftrun plan` lists and MoeOp reserves.
+  struct Region {
+    const char* name;
+    int64_t offset, bytes;
+  };
+  std::vector<Region> regions() const {
+    return {{"moe.rail_out", rail_out_offset, rail_bytes},        {"moe.rail_in", rail_in_offset, rail_bytes},
+            {"moe.node_comb", node_comb_offset, node_comb_bytes}, {"moe.comb_out", comb_out_offset, comb_bytes},
+            {"moe.comb_in", comb_in_offset, comb_bytes},          {"moe.rail_flags", flags_offset, flags_bytes}};
+  }
 };
 
 // `base`: where the regions start (the one-node layout's total_bytes). False with *why for an empty
@@ -124,12 +136,15 @@ inline bool moe_nodes_heap(const MoeShape& s, int nodes, int per_node, int chann
   h.route_bytes = up(16 + 4 * T, 256);
   h.slot_bytes = moe_slot_bytes(s.hidden);
   h.block_bytes = up(h.route_bytes + T * h.slot_bytes, 256);
+  h.rail_bytes = N * h.block_bytes;
+  h.node_comb_bytes = N * G * T * row;
+  h.comb_bytes = N * T * row;
   h.rail_out_offset = up(base, 256);
-  h.rail_in_offset = h.rail_out_offset + N * h.block_bytes;
-  h.node_comb_offset = h.rail_in_offset + N * h.block_bytes;
-  h.comb_out_offset = up(h.node_comb_offset + N * G * T * row, 256);
-  h.comb_in_offset = up(h.comb_out_offset + N * T * row, 256);
-  h.flags_offset = up(h.comb_in_offset + N * T * row, 256);
+  h.rail_in_offset = h.rail_out_offset + h.rail_bytes;
+  h.node_comb_offset = h.rail_in_offset + h.rail_bytes;
+  h.comb_out_offset = up(h.node_comb_offset + h.node_comb_bytes, 256);
+  h.comb_in_offset = up(h.comb_out_offset + h.comb_bytes, 256);
+  h.flags_offset = up(h.comb_in_offset + h.comb_bytes, 256);
   h.flags_bytes = 2 * N * channels * 8;
   h.total_bytes = up(h.flags_offset + h.flags_bytes, 4096);
   *out = h;

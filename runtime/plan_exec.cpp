@@ -495,14 +495,7 @@ void plan_moe(const Workload& w, Plan* p) {
   p->heap_bytes = uint64_t(h.total_bytes);
   if (across) {
     kernels::moe_nodes_heap(s, p->nodes, p->gpus_per_node, e.channels, h.total_bytes, &nh, &why);
-    const uint64_t N = uint64_t(p->nodes), G = uint64_t(p->gpus_per_node), T = uint64_t(s.tokens),
-                   row = uint64_t(s.hidden) * 2;
-    p->heap.push_back({"moe.rail_out", uint64_t(nh.rail_out_offset), N * uint64_t(nh.block_bytes)});
-    p->heap.push_back({"moe.rail_in", uint64_t(nh.rail_in_offset), N * uint64_t(nh.block_bytes)});
-    p->heap.push_back({"moe.node_comb", uint64_t(nh.node_comb_offset), N * G * T * row});
-    p->heap.push_back({"moe.comb_out", uint64_t(nh.comb_out_offset), N * T * row});
-    p->heap.push_back({"moe.comb_in", uint64_t(nh.comb_in_offset), N * T * row});
-    p->heap.push_back({"moe.rail_flags", uint64_t(nh.flags_offset), uint64_t(nh.flags_bytes)});
+    for (const auto& r : nh.regions()) p->heap.push_back({r.name, uint64_t(r.offset), uint64_t(r.bytes)});
     p->heap_bytes = uint64_t(nh.total_bytes);
   }
 }

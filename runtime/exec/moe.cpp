@@ -139,14 +139,7 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
                   {"moe.y", uint64_t(layout.y_offset), uint64_t(layout.grouped_rows * s.hidden * 2)}};
   op->arena_bytes_ = uint64_t(layout.total_bytes);
   if (across) {
-    const int64_t N = placement.nodes, G = placement.per_node, row = int64_t(s.hidden) * 2, T0 = s.tokens;
-    op->regions_.push_back(
-        {"moe.rail_out", uint64_t(nodes_heap.rail_out_offset), uint64_t(N * nodes_heap.block_bytes)});
-    op->regions_.push_back({"moe.rail_in", uint64_t(nodes_heap.rail_in_offset), uint64_t(N * nodes_heap.block_bytes)});
-    op->regions_.push_back({"moe.node_comb", uint64_t(nodes_heap.node_comb_offset), uint64_t(N * G * T0 * row)});
-    op->regions_.push_back({"moe.comb_out", uint64_t(nodes_heap.comb_out_offset), uint64_t(N * T0 * row)});
-    op->regions_.push_back({"moe.comb_in", uint64_t(nodes_heap.comb_in_offset), uint64_t(N * T0 * row)});
-    op->regions_.push_back({"moe.rail_flags", uint64_t(nodes_heap.flags_offset), uint64_t(nodes_heap.flags_bytes)});
+    for (const auto& r : nodes_heap.regions()) op->regions_.push_back({r.name, uint64_t(r.offset), uint64_t(r.bytes)});
     op->arena_bytes_ = uint64_t(nodes_heap.total_bytes);
   }
   op->capacity_ = layout.grouped_rows;
