@@ -97,9 +97,8 @@ __global__ void __launch_bounds__(kThreads) scatter_kernel(MoeExchangeArgs a) {
       pos = __shfl_sync(0xffffffffu, pos, 0);
       if (lane == 0) a.slot_pos[s * a.topk + j] = pos;
       if (pos < 0) continue;
-      const int4* src = reinterpret_cast<const int4*>(slot);
-      int4* dst = reinterpret_cast<int4*>(a.grouped_x + int64_t(pos) * a.hidden);
-      for (int64_t v = lane; v < vecs; v += 32) dst[v] = src[v];
+      moe_copy_row(reinterpret_cast<int4*>(a.grouped_x + int64_t(pos) * a.hidden), reinterpret_cast<const int4*>(slot),
+                   vecs, lane);
     }
   }
 }

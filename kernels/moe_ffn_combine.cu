@@ -16,6 +16,7 @@ using bf16 = __nv_bfloat16;
 constexpr int32_t kWarps = Cfg::kConsumers * 4;  // the consumer warps that run a tail unit
 constexpr int32_t kSubs = 4;                     // combine units per 128-slot chunk (32 slots each)
 constexpr int32_t kSubSlots = kMoeTileRows / kSubs;
+constexpr int32_t kTailRows = 4;  // rows a tail warp's sums load at once (moe_sum_rows: no spill beside the GEMM)
 
 struct CombineTail {
   static constexpr bool kHas = true;
@@ -54,7 +55,7 @@ struct CombineTail {
           }
       if (!__shfl_sync(0xffffffffu, ok, 0)) return false;
       __syncwarp();  // lane 0's acquire before every lane's reads of Y
-      moe_sum_pairs(pairs, y, hidden, comb[h] + (int64_t(rank) * tokens + t) * hidden, lane);
+      moe_sum_pairs<kTailRows>(pairs, y, hidden, comb[h] + (int64_t(rank) * tokens + t) * hidden, lane);
     }
     __syncwarp();
     if (lane == 0) {
@@ -79,8 +80,8 @@ struct CombineTail {
     for (int32_t tt = warp; tt < kMoeTileRows; tt += kWarps) {
       const int32_t t = i * kMoeTileRows + tt;
       if (t >= tokens) break;
-      moe_sum_home(comb[rank], tokens, hidden, world, t, moe_token_dests(topk_ids, t, topk, local_experts, world), out,
-                   lane);
+      moe_sum_home<kTailRows>(comb[rank], tokens, hidden, world, t,
+                              moe_token_dests(topk_ids, t, topk, local_experts, world), out, lane);
     }
     return true;
   }
