@@ -56,24 +56,23 @@ __device__ __forceinline__ const MoeDispatchMeta* moe_slot_meta(const uint8_t* s
 __device__ __forceinline__ void moe_load_pairs(const int32_t* topk_ids, const float* topk_weights, int32_t t,
                                                int32_t topk, int32_t local_experts, int32_t world, int32_t* ids,
                                                float* w) {
-  for (int32_t j = 0; j < topk; ++j) {
+#pragma unroll
+  for (int32_t j = 0; j < kMoeMaxTopk; ++j) {  // a constant bound: ids and w stay in registers
+    if (j >= topk) break;
     ids[j] = topk_ids[int64_t(t) * topk + j];
     w[j] = topk_weights[int64_t(t) * topk + j];
     if (ids[j] < 0 || ids[j] >= local_experts * world) ids[j] = -local_experts * (world + 1);
   }
 }
 
-// A slot: the header (lanes 0.., one 16-byte vector each) and, where it has pairs, the row (one
-// vector per lane at a time: moe_copy_row here spilled registers in the dispatch kernels).
+// A slot: the header (lanes 0.., one 16-byte vector each) and, where it has pairs, the row.
 __device__ __forceinline__ void moe_write_slot(uint8_t* slot, const MoeDispatchMeta& meta, const __nv_bfloat16* row,
                                                int32_t hidden, int32_t lane) {
   if (lane < int32_t(sizeof(MoeDispatchMeta) / 16))
     reinterpret_cast<int4*>(slot + (int64_t(hidden) * 2 + 15) / 16 * 16)[lane] =
         reinterpret_cast<const int4*>(&meta)[lane];
   if (meta.pairs == 0) return;
-  const int4* src = reinterpret_cast<const int4*>(row);
-  int4* dst = reinterpret_cast<int4*>(slot);
-  for (int64_t v = lane; v < hidden / 8; v += 32) dst[v] = src[v];
+  moe_copy_row(reinterpret_cast<int4*>(slot), reinterpret_cast<const int4*>(row), hidden / 8, lane);
 }
 
 // Destination ranks of token t, from its top-k ids (an id out of range, which the router never
