@@ -165,7 +165,7 @@ TEST_CASE("moe: the tuner's plan predicts the staged layer within the stated err
     errors.push_back(std::fabs(eb));
   }
   std::sort(errors.begin(), errors.end());
-  REQUIRE(errors.size() == 6);
+  REQUIRE(errors.size() == 12);
   table << "run B: max error " << fmt("%.1f", errors.back() * 100) << "%, median "
         << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
   INFO(table.str());
@@ -195,13 +195,15 @@ TEST_CASE("moe: the tuner's plan against the 4 x H200 layer rows (held out: anot
     errors.push_back(std::fabs(e));
   }
   std::sort(errors.begin(), errors.end());
-  REQUIRE(errors.size() == 6);
+  REQUIRE(errors.size() == 12);
   table << "max error " << fmt("%.1f", errors.back() * 100) << "%, median "
         << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
   INFO(table.str());
   print(table.str());
-  // Every row within the issue's 20% (at this commit: max 11.4%, median 4.1%; single phases miss by up
-  // to 51%, the combine and arrange waits most, and partly cancel).
+  // Every row within the issue's 20%. The six rows of 18fa772 gave max 11.4%, median 4.1%; single
+  // phases miss by up to 51%, the combine and arrange waits most, and partly cancel. The six of
+  // a4847b4 (faster row kernels, nothing refitted) add the largest miss, Qwen3-30B-A3B at 4096 tokens
+  // per rank +18.7%: the model's exchange is now too slow.
   CHECK(errors.back() <= 0.20);
 }
 
