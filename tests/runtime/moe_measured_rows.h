@@ -114,9 +114,12 @@ inline const std::vector<MoeMeasured>& moe_measured_rows_4xh200() {
   return rows;
 }
 
-// docs/results/2026-11-27-moe-across-nodes.md, call BG: the hierarchical variant on 2 emulated nodes
-// x 1 NVIDIA H200 (socket backend over loopback TCP), 4096 tokens per rank, tree 4758956, weftrun
-// bench (median of 20 calls after 5, max over ranks); one process per proxy-channel count.
+// The hierarchical variant on 2 emulated nodes (socket backend over loopback TCP), 4096 tokens per
+// rank, weftrun bench (median of 20 calls after 5, max over ranks):
+// N01-N09: docs/results/2026-11-27-moe-across-nodes.md, call BG, 2 x 1 NVIDIA H200, tree 4758956,
+//          one process per proxy-channel count;
+// N10-N12: docs/results/2026-11-27-moe-four-gpus-exchange.md, call CA, 2 x 2 NVIDIA H200 (a GPU
+//          per rank), tree b3fb9e0, 4 channels.
 struct MoeNodesMeasured {
   const char* id;
   const char* shape;
@@ -127,7 +130,7 @@ struct MoeNodesMeasured {
   double route_ms, dispatch_ms, arrange_ms, ffn_ms, combine_ms;
 };
 
-inline const std::vector<MoeNodesMeasured>& moe_measured_rows_2x1_h200() {
+inline const std::vector<MoeNodesMeasured>& moe_measured_rows_nodes_h200() {
   static const std::vector<MoeNodesMeasured> rows = {
       {"N01", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 1, 1, 24.610, 0.069, 11.308, 0.079, 4.157, 10.108},
       {"N02", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 1, 4, 11.280, 0.067, 4.612, 0.078, 4.041, 3.863},
@@ -138,6 +141,9 @@ inline const std::vector<MoeNodesMeasured>& moe_measured_rows_2x1_h200() {
       {"N07", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 1, 48.854, 0.131, 22.501, 0.367, 5.754, 21.551},
       {"N08", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 4, 20.547, 0.132, 8.391, 0.371, 5.707, 7.549},
       {"N09", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 1, 8, 16.959, 0.131, 6.862, 0.364, 5.726, 6.105},
+      {"N10", "Mixtral-8x7B", 4096, 14336, 8, 2, 4096, 2, 2, 4, 14.960, 0.068, 6.932, 0.432, 4.069, 5.718},
+      {"N11", "Qwen3-30B-A3B", 2048, 768, 128, 8, 4096, 2, 2, 4, 8.905, 0.067, 5.040, 0.251, 0.548, 4.465},
+      {"N12", "DeepSeek-V3", 7168, 2048, 256, 8, 4096, 2, 2, 4, 26.475, 0.132, 13.181, 0.886, 4.799, 10.911},
   };
   return rows;
 }

@@ -165,7 +165,7 @@ TEST_CASE("moe: the tuner's plan predicts the staged layer within the stated err
     errors.push_back(std::fabs(eb));
   }
   std::sort(errors.begin(), errors.end());
-  REQUIRE(errors.size() == 12);
+  REQUIRE(errors.size() == 6);
   table << "run B: max error " << fmt("%.1f", errors.back() * 100) << "%, median "
         << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
   INFO(table.str());
@@ -358,15 +358,17 @@ TEST_CASE("moe: the constants are a fit to their stated rows only (the layer tot
 }
 
 // Rows outside 20%, with the bound each stays within (docs/tuner.md, "MoE across nodes").
-const std::map<std::string, double> kNodesMisses = {{"N05", 0.30}};  // Qwen3-30B-A3B, 4 channels: -25.7%
+// Qwen3-30B-A3B at 4 channels: 2 x 1 -25.7%, 2 x 2 -27.5%.
+const std::map<std::string, double> kNodesMisses = {{"N05", 0.30}, {"N11", 0.30}};
 
-TEST_CASE("moe across nodes: the tuner's hierarchical model against the 2 x 1 H200 rows (held out: none fitted)") {
+TEST_CASE(
+    "moe across nodes: the tuner's hierarchical model against the 2 x 1 and 2 x 2 H200 rows (held out: none fitted)") {
   // The socket backend's rates are the ones fitted on AllGather rows (docs/tuner.md); the staged
   // constants the H100 ones, scaled. WEFT_TUNER_FIT_TABLE=1 prints the table.
   std::ostringstream table;
   table << "row  shape          channels  measured ms  predicted  error    dispatch / combine predicted (error)\n";
   std::vector<double> errors;
-  for (const auto& r : weft::testing::moe_measured_rows_2x1_h200()) {
+  for (const auto& r : weft::testing::moe_measured_rows_nodes_h200()) {
     MachineModel m = machine_model_h200();
     m.net_channels = r.channels;
     std::ostringstream text;
@@ -399,12 +401,14 @@ TEST_CASE("moe across nodes: the tuner's hierarchical model against the 2 x 1 H2
     errors.push_back(std::fabs(e));
   }
   std::sort(errors.begin(), errors.end());
-  REQUIRE(errors.size() == 9);
+  REQUIRE(errors.size() == 12);
   table << "max error " << fmt("%.1f", errors.back() * 100) << "%, median "
         << fmt("%.1f", errors[errors.size() / 2] * 100) << "%\n";
   INFO(table.str());
   print(table.str());
-  // At this commit: 8 of 9 rows within 20% (max 18.6%), median 12.0%; the exchange phases alone miss
+  // 2 x 2 rows (N10-N12) at this commit: -16.8%, -27.5%, -7.3%; each node's two ranks moved about
+  // 7 GB/s together, where the model gives each 6.5. The 2 x 1 rows: 8 of 9 within 20% (max 18.6%),
+  // median 12.0%; the exchange phases alone miss
   // by up to 49% at 4 and 8 channels: one rank per node moved 5.8 and 7.2 GB/s each way, below the
   // socket model's min(socket_gbps / G, channels x socket_channel_gbps) = 9.8 and 13 (fitted on rows
   // with 2 ranks per node), while the totals' other phases are over-predicted.
