@@ -30,6 +30,7 @@
 #include "runtime/ops/op_harness.h"
 #include "runtime/ops/ops.h"
 #include "runtime/workload.h"
+#include "transport/transport.h"
 
 namespace weft::runtime::ops {
 namespace {
@@ -237,6 +238,15 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
       });
   for (auto& e : ev) WEFT_CUDA_CHECK(cudaEventCreate(&e));
   int phase_calls = 0;
+  // Across nodes: the proxies' counters over the timed rounds, where only weft's op moves anything
+  // through the context's transport (rows 0 and 4 run it once a round each).
+  transport::Transport* tp = nullptr;
+  transport::TransportCounters net0;
+  if (plan.nodes > 1) {
+    WEFT_CHECK(rt->transport(plan.exec.channels, plan.inter_backend, plan.exec.signal_mode, &tp));
+    WEFT_CHECK(tp->flush());
+    net0 = tp->counters();
+  }
   InterleavedTimer timer;
   timer.add([&] { return op->run(x, y, s); });    // 0
   timer.add([&] { return seq.run(y_seq, s); });   // 1
@@ -253,6 +263,23 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   if (other) timer.add([&] { return other->run(x, y, s); });  // 5
   if (timer.run(boot, comm, s, warm, iters, "weft.moe.interleaved", unstick) != Status::kOk)
     return failed("the timed rounds failed");
+  char network[320] = "";
+  if (tp) {
+    WEFT_CHECK(tp->flush());
+    const transport::TransportCounters net1 = tp->counters();
+    const double calls = 2.0 * (warm + iters);
+    double per[5] = {double(net1.puts - net0.puts) / calls, double(net1.signals - net0.signals) / calls,
+                     double(net1.fences - net0.fences) / calls, double(net1.batches - net0.batches) / calls,
+                     double(net1.stalls - net0.stalls) / calls};
+    const char* keys[5] = {"puts", "signals", "fences", "batches", "stalls"};
+    for (int i = 0; i < 5; ++i)
+      WEFT_CHECK(max_over_ranks(boot, std::string("weft.moe.net.") + keys[i], per[i], &per[i]));
+    snprintf(network, sizeof network,
+             "network: %s backend, %s signals, %d channel(s); per call, max over ranks: puts %.1f signals %.1f "
+             "fences %.1f batches %.1f stalls %.1f",
+             tp->backend_name().c_str(), transport::to_string(tp->signal_mode()), plan.exec.channels, per[0], per[1],
+             per[2], per[3], per[4]);
+  }
   WEFT_CHECK(op->dropped(&dropped));
   int64_t other_dropped = 0;
   if (other) WEFT_CHECK(other->dropped(&other_dropped));
@@ -340,6 +367,7 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
   print_results(boot, title, rows, extra);
   if (rank == 0) {
     printf("  validated: %s\n", validated);
+    if (network[0]) printf("  %s\n", network);
     fflush(stdout);
   }
 
