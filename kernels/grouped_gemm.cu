@@ -131,6 +131,38 @@ Status make_grouped_gemm_params(const GroupedGemmArgs& a, GroupedGemmParams* out
   return Status::kOk;
 }
 
+namespace {
+constexpr int64_t kSplitSlotBytes = int64_t(Cfg::kTileM) * Cfg::kTileN * sizeof(float);  // one tile's fp32 sums
+constexpr int64_t kSplitWordsPerSlot = 8;  // one arrival word per consumer warp of a tile
+}  // namespace
+
+int64_t grouped_split_bytes(int32_t sms) {
+  return sms > 0 ? int64_t(sms) * (kSplitSlotBytes + kSplitWordsPerSlot * int64_t(sizeof(uint32_t))) : 0;
+}
+
+Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t sms) {
+  if (!down || !mem || sms <= 0 || down->epilogue != int32_t(GroupedEpilogue::kStore) ||
+      reinterpret_cast<uintptr_t>(mem) % 16 != 0) {
+    WEFT_WARN(kKernel,
+              "grouped gemm: the K split needs the down projection (plain store), %d SMs and 16-byte "
+              "aligned memory",
+              sms);
+    return Status::kInvalidArgument;
+  }
+  uint8_t* base = static_cast<uint8_t*>(mem);
+  uint32_t* words = reinterpret_cast<uint32_t*>(base + int64_t(sms) * kSplitSlotBytes);
+  const cudaError_t err = cudaMemset(words, 0, size_t(sms) * kSplitWordsPerSlot * sizeof(uint32_t));
+  if (err != cudaSuccess) {
+    WEFT_WARN(kKernel, "grouped gemm: zeroing the K split's arrival words failed: %s", cudaGetErrorString(err));
+    return Status::kCudaError;
+  }
+  down->split_ws = reinterpret_cast<float*>(base);
+  down->split_cnt = words;
+  down->split_slots = sms;
+  down->split_sms = sms;
+  return Status::kOk;
+}
+
 Status launch_grouped_gemm(const GroupedGemmParams& p, const FrameParams& frame, cudaStream_t stream) {
   if (frame.roles.compute <= 0) {
     WEFT_WARN(kKernel, "grouped gemm: rank %d: no compute blocks", frame.rank);
@@ -179,6 +211,8 @@ Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& 
     why = "gate/up and down must walk the same experts, counts, offsets, capacity and raster";
   else if (down.k != up.n / 2 || !tile_done)
     why = "down's k must be gate/up's output width (ffn), and tile_done is needed";
+  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0 || down.split_sms <= 0)))
+    why = "only down splits over K, with its workspace, arrival words, slots and SMs (enable_grouped_split)";
   if (why) {
     WEFT_WARN(kKernel, "grouped ffn: rank %d: %s", frame.rank, why);
     return Status::kInvalidArgument;

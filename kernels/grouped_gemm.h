@@ -55,7 +55,23 @@ struct GroupedGemmParams {
   // 1: a consumer's 64-row half whose rows are all its expert's leaves through shared memory and TMA
   // (tmap_y); the half holding an expert's last rows, and every half with 0, from registers.
   int32_t store_tma = 1;
+  // Split over K (the expert FFN's down phase only; enable_grouped_split): where the phase's (row tile,
+  // column block) units would leave SMs idle (decode counts), each is split into `parts` units over
+  // K, chosen on the device from the counts (grouped_ring::split_parts); each part's fp32 sums meet
+  // in split_ws and the last part to finish adds them in K order and stores. nullptr: never split.
+  float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (tile, column block, part)
+  uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words: zero between launches
+  int32_t split_slots = 0;
+  int32_t split_sms = 0;  // a split phase's units fill at most one wave of this many SMs
 };
+
+// Bytes enable_grouped_split needs for a GPU of `sms` SMs (one slot per SM).
+int64_t grouped_split_bytes(int32_t sms);
+// Lets the FFN split `down` over K (see GroupedGemmParams::split_ws): `mem` is device memory of
+// grouped_split_bytes(sms) bytes that nothing else uses; its arrival words are zeroed here, on the
+// null stream, and each launch leaves them zero. The split changes the order of Y's K sums (the
+// bits differ from the unsplit FFN's, and repeat from call to call).
+Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t sms);
 
 // Checks the arguments (logging why once) and encodes the tensor maps.
 Status make_grouped_gemm_params(const GroupedGemmArgs& args, GroupedGemmParams* out);

@@ -97,6 +97,7 @@ struct Phases {
   int64_t units0 = 0, units = 0;  // phase 0's units, both phases' units
   int64_t all = 0;                // and the tail's
   int32_t m_tiles = 0;
+  int32_t parts = 1;              // phase 1's units per (row tile, column block): split over K (split_parts)
   uint64_t* tile_done = nullptr;  // two phases only: capacity_tiles words, zero at launch
   uint64_t* down_done = nullptr;  // with a tail: the next capacity_tiles words, zero at launch
   // Two phases: the units are claimed in order from this word (zero at launch), so every unit a
@@ -105,6 +106,18 @@ struct Phases {
   unsigned long long* claims = nullptr;
   const Tail* tail = nullptr;
 };
+
+// Parts per (row tile, column block) of a split phase: 2 where the phase's `tiles` (row tile, column
+// block) pairs, split in two, still fit one wave of split_sms and the workspace's slots, and each
+// half has at least kMinSplitIters k-blocks; else 1 (no split). Two, not more: the last part adds the
+// other's sums to its own, and two fp32 addends give the same bits in either order, so a call's bits
+// do not depend on which part finished first. The same on every block for the same counts.
+constexpr int32_t kMaxSplit = 2, kMinSplitIters = 4;
+__device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles) {
+  if (!p.split_ws || !p.split_cnt || tiles <= 0) return 1;
+  const bool fits = tiles * kMaxSplit <= p.split_sms && tiles * kMaxSplit <= p.split_slots;
+  return fits && p.k_iters >= kMaxSplit * kMinSplitIters ? kMaxSplit : 1;
+}
 
 template <class Tail>
 __device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, const GroupedGemmParams* p1,
@@ -115,7 +128,9 @@ __device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, c
   ph.p[1] = p1;
   ph.m_tiles = w.m_tiles;
   ph.units0 = w.units;
-  ph.units = w.units + (p1 ? int64_t(w.m_tiles) * p1->n_blocks : 0);
+  const int64_t tiles1 = p1 ? int64_t(w.m_tiles) * p1->n_blocks : 0;
+  ph.parts = p1 ? split_parts(*p1, tiles1) : 1;
+  ph.units = w.units + tiles1 * ph.parts;
   ph.all = ph.units;
   ph.tile_done = tile_done;
   if (p1) ph.claims = reinterpret_cast<unsigned long long*>(tile_done + p0.capacity_tiles);
@@ -128,16 +143,29 @@ __device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, c
   return ph;
 }
 
-// Unit u of the launch: its phase, parameters, tile and expert.
+// Unit u of the launch: its phase, parameters, tile and expert; for phase 1 split over K, the (row
+// tile, column block) pair's index in the phase's walk and which part it is (its parts adjacent in
+// the claim order), and the k-blocks [kb0, kb1) it sums.
+struct UnitAt {
+  int32_t phase = 0, e = 0, part = 0, kb0 = 0, kb1 = 0;
+  int64_t tile = 0;
+  TileCoord c;
+};
+
 template <class Tail>
-__device__ __forceinline__ const GroupedGemmParams& unit_at(const Phases<Tail>& ph, int64_t u, int32_t* phase,
-                                                            TileCoord* c, int32_t* e) {
-  *phase = u < ph.units0 ? 0 : 1;
-  const GroupedGemmParams& p = *ph.p[*phase];
+__device__ __forceinline__ const GroupedGemmParams& unit_at(const Phases<Tail>& ph, int64_t u, UnitAt* at) {
+  at->phase = u < ph.units0 ? 0 : 1;
+  const GroupedGemmParams& p = *ph.p[at->phase];
   Walk w;
   w.m_tiles = ph.m_tiles;
   w.units = int64_t(ph.m_tiles) * p.n_blocks;
-  *c = coord_of(p, w, *phase ? u - ph.units0 : u, e);
+  const int32_t parts = at->phase ? ph.parts : 1;
+  const int64_t v = at->phase ? u - ph.units0 : u;
+  at->tile = v / parts;
+  at->part = int32_t(v % parts);
+  at->kb0 = int32_t(int64_t(at->part) * p.k_iters / parts);
+  at->kb1 = int32_t(int64_t(at->part + 1) * p.k_iters / parts);
+  at->c = coord_of(p, w, at->tile, &at->e);
   return p;
 }
 
@@ -167,10 +195,10 @@ __device__ __forceinline__ void producer(const Phases<Tail>& ph, const FramePara
         continue;
       }
     }
-    int32_t e, phase;
-    TileCoord c;
-    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
-    if (phase == 1) {
+    UnitAt at;
+    const GroupedGemmParams& p = unit_at(ph, u, &at);
+    const TileCoord c = at.c;
+    if (at.phase == 1) {
       // Every consumer warp of every gate/up unit of this row tile has stored its H columns; H is read
       // by TMA (async proxy) next.
       const uint64_t* flag = ph.tile_done + c.m_block;
@@ -180,11 +208,11 @@ __device__ __forceinline__ void producer(const Phases<Tail>& ph, const FramePara
       asm volatile("fence.proxy.async.global;" ::: "memory");
     }
     const int32_t row_a = c.m_block * Cfg::kTileM;
-    const int32_t row_b = e * p.n + c.n_block * Cfg::kTileN;
-    for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
+    const int32_t row_b = at.e * p.n + c.n_block * Cfg::kTileN;
+    for (int32_t kb = at.kb0; kb < at.kb1; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
       if (!gemm_detail::wait_barrier(&s.empty[stage], phase_bit ^ 1, f, c)) return;
-      if (kb == 0) s.unit[stage] = u;
+      if (kb == at.kb0) s.unit[stage] = u;
       sm90::mbar_arrive_expect_tx(&s.full[stage], kStageBytes);
       sm90::tma_load_2d(s.a[stage], &p.tmap_x, &s.full[stage], kb * Cfg::kTileK, row_a);
       sm90::tma_load_2d(s.b[stage], &p.tmap_w, &s.full[stage], kb * Cfg::kTileK, row_b);
@@ -286,6 +314,39 @@ __device__ __forceinline__ void settle(uint64_t** pending) {
   *pending = nullptr;
 }
 
+// A warp's share of a split unit (16 rows x 256 columns of its half: 32 lanes x 128 fp32) into its
+// workspace slot, then one arrival on the (row tile, column block, warp) word. The last of the two
+// parts to arrive adds the other's sums to its own (fp32 addition commutes, so the bits do not
+// depend on which part finished last), leaves the word zero for the next launch, and returns true to
+// store the sums. Slots and words are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a
+// stale copy from an earlier launch); each lane fences its stores before the warp's arrival, and
+// after it before its loads.
+__device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], int64_t tile, int32_t part,
+                                          int32_t warp8, int32_t lane) {
+  constexpr int64_t kWarpVecs = 32 * 32;  // float4s of one warp's share
+  float4* ws = reinterpret_cast<float4*>(p.split_ws) + ((tile * kMaxSplit) * 8 + warp8) * kWarpVecs + lane;
+  float4* mine = ws + part * 8 * kWarpVecs;
+#pragma unroll
+  for (int32_t j = 0; j < 32; ++j)
+    __stcg(mine + 32 * j, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+  __threadfence();
+  __syncwarp();
+  uint32_t* word = p.split_cnt + tile * 8 + warp8;
+  uint32_t before = 0;
+  if (lane == 0) before = atomicAdd(word, 1u);
+  before = __shfl_sync(0xffffffffu, before, 0);
+  if (before != uint32_t(kMaxSplit - 1)) return false;
+  __threadfence();
+  if (lane == 0) *word = 0;  // both parts of this launch have arrived: the next launch finds it zero
+  const float4* other = ws + (1 - part) * 8 * kWarpVecs;
+#pragma unroll
+  for (int32_t j = 0; j < 32; ++j) {
+    const float4 v = __ldcg(other + 32 * j);
+    acc[4 * j] += v.x, acc[4 * j + 1] += v.y, acc[4 * j + 2] += v.z, acc[4 * j + 3] += v.w;
+  }
+  return true;
+}
+
 template <class Tail>
 __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FrameParams& f, GroupedShared& s) {
   const int32_t half = threadIdx.x / 128 - 1;  // which 64-row half of the tile
@@ -320,12 +381,13 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
         continue;
       }
     }
-    int32_t e, phase;
-    TileCoord c;
-    const GroupedGemmParams& p = unit_at(ph, u, &phase, &c, &e);
-    for (int32_t kb = 0; kb < p.k_iters; ++kb, ++it) {
+    UnitAt at;
+    const GroupedGemmParams& p = unit_at(ph, u, &at);
+    const TileCoord c = at.c;
+    const int32_t e = at.e, phase = at.phase;
+    for (int32_t kb = at.kb0; kb < at.kb1; ++kb, ++it) {
       const uint32_t stage = it % Cfg::kStages, phase_bit = (it / Cfg::kStages) & 1;
-      if (kb > 0 && !gemm_detail::wait_barrier(&s.full[stage], phase_bit, f, c)) {
+      if (kb > at.kb0 && !gemm_detail::wait_barrier(&s.full[stage], phase_bit, f, c)) {
         sm90::wgmma_wait<0>();                // leave nothing in flight
         if (t128 == 0) sm90::bulk_wait<0>();  // nor a TMA store reading the staging boxes
         return;
@@ -335,11 +397,11 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
       sm90::wgmma_fence();
 #pragma unroll
       for (int32_t k = 0; k < Cfg::kTileK / 16; ++k)  // +32 bytes per k16 step: +2 in the >>4 field
-        sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > 0 || k > 0) ? 1 : 0);
+        sm90::wgmma_m64n256k16(acc, desc_a + 2 * k, desc_b + 2 * k, (kb > at.kb0 || k > 0) ? 1 : 0);
       sm90::wgmma_commit();
-      if (kb == 0) settle(&pending);  // the last half's stores completed behind this k-block's MMAs
-      sm90::wgmma_wait<1>();          // the previous k-block's MMAs are done reading their stage
-      if (kb > 0 && lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
+      if (kb == at.kb0) settle(&pending);  // the last half's stores completed behind this k-block's MMAs
+      sm90::wgmma_wait<1>();               // the previous k-block's MMAs are done reading their stage
+      if (kb > at.kb0 && lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
     }
     sm90::wgmma_wait<0>();
     if (lane == 0) sm90::mbar_arrive(&s.empty[(it - 1) % Cfg::kStages]);
@@ -351,7 +413,9 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
     }
     if (counter) counter += c.m_block;
     const int32_t half_row0 = c.m_block * Cfg::kTileM + half * 64;
-    if (p.store_tma && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
+    // A part of a split unit: only the last of the parts to finish (per warp) stores, from registers.
+    if (phase == 1 && ph.parts > 1 && !split_sum(p, acc, at.tile, at.part, half * 4 + warp, lane)) continue;
+    if (p.store_tma && (phase == 0 || ph.parts == 1) && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
       store_half_tma(p, s, acc, half, half_row0, c.n_block, t128, &boxes);
       if (t128 == 0) pending = counter;  // settled behind the next unit's first k-block
       continue;

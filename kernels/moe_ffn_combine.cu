@@ -16,7 +16,7 @@ using bf16 = __nv_bfloat16;
 constexpr int32_t kWarps = Cfg::kConsumers * 4;  // the consumer warps that run a tail unit
 constexpr int32_t kSubs = 4;                     // combine units per 128-slot chunk (32 slots each)
 constexpr int32_t kSubSlots = kMoeTileRows / kSubs;
-constexpr int32_t kTailRows = 4;  // rows a tail warp's sums load at once (moe_sum_rows: no spill beside the GEMM)
+constexpr int32_t kTailRows = 2;  // rows a tail warp's sums load at once (moe_sum_rows: no spill beside the GEMM)
 
 struct CombineTail {
   static constexpr bool kHas = true;
@@ -122,6 +122,8 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
            up.counts != down.counts || up.offsets != down.offsets || up.experts != down.experts ||
            up.capacity_tiles != down.capacity_tiles || up.group_m != down.group_m || down.k != up.n / 2)
     why = "gate/up and down must be the expert FFN's two GEMMs over the same rows";
+  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0 || down.split_sms <= 0)))
+    why = "only down splits over K, with its workspace, arrival words, slots and SMs (enable_grouped_split)";
   else if (ex->world < 1 || ex->world > MoeExchangeArgs::kMaxRanks || ex->rank < 0 || ex->rank >= ex->world ||
            ex->tokens < 1 || ex->hidden != down.n || ex->topk < 1 || ex->topk > kMoeMaxTopk || !ex->slot_pos ||
            ex->local_experts != up.experts || ex->grouped_y != down.y || !ex->topk_ids || !ex->out || !ex->epoch ||

@@ -92,7 +92,7 @@ __device__ __forceinline__ uint32_t moe_token_dests(const int32_t* topk_ids, int
 // step issues the loads of kAtOnce rows before their sums, so a lane has that many vectors in flight
 // rather than one (the indices are constants once unrolled: nothing goes to local memory). The
 // exchange kernels take all 8 at once; the FFN + combine launch, which has fewer registers to spare
-// beside its GEMM, 4.
+// beside its GEMM, 2.
 template <int32_t kAtOnce = kMoeMaxTopk>
 __device__ __forceinline__ void moe_sum_rows(const int4* const (&src)[kMoeMaxTopk], const float (&w)[kMoeMaxTopk],
                                              int64_t vecs, int4* dst, int32_t lane) {

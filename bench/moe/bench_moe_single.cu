@@ -8,7 +8,8 @@
 // launches (gate/up, then down) and in one launch (launch_grouped_ffn: a down tile starts when its
 // H rows are complete), the second checked to give the first's bits. And the same three with the
 // epilogue storing from registers only (GroupedGemmParams::store_tma = 0, how every tile was stored
-// before the TMA store epilogue), checked to give the same bits.
+// before the TMA store epilogue), checked to give the same bits. And the one-launch FFN with the down
+// projection split over K where its tiles leave SMs idle (enable_grouped_split), checked against cuBLAS.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -71,7 +72,8 @@ struct Row {
   int min_count, max_count;
   double router_ms, up_w, up_c, silu_c, down_w, down_c, ffn_one;
   double up_r, down_r, ffn_one_r;  // register stores only
-  double err_h, err_y;
+  double ffn_split;                // one launch, down split over K where it leaves SMs idle
+  double err_h, err_y, err_split;
 };
 
 Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHandle_t blas) {
@@ -149,6 +151,11 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   GroupedGemmParams pu_r = pu, pd_r = pd;
   pu_r.store_tma = pd_r.store_tma = 0;
   DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
+  // The one-launch FFN with down split over K (enable_grouped_split: where the down tiles, twice over,
+  // fit one wave; otherwise it runs as the unsplit launch).
+  GroupedGemmParams pd_s = pd;
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(fp.roles.compute));
+  WEFT_OK(enable_grouped_split(&pd_s, split_mem.p, fp.roles.compute));
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
     for (int e = 0; e < L; ++e) {
@@ -183,12 +190,14 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_gemm(pu_r, fp, nullptr)); },
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_gemm(pd_r, fp, nullptr)); },
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu_r, pd_r, tile_done.p, fp, nullptr)); },
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd_s, tile_done.p, fp, nullptr)); },
   };
   WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
   const std::vector<double> ms = weft::bench::time_interleaved(rounds, nullptr, cands);
   row.up_w = ms[0], row.down_w = ms[1], row.up_c = ms[2], row.silu_c = ms[3], row.down_c = ms[4];
   row.ffn_one = ms[5];
   row.up_r = ms[6], row.down_r = ms[7], row.ffn_one_r = ms[8];
+  row.ffn_split = ms[9];
   // The one-launch FFN gives the two launches' bits (valid rows; the padding stays unwritten).
   {
     WEFT_OK(launch_grouped_gemm(pu, fp, nullptr));
@@ -221,6 +230,26 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   if (to_host(dropped.p, 1)[0] != 0) {
     fprintf(stderr, "grouped gemm dropped rows\n");
     std::exit(1);
+  }
+  // The split launch against cuBLAS's Y (its K sums run in another order: not the same bits).
+  {
+    DevBuf<__nv_bfloat16> ys(cap * H);
+    WEFT_CUDA_OK(cudaMemcpy(ys.p, y.p, size_t(cap) * H * 2, cudaMemcpyDeviceToDevice));
+    poison_bf16(y.p, cap * H);
+    WEFT_OK(launch_grouped_ffn(pu, pd_s, tile_done.p, fp, nullptr));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    double es = 0;
+    for (int e = 0; e < L; ++e) {
+      if (cnt[e] == 0) continue;
+      const Compared cy = compare(y.p + int64_t(off[e]) * H, yc.p + int64_t(off[e]) * H, int64_t(cnt[e]) * H);
+      if (cy.bad) {
+        fprintf(stderr, "%s T=%d expert %d: the split launch left outputs unwritten\n", s.name, tokens, e);
+        std::exit(1);
+      }
+      es = std::max(es, cy.rel_err);
+    }
+    row.err_split = es;
+    WEFT_CUDA_OK(cudaMemcpy(y.p, ys.p, size_t(cap) * H * 2, cudaMemcpyDeviceToDevice));
   }
   // 3. weft against cuBLAS, expert by expert (valid rows only).
   double eh = 0, ey = 0;
@@ -275,7 +304,7 @@ int main(int argc, char** argv) {
       if ((only && std::strcmp(only, s.name) != 0) || (only_tokens && only_tokens != tokens)) continue;
       Row r = run_shape(s, tokens, rounds, fp, blas);
       if (frame.check("bench moe") != Status::kOk) return 1;
-      ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2;
+      ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2;
       rows.push_back(r);
       const double wf = r.up_w + r.down_w, cf = r.up_c + r.silu_c + r.down_c;
       const double flop = 2.0 * r.rows * (3.0 * s.hidden * s.ffn);
@@ -287,11 +316,12 @@ int main(int argc, char** argv) {
           "   cuBLAS/weft: gate/up %.2fx down %.2fx FFN %.2fx   rel err H %.1e Y %.1e\n"
           "   register stores: gate/up+SiLU %.3f ms  down %.3f ms  FFN in one launch %.3f ms (register / TMA-store "
           "time "
-          "%.3f)\n",
+          "%.3f)\n"
+          "   down split over K: FFN in one launch %.3f ms (%.2fx the unsplit launch), rel err Y %.1e\n",
           s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
           r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
           r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y, r.up_r,
-          r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one);
+          r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one, r.ffn_split, r.ffn_one / r.ffn_split, r.err_split);
       fflush(stdout);
     }
   if (markdown) {

@@ -212,6 +212,48 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn, int b
     require_padding_untouched(h.p, ffn, counts, off);
     require_padding_untouched(y.p, hidden, counts, off);
   }
+
+  // Down split over K (enable_grouped_split), which the kernel does where the (row tile, column block)
+  // pairs, twice over, fit one wave of the GPU's SMs and ffn has at least 8 k-blocks (the same rule,
+  // computed here from the counts): H keeps its bits, Y is checked against the reference on weft's H,
+  // differs from the unsplit bits exactly when the split is expected, repeats its bits on a second
+  // call (each launch leaves the arrival words zero), and the padding stays unwritten.
+  int64_t tiles = 0;
+  for (int32_t c : counts) tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
+  tiles *= (hidden + 255) / 256;
+  const bool expect_split = tiles > 0 && 2 * tiles <= rn.sms && ffn / 64 >= 8;
+  CAPTURE(expect_split);
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(rn.sms));
+  GroupedGemmParams ds = pd;
+  REQUIRE(enable_grouped_split(&ds, split_mem.p, rn.sms) == Status::kOk);
+  std::vector<__nv_bfloat16> first;
+  for (int call = 0; call < 2; ++call) {
+    CAPTURE(call);
+    poison_bf16(h.p, cap * ffn);
+    poison_bf16(y.p, cap * hidden);
+    REQUIRE(launch_grouped_ffn(pu, ds, tile_done.p, rn.fp, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    REQUIRE(rn.frame.check("grouped ffn, down split over K") == Status::kOk);
+    const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off.back()) * ffn);
+    const std::vector<__nv_bfloat16> y1 = to_host(y.p, int64_t(off.back()) * hidden);
+    bool differs = false;
+    for (int32_t e = 0; e < experts; ++e) {
+      if (counts[e] == 0) continue;
+      CAPTURE(e);
+      const size_t hb = size_t(off[e]) * ffn, yb = size_t(off[e]) * hidden;
+      REQUIRE(std::memcmp(&h1[hb], &h2[hb], size_t(counts[e]) * ffn * 2) == 0);
+      differs = differs || std::memcmp(&y1[yb], &y2[yb], size_t(counts[e]) * hidden * 2) != 0;
+      reference(h.p + int64_t(off[e]) * ffn, w2.p + int64_t(e) * hidden * ffn, nullptr, ry.p, counts[e], hidden, ffn);
+      const Compared cy = compare(y.p + int64_t(off[e]) * hidden, ry.p, int64_t(counts[e]) * hidden);
+      REQUIRE(cy.bad == 0);
+      REQUIRE(cy.rel_err < 1e-2);
+    }
+    CHECK(differs == expect_split);
+    if (call == 0) first = y1;
+    if (call == 1) REQUIRE(first == y1);
+    require_padding_untouched(h.p, ffn, counts, off);
+    require_padding_untouched(y.p, hidden, counts, off);
+  }
 }
 
 }  // namespace
@@ -268,6 +310,10 @@ TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two l
   // One and two blocks: a block's producer waits for its own consumers' gate/up counts (deferred
   // behind their next unit's first k-block, or settled when the stage it waits for is not full).
   for (int blocks : {1, 2}) check_swiglu({64, 192, 65, 0, 300}, 512, 384, blocks);
+  // Down split over K on one and two blocks: both parts of a pair may run on one block, one after the
+  // other (no part waits for the other).
+  for (int blocks : {1, 2}) check_swiglu({64, 192, 65, 0, 300}, 512, 1024, blocks);
+  check_swiglu({200, 56, 0, 300}, 2048, 1024);  // decode-like: 6 row tiles x 8 column blocks, split in two
 }
 
 TEST_CASE("grouped gemm: the one-launch FFN refuses mismatched halves") {
@@ -293,6 +339,17 @@ TEST_CASE("grouped gemm: the one-launch FFN refuses mismatched halves") {
   FrameParams too_many = rn.fp;
   too_many.roles.compute = rn.sms + 1;  // more blocks than the GPU has SMs
   CHECK(launch_grouped_ffn(pu, pd, tile_done.p, too_many, nullptr) == Status::kInvalidArgument);
+  // The K split is for down only, and needs its arrival words.
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(rn.sms));
+  GroupedGemmParams up_split = pu, down_split = pd;
+  CHECK(enable_grouped_split(&up_split, split_mem.p, rn.sms) == Status::kInvalidArgument);  // gate/up: SwiGLU
+  up_split.split_ws = reinterpret_cast<float*>(split_mem.p);
+  CHECK(launch_grouped_ffn(up_split, pd, tile_done.p, rn.fp, nullptr) == Status::kInvalidArgument);
+  REQUIRE(enable_grouped_split(&down_split, split_mem.p, rn.sms) == Status::kOk);
+  CHECK(launch_grouped_ffn(pu, down_split, tile_done.p, rn.fp, nullptr) == Status::kOk);
+  WEFT_CUDA_OK(cudaDeviceSynchronize());
+  down_split.split_cnt = nullptr;
+  CHECK(launch_grouped_ffn(pu, down_split, tile_done.p, rn.fp, nullptr) == Status::kInvalidArgument);
 }
 
 TEST_CASE("grouped gemm: bad arguments are refused") {
