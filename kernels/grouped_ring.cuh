@@ -107,16 +107,13 @@ struct Phases {
   const Tail* tail = nullptr;
 };
 
-// Parts per (row tile, column block) of a split phase: 2 where the phase's `tiles` (row tile, column
-// block) pairs, split in two, still fit one wave of split_sms and the workspace's slots, and each
-// half has at least kMinSplitIters k-blocks; else 1 (no split). Two, not more: the last part adds the
-// other's sums to its own, and two fp32 addends give the same bits in either order, so a call's bits
-// do not depend on which part finished first. The same on every block for the same counts.
-constexpr int32_t kMaxSplit = 2, kMinSplitIters = 4;
+// Parts per (row tile, column block) of a split phase (moe_split_parts, kernels/moe_plan.h: 2 or 1);
+// the same on every block for the same counts, so a call's bits do not depend on which part of a
+// pair finished first.
+constexpr int32_t kMaxSplit = kMoeMaxSplit;
 __device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles) {
-  if (!p.split_ws || !p.split_cnt || tiles <= 0) return 1;
-  const bool fits = tiles * kMaxSplit <= p.split_sms && tiles * kMaxSplit <= p.split_slots;
-  return fits && p.k_iters >= kMaxSplit * kMinSplitIters ? kMaxSplit : 1;
+  if (!p.split_ws || !p.split_cnt) return 1;
+  return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots);
 }
 
 template <class Tail>

@@ -79,6 +79,18 @@ WEFT_HD inline void moe_grouped_tile_at(int64_t u, int32_t m_tiles, int32_t n_bl
   *m_tile = g * group_m + r % rows;
 }
 
+// Parts per (row tile, column block) of the expert FFN's down phase (kernels/grouped_ring.cuh): 2,
+// split over K, where its `tiles` (row tile, column block) pairs, twice over, fit one wave of `sms`
+// and the workspace's `slots`, and each half of K has at least 4 of its `k_iters` k-blocks; else 1.
+// Two, not more: the second part adds the other's fp32 sums to its own, and two addends give the
+// same bits in either order.
+constexpr int32_t kMoeMaxSplit = 2, kMoeMinSplitIters = 4;
+WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t sms, int32_t slots) {
+  if (tiles <= 0) return 1;
+  const bool fits = tiles * kMoeMaxSplit <= sms && tiles * kMoeMaxSplit <= slots;
+  return fits && k_iters >= kMoeMaxSplit * kMoeMinSplitIters ? kMoeMaxSplit : 1;
+}
+
 // The MoE layer's sizes (workload keys tokens, hidden, ffn, experts, topk; tokens per rank).
 struct MoeShape {
   int32_t tokens = 0;  // per rank

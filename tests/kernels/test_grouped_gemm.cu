@@ -213,15 +213,14 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn, int b
     require_padding_untouched(y.p, hidden, counts, off);
   }
 
-  // Down split over K (enable_grouped_split), which the kernel does where the (row tile, column block)
-  // pairs, twice over, fit one wave of the GPU's SMs and ffn has at least 8 k-blocks (the same rule,
-  // computed here from the counts): H keeps its bits, Y is checked against the reference on weft's H,
-  // differs from the unsplit bits exactly when the split is expected, repeats its bits on a second
-  // call (each launch leaves the arrival words zero), and the padding stays unwritten.
+  // Down split over K (enable_grouped_split), which the kernel does where moe_split_parts says so
+  // for these counts: H keeps its bits, Y is checked against the reference on weft's H, differs from
+  // the unsplit bits exactly when the split is expected, repeats its bits on a second call (each
+  // launch leaves the arrival words zero), and the padding stays unwritten.
   int64_t tiles = 0;
   for (int32_t c : counts) tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
-  tiles *= (hidden + 255) / 256;
-  const bool expect_split = tiles > 0 && 2 * tiles <= rn.sms && ffn / 64 >= 8;
+  tiles *= pd.n_blocks;
+  const bool expect_split = moe_split_parts(tiles, pd.k_iters, rn.sms, rn.sms) == 2;
   CAPTURE(expect_split);
   DevBuf<uint8_t> split_mem(grouped_split_bytes(rn.sms));
   GroupedGemmParams ds = pd;

@@ -391,3 +391,22 @@ TEST_CASE("moe across nodes: the cross-node regions in order, aligned, disjoint,
   s.topk = 9;
   CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 1, 0, &h, &why));  // the shape's own check
 }
+
+TEST_CASE("moe split over K: two parts only where the pairs, twice over, fit one wave and K is long enough") {
+  // Mixtral-8x7B's down at 256 tokens per rank on 4 ranks: 4 row tiles x 16 column blocks, ffn 14336.
+  CHECK(moe_split_parts(64, 224, 132, 132) == 2);
+  CHECK(moe_split_parts(66, 224, 132, 132) == 2);  // 132 units: exactly one wave
+  CHECK(moe_split_parts(67, 224, 132, 132) == 1);  // 134 would not fit
+  CHECK(moe_split_parts(64, 224, 132, 100) == 1);  // nor the workspace's slots
+  CHECK(moe_split_parts(64, 8, 132, 132) == 2);    // 4 k-blocks a part
+  CHECK(moe_split_parts(64, 7, 132, 132) == 1);
+  CHECK(moe_split_parts(0, 224, 132, 132) == 1);
+  CHECK(moe_split_parts(-1, 224, 132, 132) == 1);
+  // Qwen3-30B-A3B's down at 256 tokens (32 row tiles x 8 column blocks) and every prefill shape: no split.
+  CHECK(moe_split_parts(256, 12, 132, 132) == 1);
+  CHECK(moe_split_parts(1024, 224, 132, 132) == 1);
+  // Never more than two parts, whatever room there is.
+  for (int64_t tiles = 1; tiles < 300; ++tiles)
+    for (int32_t k : {1, 7, 8, 12, 224})
+      CHECK(moe_split_parts(tiles, k, 132, 132) == ((2 * tiles <= 132 && k >= 8) ? 2 : 1));
+}
