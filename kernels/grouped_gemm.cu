@@ -136,30 +136,41 @@ constexpr int64_t kSplitSlotBytes = int64_t(Cfg::kTileM) * Cfg::kTileN * sizeof(
 constexpr int64_t kSplitWordsPerSlot = 8;  // one arrival word per consumer warp of a tile
 }  // namespace
 
-int64_t grouped_split_bytes(int32_t sms) {
-  return sms > 0 ? int64_t(sms) * (kSplitSlotBytes + kSplitWordsPerSlot * int64_t(sizeof(uint32_t))) : 0;
+int64_t grouped_split_bytes(int32_t slots) {
+  return slots > 0 ? int64_t(slots) * (kSplitSlotBytes + kSplitWordsPerSlot * int64_t(sizeof(uint32_t))) : 0;
 }
 
-Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t sms) {
-  if (!down || !mem || sms <= 0 || down->epilogue != int32_t(GroupedEpilogue::kStore) ||
+Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t slots) {
+  if (!down || !mem || slots <= 0 || down->epilogue != int32_t(GroupedEpilogue::kStore) ||
       reinterpret_cast<uintptr_t>(mem) % 16 != 0) {
     WEFT_WARN(kKernel,
-              "grouped gemm: the K split needs the down projection (plain store), %d SMs and 16-byte "
-              "aligned memory",
-              sms);
+              "grouped gemm: the K split needs the down projection (plain store), slots and 16-byte aligned "
+              "memory (%d slots)",
+              slots);
     return Status::kInvalidArgument;
   }
   uint8_t* base = static_cast<uint8_t*>(mem);
-  uint32_t* words = reinterpret_cast<uint32_t*>(base + int64_t(sms) * kSplitSlotBytes);
-  const cudaError_t err = cudaMemset(words, 0, size_t(sms) * kSplitWordsPerSlot * sizeof(uint32_t));
+  down->split_ws = reinterpret_cast<float*>(base);
+  down->split_cnt = reinterpret_cast<uint32_t*>(base + int64_t(slots) * kSplitSlotBytes);
+  down->split_slots = slots;
+  return Status::kOk;
+}
+
+// The down params a launch runs: its blocks as the split's wave, and the arrival words zeroed on the
+// stream (a launch abandoned part-way, one part of a pair arrived, must not leave a word that would
+// make the next launch's first part think it is the second).
+Status grouped_split_for_launch(const GroupedGemmParams& down, const FrameParams& frame, cudaStream_t stream,
+                                GroupedGemmParams* out) {
+  *out = down;
+  if (!down.split_ws) return Status::kOk;
+  out->split_sms = frame.roles.compute;
+  const cudaError_t err =
+      cudaMemsetAsync(down.split_cnt, 0, size_t(down.split_slots) * kSplitWordsPerSlot * sizeof(uint32_t), stream);
   if (err != cudaSuccess) {
-    WEFT_WARN(kKernel, "grouped gemm: zeroing the K split's arrival words failed: %s", cudaGetErrorString(err));
+    WEFT_WARN(kKernel, "grouped gemm: rank %d: zeroing the K split's arrival words failed: %s", frame.rank,
+              cudaGetErrorString(err));
     return Status::kCudaError;
   }
-  down->split_ws = reinterpret_cast<float*>(base);
-  down->split_cnt = words;
-  down->split_slots = sms;
-  down->split_sms = sms;
   return Status::kOk;
 }
 
@@ -211,17 +222,19 @@ Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& 
     why = "gate/up and down must walk the same experts, counts, offsets, capacity and raster";
   else if (down.k != up.n / 2 || !tile_done)
     why = "down's k must be gate/up's output width (ffn), and tile_done is needed";
-  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0 || down.split_sms <= 0)))
-    why = "only down splits over K, with its workspace, arrival words, slots and SMs (enable_grouped_split)";
+  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0)))
+    why = "only down splits over K, with its workspace, arrival words and slots (enable_grouped_split)";
   if (why) {
     WEFT_WARN(kKernel, "grouped ffn: rank %d: %s", frame.rank, why);
     return Status::kInvalidArgument;
   }
+  GroupedGemmParams d;
+  WEFT_CHECK(grouped_split_for_launch(down, frame, stream, &d));
   cudaError_t err = cudaMemsetAsync(tile_done, 0, size_t(up.capacity_tiles + 1) * sizeof(uint64_t), stream);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(grouped_ffn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (err == cudaSuccess) {
-    grouped_ffn_kernel<<<frame.roles.compute, Cfg::kThreads, kSmemBytes, stream>>>(up, down, tile_done, frame);
+    grouped_ffn_kernel<<<frame.roles.compute, Cfg::kThreads, kSmemBytes, stream>>>(up, d, tile_done, frame);
     err = cudaGetLastError();
   }
   if (err != cudaSuccess) {

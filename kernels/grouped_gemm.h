@@ -56,22 +56,29 @@ struct GroupedGemmParams {
   // (tmap_y); the half holding an expert's last rows, and every half with 0, from registers.
   int32_t store_tma = 1;
   // Split over K (the expert FFN's down phase only; enable_grouped_split): where the phase's (row tile,
-  // column block) units would leave SMs idle (decode counts), each is split into `parts` units over
-  // K, chosen on the device from the counts (grouped_ring::split_parts); each part's fp32 sums meet
-  // in split_ws and the last part to finish adds them in K order and stores. nullptr: never split.
+  // column block) pairs, twice over, fit one wave of the launch's blocks, each pair runs as two units
+  // over the halves of K (moe_split_parts, chosen on the device from the counts); each part's fp32
+  // sums go to split_ws and the second part to finish adds the other's to its own and stores.
+  // nullptr: never split.
   float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (tile, column block, part)
-  uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words: zero between launches
+  uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words, zeroed by each launch
   int32_t split_slots = 0;
-  int32_t split_sms = 0;  // a split phase's units fill at most one wave of this many SMs
+  int32_t split_sms = 0;  // set by the launch: its blocks (frame.roles.compute)
 };
 
-// Bytes enable_grouped_split needs for a GPU of `sms` SMs (one slot per SM).
-int64_t grouped_split_bytes(int32_t sms);
+// Bytes enable_grouped_split needs for `slots` slots (one per SM is enough: a split phase never has
+// more units than the launch has blocks).
+int64_t grouped_split_bytes(int32_t slots);
 // Lets the FFN split `down` over K (see GroupedGemmParams::split_ws): `mem` is device memory of
-// grouped_split_bytes(sms) bytes that nothing else uses; its arrival words are zeroed here, on the
-// null stream, and each launch leaves them zero. The split changes the order of Y's K sums (the
-// bits differ from the unsplit FFN's, and repeat from call to call).
-Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t sms);
+// grouped_split_bytes(slots) bytes that nothing else uses while a launch runs. Where the split is
+// taken, Y's K sums run in another order than unsplit: the bits repeat from call to call for the
+// same counts and blocks, but a row's bits depend on whether the call split (on the other rows'
+// counts and on the blocks), so they are not the same as the unsplit FFN's.
+Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t slots);
+// For the launches of the FFN (launch_grouped_ffn, launch_moe_ffn_combine): `down` as a launch on
+// frame's blocks runs it (split_sms = frame.roles.compute), its arrival words zeroed on `stream`.
+Status grouped_split_for_launch(const GroupedGemmParams& down, const FrameParams& frame, cudaStream_t stream,
+                                GroupedGemmParams* out);
 
 // Checks the arguments (logging why once) and encodes the tensor maps.
 Status make_grouped_gemm_params(const GroupedGemmArgs& args, GroupedGemmParams* out);

@@ -312,12 +312,12 @@ __device__ __forceinline__ void settle(uint64_t** pending) {
 }
 
 // A warp's share of a split unit (16 rows x 256 columns of its half: 32 lanes x 128 fp32) into its
-// workspace slot, then one arrival on the (row tile, column block, warp) word. The last of the two
-// parts to arrive adds the other's sums to its own (fp32 addition commutes, so the bits do not
-// depend on which part finished last), leaves the word zero for the next launch, and returns true to
-// store the sums. Slots and words are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a
-// stale copy from an earlier launch); each lane fences its stores before the warp's arrival, and
-// after it before its loads.
+// workspace slot, then one arrival on the (row tile, column block, warp) word, which the launch
+// zeroed. The second of the two parts to arrive adds the other's sums to its own (fp32 addition
+// commutes, so the bits do not depend on which part finished last) and returns true to store them.
+// Slots are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a stale copy from an earlier
+// launch). Each lane fences its own stores; lane 0 fences before and after the arrival, and the
+// warp's barriers carry that order to the other lanes' loads.
 __device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], int64_t tile, int32_t part,
                                           int32_t warp8, int32_t lane) {
   constexpr int64_t kWarpVecs = 32 * 32;  // float4s of one warp's share
@@ -328,13 +328,15 @@ __device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&ac
     __stcg(mine + 32 * j, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
   __threadfence();
   __syncwarp();
-  uint32_t* word = p.split_cnt + tile * 8 + warp8;
   uint32_t before = 0;
-  if (lane == 0) before = atomicAdd(word, 1u);
+  if (lane == 0) {
+    __threadfence();
+    before = atomicAdd(p.split_cnt + tile * 8 + warp8, 1u);
+    __threadfence();
+  }
   before = __shfl_sync(0xffffffffu, before, 0);
+  __syncwarp();
   if (before != uint32_t(kMaxSplit - 1)) return false;
-  __threadfence();
-  if (lane == 0) *word = 0;  // both parts of this launch have arrived: the next launch finds it zero
   const float4* other = ws + (1 - part) * 8 * kWarpVecs;
 #pragma unroll
   for (int32_t j = 0; j < 32; ++j) {

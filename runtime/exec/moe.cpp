@@ -199,7 +199,8 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
-  {  // The down projection may split over K where its tiles would leave SMs idle (decode counts).
+  {  // The down projection may split over K where its tiles would leave the plan's blocks idle
+     // (decode counts): a slot per SM, more than a split phase ever uses.
     int device = 0, sms = 0;
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
