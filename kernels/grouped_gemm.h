@@ -56,18 +56,17 @@ struct GroupedGemmParams {
   // (tmap_y); the half holding an expert's last rows, and every half with 0, from registers.
   int32_t store_tma = 1;
   // Split over K (the expert FFN's down phase only; enable_grouped_split): where the phase's (row tile,
-  // column block) pairs, twice over, fit one wave of the launch's blocks, each pair runs as two units
-  // over the halves of K (moe_split_parts, chosen on the device from the counts); each part's fp32
-  // sums go to split_ws and the second part to finish adds the other's to its own and stores.
-  // nullptr: never split.
-  float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (tile, column block, part)
+  // column block) pairs would leave the launch's blocks idle, each pair runs as 2 to 4 units over
+  // parts of K (moe_split_parts, chosen on the device from the counts); each part's fp32 sums go to
+  // split_ws and the last part to finish sums every part's in K order and stores. nullptr: never split.
+  float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (row tile, column block, part)
   uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words, zeroed by each launch
   int32_t split_slots = 0;
   int32_t split_sms = 0;  // set by the launch: its blocks (frame.roles.compute)
 };
 
-// Bytes enable_grouped_split needs for `slots` slots (one per SM is enough: a split phase never has
-// more units than the launch has blocks).
+// Bytes enable_grouped_split needs for `slots` slots (a split is taken only where its units fit the
+// slots: two per SM allow 3 parts of up to 88 pairs on 132 SMs).
 int64_t grouped_split_bytes(int32_t slots);
 // Lets the FFN split `down` over K (see GroupedGemmParams::split_ws): `mem` is device memory of
 // grouped_split_bytes(slots) bytes that nothing else uses while a launch runs. Where the split is

@@ -107,10 +107,8 @@ struct Phases {
   const Tail* tail = nullptr;
 };
 
-// Parts per (row tile, column block) of a split phase (moe_split_parts, kernels/moe_plan.h: 2 or 1);
-// the same on every block for the same counts, so a call's bits do not depend on which part of a
-// pair finished first.
-constexpr int32_t kMaxSplit = kMoeMaxSplit;
+// Parts per (row tile, column block) of a split phase (moe_split_parts, kernels/moe_plan.h): the same
+// on every block for the same counts and blocks.
 __device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles) {
   if (!p.split_ws || !p.split_cnt) return 1;
   return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots);
@@ -313,15 +311,15 @@ __device__ __forceinline__ void settle(uint64_t** pending) {
 
 // A warp's share of a split unit (16 rows x 256 columns of its half: 32 lanes x 128 fp32) into its
 // workspace slot, then one arrival on the (row tile, column block, warp) word, which the launch
-// zeroed. The second of the two parts to arrive adds the other's sums to its own (fp32 addition
-// commutes, so the bits do not depend on which part finished last) and returns true to store them.
-// Slots are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a stale copy from an earlier
-// launch). Each lane fences its own stores; lane 0 fences before and after the arrival, and the
-// warp's barriers carry that order to the other lanes' loads.
-__device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], int64_t tile, int32_t part,
-                                          int32_t warp8, int32_t lane) {
+// zeroed. The last of the parts to arrive reads every part's slot, its own included, and sums them
+// in part order (K order), so the bits do not depend on which part finished last; it returns true to
+// store the sums. Slots are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a stale copy
+// from an earlier launch). Each lane fences its own stores; lane 0 fences before and after the
+// arrival, and the warp's barriers carry that order to the other lanes' loads.
+__device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], int64_t tile, int32_t parts,
+                                          int32_t part, int32_t warp8, int32_t lane) {
   constexpr int64_t kWarpVecs = 32 * 32;  // float4s of one warp's share
-  float4* ws = reinterpret_cast<float4*>(p.split_ws) + ((tile * kMaxSplit) * 8 + warp8) * kWarpVecs + lane;
+  float4* ws = reinterpret_cast<float4*>(p.split_ws) + ((tile * parts) * 8 + warp8) * kWarpVecs + lane;
   float4* mine = ws + part * 8 * kWarpVecs;
 #pragma unroll
   for (int32_t j = 0; j < 32; ++j)
@@ -336,12 +334,20 @@ __device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&ac
   }
   before = __shfl_sync(0xffffffffu, before, 0);
   __syncwarp();
-  if (before != uint32_t(kMaxSplit - 1)) return false;
-  const float4* other = ws + (1 - part) * 8 * kWarpVecs;
+  if (before != uint32_t(parts - 1)) return false;
 #pragma unroll
   for (int32_t j = 0; j < 32; ++j) {
-    const float4 v = __ldcg(other + 32 * j);
-    acc[4 * j] += v.x, acc[4 * j + 1] += v.y, acc[4 * j + 2] += v.z, acc[4 * j + 3] += v.w;
+    const float4 v = __ldcg(ws + 32 * j);
+    acc[4 * j] = v.x, acc[4 * j + 1] = v.y, acc[4 * j + 2] = v.z, acc[4 * j + 3] = v.w;
+  }
+#pragma unroll 1
+  for (int32_t q = 1; q < parts; ++q) {
+    const float4* slot = ws + q * 8 * kWarpVecs;
+#pragma unroll
+    for (int32_t j = 0; j < 32; ++j) {
+      const float4 v = __ldcg(slot + 32 * j);
+      acc[4 * j] += v.x, acc[4 * j + 1] += v.y, acc[4 * j + 2] += v.z, acc[4 * j + 3] += v.w;
+    }
   }
   return true;
 }
@@ -413,7 +419,7 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
     if (counter) counter += c.m_block;
     const int32_t half_row0 = c.m_block * Cfg::kTileM + half * 64;
     // A part of a split unit: only the last of the parts to finish (per warp) stores, from registers.
-    if (phase == 1 && ph.parts > 1 && !split_sum(p, acc, at.tile, at.part, half * 4 + warp, lane)) continue;
+    if (phase == 1 && ph.parts > 1 && !split_sum(p, acc, at.tile, ph.parts, at.part, half * 4 + warp, lane)) continue;
     if (p.store_tma && (phase == 0 || ph.parts == 1) && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
       store_half_tma(p, s, acc, half, half_row0, c.n_block, t128, &boxes);
       if (t128 == 0) pending = counter;  // settled behind the next unit's first k-block

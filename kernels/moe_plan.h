@@ -79,16 +79,23 @@ WEFT_HD inline void moe_grouped_tile_at(int64_t u, int32_t m_tiles, int32_t n_bl
   *m_tile = g * group_m + r % rows;
 }
 
-// Parts per (row tile, column block) of the expert FFN's down phase (kernels/grouped_ring.cuh): 2,
-// split over K, where its `tiles` (row tile, column block) pairs, twice over, fit one wave of `sms`
-// and the workspace's `slots`, and each half of K has at least 4 of its `k_iters` k-blocks; else 1.
-// Two, not more: the second part adds the other's fp32 sums to its own, and two addends give the
-// same bits in either order.
-constexpr int32_t kMoeMaxSplit = 2, kMoeMinSplitIters = 4;
-WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t sms, int32_t slots) {
-  if (tiles <= 0) return 1;
-  const bool fits = tiles * kMoeMaxSplit <= sms && tiles * kMoeMaxSplit <= slots;
-  return fits && k_iters >= kMoeMaxSplit * kMoeMinSplitIters ? kMoeMaxSplit : 1;
+// Parts per (row tile, column block) of the expert FFN's down phase (kernels/grouped_ring.cuh), split
+// over K: the fewest parts p (1 to kMoeMaxSplit) whose waves, ceil(tiles p / blocks) / p of the
+// unsplit unit's time, beat every fewer parts' by at least a tenth, with at least
+// kMoeMinSplitIters of the k_iters k-blocks a part and tiles p within the workspace's slots.
+// 64 pairs on 132 blocks: 2 (one wave of half-K units); 80: 3 (two waves of third-K units, where 2
+// would take two waves of half K, no gain); more pairs than the blocks: 1 unless the slots allow more.
+constexpr int32_t kMoeMaxSplit = 4, kMoeMinSplitIters = 4;
+WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t blocks, int32_t slots) {
+  if (tiles <= 0 || blocks <= 0) return 1;
+  int32_t best = 1;
+  double best_cost = double((tiles + blocks - 1) / blocks);
+  for (int32_t p = 2; p <= kMoeMaxSplit; ++p) {
+    if (k_iters < p * kMoeMinSplitIters || tiles * p > slots) break;
+    const double cost = double((tiles * p + blocks - 1) / blocks) / p;
+    if (cost < 0.9 * best_cost) best = p, best_cost = cost;
+  }
+  return best;
 }
 
 // The MoE layer's sizes (workload keys tokens, hidden, ffn, experts, topk; tokens per rank).

@@ -151,11 +151,11 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   GroupedGemmParams pu_r = pu, pd_r = pd;
   pu_r.store_tma = pd_r.store_tma = 0;
   DevBuf<uint64_t> tile_done(pu.capacity_tiles + 1);
-  // The one-launch FFN with down split over K (enable_grouped_split: where the down tiles, twice over,
-  // fit one wave; otherwise it runs as the unsplit launch).
+  // The one-launch FFN with down split over K (enable_grouped_split: where moe_split_parts splits for
+  // these counts; otherwise it runs as the unsplit launch).
   GroupedGemmParams pd_s = pd;
-  DevBuf<uint8_t> split_mem(grouped_split_bytes(fp.roles.compute));
-  WEFT_OK(enable_grouped_split(&pd_s, split_mem.p, fp.roles.compute));
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(2 * fp.roles.compute));  // as MoeOp: two slots per SM
+  WEFT_OK(enable_grouped_split(&pd_s, split_mem.p, 2 * fp.roles.compute));
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
     for (int e = 0; e < L; ++e) {

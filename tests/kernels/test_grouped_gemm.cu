@@ -220,7 +220,9 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn, int b
   int64_t tiles = 0;
   for (int32_t c : counts) tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
   tiles *= pd.n_blocks;
-  const bool expect_split = moe_split_parts(tiles, pd.k_iters, rn.fp.roles.compute, rn.sms) == 2;
+  const int32_t parts = moe_split_parts(tiles, pd.k_iters, rn.fp.roles.compute, rn.sms);
+  const bool expect_split = parts > 1;
+  CAPTURE(parts);
   CAPTURE(expect_split);
   DevBuf<uint8_t> split_mem(grouped_split_bytes(rn.sms));
   GroupedGemmParams ds = pd;
@@ -309,9 +311,9 @@ TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two l
   // One and two blocks: a block's producer waits for its own consumers' gate/up counts (deferred
   // behind their next unit's first k-block, or settled when the stage it waits for is not full).
   for (int blocks : {1, 2}) check_swiglu({64, 192, 65, 0, 300}, 512, 384, blocks);
-  // Down split over K where the pairs, twice over, fit the launch's blocks: one pair on two blocks
-  // (not on one: two units would not fit its wave), and a decode-like shape of 6 row tiles x 8 column
-  // blocks on every SM.
+  // Down split over K (moe_split_parts): one pair on two blocks in 2 parts (on one block it does not
+  // split: no fewer waves), a decode-like shape of 6 row tiles x 8 column blocks in 2 parts on every
+  // SM; the all-to-one case above splits its 32 pairs in 3.
   for (int blocks : {1, 2}) check_swiglu({64, 0}, 256, 1024, blocks);
   check_swiglu({200, 56, 0, 300}, 2048, 1024);
 }

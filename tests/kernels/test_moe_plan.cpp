@@ -392,21 +392,36 @@ TEST_CASE("moe across nodes: the cross-node regions in order, aligned, disjoint,
   CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 1, 0, &h, &why));  // the shape's own check
 }
 
-TEST_CASE("moe split over K: two parts only where the pairs, twice over, fit one wave and K is long enough") {
-  // Mixtral-8x7B's down at 256 tokens per rank on 4 ranks: 4 row tiles x 16 column blocks, ffn 14336.
-  CHECK(moe_split_parts(64, 224, 132, 132) == 2);
-  CHECK(moe_split_parts(66, 224, 132, 132) == 2);  // 132 units: exactly one wave
-  CHECK(moe_split_parts(67, 224, 132, 132) == 1);  // 134 would not fit
-  CHECK(moe_split_parts(64, 224, 132, 100) == 1);  // nor the workspace's slots
-  CHECK(moe_split_parts(64, 8, 132, 132) == 2);    // 4 k-blocks a part
-  CHECK(moe_split_parts(64, 7, 132, 132) == 1);
-  CHECK(moe_split_parts(0, 224, 132, 132) == 1);
-  CHECK(moe_split_parts(-1, 224, 132, 132) == 1);
-  // Qwen3-30B-A3B's down at 256 tokens (32 row tiles x 8 column blocks) and every prefill shape: no split.
-  CHECK(moe_split_parts(256, 12, 132, 132) == 1);
-  CHECK(moe_split_parts(1024, 224, 132, 132) == 1);
-  // Never more than two parts, whatever room there is.
-  for (int64_t tiles = 1; tiles < 300; ++tiles)
-    for (int32_t k : {1, 7, 8, 12, 224})
-      CHECK(moe_split_parts(tiles, k, 132, 132) == ((2 * tiles <= 132 && k >= 8) ? 2 : 1));
+TEST_CASE("moe split over K: the fewest parts whose waves beat fewer parts' by a tenth") {
+  // Down on 132 blocks, two slots per block, ffn 14336 (224 k-blocks).
+  CHECK(moe_split_parts(64, 224, 132, 264) == 2);  // one wave of half-K units
+  CHECK(moe_split_parts(66, 224, 132, 264) == 2);  // 132 units: exactly one wave
+  CHECK(moe_split_parts(80, 224, 132, 264) == 3);  // Mixtral-8x7B at 256 tokens on 4 ranks (5 row tiles x 16)
+  CHECK(moe_split_parts(80, 224, 132, 132) == 1);  // 2 parts: two waves of half K, no gain; 3 do not fit
+  CHECK(moe_split_parts(1, 224, 132, 264) == 4);   // one pair: as many parts as allowed
+  CHECK(moe_split_parts(1, 12, 132, 264) == 3);    // 4 k-blocks a part at least
+  CHECK(moe_split_parts(64, 7, 132, 264) == 1);
+  CHECK(moe_split_parts(132, 224, 132, 264) == 1);  // a full wave: 2 parts are two waves of half K
+  CHECK(moe_split_parts(256, 12, 132, 264) == 1);   // Qwen3-30B-A3B at 256 tokens (32 row tiles x 8)
+  CHECK(moe_split_parts(1024, 224, 132, 264) == 1);
+  CHECK(moe_split_parts(0, 224, 132, 264) == 1);
+  CHECK(moe_split_parts(-1, 224, 132, 264) == 1);
+  CHECK(moe_split_parts(10, 224, 0, 264) == 1);
+  // Properties over a range: within the slots and the k-blocks, and fewer waves of work than unsplit.
+  for (int64_t tiles = 1; tiles < 400; ++tiles)
+    for (int32_t k : {1, 7, 8, 12, 16, 224})
+      for (int32_t slots : {132, 264}) {
+        const int32_t p = moe_split_parts(tiles, k, 132, slots);
+        CAPTURE(tiles);
+        CAPTURE(k);
+        CAPTURE(slots);
+        CHECK(p >= 1);
+        CHECK(p <= kMoeMaxSplit);
+        if (p > 1) {
+          CHECK(tiles * p <= slots);
+          CHECK(k >= p * kMoeMinSplitIters);
+          const double unsplit = double((tiles + 131) / 132), split = double((tiles * p + 131) / 132) / p;
+          CHECK(split < 0.9 * unsplit);
+        }
+      }
 }
