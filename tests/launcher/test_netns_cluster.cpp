@@ -394,11 +394,25 @@ TEST_CASE("srun without --kill-on-bad-exit: a killed rank and a stopped rank end
     auto r = job.proc->wait(30);
     INFO(r.out << r.err << job.all_err());
     CHECK(took <= 30);
+    // Each rank names rank 1 when its own heartbeat deadline passes; the ranks' deadlines fall up to a
+    // poll apart, and once the first rank has exited srun aborts the step ("Job step aborted") and
+    // kills the others, so a rank whose deadline had not yet come may be killed having said nothing
+    // (seen twice in CI, once under the sanitizers). What must hold: some rank names rank 1's missing
+    // heartbeat, and no rank blames anyone else.
+    const bool step_aborted = r.err.find("Job step aborted") != std::string::npos;
+    int named = 0;
     for (int rank : {0, 2, 3}) {
       INFO("rank " << rank);
-      CHECK(job.err(rank).find("peer rank 1 failed") != std::string::npos);
-      CHECK(job.err(rank).find("rank 1 sent no heartbeat") != std::string::npos);
+      const std::string e = job.err(rank);
+      const bool names =
+          e.find("peer rank 1 failed") != std::string::npos && e.find("rank 1 sent no heartbeat") != std::string::npos;
+      named += names ? 1 : 0;
+      if (!names) {
+        CHECK(step_aborted);
+        CHECK(e.find("peer rank") == std::string::npos);
+      }
     }
+    CHECK(named >= 1);
     CHECK(r.exit_code != 0);
     MESSAGE("SIGSTOP of rank 1: every rank (the stopped one too) gone " << took << " s later");
     if (weft::testing::alive(pids[1])) kill(pids[1], SIGKILL);
