@@ -359,11 +359,12 @@ Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap:
              samples, (long long)T, (long long)T, samples, ref_err, (long long)T, seq_err, kTolerance);
   else
     snprintf(validated, sizeof validated, "nothing (run.validate is false); 0 rows dropped");
-  char extra[640];
+  char extra[1024];
   snprintf(extra, sizeof extra,
            "\"op\": \"moe\", \"tokens\": %lld, \"hidden\": %lld, \"ffn\": %lld, \"experts\": %lld, \"topk\": %lld, "
-           "\"world\": %d, \"validated\": \"%s\"",
-           (long long)wl.moe.tokens, (long long)H, (long long)F, (long long)E, (long long)K, W, validated);
+           "\"world\": %d, \"validated\": \"%s\"%s%s%s",
+           (long long)wl.moe.tokens, (long long)H, (long long)F, (long long)E, (long long)K, W, validated,
+           network[0] ? ", \"network\": \"" : "", network, network[0] ? "\"" : "");
   print_results(boot, title, rows, extra);
   if (rank == 0) {
     printf("  validated: %s\n", validated);
