@@ -159,8 +159,15 @@ Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t slots) {
 // The down params a launch runs: its blocks as the split's wave, and the arrival words zeroed on the
 // stream (a launch abandoned part-way, one part of a pair arrived, must not leave a word that would
 // make the next launch's first part think it is the second).
-Status grouped_split_for_launch(const GroupedGemmParams& down, const FrameParams& frame, cudaStream_t stream,
-                                GroupedGemmParams* out) {
+Status grouped_split_for_launch(const GroupedGemmParams& up, const GroupedGemmParams& down, const FrameParams& frame,
+                                cudaStream_t stream, GroupedGemmParams* out) {
+  if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0))) {
+    WEFT_WARN(kKernel,
+              "grouped ffn: rank %d: only down splits over K, with its workspace, arrival words and slots "
+              "(enable_grouped_split)",
+              frame.rank);
+    return Status::kInvalidArgument;
+  }
   *out = down;
   if (!down.split_ws) return Status::kOk;
   out->split_sms = frame.roles.compute;
@@ -222,14 +229,12 @@ Status launch_grouped_ffn(const GroupedGemmParams& up, const GroupedGemmParams& 
     why = "gate/up and down must walk the same experts, counts, offsets, capacity and raster";
   else if (down.k != up.n / 2 || !tile_done)
     why = "down's k must be gate/up's output width (ffn), and tile_done is needed";
-  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0)))
-    why = "only down splits over K, with its workspace, arrival words and slots (enable_grouped_split)";
   if (why) {
     WEFT_WARN(kKernel, "grouped ffn: rank %d: %s", frame.rank, why);
     return Status::kInvalidArgument;
   }
   GroupedGemmParams d;
-  WEFT_CHECK(grouped_split_for_launch(down, frame, stream, &d));
+  WEFT_CHECK(grouped_split_for_launch(up, down, frame, stream, &d));
   cudaError_t err = cudaMemsetAsync(tile_done, 0, size_t(up.capacity_tiles + 1) * sizeof(uint64_t), stream);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(grouped_ffn_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));

@@ -74,10 +74,11 @@ int64_t grouped_split_bytes(int32_t slots);
 // same counts and blocks, but a row's bits depend on whether the call split (on the other rows'
 // counts and on the blocks), so they are not the same as the unsplit FFN's.
 Status enable_grouped_split(GroupedGemmParams* down, void* mem, int32_t slots);
-// For the launches of the FFN (launch_grouped_ffn, launch_moe_ffn_combine): `down` as a launch on
+// For the launches of the FFN (launch_grouped_ffn, launch_moe_ffn_combine): refuses a split on
+// gate/up or one without its workspace (kInvalidArgument, logged), else gives `down` as a launch on
 // frame's blocks runs it (split_sms = frame.roles.compute), its arrival words zeroed on `stream`.
-Status grouped_split_for_launch(const GroupedGemmParams& down, const FrameParams& frame, cudaStream_t stream,
-                                GroupedGemmParams* out);
+Status grouped_split_for_launch(const GroupedGemmParams& up, const GroupedGemmParams& down, const FrameParams& frame,
+                                cudaStream_t stream, GroupedGemmParams* out);
 
 // Checks the arguments (logging why once) and encodes the tensor maps.
 Status make_grouped_gemm_params(const GroupedGemmArgs& args, GroupedGemmParams* out);

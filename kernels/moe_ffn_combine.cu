@@ -122,8 +122,6 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
            up.counts != down.counts || up.offsets != down.offsets || up.experts != down.experts ||
            up.capacity_tiles != down.capacity_tiles || up.group_m != down.group_m || down.k != up.n / 2)
     why = "gate/up and down must be the expert FFN's two GEMMs over the same rows";
-  else if (up.split_ws || (down.split_ws && (!down.split_cnt || down.split_slots <= 0)))
-    why = "only down splits over K, with its workspace, arrival words and slots (enable_grouped_split)";
   else if (ex->world < 1 || ex->world > MoeExchangeArgs::kMaxRanks || ex->rank < 0 || ex->rank >= ex->world ||
            ex->tokens < 1 || ex->hidden != down.n || ex->topk < 1 || ex->topk > kMoeMaxTopk || !ex->slot_pos ||
            ex->local_experts != up.experts || ex->grouped_y != down.y || !ex->topk_ids || !ex->out || !ex->epoch ||
@@ -146,7 +144,7 @@ Status launch_moe_ffn_combine(const GroupedGemmParams& up, const GroupedGemmPara
   t.down_done = work + up.capacity_tiles;
   for (int q = 0; q < ex->world; ++q) t.comb[q] = ex->comb[q], t.comb_done[q] = a.comb_done[q];
   GroupedGemmParams d;
-  WEFT_CHECK(grouped_split_for_launch(down, frame, stream, &d));
+  WEFT_CHECK(grouped_split_for_launch(up, down, frame, stream, &d));
   cudaError_t err = cudaMemsetAsync(work, 0, size_t(2 * int64_t(up.capacity_tiles) + 1) * sizeof(uint64_t), stream);
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(moe_ffn_combine_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
