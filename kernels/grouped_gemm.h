@@ -63,6 +63,9 @@ struct GroupedGemmParams {
   uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words, zeroed by each launch
   int32_t split_slots = 0;
   int32_t split_sms = 0;  // set by the launch: its blocks (frame.roles.compute)
+  // Benchmarks only (bench_moe_single --split-sweep): parts forced instead of moe_split_parts'
+  // choice, lowered until they fit the slots and kMoeMinSplitIters; 0: moe_split_parts decides.
+  int32_t split_fixed = 0;
 };
 
 // Bytes enable_grouped_split needs for `slots` slots (a split is taken only where its units fit the

@@ -111,6 +111,11 @@ struct Phases {
 // on every block for the same counts and blocks.
 __device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles) {
   if (!p.split_ws || !p.split_cnt) return 1;
+  if (p.split_fixed > 0) {
+    int32_t q = min(p.split_fixed, kMoeMaxSplit);
+    while (q > 1 && (tiles * q > p.split_slots || p.k_iters < q * kMoeMinSplitIters)) --q;
+    return q;
+  }
   return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots);
 }
 

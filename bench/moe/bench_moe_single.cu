@@ -10,6 +10,7 @@
 // epilogue storing from registers only (GroupedGemmParams::store_tma = 0, how every tile was stored
 // before the TMA store epilogue), checked to give the same bits. And the one-launch FFN with the down
 // projection split over K where its tiles leave SMs idle (enable_grouped_split), checked against cuBLAS.
+// --split-sweep adds the one-launch FFN with down's parts forced to 1..4 (GroupedGemmParams::split_fixed).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -55,6 +56,9 @@ struct Shape {
 };
 int g_world = 4;     // --world: the ranks the counts are taken from (rank 0 keeps experts / world)
 int g_group_m = 16;  // --group: row tiles per raster group of weft's grouped GEMM
+// --split-sweep: the one-launch FFN with down's parts forced to 1..kMoeMaxSplit (four slots per SM),
+// each timed beside the rest and checked against cuBLAS.
+bool g_split_sweep = false;
 
 __global__ void silu_mul(const __nv_bfloat16* gu, int64_t rows, int ffn, __nv_bfloat16* h) {
   const int64_t n = rows * ffn;
@@ -73,6 +77,8 @@ struct Row {
   double router_ms, up_w, up_c, silu_c, down_w, down_c, ffn_one;
   double up_r, down_r, ffn_one_r;  // register stores only
   double ffn_split;                // one launch, down split over K where it leaves SMs idle
+  double sweep[kMoeMaxSplit + 1];  // --split-sweep: one launch, down in p parts (sweep[p], p >= 1)
+  double err_sweep;
   double err_h, err_y, err_split;
 };
 
@@ -154,8 +160,15 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   // The one-launch FFN with down split over K (enable_grouped_split: where moe_split_parts splits for
   // these counts; otherwise it runs as the unsplit launch).
   GroupedGemmParams pd_s = pd;
-  DevBuf<uint8_t> split_mem(grouped_split_bytes(2 * fp.roles.compute));  // as MoeOp: two slots per SM
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(2 * fp.roles.compute));  // two slots per SM
   WEFT_OK(enable_grouped_split(&pd_s, split_mem.p, 2 * fp.roles.compute));
+  std::vector<GroupedGemmParams> pd_f;  // --split-sweep: parts forced, four slots per SM
+  DevBuf<uint8_t> sweep_mem(g_split_sweep ? grouped_split_bytes(4 * fp.roles.compute) : 16);
+  for (int q = 1; g_split_sweep && q <= kMoeMaxSplit; ++q) {
+    pd_f.push_back(pd);
+    WEFT_OK(enable_grouped_split(&pd_f.back(), sweep_mem.p, 4 * fp.roles.compute));
+    pd_f.back().split_fixed = q;
+  }
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
     for (int e = 0; e < L; ++e) {
@@ -192,12 +205,15 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu_r, pd_r, tile_done.p, fp, nullptr)); },
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd_s, tile_done.p, fp, nullptr)); },
   };
+  for (const GroupedGemmParams& q : pd_f)
+    cands.push_back([&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, q, tile_done.p, fp, nullptr)); });
   WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
   const std::vector<double> ms = weft::bench::time_interleaved(rounds, nullptr, cands);
   row.up_w = ms[0], row.down_w = ms[1], row.up_c = ms[2], row.silu_c = ms[3], row.down_c = ms[4];
   row.ffn_one = ms[5];
   row.up_r = ms[6], row.down_r = ms[7], row.ffn_one_r = ms[8];
   row.ffn_split = ms[9];
+  for (size_t q = 0; q < pd_f.size(); ++q) row.sweep[q + 1] = ms[10 + q];
   // The one-launch FFN gives the two launches' bits (valid rows; the padding stays unwritten).
   {
     WEFT_OK(launch_grouped_gemm(pu, fp, nullptr));
@@ -235,20 +251,25 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   {
     DevBuf<__nv_bfloat16> ys(cap * H);
     WEFT_CUDA_OK(cudaMemcpy(ys.p, y.p, size_t(cap) * H * 2, cudaMemcpyDeviceToDevice));
-    poison_bf16(y.p, cap * H);
-    WEFT_OK(launch_grouped_ffn(pu, pd_s, tile_done.p, fp, nullptr));
-    WEFT_CUDA_OK(cudaDeviceSynchronize());
-    double es = 0;
-    for (int e = 0; e < L; ++e) {
-      if (cnt[e] == 0) continue;
-      const Compared cy = compare(y.p + int64_t(off[e]) * H, yc.p + int64_t(off[e]) * H, int64_t(cnt[e]) * H);
-      if (cy.bad) {
-        fprintf(stderr, "%s T=%d expert %d: the split launch left outputs unwritten\n", s.name, tokens, e);
-        std::exit(1);
+    auto check_split = [&](const GroupedGemmParams& d) {
+      poison_bf16(y.p, cap * H);
+      WEFT_OK(launch_grouped_ffn(pu, d, tile_done.p, fp, nullptr));
+      WEFT_CUDA_OK(cudaDeviceSynchronize());
+      double es = 0;
+      for (int e = 0; e < L; ++e) {
+        if (cnt[e] == 0) continue;
+        const Compared cy = compare(y.p + int64_t(off[e]) * H, yc.p + int64_t(off[e]) * H, int64_t(cnt[e]) * H);
+        if (cy.bad) {
+          fprintf(stderr, "%s T=%d expert %d: the split launch (forced parts %d) left outputs unwritten\n", s.name,
+                  tokens, e, d.split_fixed);
+          std::exit(1);
+        }
+        es = std::max(es, cy.rel_err);
       }
-      es = std::max(es, cy.rel_err);
-    }
-    row.err_split = es;
+      return es;
+    };
+    row.err_split = check_split(pd_s);
+    for (const GroupedGemmParams& q : pd_f) row.err_sweep = std::max(row.err_sweep, check_split(q));
     WEFT_CUDA_OK(cudaMemcpy(y.p, ys.p, size_t(cap) * H * 2, cudaMemcpyDeviceToDevice));
   }
   // 3. weft against cuBLAS, expert by expert (valid rows only).
@@ -282,6 +303,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--group") && i + 1 < argc) g_group_m = std::max(1, std::min(4096, std::atoi(argv[++i])));
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
     if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) only_tokens = std::atoi(argv[++i]);
+    if (!std::strcmp(argv[i], "--split-sweep")) g_split_sweep = true;
   }
   const int sms = hopper_sm_count_or_explain();
   if (sms == 0) return 77;
@@ -304,7 +326,7 @@ int main(int argc, char** argv) {
       if ((only && std::strcmp(only, s.name) != 0) || (only_tokens && only_tokens != tokens)) continue;
       Row r = run_shape(s, tokens, rounds, fp, blas);
       if (frame.check("bench moe") != Status::kOk) return 1;
-      ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2;
+      ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2 && r.err_sweep < 1e-2;
       rows.push_back(r);
       const double wf = r.up_w + r.down_w, cf = r.up_c + r.silu_c + r.down_c;
       const double flop = 2.0 * r.rows * (3.0 * s.hidden * s.ffn);
@@ -322,6 +344,11 @@ int main(int argc, char** argv) {
           r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
           r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y, r.up_r,
           r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one, r.ffn_split, r.ffn_one / r.ffn_split, r.err_split);
+      if (g_split_sweep) {
+        printf("   down in p parts (forced, 4 slots per SM): ");
+        for (int q = 1; q <= kMoeMaxSplit; ++q) printf("p=%d %.3f ms  ", q, r.sweep[q]);
+        printf("(unsplit %.3f), rel err Y %.1e\n", r.ffn_one, r.err_sweep);
+      }
       fflush(stdout);
     }
   if (markdown) {
