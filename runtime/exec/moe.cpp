@@ -199,14 +199,6 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
-  {  // The down projection may split over K where its tiles would leave the plan's blocks idle
-     // (decode counts): two slots per SM (33 MiB on 132 SMs).
-    int device = 0, sms = 0;
-    WEFT_CUDA_CHECK(cudaGetDevice(&device));
-    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    WEFT_CHECK(op->alloc(&p, size_t(kernels::grouped_split_bytes(2 * sms))));
-    WEFT_CHECK(kernels::enable_grouped_split(&op->down_, p, 2 * sms));
-  }
   // The FFN's per-row-tile counters (gate/up done, and for ffn_combine down done) and its claim counter.
   WEFT_CHECK(op->alloc(&p, size_t(2 * int64_t(op->up_.capacity_tiles) + 1) * sizeof(uint64_t)));
   op->tile_done_ = static_cast<uint64_t*>(p);
