@@ -80,20 +80,20 @@ WEFT_HD inline void moe_grouped_tile_at(int64_t u, int32_t m_tiles, int32_t n_bl
 }
 
 // Parts per (row tile, column block) of the expert FFN's down phase (kernels/grouped_ring.cuh), split
-// over K: the fewest parts p (1 to kMoeMaxSplit) whose waves, ceil(tiles p / blocks) / p of the
-// unsplit unit's time, beat every fewer parts' by at least a tenth, with at least
-// kMoeMinSplitIters of the k_iters k-blocks a part and tiles p within the workspace's slots.
-// 64 pairs on 132 blocks: 2 (one wave of half-K units); 80: 3 (two waves of third-K units, where 2
-// would take two waves of half K, no gain); more pairs than the blocks: 1 unless the slots allow more.
+// over K: the most parts p (2 to kMoeMaxSplit) whose units all fit one wave of the blocks (tiles p <=
+// blocks), with at least kMoeMinSplitIters of the k_iters k-blocks a part and tiles p within the
+// workspace's slots; 1 where no p of 2 or more fits. 64 pairs on 132 blocks: 2 (one wave of half-K
+// units for one of full K); 80: 1. Where the parts take more than one wave (80 pairs in 3 parts: two
+// waves of third-K units), the parts' fp32 sums through L2 cost what the waves save: on H100 and
+// H200 no forced p beat the unsplit launch at 80 and 96 pairs, while 2 parts of 64 pairs were 10%
+// faster on an H200 (docs/moe.md).
 constexpr int32_t kMoeMaxSplit = 4, kMoeMinSplitIters = 4;
 WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t blocks, int32_t slots) {
   if (tiles <= 0 || blocks <= 0) return 1;
   int32_t best = 1;
-  double best_cost = double((tiles + blocks - 1) / blocks);
   for (int32_t p = 2; p <= kMoeMaxSplit; ++p) {
-    if (k_iters < p * kMoeMinSplitIters || tiles * p > slots) break;
-    const double cost = double((tiles * p + blocks - 1) / blocks) / p;
-    if (cost < 0.9 * best_cost) best = p, best_cost = cost;
+    if (k_iters < p * kMoeMinSplitIters || tiles * p > slots || tiles * p > blocks) break;
+    best = p;
   }
   return best;
 }

@@ -11,6 +11,8 @@
 // before the TMA store epilogue), checked to give the same bits. And the one-launch FFN with the down
 // projection split over K where its tiles leave SMs idle (enable_grouped_split), checked against cuBLAS.
 // --split-sweep adds the one-launch FFN with down's parts forced to 1..4 (GroupedGemmParams::split_fixed).
+// --tokens T runs that count per rank only; --profile P launches only the one-launch FFN (down in P parts,
+// 0 unsplit) six times, for a profiler.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -59,6 +61,8 @@ int g_group_m = 16;  // --group: row tiles per raster group of weft's grouped GE
 // --split-sweep: the one-launch FFN with down's parts forced to 1..kMoeMaxSplit (four slots per SM),
 // each timed beside the rest and checked against cuBLAS.
 bool g_split_sweep = false;
+// --profile P: only the one-launch FFN with down in P parts (0: unsplit), 6 times, for a profiler.
+int g_profile = -1;
 
 __global__ void silu_mul(const __nv_bfloat16* gu, int64_t rows, int ffn, __nv_bfloat16* h) {
   const int64_t n = rows * ffn;
@@ -208,6 +212,17 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   for (const GroupedGemmParams& q : pd_f)
     cands.push_back([&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, q, tile_done.p, fp, nullptr)); });
   WEFT_CUDA_OK(cudaMemset(dropped.p, 0, 4));
+  if (g_profile >= 0) {
+    GroupedGemmParams d = pd;
+    DevBuf<uint8_t> mem(grouped_split_bytes(4 * fp.roles.compute));
+    if (g_profile > 0) {
+      WEFT_OK(enable_grouped_split(&d, mem.p, 4 * fp.roles.compute));
+      d.split_fixed = g_profile;
+    }
+    for (int i = 0; i < 6; ++i) WEFT_OK(launch_grouped_ffn(pu, d, tile_done.p, fp, nullptr));
+    WEFT_CUDA_OK(cudaDeviceSynchronize());
+    std::exit(0);
+  }
   const std::vector<double> ms = weft::bench::time_interleaved(rounds, nullptr, cands);
   row.up_w = ms[0], row.down_w = ms[1], row.up_c = ms[2], row.silu_c = ms[3], row.down_c = ms[4];
   row.ffn_one = ms[5];
@@ -304,6 +319,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--shape") && i + 1 < argc) only = argv[++i];
     if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) only_tokens = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--split-sweep")) g_split_sweep = true;
+    if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) g_profile = std::max(0, std::min(4, std::atoi(argv[++i])));
   }
   const int sms = hopper_sm_count_or_explain();
   if (sms == 0) return 77;
@@ -321,9 +337,12 @@ int main(int argc, char** argv) {
       {"Mixtral-8x7B", 4096, 14336, 8, 2}, {"Qwen3-30B-A3B", 2048, 768, 128, 8}, {"DeepSeek-V3", 7168, 2048, 256, 8}};
   std::vector<Row> rows;
   bool ok = true;
-  for (int tokens : {4096, 256})
+  // --tokens T: that count per rank only (any T from 1 to 65536), else prefill and decode.
+  const std::vector<int> token_counts =
+      only_tokens > 0 ? std::vector<int>{std::min(only_tokens, 65536)} : std::vector<int>{4096, 256};
+  for (int tokens : token_counts)
     for (const Shape& s : shapes) {
-      if ((only && std::strcmp(only, s.name) != 0) || (only_tokens && only_tokens != tokens)) continue;
+      if (only && std::strcmp(only, s.name) != 0) continue;
       Row r = run_shape(s, tokens, rounds, fp, blas);
       if (frame.check("bench moe") != Status::kOk) return 1;
       ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2 && r.err_sweep < 1e-2;

@@ -392,25 +392,29 @@ TEST_CASE("moe across nodes: the cross-node regions in order, aligned, disjoint,
   CHECK(!weft::kernels::moe_nodes_heap(s, 2, 2, 1, 0, &h, &why));  // the shape's own check
 }
 
-TEST_CASE("moe split over K: the fewest parts whose waves beat fewer parts' by a tenth") {
+TEST_CASE("moe split over K: the most parts that fit one wave of the blocks") {
   // Down on 132 blocks, two slots per block, ffn 14336 (224 k-blocks).
-  CHECK(moe_split_parts(64, 224, 132, 264) == 2);  // one wave of half-K units
+  CHECK(moe_split_parts(64, 224, 132, 264) == 2);  // one wave of half-K units (3 parts: 192 units)
   CHECK(moe_split_parts(66, 224, 132, 264) == 2);  // 132 units: exactly one wave
-  CHECK(moe_split_parts(80, 224, 132, 264) == 3);  // Mixtral-8x7B at 256 tokens on 4 ranks (5 row tiles x 16)
-  CHECK(moe_split_parts(80, 224, 132, 132) == 1);  // 2 parts: two waves of half K, no gain; 3 do not fit
+  CHECK(moe_split_parts(67, 224, 132, 264) == 1);  // 134 units: two waves
+  CHECK(moe_split_parts(80, 224, 132, 264) == 1);  // Mixtral-8x7B at 256 tokens on 4 ranks (5 row tiles x 16)
+  CHECK(moe_split_parts(40, 224, 132, 264) == 3);  // 120 units
+  CHECK(moe_split_parts(33, 224, 132, 264) == 4);  // 132 units
+  CHECK(moe_split_parts(64, 224, 132, 100) == 1);  // 128 units do not fit the slots
   CHECK(moe_split_parts(1, 224, 132, 264) == 4);   // one pair: as many parts as allowed
   CHECK(moe_split_parts(1, 12, 132, 264) == 3);    // 4 k-blocks a part at least
   CHECK(moe_split_parts(64, 7, 132, 264) == 1);
-  CHECK(moe_split_parts(132, 224, 132, 264) == 1);  // a full wave: 2 parts are two waves of half K
+  CHECK(moe_split_parts(132, 224, 132, 264) == 1);  // a full wave already
   CHECK(moe_split_parts(256, 12, 132, 264) == 1);   // Qwen3-30B-A3B at 256 tokens (32 row tiles x 8)
   CHECK(moe_split_parts(1024, 224, 132, 264) == 1);
   CHECK(moe_split_parts(0, 224, 132, 264) == 1);
   CHECK(moe_split_parts(-1, 224, 132, 264) == 1);
   CHECK(moe_split_parts(10, 224, 0, 264) == 1);
-  // Properties over a range: within the slots and the k-blocks, and fewer waves of work than unsplit.
+  // Properties over a range: the parts fit one wave, the slots and the k-blocks, and one more part
+  // would not.
   for (int64_t tiles = 1; tiles < 400; ++tiles)
     for (int32_t k : {1, 7, 8, 12, 16, 224})
-      for (int32_t slots : {132, 264}) {
+      for (int32_t slots : {100, 132, 264}) {
         const int32_t p = moe_split_parts(tiles, k, 132, slots);
         CAPTURE(tiles);
         CAPTURE(k);
@@ -418,10 +422,13 @@ TEST_CASE("moe split over K: the fewest parts whose waves beat fewer parts' by a
         CHECK(p >= 1);
         CHECK(p <= kMoeMaxSplit);
         if (p > 1) {
+          CHECK(tiles * p <= 132);
           CHECK(tiles * p <= slots);
           CHECK(k >= p * kMoeMinSplitIters);
-          const double unsplit = double((tiles + 131) / 132), split = double((tiles * p + 131) / 132) / p;
-          CHECK(split < 0.9 * unsplit);
+        }
+        if (p < kMoeMaxSplit) {
+          const int32_t q = p == 1 ? 2 : p + 1;
+          CHECK((tiles * q > 132 || tiles * q > slots || k < q * kMoeMinSplitIters));
         }
       }
 }
