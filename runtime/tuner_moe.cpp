@@ -59,7 +59,8 @@ double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, i
 }
 
 void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
-                          const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s) {
+                          const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s,
+                          bool split_down) {
   const double h = double(hidden), f = double(ffn), rows = local_experts * tiles_per_expert * kTileM;
   const double row_tiles = local_experts * tiles_per_expert;
   const double up_blocks = std::ceil(2 * f / kTileN), down_blocks = std::ceil(h / kTileN);
@@ -73,8 +74,17 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
   const double down_row_reads = std::max(1.0, group_tiles * down_blocks / m.sm_count);
   // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out.
   *up_s = grouped_pass(row_tiles * up_blocks, h, (local_experts * 2 * f * h + rows * (h * up_row_reads + f)) * 2, m, c);
-  *down_s =
-      grouped_pass(row_tiles * down_blocks, f, (local_experts * f * h + rows * (f * down_row_reads + h)) * 2, m, c);
+  const double down_tiles = row_tiles * down_blocks;
+  const double down_bytes = (local_experts * f * h + rows * (f * down_row_reads + h)) * 2;
+  // As MoeOp: the launch's blocks are the SMs, a workspace slot per SM.
+  const int32_t parts = split_down ? kernels::moe_split_parts(std::llround(down_tiles), int32_t(std::ceil(f / 64)),
+                                                              m.sm_count, m.sm_count)
+                                   : 1;
+  // Split: parts times the units over a part of K each; every part's fp32 sums (kTileM x kTileN x 4
+  // bytes) written once and read once at L2, counted here at HBM's rate.
+  *down_s = parts > 1 ? grouped_pass(down_tiles * parts, f / parts,
+                                     down_bytes + down_tiles * parts * 2 * kTileM * kTileN * 4, m, c)
+                      : grouped_pass(down_tiles, f, down_bytes, m, c);
 }
 
 MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& m, const MoeStagedConstants& c) {
@@ -94,7 +104,8 @@ MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& 
   t.dispatch_s = c.dispatch_us * 1e-6 + remote / (c.exchange_gbps * kGB);
   // Arrange: every (token, local expert) row copied into its expert's rows (read and write).
   t.arrange_s = c.arrange_us * 1e-6 + pairs * h * 2 * 2 / (c.copy_gbps * kGB);
-  moe_grouped_ffn_time(s.hidden, s.ffn, local, moe_expected_tiles(W * T, s.experts, s.topk), m, c, &t.up_s, &t.down_s);
+  moe_grouped_ffn_time(s.hidden, s.ffn, local, moe_expected_tiles(W * T, s.experts, s.topk), m, c, &t.up_s, &t.down_s,
+                       true);
   // Combine: the owner reads its experts' rows and sends one row per (token, rank); the home reads W rows a token.
   t.combine_s = c.combine_us * 1e-6 + (pairs + W * T) * h * 2 / (c.copy_gbps * kGB) + remote / (c.exchange_gbps * kGB);
   return t;

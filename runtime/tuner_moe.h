@@ -51,8 +51,12 @@ double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, i
 
 // The grouped expert FFN alone: gate/up with the SwiGLU epilogue ([rows, hidden] x [hidden, 2 ffn]),
 // then down ([rows, ffn] x [ffn, hidden]), over `local_experts` experts of `tiles_per_expert` tiles.
+// split_down: down as the one-launch FFN runs it, split over K where moe_split_parts says so
+// (kernels/moe_plan.h: decode counts whose parts fit one wave); false for the grouped GEMM launched
+// pass by pass, as the one-GPU rows the constants were fitted to ran it.
 void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
-                          const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s);
+                          const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s,
+                          bool split_down = false);
 
 // One call of the staged op on `world` ranks of one node (shape.tokens is the global count). Uniform
 // routing; the busiest rank is the average one.

@@ -199,6 +199,14 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
+  {  // The down projection splits over K where its parts fit one wave of the plan's blocks
+     // (moe_split_parts: decode counts): a slot per SM (16.5 MiB on 132 SMs).
+    int device = 0, sms = 0;
+    WEFT_CUDA_CHECK(cudaGetDevice(&device));
+    WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    WEFT_CHECK(op->alloc(&p, size_t(kernels::grouped_split_bytes(sms))));
+    WEFT_CHECK(kernels::enable_grouped_split(&op->down_, p, sms));
+  }
   // The FFN's per-row-tile counters (gate/up done, and for ffn_combine down done) and its claim counter.
   WEFT_CHECK(op->alloc(&p, size_t(2 * int64_t(op->up_.capacity_tiles) + 1) * sizeof(uint64_t)));
   op->tile_done_ = static_cast<uint64_t*>(p);
