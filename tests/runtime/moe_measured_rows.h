@@ -114,6 +114,23 @@ inline const std::vector<MoeMeasured>& moe_measured_rows_4xh200() {
   return rows;
 }
 
+// docs/results/2026-11-27-moe-split-one-wave.md, call DD: weftrun bench under its own launcher, 2 x
+// NVIDIA H200 (a rank per GPU), tree c9c7ed8, 4096 tokens per rank (median of 20 calls after 5, max
+// over ranks; the phases from the events-between-phases run of the same process). Held out: another
+// world size on H200, nothing fitted to it.
+inline const std::vector<MoeMeasured>& moe_measured_rows_2xh200() {
+  static const char* kTwo = "2 x NVIDIA H200 (NVLink), driver 580.159.04";
+  static const std::vector<MoeMeasured> rows = {
+      {"H13", kTwo,  2,  "c9c7ed8", "Mixtral-8x7B", 4096,  14336, 8,     2,  4096, 2,  "layer",
+       16,    4.911, -1, 0.080,     0.091,          0.059, 4.546, 0.357, -1, -1,   -1, -1},
+      {"H14", kTwo,  2,  "c9c7ed8", "Qwen3-30B-A3B", 2048,  768,   128,   8,  4096, 2,  "layer",
+       16,    0.924, -1, 0.068,     0.062,           0.091, 0.602, 0.120, -1, -1,   -1, -1},
+      {"H15", kTwo,  2,  "c9c7ed8", "DeepSeek-V3", 7168,  2048,  256,   8,  4096, 2,  "layer",
+       16,    6.877, -1, 0.161,     0.184,         0.272, 5.949, 0.462, -1, -1,   -1, -1},
+  };
+  return rows;
+}
+
 // The hierarchical variant on 2 emulated nodes (socket backend over loopback TCP), 4096 tokens per
 // rank, weftrun bench (median of 20 calls after 5, max over ranks):
 // N01-N09: docs/results/2026-11-27-moe-across-nodes.md, call BG, 2 x 1 NVIDIA H200, tree 4758956,
