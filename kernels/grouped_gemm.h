@@ -18,6 +18,7 @@
 
 #include "base/status.h"
 #include "kernels/frame.h"
+#include "kernels/moe_plan.h"
 
 namespace weft::kernels {
 
@@ -62,7 +63,8 @@ struct GroupedGemmParams {
   float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (row tile, column block, part)
   uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words, zeroed by each launch
   int32_t split_slots = 0;
-  int32_t split_sms = 0;  // set by the launch: its blocks (frame.roles.compute)
+  int32_t split_sms = 0;             // set by the launch: its blocks (frame.roles.compute)
+  int32_t split_max = kMoeMaxSplit;  // the most parts a pair is split into (the plan's split_k)
   // Benchmarks only (bench_moe_single --split-sweep): parts forced instead of moe_split_parts'
   // choice, lowered until they fit the slots and kMoeMinSplitIters; 0: moe_split_parts decides.
   int32_t split_fixed = 0;

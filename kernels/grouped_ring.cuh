@@ -116,7 +116,7 @@ __device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64
     while (q > 1 && (tiles * q > p.split_slots || p.k_iters < q * kMoeMinSplitIters)) --q;
     return q;
   }
-  return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots);
+  return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots, p.split_max);
 }
 
 template <class Tail>
@@ -463,6 +463,8 @@ __device__ __forceinline__ void grouped_body(const Phases<Tail>& ph, const Frame
     const int32_t rows = p.offsets[p.experts];
     if (blockIdx.x == 0 && p.dropped && rows > p.capacity_tiles * Cfg::kTileM)
       atomicAdd(p.dropped, rows - p.capacity_tiles * Cfg::kTileM);
+    // The expert FFN's down parts over K, for the op's read-back of what ran (LaunchRecord::parts).
+    if (blockIdx.x == 0 && ph.p[1] && f.launch) f.launch->parts = ph.parts;
   }
   __syncthreads();
   if (threadIdx.x < 128) {

@@ -86,12 +86,13 @@ WEFT_HD inline void moe_grouped_tile_at(int64_t u, int32_t m_tiles, int32_t n_bl
 // units for one of full K); 80: 1. Where the parts take more than one wave (80 pairs in 3 parts: two
 // waves of third-K units), the parts' fp32 sums through L2 cost what the waves save: on H100 and
 // H200 no forced p beat the unsplit launch at 80 and 96 pairs, while 2 parts of 64 pairs were 10%
-// faster on an H200 (docs/moe.md).
+// faster on an H200 (docs/moe.md). max_parts: the plan's cap (Execution::split_k; 1: never split).
 constexpr int32_t kMoeMaxSplit = 4, kMoeMinSplitIters = 4;
-WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t blocks, int32_t slots) {
+WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t blocks, int32_t slots,
+                                       int32_t max_parts = kMoeMaxSplit) {
   if (tiles <= 0 || blocks <= 0) return 1;
   int32_t best = 1;
-  for (int32_t p = 2; p <= kMoeMaxSplit; ++p) {
+  for (int32_t p = 2; p <= kMoeMaxSplit && p <= max_parts; ++p) {
     if (k_iters < p * kMoeMinSplitIters || tiles * p > slots || tiles * p > blocks) break;
     best = p;
   }

@@ -134,7 +134,8 @@ nlohmann::json execution_json(const Execution& e) {
                         {"tma_store", e.gemm.tma_store}}},
                       {"executable", e.executable},
                       {"not_executable", e.not_executable}};
-  if (e.variant == "overlap") {  // only there: the other variants' plans (and hashes) stay as they were
+  if (e.split_k > 0) j["split_k"] = e.split_k;  // moe only: the other ops' plans (and hashes) stay as they were
+  if (e.variant == "overlap") {                 // only there: the other variants' plans (and hashes) stay as they were
     j["pieces"] = e.pieces;
     j["lag"] = e.lag;
     j["send"] = e.send;
@@ -312,6 +313,8 @@ Status parse_executed_json(const std::string& text, Plan* out, std::string* erro
       throw std::invalid_argument("copy_chunks 1 to 1024, cluster 1 or 2, group_m 1 to 1024");
     if (p.exec.reduce_blocks < 0 || p.exec.reduce_blocks > 4096)
       throw std::invalid_argument("reduce_blocks: 0 to 4096");
+    if (e.contains("split_k")) read(e, "split_k", &p.exec.split_k);
+    if (p.exec.split_k < 0 || p.exec.split_k > 4) throw std::invalid_argument("split_k: 0 to 4");
     if (p.exec.variant == "overlap") {  // its choices, only there
       read(e, "pieces", &p.exec.pieces), read(e, "lag", &p.exec.lag);
       read(e, "send", &p.exec.send), read(e, "gather", &p.exec.gather);
@@ -439,6 +442,9 @@ std::string format_plan_table(const Plan& p) {
       os << ", " << p.exec.copy_chunks << " chunk" << (p.exec.copy_chunks == 1 ? "" : "s") << " per shard, "
          << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ", "
          << p.exec.signal_mode << " signals)";
+    if (p.exec.split_k == 1) os << ", no K split of the FFN's down projection";
+    if (p.exec.split_k > 1)
+      os << ", the FFN's down projection split over K (up to " << p.exec.split_k << " parts, where they fit one wave)";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
     const GemmChoices& g = p.exec.gemm;

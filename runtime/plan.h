@@ -59,6 +59,10 @@ struct Execution {
   // channels (a proxy thread and its connections each) the puts are spread over.
   int channels = 0;
   std::string signal_mode;  // "hierarchical": the proxy path's signal ordering (the workload's transport.signal_mode)
+  // moe: the expert FFN's down projection split over K into at most this many parts, taken per call
+  // where the parts fit one wave of the compute SMs (kernels/moe_plan.h, moe_split_parts; decode
+  // counts); 1: never split, so a row's bits do not depend on the other rows' counts. 0: not moe.
+  int split_k = 0;
   GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
   bool executable = false;  // this build can run the plan; else `not_executable` says why

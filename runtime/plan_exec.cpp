@@ -411,6 +411,9 @@ void plan_moe(const Workload& w, Plan* p) {
   e.cluster = 1;        // the router GEMM's launch (its record is what `run` reads back)
   e.capturable = true;  // the flags carry the call's epoch from a device word the call raises
   e.executable = true;
+  // The down projection's K split where its parts fit one wave (decode counts), unless the workload
+  // caps it (split_k: 1 keeps every row's bits independent of the other rows' counts).
+  e.split_k = w.plan.split_k ? *w.plan.split_k : kernels::kMoeMaxSplit;
   const int64_t W = p->world_size;
   const bool across = p->nodes > 1;
   if (across) {  // the staged phases with dispatch and combine across nodes (kernels/moe_nodes.h)
@@ -612,6 +615,13 @@ std::vector<Plan> candidate_plans(const Workload& w, const Plan& model, bool sha
     Plan p = model;
     plan_execution(v, IntraMover::kSm, &p);
     add(p);
+    // The model's variant with the down projection never split over K (where the split is slower on
+    // this machine for the problem's counts, tune keeps this one).
+    Workload unsplit = w;
+    unsplit.plan.split_k = 1;
+    Plan q = model;
+    plan_execution(unsplit, IntraMover::kSm, &q);
+    add(q);
     for (auto& q : out) q.chosen_by = "model";
     return out;
   }

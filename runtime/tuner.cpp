@@ -428,18 +428,20 @@ Status check_plan_spec(const Workload& w, const Layout& layout, std::string* err
     return Status::kInvalidArgument;
   };
   const std::string op = to_string(w.op);
-  if (w.op == Op::kMoe) {  // one choice: how the FFN and the combine run (across nodes: hierarchical only)
+  if (w.op == Op::kMoe) {  // how the FFN and the combine run (across nodes: hierarchical only), and split_k
     const bool one = layout.nodes == 1;
     const char* allowed = one ? "staged or ffn_combine" : "hierarchical (across nodes)";
     if (s.variant && (one ? *s.variant != "staged" && *s.variant != "ffn_combine" : *s.variant != "hierarchical"))
       return fail("plan.variant", *s.variant + " is not a variant of moe on this layout; expected " + allowed);
     PlanSpec rest = s;
     rest.variant.reset();
+    rest.split_k.reset();
     if (!rest.empty())
-      return fail("plan", std::string("moe has one execution choice a workload sets, variant (") + allowed +
-                              "); expected no other key in the plan: map");
+      return fail("plan", std::string("moe has two execution choices a workload sets, variant (") + allowed +
+                              ") and split_k (1 to 4); expected no other key in the plan: map");
     return Status::kOk;
   }
+  if (s.split_k) return fail("plan.split_k", "the split of the MoE expert FFN's down projection; " + op + " has none");
   if (s.variant && *s.variant == "hierarchical")  // gemm ops: chosen by the layout, never written
     return fail("plan.variant", "hierarchical is the variant the layout picks across nodes; " + op +
                                     " takes no plan: map there, and on one node it is not a variant of " + op);
@@ -599,9 +601,9 @@ Status tune(const Workload& w, const Layout& layout, const topology::Topology& t
   const bool nodes_moe = p.exec.variant == "hierarchical" && w.op == Op::kMoe && p.exec.executable;
   if (one_node_moe || nodes_moe) {
     const MoeStagedConstants c = moe_staged_constants(model);
-    const MoeStagedTime st =
-        one_node_moe ? moe_staged_time(w.moe, p.world_size, model, c)
-                     : moe_hierarchical_time(w.moe, layout.nodes, layout.gpus_per_node, rates.nic_gbps, model, c);
+    const MoeStagedTime st = one_node_moe ? moe_staged_time(w.moe, p.world_size, model, c, p.exec.split_k)
+                                          : moe_hierarchical_time(w.moe, layout.nodes, layout.gpus_per_node,
+                                                                  rates.nic_gbps, model, c, p.exec.split_k);
     p.role_time_s = {st.total_s(), 0, 0, 0};
     p.tail_s = 0;
     p.makespan_s = st.total_s();

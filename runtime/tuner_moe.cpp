@@ -60,7 +60,7 @@ double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, i
 
 void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
                           const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s,
-                          bool split_down) {
+                          int split_k) {
   const double h = double(hidden), f = double(ffn), rows = local_experts * tiles_per_expert * kTileM;
   const double row_tiles = local_experts * tiles_per_expert;
   const double up_blocks = std::ceil(2 * f / kTileN), down_blocks = std::ceil(h / kTileN);
@@ -77,9 +77,8 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
   const double down_tiles = row_tiles * down_blocks;
   const double down_bytes = (local_experts * f * h + rows * (f * down_row_reads + h)) * 2;
   // As MoeOp: the launch's blocks are the SMs, a workspace slot per SM.
-  const int32_t parts = split_down ? kernels::moe_split_parts(std::llround(down_tiles), int32_t(std::ceil(f / 64)),
-                                                              m.sm_count, m.sm_count)
-                                   : 1;
+  const int32_t parts = kernels::moe_split_parts(std::llround(down_tiles), int32_t(std::ceil(f / 64)), m.sm_count,
+                                                 m.sm_count, std::max(1, split_k));
   // Split: parts times the units over a part of K each; every part's fp32 sums (kTileM x kTileN x 4
   // bytes) written once and read once at L2, counted here at HBM's rate.
   *down_s = parts > 1 ? grouped_pass(down_tiles * parts, f / parts,
@@ -87,7 +86,8 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
                       : grouped_pass(down_tiles, f, down_bytes, m, c);
 }
 
-MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& m, const MoeStagedConstants& c) {
+MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& m, const MoeStagedConstants& c,
+                              int split_k) {
   MoeStagedTime t;
   const double W = std::max(1, world), T = double(s.tokens) / W, h = double(s.hidden);
   const double local = double(s.experts) / W;
@@ -105,16 +105,16 @@ MoeStagedTime moe_staged_time(const MoeShape& s, int world, const MachineModel& 
   // Arrange: every (token, local expert) row copied into its expert's rows (read and write).
   t.arrange_s = c.arrange_us * 1e-6 + pairs * h * 2 * 2 / (c.copy_gbps * kGB);
   moe_grouped_ffn_time(s.hidden, s.ffn, local, moe_expected_tiles(W * T, s.experts, s.topk), m, c, &t.up_s, &t.down_s,
-                       true);
+                       split_k);
   // Combine: the owner reads its experts' rows and sends one row per (token, rank); the home reads W rows a token.
   t.combine_s = c.combine_us * 1e-6 + (pairs + W * T) * h * 2 / (c.copy_gbps * kGB) + remote / (c.exchange_gbps * kGB);
   return t;
 }
 
 MoeStagedTime moe_hierarchical_time(const MoeShape& s, int nodes, int per_node, double net_gbps, const MachineModel& m,
-                                    const MoeStagedConstants& c) {
+                                    const MoeStagedConstants& c, int split_k) {
   const int N = std::max(1, nodes), G = std::max(1, per_node), W = N * G;
-  MoeStagedTime t = moe_staged_time(s, W, m, c);  // route, arrange and the FFN as on one node
+  MoeStagedTime t = moe_staged_time(s, W, m, c, split_k);  // route, arrange and the FFN as on one node
   const double T = double(s.tokens) / W, h = double(s.hidden);
   const double hit_rank = group_hit(s.experts, s.topk, s.experts / int64_t(W));
   const double hit_node = group_hit(s.experts, s.topk, s.experts / int64_t(W) * G);

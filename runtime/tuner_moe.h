@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "kernels/moe_plan.h"
 #include "runtime/machine_model.h"
 #include "runtime/workload.h"
 
@@ -51,16 +52,18 @@ double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, i
 
 // The grouped expert FFN alone: gate/up with the SwiGLU epilogue ([rows, hidden] x [hidden, 2 ffn]),
 // then down ([rows, ffn] x [ffn, hidden]), over `local_experts` experts of `tiles_per_expert` tiles.
-// split_down: down as the one-launch FFN runs it, split over K where moe_split_parts says so
-// (kernels/moe_plan.h: decode counts whose parts fit one wave); false for the grouped GEMM launched
-// pass by pass, as the one-GPU rows the constants were fitted to ran it.
+// split_k: down as the one-launch FFN runs it, split over K into at most split_k parts where
+// moe_split_parts says so (kernels/moe_plan.h: decode counts whose parts fit one wave); 1 for the
+// grouped GEMM launched pass by pass, as the one-GPU rows the constants were fitted to ran it.
 void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
                           const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s,
-                          bool split_down = false);
+                          int split_k = 1);
 
 // One call of the staged op on `world` ranks of one node (shape.tokens is the global count). Uniform
-// routing; the busiest rank is the average one.
-MoeStagedTime moe_staged_time(const MoeShape& shape, int world, const MachineModel& m, const MoeStagedConstants& c);
+// routing; the busiest rank is the average one. split_k: the plan's cap on the down projection's K
+// parts (Execution::split_k).
+MoeStagedTime moe_staged_time(const MoeShape& shape, int world, const MachineModel& m, const MoeStagedConstants& c,
+                              int split_k = kernels::kMoeMaxSplit);
 
 // One call of the hierarchical variant (kernels/moe_nodes.h) on `nodes` nodes of `per_node` ranks:
 // the staged phases, with each rank's rows to another node crossing the network once per (token,
@@ -69,6 +72,7 @@ MoeStagedTime moe_staged_time(const MoeShape& shape, int world, const MachineMod
 // its node-mates and, as the relay, its rail peers' forwards to them); the relay's sums. Uniform
 // routing; one proxy hop per phase (m.latency_us). No constant is fitted to cross-node rows.
 MoeStagedTime moe_hierarchical_time(const MoeShape& shape, int nodes, int per_node, double net_gbps,
-                                    const MachineModel& m, const MoeStagedConstants& c);
+                                    const MachineModel& m, const MoeStagedConstants& c,
+                                    int split_k = kernels::kMoeMaxSplit);
 
 }  // namespace weft::runtime

@@ -607,11 +607,11 @@ bool Reader::read_plan(const YAML::Node& top) {
   remember("plan", p);
   if (!want_map(p, "plan",
                 "a map {variant, sm_mover, copy_chunks, cluster, group_m, reduce_blocks, pieces, lag, send, gather, "
-                "gemm}"))
+                "split_k, gemm}"))
     return false;
   if (!check_keys(p, "plan",
                   {"variant", "sm_mover", "copy_chunks", "cluster", "group_m", "reduce_blocks", "pieces", "lag", "send",
-                   "gather", "gemm"},
+                   "gather", "split_k", "gemm"},
                   ""))
     return false;
   PlanSpec& s = w_->plan;
@@ -640,7 +640,8 @@ bool Reader::read_plan(const YAML::Node& top) {
   if (!opt_int(p, "plan", "copy_chunks", 1, 1024, &s.copy_chunks) || !opt_int(p, "plan", "cluster", 1, 2, &s.cluster) ||
       !opt_int(p, "plan", "group_m", 1, 1024, &s.group_m) ||
       !opt_int(p, "plan", "reduce_blocks", 1, 4096, &s.reduce_blocks) ||
-      !opt_int(p, "plan", "pieces", 1, 64, &s.pieces) || !opt_int(p, "plan", "lag", 1, 64, &s.lag))
+      !opt_int(p, "plan", "pieces", 1, 64, &s.pieces) || !opt_int(p, "plan", "lag", 1, 64, &s.lag) ||
+      !opt_int(p, "plan", "split_k", 1, 4, &s.split_k))
     return false;
   YAML::Node g = p["gemm"];
   if (!g) return true;

@@ -199,13 +199,15 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
-  {  // The down projection splits over K where its parts fit one wave of the plan's blocks
-     // (moe_split_parts: decode counts): a slot per SM (16.5 MiB on 132 SMs).
+  if (plan.exec.split_k > 1) {  // The down projection splits over K into at most split_k parts where they
+                                // fit one wave of the plan's blocks (moe_split_parts: decode counts): a slot
+                                // per SM (16.5 MiB on 132 SMs).
     int device = 0, sms = 0;
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     WEFT_CHECK(op->alloc(&p, size_t(kernels::grouped_split_bytes(sms))));
     WEFT_CHECK(kernels::enable_grouped_split(&op->down_, p, sms));
+    op->down_.split_max = plan.exec.split_k;
   }
   // The FFN's per-row-tile counters (gate/up done, and for ffn_combine down done) and its claim counter.
   WEFT_CHECK(op->alloc(&p, size_t(2 * int64_t(op->up_.capacity_tiles) + 1) * sizeof(uint64_t)));
@@ -369,6 +371,15 @@ Status MoeOp::executed_plan(Plan* out) const {
   kernels::LaunchRecord rec{};
   WEFT_CHECK(record_.read(&rec));
   if (out->exec.variant == "staged" && rec.shards >= 2) out->exec.variant = "hierarchical";
+  // The FFN launch notes the parts its down projection ran in: within the plan's cap, else the launch
+  // did not run as planned.
+  if (rec.parts < 1 || rec.parts > std::max(1, plan_.exec.split_k)) {
+    WEFT_WARN(kKernel,
+              "rank %d: moe: the expert FFN's last launch ran its down projection in %d K parts; the plan "
+              "allows 1 to %d",
+              rank_, rec.parts, std::max(1, plan_.exec.split_k));
+    return Status::kNotFound;
+  }
   return Status::kOk;
 }
 

@@ -224,9 +224,12 @@ TEST_CASE("plan: choices that do not apply are refused with file:line:col and th
   // Ops and layouts without runtime variants take no plan: map.
   CHECK(plan_error(parse(ag("plan: {group_m: 8}\n", 2, 2)))
             .rfind("t.yaml:5:7: plan: ag_gemm across nodes has no execution choices", 0) == 0);
-  // moe takes one key, its variant.
+  // moe takes two keys, its variant and split_k; split_k belongs to moe only.
   const std::string moe = "name: t\nop: moe\nshape: {tokens: 4096, hidden: 4096, ffn: 1024, experts: 8, topk: 2}\n";
-  CHECK(plan_error(parse(moe + "plan: {group_m: 8}\n")).find("plan: moe has one execution choice") !=
+  CHECK(plan_error(parse(moe + "plan: {group_m: 8}\n")).find("plan: moe has two execution choices") !=
+        std::string::npos);
+  CHECK(plan_error(parse(rs + "plan: {split_k: 1}\n"))
+            .find("plan.split_k: the split of the MoE expert FFN's down projection; gemm_rs has none") !=
         std::string::npos);
   CHECK(plan_error(parse(moe + "plan: {variant: overlap}\n"))
             .find("plan.variant: overlap is not a variant of moe on this layout; expected staged or ffn_combine") !=
@@ -741,6 +744,25 @@ TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes
   CHECK(p.region("moe.combine")->offset == uint64_t(h.combine_offset));
   REQUIRE(p.region("moe.flags") != nullptr);
   CHECK(p.region("moe.flags")->bytes == (4 * 2 + 4 * 32) * 8);  // 2 W flags, W x 32 token tiles' comb_done
+
+  // The down projection's K split: up to 4 parts where they fit one wave, unless the workload caps it;
+  // the cap reaches the printed plan, its JSON (and so its hash) and the model's prediction.
+  CHECK(p.exec.split_k == weft::kernels::kMoeMaxSplit);
+  CHECK(format_plan_table(p).find("split over K (up to 4 parts") != std::string::npos);
+  const Plan capped = plan_for(
+      parse(moe("{tokens: 1024, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4, "plan: {split_k: 1}\n")));
+  REQUIRE(capped.exec.executable);
+  CHECK(capped.exec.split_k == 1);
+  CHECK(capped.chosen_by == "workload");
+  CHECK(format_plan_table(capped).find("no K split") != std::string::npos);
+  Plan back;
+  std::string perr;
+  REQUIRE(parse_executed_json(executed_json(capped), &back, &perr) == Status::kOk);
+  CHECK(back.exec.split_k == 1);
+  const Plan decode = plan_for(parse(moe("{tokens: 1024, hidden: 4096, ffn: 14336, experts: 8, topk: 2}", 1, 4)));
+  CHECK(plan_hash(decode) != plan_hash(capped));
+  REQUIRE(parse_executed_json(executed_json(decode), &back, &perr) == Status::kOk);
+  CHECK(back.exec.split_k == weft::kernels::kMoeMaxSplit);
 
   // The FFN, combine and home reduction in one launch, as the workload asks: the same heap.
   const Plan fused = plan_for(parse(

@@ -290,17 +290,22 @@ TEST_CASE("moe's variants: ffn_combine not runnable with ranks sharing a GPU, st
   REQUIRE(decide_plan(staged, o, &p, &err, &bad) == Status::kOk);
   CHECK(p.exec.variant == "staged");
   CHECK(p.exec.executable);
-  // What weftrun tune measures: both variants with a GPU per rank, staged alone with shared GPUs, and
-  // only the workload's where its plan: map fixes it.
+  // What weftrun tune measures: both variants with a GPU per rank and the model's with the down
+  // projection never split over K, staged alone with shared GPUs, and only the workload's where its
+  // plan: map fixes it.
   o.share_gpus = false;
   REQUIRE(decide_plan(staged, o, &p, &err, &bad) == Status::kOk);
   const std::vector<Plan> both = candidate_plans(staged, p, false);
-  REQUIRE(both.size() == 2);
+  REQUIRE(both.size() == 3);
   CHECK(both[0].exec.variant == "staged");
+  CHECK(both[0].exec.split_k == 4);
   CHECK(both[1].exec.variant == "ffn_combine");
   CHECK(both[1].exec.executable);
   CHECK(both[1].heap_bytes == both[0].heap_bytes);
   CHECK(both[1].roles.compute == both[0].roles.compute);
+  CHECK(both[2].exec.variant == "staged");
+  CHECK(both[2].exec.split_k == 1);
+  CHECK(both[2].exec.executable);
   const std::vector<Plan> shared = candidate_plans(staged, p, true);
   REQUIRE(shared.size() == 1);
   CHECK(shared[0].exec.variant == "staged");

@@ -424,7 +424,10 @@ TEST_CASE("plan: map: unknown keys, wrong types and values out of range are refu
   const std::string g(kGood);
   CHECK(starts_with(error_of(g + "plan: {variant: copy_engine, clustre: 2}\n"),
                     "w.yaml:6:30: plan.clustre: unknown key; did you mean 'cluster'? expected one of: variant, "
-                    "sm_mover, copy_chunks, cluster, group_m, reduce_blocks, pieces, lag, send, gather, gemm"));
+                    "sm_mover, copy_chunks, cluster, group_m, reduce_blocks, pieces, lag, send, gather, split_k, "
+                    "gemm"));
+  CHECK(contains(error_of(g + "plan: {split_k: 5}\n"), "plan.split_k"));
+  CHECK(contains(error_of(g + "plan: {split_k: 0}\n"), "plan.split_k"));
   CHECK(contains(error_of(g + "plan: {variant: sm_mover}\n"),
                  "w.yaml:6:17: plan.variant: unknown value 'sm_mover'; did you mean 'sm_movers'? expected one of "
                  "copy_engine, sm_movers, peer"));
