@@ -70,17 +70,18 @@ WaitProfile profile(F f) {
   return p;
 }
 
-// Asleep in a good share of the samples, and never more than a tenth of a core. A wait that only
-// yields is asleep in none; one that naps is asleep in most on an idle machine, and on a loaded one
-// (a nap's wake-up then waits for a core, counted runnable) in about a third: 79 of 229 was seen with
-// the whole CPU test suite beside it, so the bar is a fifth.
-void check_sleeps(const WaitProfile& p, double at_least_s) {
+// Asleep in a good share of the samples, and never more than max_cpu of a core (a tenth unless the
+// wait naps briefly by design). A wait that only yields is asleep in none and uses a whole core; one
+// that naps is asleep in most on an idle machine, and on a loaded one (a nap's wake-up then waits for
+// a core, counted runnable) in about a third: 79 of 229 was seen with the whole CPU test suite beside
+// it, so the bar is a fifth.
+void check_sleeps(const WaitProfile& p, double at_least_s, double max_cpu = 0.1) {
   INFO("cpu " << p.cpu << " s in " << p.wall << " s; asleep in " << p.asleep << " of " << p.samples << " samples");
   CHECK(p.wall >= at_least_s);
   CHECK(p.samples >= 20);
   CHECK(p.asleep * 5 > p.samples);
   CHECK(p.cpu >= 0);
-  CHECK(p.cpu < 0.1 * p.wall);
+  CHECK(p.cpu < max_cpu * p.wall);
 }
 
 }  // namespace
@@ -115,7 +116,10 @@ TEST_CASE("a producer waiting for room in a full FIFO and a flush nobody answers
     INFO("waiting for room");
     WaitProfile p = profile([&] { s = fifo_push(f->ring(), f->host_producer_state(), cmd, 0.5); });
     CHECK(s == Status::kTimeout);
-    check_sleeps(p, 0.5);
+    // Its naps stop growing at 100 us (transport/fifo.cpp: the proxy drains a full ring in bursts), and
+    // each nap's system call and wake-up cost 10-15 us of CPU on the CI machine (0.060-0.071 s in 0.5 s
+    // seen there, twice): about a tenth of a core by design, so the bar is a quarter.
+    check_sleeps(p, 0.5, 0.25);
   }
   {
     INFO("waiting for a flush");
