@@ -174,6 +174,10 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* plan, std::stri
 // copy engines did) into plan->exec's pieces, lag, send and gather. False with *why when the record
 // is not that GEMM's or does not fit the plan's ranks.
 bool apply_reduce_schedule(const kernels::LaunchRecord& rec, Plan* plan, std::string* why);
+// moe: the K parts the expert FFN's last launch recorded for its down projection, against the plan's
+// split_k (1 to split_k, or 1 where split_k is 0). False with *why when outside: it did not run as
+// planned.
+bool check_moe_split(const kernels::LaunchRecord& rec, const Plan& plan, std::string* why);
 
 // The plans `weftrun tune` measures for a problem: the model's plan first, then the variants and
 // role splits the op can run (AllGather+GEMM on one node: the copy engines on every SM, on the

@@ -554,6 +554,15 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string*
   return true;
 }
 
+bool check_moe_split(const kernels::LaunchRecord& rec, const Plan& p, std::string* why) {
+  const int cap = std::max(1, p.exec.split_k);
+  if (rec.parts >= 1 && rec.parts <= cap) return true;
+  *why = rec.parts < 1 ? "no expert FFN launch recorded its down projection's K parts"
+                       : "the expert FFN's last launch ran its down projection in " + std::to_string(rec.parts) +
+                             " K parts; the plan's split_k allows 1 to " + std::to_string(cap);
+  return false;
+}
+
 bool apply_reduce_schedule(const kernels::LaunchRecord& rec, Plan* p, std::string* why) {
   const int W = p->world_size;
   const bool ar = p->op == Op::kGemmAr;

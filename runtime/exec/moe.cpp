@@ -373,11 +373,9 @@ Status MoeOp::executed_plan(Plan* out) const {
   if (out->exec.variant == "staged" && rec.shards >= 2) out->exec.variant = "hierarchical";
   // The FFN launch notes the parts its down projection ran in: within the plan's cap, else the launch
   // did not run as planned.
-  if (rec.parts < 1 || rec.parts > std::max(1, plan_.exec.split_k)) {
-    WEFT_WARN(kKernel,
-              "rank %d: moe: the expert FFN's last launch ran its down projection in %d K parts; the plan "
-              "allows 1 to %d",
-              rank_, rec.parts, std::max(1, plan_.exec.split_k));
+  std::string why;
+  if (!check_moe_split(rec, plan_, &why)) {
+    WEFT_WARN(kKernel, "rank %d: moe: %s", rank_, why.c_str());
     return Status::kNotFound;
   }
   return Status::kOk;

@@ -660,6 +660,29 @@ TEST_CASE("the launch record gives the roles and cluster a launch ran with, or s
   CHECK(why.find("the grid had 132 blocks, 128 ran per launch") != std::string::npos);
 }
 
+TEST_CASE("moe: the expert FFN's recorded K parts within the plan's split_k, or the run is refused") {
+  const std::string moe =
+      "name: t\nop: moe\nshape: {tokens: 1024, hidden: 4096, ffn: 14336, experts: 8, topk: 2}\n"
+      "layout: {nodes: 1, gpus_per_node: 4}\n";
+  const Plan split = plan_for(parse(moe));
+  const Plan never = plan_for(parse(moe + "plan: {split_k: 1}\n"));
+  weft::kernels::LaunchRecord rec{};
+  std::string why;
+  CHECK(!check_moe_split(rec, split, &why));  // nothing recorded: no FFN ran
+  CHECK(why.find("no expert FFN launch recorded") != std::string::npos);
+  for (int parts = 1; parts <= 4; ++parts) {
+    CAPTURE(parts);
+    rec.parts = parts;
+    CHECK(check_moe_split(rec, split, &why));
+    CHECK(check_moe_split(rec, never, &why) == (parts == 1));
+  }
+  rec.parts = 2;
+  CHECK(!check_moe_split(rec, never, &why));
+  CHECK(why.find("ran its down projection in 2 K parts; the plan's split_k allows 1 to 1") != std::string::npos);
+  rec.parts = 5;
+  CHECK(!check_moe_split(rec, split, &why));
+}
+
 TEST_CASE("GEMM+RS/AR overlap: pieces, lag, send and gather come from the GEMM's record of its schedule") {
   auto plan = [](const char* op) {
     return plan_for(parse(std::string("name: t\nop: ") + op +
