@@ -23,7 +23,8 @@ struct RunOptions {
   std::string topology;
   int ranks = 0;
   int nodes = 0;
-  std::string json;  // --json FILE: every table's rows as JSON lines, appended
+  std::string json;   // --json FILE: every table's rows as JSON lines, appended
+  int64_t seed = -1;  // --seed N: the inputs' seed (default: fresh on every run)
 };
 
 // A workload split into rank groups: every group runs the op at once, each through its own
@@ -59,6 +60,7 @@ int run_rank(const RunOptions& o) {
   // The runners' tables go to --json's file too (rank 0 of each group appends, one write per table);
   // set before the bootstrap starts threads that read the environment.
   if (!o.json.empty()) setenv("WEFT_REPORT", o.json.c_str(), 1);
+  if (o.seed >= 0) set_bench_seed(uint64_t(o.seed));
   RankContext ctx;
   std::unique_ptr<bootstrap::PmixBootstrap> boot;
   Status s = start_rank(&ctx, &boot);
@@ -148,6 +150,10 @@ void add_bench_command(CLI::App& app, int* exit_code) {
                   "emptied first by weftrun's own launcher, appended to under srun/mpirun")
       ->check(
           [](const std::string& v) { return v.empty() || v.size() > 4096 ? std::string("1 to 4096 characters") : ""; });
+  sub->add_option("--seed", opts->seed,
+                  "draw the inputs (and so the MoE layer's routing) from seed N instead of fresh ones, to time two "
+                  "builds on the same data")
+      ->check(CLI::Range(int64_t(0), int64_t(1) << 62));
   sub->callback([opts, exit_code] {
     *exit_code = dispatch_role(
         "bench", [&] { return run_rank(*opts); }, [&] { return run_launcher(*opts); });

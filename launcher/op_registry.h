@@ -1,6 +1,7 @@
 // Which function runs a workload's op on each rank: fused kernels register their runner by op name.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,5 +26,7 @@ std::vector<std::string> registered_ops();
 
 // Registers every op runner linked into weftrun (launcher/registrations.cpp: add one line there).
 void register_builtin_ops();
+// weftrun bench --seed: the runners draw their inputs from `seed` (runtime/ops/op_harness.h).
+void set_bench_seed(uint64_t seed);
 
 }  // namespace weft::launcher

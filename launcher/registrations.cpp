@@ -19,6 +19,14 @@ void register_builtin_ops() {
 #endif
 }
 
+void set_bench_seed(uint64_t seed) {
+#if WEFT_HAVE_OPS
+  runtime::ops::set_bench_seed(seed);
+#else
+  (void)seed;  // no runner in this build to draw inputs
+#endif
+}
+
 void register_builtin_check_transports() {
   // Transports add one line each, e.g.: register_check_transport("socket", transport::check_socket);
   register_check_transport("socket",

@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/params.h"
 #include "runtime/ops/cuda_check.h"
+#include "runtime/ops/ops.h"
 #include "runtime/tuner.h"
 #include "topology/topology.h"
 
@@ -128,8 +129,18 @@ Status InterleavedTimer::run(bootstrap::Bootstrap& boot, ncclComm_t comm, cudaSt
   return Status::kOk;
 }
 
+namespace {
+bool g_seed_fixed = false;
+uint64_t g_seed = 0;
+}  // namespace
+
+void set_bench_seed(uint64_t seed) {
+  g_seed_fixed = true;
+  g_seed = seed;
+}
+
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out) {
-  uint64_t mine = uint64_t(time(nullptr)) * 2654435761ull ^ (uint64_t(getpid()) << 20);
+  uint64_t mine = g_seed_fixed ? g_seed : uint64_t(time(nullptr)) * 2654435761ull ^ (uint64_t(getpid()) << 20);
   std::vector<bootstrap::Blob> all;
   WEFT_CHECK(boot.allgather(
       key, bootstrap::Blob(reinterpret_cast<uint8_t*>(&mine), reinterpret_cast<uint8_t*>(&mine) + 8), &all));

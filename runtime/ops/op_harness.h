@@ -63,7 +63,9 @@ class InterleavedTimer {
   std::vector<double> ms_;
 };
 
-// A seed drawn fresh on rank 0 and shared with every rank (collective): inputs differ on every run.
+// A seed drawn fresh on rank 0 and shared with every rank (collective): inputs differ on every run,
+// unless set_bench_seed (ops.h: weftrun bench --seed, the same on every rank) fixed it, so two builds
+// can be timed on the same inputs (an op's data, the MoE layer's routing).
 Status shared_seed(bootstrap::Bootstrap& boot, const std::string& key, uint64_t* out);
 
 // The largest of every rank's `mine` (collective).

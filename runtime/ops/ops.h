@@ -1,6 +1,8 @@
 // The fused-op runners weftrun bench registers by op name (launcher/registrations.cpp).
 #pragma once
 
+#include <cstdint>
+
 #include "base/status.h"
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/rank_context.h"
@@ -15,5 +17,7 @@ Status run_gemm_rs(const bootstrap::RankContext& ctx, const Workload& wl, bootst
 Status run_gemm_ar(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
 // The MoE layer on one node (moe_op.cpp): weft's op against NCCL all-to-all-v + cuBLAS and the bound.
 Status run_moe(const bootstrap::RankContext& ctx, const Workload& wl, bootstrap::Bootstrap& boot);
+// weftrun bench --seed: every runner's inputs from this seed instead of fresh ones (op_harness.cpp).
+void set_bench_seed(uint64_t seed);
 
 }  // namespace weft::runtime::ops

@@ -95,6 +95,8 @@ TEST_CASE("counts that cannot be a job are refused before any rank starts") {
   const std::string w = "'" + kExample + "'";
   refused(weftrun("bench -n 100000 " + w), "weftrun bench: --ranks: Value 100000 not in range 1 to 4096");
   refused(weftrun("bench -n 2 --emulate-nodes 3 " + w), "weftrun bench: " + kExample + ": cannot place 2 ranks");
+  refused(weftrun("bench --seed -1 " + w), "weftrun bench: --seed: ");
+  refused(weftrun("bench --seed many " + w), "weftrun bench: --seed: ");
   // --json's file is made before any rank starts: one it cannot write is refused then.
   refused(weftrun("bench --json /nonexistent-weft-dir/rows.jsonl " + w),
           "weftrun bench: --json /nonexistent-weft-dir/rows.jsonl: cannot write it: No such file or directory");
