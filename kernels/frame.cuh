@@ -41,7 +41,8 @@ struct LaunchRecord {
   int32_t shards;    // M-shards of its tile order (GEMM+RS/AR's overlap variant: ranks x pieces)
   int32_t lag;       // piece-major order: own piece j ran after round j + lag; 0: rotated order
   int32_t epilogue;  // kEpilogue* bits: where its epilogue stored
-  int32_t parts;     // the expert FFN (gate/up then down in one launch): down's parts over K in its last launch
+  int32_t parts;     // the expert FFN (gate/up then down in one launch): the most K parts of a (row tile, column
+                     // block) pair in its last launch (down's or gate/up's last wave's)
 };
 static_assert(sizeof(LaunchRecord) == 48, "LaunchRecord is read by the host as 12 words");
 constexpr int32_t kEpilogueRemotePartials = 1;  // partial tiles into their owners' slots (sends by the epilogue)

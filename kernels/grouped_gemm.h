@@ -56,10 +56,12 @@ struct GroupedGemmParams {
   // 1: a consumer's 64-row half whose rows are all its expert's leaves through shared memory and TMA
   // (tmap_y); the half holding an expert's last rows, and every half with 0, from registers.
   int32_t store_tma = 1;
-  // Split over K (the expert FFN's down phase only; enable_grouped_split): where the phase's (row tile,
+  // Split over K (set on the expert FFN's down params; enable_grouped_split): where down's (row tile,
   // column block) pairs would leave the launch's blocks idle, each pair runs as 2 to 4 units over
-  // parts of K (moe_split_parts, chosen on the device from the counts); each part's fp32 sums go to
-  // split_ws and the last part to finish sums every part's in K order and stores. nullptr: never split.
+  // parts of K (moe_split_parts, chosen on the device from the counts), and so do gate/up's pairs of
+  // its last, partial wave where no down unit can run beside them (moe_up_tail_parts); each part's
+  // fp32 sums go to split_ws and the last part to finish sums every part's in K order and stores
+  // (for gate/up, SiLU(gate) up of the sums). nullptr: never split.
   float* split_ws = nullptr;      // split_slots x 128 x 256 fp32: one slot per (row tile, column block, part)
   uint32_t* split_cnt = nullptr;  // split_slots x 8 arrival words, zeroed by each launch
   int32_t split_slots = 0;
@@ -68,10 +70,13 @@ struct GroupedGemmParams {
   // Benchmarks only (bench_moe_single --split-sweep): parts forced instead of moe_split_parts'
   // choice, lowered until they fit the slots and kMoeMinSplitIters; 0: moe_split_parts decides.
   int32_t split_fixed = 0;
+  // Benchmarks only: 0 keeps gate/up's last wave whole (the split of down alone, as before it).
+  int32_t split_tail = 1;
 };
 
 // Bytes enable_grouped_split needs for `slots` slots (a split is taken only where its units fit the
-// slots: two per SM allow 3 parts of up to 88 pairs on 132 SMs).
+// slots: gate/up's last wave and down each take at most one wave of the blocks, so two per SM never
+// hold either back).
 int64_t grouped_split_bytes(int32_t slots);
 // Lets the FFN split `down` over K (see GroupedGemmParams::split_ws): `mem` is device memory of
 // grouped_split_bytes(slots) bytes that nothing else uses while a launch runs. Where the split is

@@ -97,7 +97,14 @@ struct Phases {
   int64_t units0 = 0, units = 0;  // phase 0's units, both phases' units
   int64_t all = 0;                // and the tail's
   int32_t m_tiles = 0;
-  int32_t parts = 1;              // phase 1's units per (row tile, column block): split over K (split_parts)
+  // Split over K, the workspace being phase 1's (p[1]->split_ws): phase 0's (row tile, column block)
+  // pairs from split0 on run as parts0 units each (its last, partial wave: moe_up_tail_parts), with
+  // slots and arrival words from 0; phase 1's pairs as `parts` units each (split_parts), with slots
+  // from slot1 and words from word1.
+  int64_t split0 = 0;
+  int32_t parts0 = 1;
+  int32_t parts = 1;
+  int64_t slot1 = 0, word1 = 0;
   uint64_t* tile_done = nullptr;  // two phases only: capacity_tiles words, zero at launch
   uint64_t* down_done = nullptr;  // with a tail: the next capacity_tiles words, zero at launch
   // Two phases: the units are claimed in order from this word (zero at launch), so every unit a
@@ -109,14 +116,14 @@ struct Phases {
 
 // Parts per (row tile, column block) of a split phase (moe_split_parts, kernels/moe_plan.h): the same
 // on every block for the same counts and blocks.
-__device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles) {
+__device__ __forceinline__ int32_t split_parts(const GroupedGemmParams& p, int64_t tiles, int32_t slots) {
   if (!p.split_ws || !p.split_cnt) return 1;
   if (p.split_fixed > 0) {
     int32_t q = min(p.split_fixed, kMoeMaxSplit);
-    while (q > 1 && (tiles * q > p.split_slots || p.k_iters < q * kMoeMinSplitIters)) --q;
+    while (q > 1 && (tiles * q > slots || p.k_iters < q * kMoeMinSplitIters)) --q;
     return q;
   }
-  return moe_split_parts(tiles, p.k_iters, p.split_sms, p.split_slots, p.split_max);
+  return moe_split_parts(tiles, p.k_iters, p.split_sms, slots, p.split_max);
 }
 
 template <class Tail>
@@ -127,10 +134,21 @@ __device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, c
   ph.p[0] = &p0;
   ph.p[1] = p1;
   ph.m_tiles = w.m_tiles;
-  ph.units0 = w.units;
+  ph.split0 = w.units;
+  int64_t used = 0;  // workspace slots phase 0's split takes
+  if (p1 && p1->split_ws && p1->split_cnt && p1->split_tail) {
+    ph.parts0 = moe_up_tail_parts(w.units, w.m_tiles, p0.group_m, p0.k_iters, p1->split_sms, p1->split_slots,
+                                  p1->split_max, &ph.split0);
+    if (ph.parts0 > 1) {
+      used = (w.units - ph.split0) * ph.parts0;
+      ph.slot1 = used;
+      ph.word1 = (w.units - ph.split0) * 8;
+    }
+  }
+  ph.units0 = ph.split0 + (w.units - ph.split0) * ph.parts0;
   const int64_t tiles1 = p1 ? int64_t(w.m_tiles) * p1->n_blocks : 0;
-  ph.parts = p1 ? split_parts(*p1, tiles1) : 1;
-  ph.units = w.units + tiles1 * ph.parts;
+  ph.parts = p1 ? split_parts(*p1, tiles1, int32_t(p1->split_slots - used)) : 1;
+  ph.units = ph.units0 + tiles1 * ph.parts;
   ph.all = ph.units;
   ph.tile_done = tile_done;
   if (p1) ph.claims = reinterpret_cast<unsigned long long*>(tile_done + p0.capacity_tiles);
@@ -143,12 +161,13 @@ __device__ __forceinline__ Phases<Tail> phases_of(const GroupedGemmParams& p0, c
   return ph;
 }
 
-// Unit u of the launch: its phase, parameters, tile and expert; for phase 1 split over K, the (row
-// tile, column block) pair's index in the phase's walk and which part it is (its parts adjacent in
-// the claim order), and the k-blocks [kb0, kb1) it sums.
+// Unit u of the launch: its phase, parameters, tile and expert, the (row tile, column block) pair's
+// index in the phase's walk, and the k-blocks [kb0, kb1) it sums. Split over K: which of the pair's
+// `parts` it is (its parts adjacent in the claim order), the pair's first workspace slot and its
+// arrival words (split_sum).
 struct UnitAt {
-  int32_t phase = 0, e = 0, part = 0, kb0 = 0, kb1 = 0;
-  int64_t tile = 0;
+  int32_t phase = 0, e = 0, part = 0, parts = 1, kb0 = 0, kb1 = 0;
+  int64_t tile = 0, slot = 0, word = 0;
   TileCoord c;
 };
 
@@ -159,12 +178,19 @@ __device__ __forceinline__ const GroupedGemmParams& unit_at(const Phases<Tail>& 
   Walk w;
   w.m_tiles = ph.m_tiles;
   w.units = int64_t(ph.m_tiles) * p.n_blocks;
-  const int32_t parts = at->phase ? ph.parts : 1;
-  const int64_t v = at->phase ? u - ph.units0 : u;
-  at->tile = v / parts;
-  at->part = int32_t(v % parts);
-  at->kb0 = int32_t(int64_t(at->part) * p.k_iters / parts);
-  at->kb1 = int32_t(int64_t(at->part + 1) * p.k_iters / parts);
+  if (at->phase == 0 && u < ph.split0) {
+    at->tile = u, at->part = 0, at->parts = 1;
+  } else if (at->phase == 0) {
+    const int64_t v = u - ph.split0, pair = v / ph.parts0;
+    at->tile = ph.split0 + pair, at->part = int32_t(v % ph.parts0), at->parts = ph.parts0;
+    at->slot = pair * ph.parts0, at->word = pair * 8;
+  } else {
+    const int64_t v = u - ph.units0;
+    at->tile = v / ph.parts, at->part = int32_t(v % ph.parts), at->parts = ph.parts;
+    at->slot = ph.slot1 + at->tile * ph.parts, at->word = ph.word1 + at->tile * 8;
+  }
+  at->kb0 = int32_t(int64_t(at->part) * p.k_iters / at->parts);
+  at->kb1 = int32_t(int64_t(at->part + 1) * p.k_iters / at->parts);
   at->c = coord_of(p, w, at->tile, &at->e);
   return p;
 }
@@ -315,16 +341,17 @@ __device__ __forceinline__ void settle(uint64_t** pending) {
 }
 
 // A warp's share of a split unit (16 rows x 256 columns of its half: 32 lanes x 128 fp32) into its
-// workspace slot, then one arrival on the (row tile, column block, warp) word, which the launch
-// zeroed. The last of the parts to arrive reads every part's slot, its own included, and sums them
-// in part order (K order), so the bits do not depend on which part finished last; it returns true to
+// workspace slot (the pair's first slot + its part), then one arrival on the pair's word of this warp
+// (word + warp8), which the launch zeroed. The last of the parts to arrive reads every part's slot, its own included,
+// and sums them in part order (K order), so the bits do not depend on which part finished last; it returns true to
 // store the sums. Slots are written and read at L2 (st.cg / ld.cg: no SM's L1 holds a stale copy
 // from an earlier launch). Each lane fences its own stores; lane 0 fences before and after the
 // arrival, and the warp's barriers carry that order to the other lanes' loads.
-__device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], int64_t tile, int32_t parts,
-                                          int32_t part, int32_t warp8, int32_t lane) {
+__device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&acc)[128], const UnitAt& at,
+                                          int32_t warp8, int32_t lane) {
   constexpr int64_t kWarpVecs = 32 * 32;  // float4s of one warp's share
-  float4* ws = reinterpret_cast<float4*>(p.split_ws) + ((tile * parts) * 8 + warp8) * kWarpVecs + lane;
+  const int32_t parts = at.parts, part = at.part;
+  float4* ws = reinterpret_cast<float4*>(p.split_ws) + (at.slot * 8 + warp8) * kWarpVecs + lane;
   float4* mine = ws + part * 8 * kWarpVecs;
 #pragma unroll
   for (int32_t j = 0; j < 32; ++j)
@@ -334,7 +361,7 @@ __device__ __forceinline__ bool split_sum(const GroupedGemmParams& p, float (&ac
   uint32_t before = 0;
   if (lane == 0) {
     __threadfence();
-    before = atomicAdd(p.split_cnt + tile * 8 + warp8, 1u);
+    before = atomicAdd(p.split_cnt + at.word + warp8, 1u);
     __threadfence();
   }
   before = __shfl_sync(0xffffffffu, before, 0);
@@ -423,9 +450,10 @@ __device__ __forceinline__ void consumer(const Phases<Tail>& ph, const FramePara
     }
     if (counter) counter += c.m_block;
     const int32_t half_row0 = c.m_block * Cfg::kTileM + half * 64;
-    // A part of a split unit: only the last of the parts to finish (per warp) stores, from registers.
-    if (phase == 1 && ph.parts > 1 && !split_sum(p, acc, at.tile, ph.parts, at.part, half * 4 + warp, lane)) continue;
-    if (p.store_tma && (phase == 0 || ph.parts == 1) && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
+    // A part of a split unit: only the last of the parts to finish (per warp) stores, from registers
+    // (the workspace is phase 1's, for either phase).
+    if (at.parts > 1 && !split_sum(*ph.p[1], acc, at, half * 4 + warp, lane)) continue;
+    if (p.store_tma && at.parts == 1 && half_row0 + 64 <= p.offsets[e] + p.counts[e]) {
       store_half_tma(p, s, acc, half, half_row0, c.n_block, t128, &boxes);
       if (t128 == 0) pending = counter;  // settled behind the next unit's first k-block
       continue;
@@ -463,8 +491,9 @@ __device__ __forceinline__ void grouped_body(const Phases<Tail>& ph, const Frame
     const int32_t rows = p.offsets[p.experts];
     if (blockIdx.x == 0 && p.dropped && rows > p.capacity_tiles * Cfg::kTileM)
       atomicAdd(p.dropped, rows - p.capacity_tiles * Cfg::kTileM);
-    // The expert FFN's down parts over K, for the op's read-back of what ran (LaunchRecord::parts).
-    if (blockIdx.x == 0 && ph.p[1] && f.launch) f.launch->parts = ph.parts;
+    // The expert FFN's most K parts of a pair (down's, or gate/up's last wave's), for the op's read-back
+    // of what ran (LaunchRecord::parts).
+    if (blockIdx.x == 0 && ph.p[1] && f.launch) f.launch->parts = max(ph.parts, ph.parts0);
   }
   __syncthreads();
   if (threadIdx.x < 128) {

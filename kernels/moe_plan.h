@@ -99,6 +99,24 @@ WEFT_HD inline int32_t moe_split_parts(int64_t tiles, int32_t k_iters, int32_t b
   return best;
 }
 
+// The expert FFN's gate/up units whose last, partial wave is split over K (kernels/grouped_ring.cuh).
+// Units are claimed in order, so where every row tile is in one raster group (m_tiles <= group_m:
+// decode counts) each tile's gate/up ends in the phase's last wave and no down unit can start beside
+// it: units % blocks units run while the other blocks wait (Mixtral-8x7B at 256 tokens on 4 ranks: 560
+// units on 132 blocks, 32 of them in a fifth wave). Those units are split by moe_split_parts' rule
+// (their parts in one wave: 32 in 4 parts); with more groups, down units of the finished groups fill
+// the last wave, and nothing is split. Returns the parts (1: none) and sets *first to the first unit
+// split (units when none is).
+WEFT_HD inline int32_t moe_up_tail_parts(int64_t units, int32_t m_tiles, int32_t group_m, int32_t k_iters,
+                                         int32_t blocks, int32_t slots, int32_t max_parts, int64_t* first) {
+  *first = units;
+  if (units <= 0 || blocks <= 0 || m_tiles > group_m) return 1;
+  const int64_t rem = units % blocks;
+  const int32_t p = moe_split_parts(rem, k_iters, blocks, slots, max_parts);
+  if (p > 1) *first = units - rem;
+  return p;
+}
+
 // The MoE layer's sizes (workload keys tokens, hidden, ffn, experts, topk; tokens per rank).
 struct MoeShape {
   int32_t tokens = 0;  // per rank

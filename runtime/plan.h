@@ -59,9 +59,10 @@ struct Execution {
   // channels (a proxy thread and its connections each) the puts are spread over.
   int channels = 0;
   std::string signal_mode;  // "hierarchical": the proxy path's signal ordering (the workload's transport.signal_mode)
-  // moe: the expert FFN's down projection split over K into at most this many parts, taken per call
-  // where the parts fit one wave of the compute SMs (kernels/moe_plan.h, moe_split_parts; decode
-  // counts); 1: never split, so a row's bits do not depend on the other rows' counts. 0: not moe.
+  // moe: the expert FFN's projections split over K into at most this many parts, taken per call where
+  // the parts fit one wave of the compute SMs (kernels/moe_plan.h: down's pairs, moe_split_parts, and
+  // gate/up's last wave, moe_up_tail_parts; decode counts); 1: never split, so a row's bits do not
+  // depend on the other rows' counts. 0: not moe.
   int split_k = 0;
   GemmChoices gemm;         // the GEMM core's launch choices
   bool capturable = false;  // op.run may be captured in a CUDA graph
@@ -174,7 +175,7 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* plan, std::stri
 // copy engines did) into plan->exec's pieces, lag, send and gather. False with *why when the record
 // is not that GEMM's or does not fit the plan's ranks.
 bool apply_reduce_schedule(const kernels::LaunchRecord& rec, Plan* plan, std::string* why);
-// moe: the K parts the expert FFN's last launch recorded for its down projection, against the plan's
+// moe: the most K parts the expert FFN's last launch recorded for a projection, against the plan's
 // split_k (1 to split_k, or 1 where split_k is 0). False with *why when outside: it did not run as
 // planned.
 bool check_moe_split(const kernels::LaunchRecord& rec, const Plan& plan, std::string* why);

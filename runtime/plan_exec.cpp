@@ -557,8 +557,8 @@ bool apply_launch_record(const kernels::LaunchRecord& rec, Plan* p, std::string*
 bool check_moe_split(const kernels::LaunchRecord& rec, const Plan& p, std::string* why) {
   const int cap = std::max(1, p.exec.split_k);
   if (rec.parts >= 1 && rec.parts <= cap) return true;
-  *why = rec.parts < 1 ? "no expert FFN launch recorded its down projection's K parts"
-                       : "the expert FFN's last launch ran its down projection in " + std::to_string(rec.parts) +
+  *why = rec.parts < 1 ? "no expert FFN launch recorded its K parts"
+                       : "the expert FFN's last launch ran a projection in " + std::to_string(rec.parts) +
                              " K parts; the plan's split_k allows 1 to " + std::to_string(cap);
   return false;
 }

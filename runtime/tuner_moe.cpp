@@ -72,13 +72,30 @@ void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, dou
   const double group_tiles = std::min(kGroupM, row_tiles);
   const double up_row_reads = std::max(1.0, group_tiles * up_blocks / m.sm_count);
   const double down_row_reads = std::max(1.0, group_tiles * down_blocks / m.sm_count);
-  // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out.
-  *up_s = grouped_pass(row_tiles * up_blocks, h, (local_experts * 2 * f * h + rows * (h * up_row_reads + f)) * 2, m, c);
+  // Gate/up: 2 ffn wide, the SwiGLU epilogue writes ffn columns; bf16 weights, rows in and out. As
+  // MoeOp: the launch's blocks are the SMs, two workspace slots per SM.
+  const double up_units = row_tiles * up_blocks;
+  const double up_bytes = (local_experts * 2 * f * h + rows * (h * up_row_reads + f)) * 2;
+  const int32_t slots = 2 * m.sm_count;
+  int64_t first = 0;
+  const int32_t up_parts =
+      kernels::moe_up_tail_parts(std::llround(up_units), int32_t(std::ceil(row_tiles - 1e-9)), int32_t(kGroupM),
+                                 int32_t(std::ceil(h / 64)), m.sm_count, slots, std::max(1, split_k), &first);
+  int64_t used = 0;  // slots gate/up's split takes
+  if (up_parts > 1 && up_units > 0) {
+    // The last wave's units in up_parts parts of K each, their fp32 sums through L2 as down's below.
+    const double rest = up_units - double(first);
+    used = std::llround(rest) * up_parts;
+    *up_s = grouped_pass(double(first), h, up_bytes * double(first) / up_units, m, c) +
+            grouped_pass(rest * up_parts, h / up_parts,
+                         up_bytes * rest / up_units + rest * up_parts * 2 * kTileM * kTileN * 4, m, c);
+  } else {
+    *up_s = grouped_pass(up_units, h, up_bytes, m, c);
+  }
   const double down_tiles = row_tiles * down_blocks;
   const double down_bytes = (local_experts * f * h + rows * (f * down_row_reads + h)) * 2;
-  // As MoeOp: the launch's blocks are the SMs, a workspace slot per SM.
   const int32_t parts = kernels::moe_split_parts(std::llround(down_tiles), int32_t(std::ceil(f / 64)), m.sm_count,
-                                                 m.sm_count, std::max(1, split_k));
+                                                 int32_t(slots - used), std::max(1, split_k));
   // Split: parts times the units over a part of K each; every part's fp32 sums (kTileM x kTileN x 4
   // bytes) written once and read once at L2, counted here at HBM's rate.
   *down_s = parts > 1 ? grouped_pass(down_tiles * parts, f / parts,

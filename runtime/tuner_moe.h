@@ -52,9 +52,10 @@ double moe_expected_tiles(double routed_tokens, int64_t experts, int64_t topk, i
 
 // The grouped expert FFN alone: gate/up with the SwiGLU epilogue ([rows, hidden] x [hidden, 2 ffn]),
 // then down ([rows, ffn] x [ffn, hidden]), over `local_experts` experts of `tiles_per_expert` tiles.
-// split_k: down as the one-launch FFN runs it, split over K into at most split_k parts where
-// moe_split_parts says so (kernels/moe_plan.h: decode counts whose parts fit one wave); 1 for the
-// grouped GEMM launched pass by pass, as the one-GPU rows the constants were fitted to ran it.
+// split_k: as the one-launch FFN runs it, split over K into at most split_k parts where the rules say
+// so (kernels/moe_plan.h: down's pairs by moe_split_parts, gate/up's last wave by moe_up_tail_parts;
+// decode counts whose parts fit one wave); 1 for the grouped GEMM launched pass by pass, as the
+// one-GPU rows the constants were fitted to ran it.
 void moe_grouped_ffn_time(int64_t hidden, int64_t ffn, double local_experts, double tiles_per_expert,
                           const MachineModel& m, const MoeStagedConstants& c, double* up_s, double* down_s,
                           int split_k = 1);

@@ -84,7 +84,7 @@ struct PlanSpec {
   std::optional<int> pieces, lag;       // overlap: pieces per rank's rows; own piece j after round j + lag
   std::optional<std::string> send;      // overlap: "copy" or "sm"
   std::optional<std::string> gather;    // overlap, gemm_ar: "push" or "sm"
-  std::optional<int> split_k;           // moe: the FFN's down projection in at most this many K parts (1: never)
+  std::optional<int> split_k;           // moe: the FFN's projections in at most this many K parts (1: never)
   // plan.gemm: the GEMM core's launch choices (kernels::GemmOptions).
   std::optional<bool> split_tail, chunked_tail, dynamic_tiles, tma_store;
 

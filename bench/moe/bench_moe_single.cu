@@ -8,9 +8,11 @@
 // launches (gate/up, then down) and in one launch (launch_grouped_ffn: a down tile starts when its
 // H rows are complete), the second checked to give the first's bits. And the same three with the
 // epilogue storing from registers only (GroupedGemmParams::store_tma = 0, how every tile was stored
-// before the TMA store epilogue), checked to give the same bits. And the one-launch FFN with the down
-// projection split over K where its tiles leave SMs idle (enable_grouped_split), checked against cuBLAS.
-// --split-sweep adds the one-launch FFN with down's parts forced to 1..4 (GroupedGemmParams::split_fixed).
+// before the TMA store epilogue), checked to give the same bits. And the one-launch FFN split over K
+// where its tiles leave SMs idle (enable_grouped_split: down's pairs, and gate/up's last wave), and with
+// down's split alone (GroupedGemmParams::split_tail = 0), each checked against cuBLAS.
+// --split-sweep adds the one-launch FFN with down's parts forced to 1..4 (GroupedGemmParams::split_fixed;
+// gate/up's last wave whole).
 // --tokens T runs that count per rank only; --profile P launches only the one-launch FFN (down in P parts,
 // 0 unsplit) six times, for a profiler.
 #include <cublas_v2.h>
@@ -80,10 +82,12 @@ struct Row {
   int min_count, max_count;
   double router_ms, up_w, up_c, silu_c, down_w, down_c, ffn_one;
   double up_r, down_r, ffn_one_r;  // register stores only
-  double ffn_split;                // one launch, down split over K where it leaves SMs idle
+  double ffn_split;                // one launch, split over K where it leaves SMs idle
+  double ffn_split_down;           // the same, gate/up's last wave whole (down's split alone)
+  int parts_up, parts_down;        // the parts the split launch takes for these counts (host-side rule)
   double sweep[kMoeMaxSplit + 1];  // --split-sweep: one launch, down in p parts (sweep[p], p >= 1)
   double err_sweep;
-  double err_h, err_y, err_split;
+  double err_h, err_y, err_split, err_split_down;
 };
 
 Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHandle_t blas) {
@@ -166,12 +170,25 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   GroupedGemmParams pd_s = pd;
   DevBuf<uint8_t> split_mem(grouped_split_bytes(2 * fp.roles.compute));  // two slots per SM
   WEFT_OK(enable_grouped_split(&pd_s, split_mem.p, 2 * fp.roles.compute));
+  GroupedGemmParams pd_sd = pd_s;  // down's split alone
+  pd_sd.split_tail = 0;
+  {  // The parts the kernel takes (kernels/grouped_ring.cuh, phases_of), for the printout.
+    const int32_t m_tiles = off[L] / kMoeTileRows, slots = 2 * fp.roles.compute;
+    int64_t first = 0;
+    const int64_t units0 = int64_t(m_tiles) * pu.n_blocks;
+    row.parts_up =
+        moe_up_tail_parts(units0, m_tiles, pu.group_m, pu.k_iters, fp.roles.compute, slots, kMoeMaxSplit, &first);
+    const int64_t used = row.parts_up > 1 ? (units0 - first) * row.parts_up : 0;
+    row.parts_down =
+        moe_split_parts(int64_t(m_tiles) * pd.n_blocks, pd.k_iters, fp.roles.compute, int32_t(slots - used));
+  }
   std::vector<GroupedGemmParams> pd_f;  // --split-sweep: parts forced, four slots per SM
   DevBuf<uint8_t> sweep_mem(g_split_sweep ? grouped_split_bytes(4 * fp.roles.compute) : 16);
   for (int q = 1; g_split_sweep && q <= kMoeMaxSplit; ++q) {
     pd_f.push_back(pd);
     WEFT_OK(enable_grouped_split(&pd_f.back(), sweep_mem.p, 4 * fp.roles.compute));
     pd_f.back().split_fixed = q;
+    pd_f.back().split_tail = 0;
   }
   const float one = 1.f, zero = 0.f;
   auto blas_up = [&](cudaEvent_t) {
@@ -208,6 +225,7 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_gemm(pd_r, fp, nullptr)); },
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu_r, pd_r, tile_done.p, fp, nullptr)); },
       [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd_s, tile_done.p, fp, nullptr)); },
+      [&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, pd_sd, tile_done.p, fp, nullptr)); },
   };
   for (const GroupedGemmParams& q : pd_f)
     cands.push_back([&](cudaEvent_t) { WEFT_OK(launch_grouped_ffn(pu, q, tile_done.p, fp, nullptr)); });
@@ -228,7 +246,8 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
   row.ffn_one = ms[5];
   row.up_r = ms[6], row.down_r = ms[7], row.ffn_one_r = ms[8];
   row.ffn_split = ms[9];
-  for (size_t q = 0; q < pd_f.size(); ++q) row.sweep[q + 1] = ms[10 + q];
+  row.ffn_split_down = ms[10];
+  for (size_t q = 0; q < pd_f.size(); ++q) row.sweep[q + 1] = ms[11 + q];
   // The one-launch FFN gives the two launches' bits (valid rows; the padding stays unwritten).
   {
     WEFT_OK(launch_grouped_gemm(pu, fp, nullptr));
@@ -284,6 +303,7 @@ Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHand
       return es;
     };
     row.err_split = check_split(pd_s);
+    row.err_split_down = check_split(pd_sd);
     for (const GroupedGemmParams& q : pd_f) row.err_sweep = std::max(row.err_sweep, check_split(q));
     WEFT_CUDA_OK(cudaMemcpy(y.p, ys.p, size_t(cap) * H * 2, cudaMemcpyDeviceToDevice));
   }
@@ -345,7 +365,8 @@ int main(int argc, char** argv) {
       if (only && std::strcmp(only, s.name) != 0) continue;
       Row r = run_shape(s, tokens, rounds, fp, blas);
       if (frame.check("bench moe") != Status::kOk) return 1;
-      ok = ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2 && r.err_sweep < 1e-2;
+      ok =
+          ok && r.err_h < 1e-2 && r.err_y < 1e-2 && r.err_split < 1e-2 && r.err_split_down < 1e-2 && r.err_sweep < 1e-2;
       rows.push_back(r);
       const double wf = r.up_w + r.down_w, cf = r.up_c + r.silu_c + r.down_c;
       const double flop = 2.0 * r.rows * (3.0 * s.hidden * s.ffn);
@@ -358,11 +379,13 @@ int main(int argc, char** argv) {
           "   register stores: gate/up+SiLU %.3f ms  down %.3f ms  FFN in one launch %.3f ms (register / TMA-store "
           "time "
           "%.3f)\n"
-          "   down split over K: FFN in one launch %.3f ms (%.2fx the unsplit launch), rel err Y %.1e\n",
+          "   split over K (gate/up's last wave in %d parts, down in %d): FFN in one launch %.3f ms (%.2fx the "
+          "unsplit launch, cuBLAS/split %.2fx); down's split alone %.3f ms; rel err Y %.1e, %.1e\n",
           s.name, tokens, g_world, g_group_m, (long long)r.rows, (long long)r.padded, s.experts / g_world, r.min_count,
           r.max_count, r.router_ms, r.up_w, r.down_w, wf, flop / wf * 1e-9, r.ffn_one, wf / r.ffn_one, r.up_c, r.silu_c,
           r.down_c, cf, flop / cf * 1e-9, r.up_c / r.up_w, r.down_c / r.down_w, cf / wf, r.err_h, r.err_y, r.up_r,
-          r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one, r.ffn_split, r.ffn_one / r.ffn_split, r.err_split);
+          r.down_r, r.ffn_one_r, r.ffn_one_r / r.ffn_one, r.parts_up, r.parts_down, r.ffn_split,
+          r.ffn_one / r.ffn_split, cf / r.ffn_split, r.ffn_split_down, r.err_split, r.err_split_down);
       if (g_split_sweep) {
         printf("   down in p parts (forced, 4 slots per SM): ");
         for (int q = 1; q <= kMoeMaxSplit; ++q) printf("p=%d %.3f ms  ", q, r.sweep[q]);

@@ -199,14 +199,14 @@ Status MoeOp::create(Context& ctx, const Plan& plan, const MoeWeights& wts, std:
   down.dropped = nullptr;  // the same rows as up's: counted once
   WEFT_CHECK(kernels::make_grouped_gemm_params(up, &op->up_));
   WEFT_CHECK(kernels::make_grouped_gemm_params(down, &op->down_));
-  if (plan.exec.split_k > 1) {  // The down projection splits over K into at most split_k parts where they
-                                // fit one wave of the plan's blocks (moe_split_parts: decode counts): a slot
-                                // per SM (16.5 MiB on 132 SMs).
+  if (plan.exec.split_k > 1) {  // Down, and gate/up's last wave, split over K into at most split_k parts where
+                                // they fit one wave of the plan's blocks (moe_split_parts, moe_up_tail_parts:
+                                // decode counts): two slots per SM, one wave each (33 MiB on 132 SMs).
     int device = 0, sms = 0;
     WEFT_CUDA_CHECK(cudaGetDevice(&device));
     WEFT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    WEFT_CHECK(op->alloc(&p, size_t(kernels::grouped_split_bytes(sms))));
-    WEFT_CHECK(kernels::enable_grouped_split(&op->down_, p, sms));
+    WEFT_CHECK(op->alloc(&p, size_t(kernels::grouped_split_bytes(2 * sms))));
+    WEFT_CHECK(kernels::enable_grouped_split(&op->down_, p, 2 * sms));
     op->down_.split_max = plan.exec.split_k;
   }
   // The FFN's per-row-tile counters (gate/up done, and for ffn_combine down done) and its claim counter.

@@ -4,6 +4,7 @@
 // gemm_testing.cuh, padding rows left untouched. Exits 77 (skipped) without a Hopper GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -213,48 +214,76 @@ void check_swiglu(const std::vector<int32_t>& counts, int hidden, int ffn, int b
     require_padding_untouched(y.p, hidden, counts, off);
   }
 
-  // Down split over K (enable_grouped_split), which the kernel does where moe_split_parts says so
-  // for these counts: H keeps its bits, Y is checked against the reference on weft's H, differs from
-  // the unsplit bits exactly when the split is expected, repeats its bits on a second call (each
-  // launch leaves the arrival words zero), and the padding stays unwritten.
-  int64_t tiles = 0;
-  for (int32_t c : counts) tiles += (c + kMoeTileRows - 1) / kMoeTileRows;
-  tiles *= pd.n_blocks;
-  const int32_t parts = moe_split_parts(tiles, pd.k_iters, rn.fp.roles.compute, rn.sms);
-  const bool expect_split = parts > 1;
+  // Split over K (enable_grouped_split), which the kernel does where the rules say so for these
+  // counts (kernels/grouped_ring.cuh, phases_of): gate/up's last wave where every row tile is in one
+  // raster group (moe_up_tail_parts), down's pairs where they fit one wave (moe_split_parts), two
+  // slots per block as the op gives them. The launch records the most parts it took (LaunchRecord::
+  // parts), which must be the rules' as the host computes them; H and Y are checked against the
+  // reference (Y on weft's H), keep the unsplit bits where no split feeds them (where one does, a
+  // small split tile may round to the same bits), a second call repeats the first's bits (each launch
+  // leaves the arrival words zero), and the padding stays unwritten. Then with gate/up's last wave kept
+  // whole (split_tail = 0, benchmarks only): H keeps the unsplit bits.
+  const int32_t m_tiles = off.back() / kMoeTileRows, nblk = rn.fp.roles.compute, slots = 2 * nblk;
+  int64_t first_split = 0;
+  const int64_t units0 = int64_t(m_tiles) * pu.n_blocks;
+  const int32_t parts_up =
+      moe_up_tail_parts(units0, m_tiles, pu.group_m, pu.k_iters, nblk, slots, kMoeMaxSplit, &first_split);
+  const int64_t used = parts_up > 1 ? (units0 - first_split) * parts_up : 0;
+  const int64_t tiles = int64_t(m_tiles) * pd.n_blocks;
+  const int32_t parts = moe_split_parts(tiles, pd.k_iters, nblk, int32_t(slots - used));
+  const int32_t parts_alone = moe_split_parts(tiles, pd.k_iters, nblk, slots);
+  CAPTURE(parts_up);
   CAPTURE(parts);
-  CAPTURE(expect_split);
-  DevBuf<uint8_t> split_mem(grouped_split_bytes(rn.sms));
+  CAPTURE(parts_alone);
+  DevBuf<uint8_t> split_mem(grouped_split_bytes(slots));
   GroupedGemmParams ds = pd;
-  REQUIRE(enable_grouped_split(&ds, split_mem.p, rn.sms) == Status::kOk);
-  std::vector<__nv_bfloat16> first;
-  for (int call = 0; call < 2; ++call) {
+  REQUIRE(enable_grouped_split(&ds, split_mem.p, slots) == Status::kOk);
+  std::vector<__nv_bfloat16> first_h, first_y;
+  DevBuf<LaunchRecord> rec(1);
+  FrameParams fpr = rn.fp;
+  fpr.launch = rec.p;
+  for (int call = 0; call < 3; ++call) {
     CAPTURE(call);
+    const bool whole_tail = call == 2;
+    GroupedGemmParams d = ds;
+    if (whole_tail) d.split_tail = 0;
     poison_bf16(h.p, cap * ffn);
     poison_bf16(y.p, cap * hidden);
-    REQUIRE(launch_grouped_ffn(pu, ds, tile_done.p, rn.fp, nullptr) == Status::kOk);
+    WEFT_CUDA_OK(cudaMemset(rec.p, 0, sizeof(LaunchRecord)));
+    REQUIRE(launch_grouped_ffn(pu, d, tile_done.p, fpr, nullptr) == Status::kOk);
     WEFT_CUDA_OK(cudaDeviceSynchronize());
-    REQUIRE(rn.frame.check("grouped ffn, down split over K") == Status::kOk);
+    REQUIRE(rn.frame.check("grouped ffn, split over K") == Status::kOk);
+    CHECK(to_host(rec.p, 1)[0].parts == (whole_tail ? parts_alone : std::max(parts_up, parts)));
     const std::vector<__nv_bfloat16> h1 = to_host(h.p, int64_t(off.back()) * ffn);
     const std::vector<__nv_bfloat16> y1 = to_host(y.p, int64_t(off.back()) * hidden);
-    bool differs = false;
+    bool h_differs = false, y_differs = false;
     for (int32_t e = 0; e < experts; ++e) {
       if (counts[e] == 0) continue;
       CAPTURE(e);
       const size_t hb = size_t(off[e]) * ffn, yb = size_t(off[e]) * hidden;
-      REQUIRE(std::memcmp(&h1[hb], &h2[hb], size_t(counts[e]) * ffn * 2) == 0);
-      differs = differs || std::memcmp(&y1[yb], &y2[yb], size_t(counts[e]) * hidden * 2) != 0;
+      h_differs = h_differs || std::memcmp(&h1[hb], &h2[hb], size_t(counts[e]) * ffn * 2) != 0;
+      y_differs = y_differs || std::memcmp(&y1[yb], &y2[yb], size_t(counts[e]) * hidden * 2) != 0;
+      const __nv_bfloat16* xe = x.p + int64_t(off[e]) * hidden;
+      reference(xe, wg.p + int64_t(e) * ffn * hidden, nullptr, rg.p, counts[e], ffn, hidden);
+      reference(xe, wu.p + int64_t(e) * ffn * hidden, nullptr, ru.p, counts[e], ffn, hidden);
+      swiglu_reference<<<256, 256>>>(rg.p, ru.p, int64_t(counts[e]) * ffn, rh.p);
+      const Compared ch = compare(h.p + int64_t(off[e]) * ffn, rh.p, int64_t(counts[e]) * ffn);
+      REQUIRE(ch.bad == 0);
+      REQUIRE(ch.rel_err < 1e-2);
       reference(h.p + int64_t(off[e]) * ffn, w2.p + int64_t(e) * hidden * ffn, nullptr, ry.p, counts[e], hidden, ffn);
       const Compared cy = compare(y.p + int64_t(off[e]) * hidden, ry.p, int64_t(counts[e]) * hidden);
       REQUIRE(cy.bad == 0);
       REQUIRE(cy.rel_err < 1e-2);
     }
-    CHECK(differs == expect_split);
-    if (call == 0) first = y1;
+    const bool up_split = !whole_tail && parts_up > 1;
+    if (!up_split) CHECK(!h_differs);
+    if (!up_split && (whole_tail ? parts_alone : parts) == 1) CHECK(!y_differs);
+    if (call == 0) first_h = h1, first_y = y1;
     for (int32_t e = 0; call == 1 && e < experts; ++e) {  // expert rows only: the padding is NaN poison
       CAPTURE(e);
-      const size_t yb = size_t(off[e]) * hidden;
-      REQUIRE(std::memcmp(&y1[yb], &first[yb], size_t(counts[e]) * hidden * 2) == 0);
+      const size_t hb = size_t(off[e]) * ffn, yb = size_t(off[e]) * hidden;
+      REQUIRE(std::memcmp(&h1[hb], &first_h[hb], size_t(counts[e]) * ffn * 2) == 0);
+      REQUIRE(std::memcmp(&y1[yb], &first_y[yb], size_t(counts[e]) * hidden * 2) == 0);
     }
     require_padding_untouched(h.p, ffn, counts, off);
     require_padding_untouched(y.p, hidden, counts, off);
@@ -315,10 +344,14 @@ TEST_CASE("grouped gemm: SwiGLU expert FFN (gate/up fused SiLU, then down; two l
   // One and two blocks: a block's producer waits for its own consumers' gate/up counts (deferred
   // behind their next unit's first k-block, or settled when the stage it waits for is not full).
   for (int blocks : {1, 2}) check_swiglu({64, 192, 65, 0, 300}, 512, 384, blocks);
-  // Down split over K (moe_split_parts): one pair on two blocks in 2 parts (on one block it does not
-  // split: no fewer waves), a decode-like shape of 6 row tiles x 8 column blocks in 2 parts on every
-  // SM; the all-to-one case above splits its 32 pairs in 3.
+  // Split over K. Down (moe_split_parts): one pair on two blocks in 2 parts (on one block it does not
+  // split: no fewer waves); the all-to-one case above splits its 32 pairs in 3 and its gate/up's 48
+  // units (one wave, 8 row tiles) in 2. Gate/up's last wave (moe_up_tail_parts): 7 units on 2 blocks
+  // leave 1 for a fourth wave, split in 2 (down's 2 pairs stay whole); a decode-like shape of 6 row
+  // tiles, 48 gate/up units and 48 down pairs, each in 2 parts on every SM (the random case above has
+  // more row tiles than a raster group: gate/up not split).
   for (int blocks : {1, 2}) check_swiglu({64, 0}, 256, 1024, blocks);
+  check_swiglu({64, 0}, 512, 896, 2);
   check_swiglu({200, 56, 0, 300}, 2048, 1024);
 }
 

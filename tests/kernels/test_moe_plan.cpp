@@ -432,3 +432,54 @@ TEST_CASE("moe split over K: the most parts that fit one wave of the blocks") {
         }
       }
 }
+
+TEST_CASE("moe split over K: gate/up's last, partial wave where every row tile is in one group") {
+  int64_t first = -1;
+  // Mixtral-8x7B at 256 tokens on 4 ranks: 5 row tiles x 112 column blocks = 560 units on 132
+  // blocks, 32 of them in a fifth wave: 4 parts of 16 k-blocks (hidden 4096).
+  CHECK(moe_up_tail_parts(560, 5, 16, 64, 132, 264, 4, &first) == 4);
+  CHECK(first == 528);
+  // 6 row tiles (672 units): 12 left over, 4 parts (the cap); the plan's split_k caps it.
+  CHECK(moe_up_tail_parts(672, 6, 16, 64, 132, 264, 4, &first) == 4);
+  CHECK(first == 660);
+  CHECK(moe_up_tail_parts(672, 6, 16, 64, 132, 264, 2, &first) == 2);
+  CHECK(moe_up_tail_parts(672, 6, 16, 64, 132, 264, 1, &first) == 1);
+  CHECK(first == 672);
+  // 4 row tiles (448 units): 52 left over, 2 parts.
+  CHECK(moe_up_tail_parts(448, 4, 16, 64, 132, 264, 4, &first) == 2);
+  CHECK(first == 396);
+  // Qwen3-30B-A3B at 256 tokens on 4 ranks: 32 row tiles in two groups: down units of the first
+  // group fill the last wave, nothing split.
+  CHECK(moe_up_tail_parts(192, 32, 16, 32, 132, 264, 4, &first) == 1);
+  CHECK(first == 192);
+  // A whole number of waves, or a last wave too full for 2 parts: nothing split.
+  CHECK(moe_up_tail_parts(528, 5, 16, 64, 132, 264, 4, &first) == 1);
+  CHECK(moe_up_tail_parts(660, 6, 16, 64, 132, 264, 4, &first) == 1);  // 660 % 132 = 0
+  CHECK(moe_up_tail_parts(600, 6, 16, 64, 132, 264, 4, &first) == 1);  // 72 left: 144 units
+  CHECK(first == 600);
+  // Fewer units than blocks: all of them are the last wave.
+  CHECK(moe_up_tail_parts(60, 1, 16, 64, 132, 264, 4, &first) == 2);
+  CHECK(first == 0);
+  // The slots left over bound it; so do the k-blocks (4 a part at least).
+  CHECK(moe_up_tail_parts(560, 5, 16, 64, 132, 100, 4, &first) == 3);
+  CHECK(moe_up_tail_parts(560, 5, 16, 8, 132, 264, 4, &first) == 2);
+  CHECK(moe_up_tail_parts(0, 0, 16, 64, 132, 264, 4, &first) == 1);
+  CHECK(first == 0);
+  CHECK(moe_up_tail_parts(560, 5, 16, 64, 0, 264, 4, &first) == 1);
+  // Properties: the split units are the last ones, fewer than the blocks, and their parts fit one wave.
+  for (int64_t units = 1; units < 1200; units += 7)
+    for (int32_t blocks : {1, 2, 66, 132}) {
+      const int32_t p = moe_up_tail_parts(units, 8, 16, 64, blocks, 2 * blocks, 4, &first);
+      CAPTURE(units);
+      CAPTURE(blocks);
+      CHECK(p >= 1);
+      CHECK(p <= 4);
+      if (p == 1) {
+        CHECK(first == units);
+      } else {
+        CHECK(first % blocks == 0);
+        CHECK(units - first < blocks);
+        CHECK((units - first) * p <= blocks);
+      }
+    }
+}

@@ -678,7 +678,7 @@ TEST_CASE("moe: the expert FFN's recorded K parts within the plan's split_k, or 
   }
   rec.parts = 2;
   CHECK(!check_moe_split(rec, never, &why));
-  CHECK(why.find("ran its down projection in 2 K parts; the plan's split_k allows 1 to 1") != std::string::npos);
+  CHECK(why.find("ran a projection in 2 K parts; the plan's split_k allows 1 to 1") != std::string::npos);
   rec.parts = 5;
   CHECK(!check_moe_split(rec, split, &why));
 }
