@@ -442,9 +442,10 @@ std::string format_plan_table(const Plan& p) {
       os << ", " << p.exec.copy_chunks << " chunk" << (p.exec.copy_chunks == 1 ? "" : "s") << " per shard, "
          << p.exec.channels << " proxy channel" << (p.exec.channels == 1 ? "" : "s") << " (" << p.inter_backend << ", "
          << p.exec.signal_mode << " signals)";
-    if (p.exec.split_k == 1) os << ", no K split of the FFN's down projection";
+    if (p.exec.split_k == 1) os << ", no K split of the FFN";
     if (p.exec.split_k > 1)
-      os << ", the FFN's down projection split over K (up to " << p.exec.split_k << " parts, where they fit one wave)";
+      os << ", the FFN's down projection and gate/up's last wave split over K (up to " << p.exec.split_k
+         << " parts, where they fit one wave)";
     os << ", " << p.exec.cluster << "-CTA clusters, raster groups of " << p.exec.group_m << " tiles"
        << (p.exec.capturable ? ", capturable in a CUDA graph" : "") << "; chosen by the " << p.chosen_by << "\n";
     const GemmChoices& g = p.exec.gemm;

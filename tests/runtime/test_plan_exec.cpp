@@ -768,7 +768,8 @@ TEST_CASE("moe: the staged op with every SM computing and its heap; across nodes
   REQUIRE(p.region("moe.flags") != nullptr);
   CHECK(p.region("moe.flags")->bytes == (4 * 2 + 4 * 32) * 8);  // 2 W flags, W x 32 token tiles' comb_done
 
-  // The down projection's K split: up to 4 parts where they fit one wave, unless the workload caps it;
+  // The FFN's K split (down, and gate/up's last wave): up to 4 parts where they fit one wave, unless the
+  // workload caps it;
   // the cap reaches the printed plan, its JSON (and so its hash) and the model's prediction.
   CHECK(p.exec.split_k == weft::kernels::kMoeMaxSplit);
   CHECK(format_plan_table(p).find("split over K (up to 4 parts") != std::string::npos);
