@@ -14,7 +14,8 @@
 // --split-sweep adds the one-launch FFN with down's parts forced to 1..4 (GroupedGemmParams::split_fixed;
 // gate/up's last wave whole).
 // --tokens T runs that count per rank only; --profile P launches only the one-launch FFN (down in P parts,
-// 0 unsplit) six times, for a profiler.
+// 0 unsplit) six times, for a profiler; --seed S draws the tokens, routing and weights from S instead of
+// fresh ones (the same counts in two builds' processes).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -65,6 +66,8 @@ int g_group_m = 16;  // --group: row tiles per raster group of weft's grouped GE
 bool g_split_sweep = false;
 // --profile P: only the one-launch FFN with down in P parts (0: unsplit), 6 times, for a profiler.
 int g_profile = -1;
+// --seed S: inputs from S (every shape's), else fresh.
+int64_t g_seed = -1;
 
 __global__ void silu_mul(const __nv_bfloat16* gu, int64_t rows, int ffn, __nv_bfloat16* h) {
   const int64_t n = rows * ffn;
@@ -93,7 +96,7 @@ struct Row {
 Row run_shape(const Shape& s, int tokens, int rounds, FrameParams fp, cublasHandle_t blas) {
   const int L = s.experts / g_world, H = s.hidden, F = s.ffn;
   const int64_t R = int64_t(g_world) * tokens;  // the tokens of all four ranks
-  const uint64_t seed = fresh_seed();
+  const uint64_t seed = g_seed >= 0 ? uint64_t(g_seed) : fresh_seed();
   Row row{};
   row.shape = s.name;
   row.tokens = tokens;
@@ -340,6 +343,7 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--tokens") && i + 1 < argc) only_tokens = std::atoi(argv[++i]);
     if (!std::strcmp(argv[i], "--split-sweep")) g_split_sweep = true;
     if (!std::strcmp(argv[i], "--profile") && i + 1 < argc) g_profile = std::max(0, std::min(4, std::atoi(argv[++i])));
+    if (!std::strcmp(argv[i], "--seed") && i + 1 < argc) g_seed = std::max(0ll, std::atoll(argv[++i]));
   }
   const int sms = hopper_sm_count_or_explain();
   if (sms == 0) return 77;
