@@ -139,12 +139,7 @@ void add_bench_command(CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand("bench",
                                  "measure a workload on every rank: weft's variants validated and timed interleaved "
                                  "with NCCL + cuBLAS and the bound (prints the plan where no GPU is found)");
-  sub->add_option("workload", opts->workload, "workload YAML file")->required();
-  sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
-      ->check(CLI::Range(1, kMaxRanks));
-  sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
-      ->check(CLI::Range(1, kMaxRanks));
-  sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
+  add_job_options(sub, &opts->workload, &opts->ranks, &opts->nodes, &opts->topology);
   sub->add_option("--json", opts->json,
                   "also write every table's rows to FILE as JSON lines (title, variant, ms, TFLOP/s, note, shape); "
                   "emptied first by weftrun's own launcher, appended to under srun/mpirun")

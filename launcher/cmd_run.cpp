@@ -257,12 +257,7 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* sub = app.add_subcommand("run",
                                  "run the workload's plan on every rank, validated, and report the plan as executed "
                                  "(prints the plan where no GPU is found)");
-  sub->add_option("workload", opts->workload, "workload YAML file")->required();
-  sub->add_option("-n,--ranks", opts->ranks, "ranks to start (default: the workload's layout)")
-      ->check(CLI::Range(1, kMaxRanks));
-  sub->add_option("--emulate-nodes", opts->nodes, "emulated nodes (default: the workload's layout.nodes)")
-      ->check(CLI::Range(1, kMaxRanks));
-  sub->add_option("--topo", opts->topology, "hwloc XML for the plan (default: WEFT_TOPO_FILE or this machine)");
+  add_job_options(sub, &opts->workload, &opts->ranks, &opts->nodes, &opts->topology);
   sub->add_option("--plan", opts->plan_file,
                   "run this plan (the form `weftrun plan --json` prints under its keys) instead of the tuner's");
   sub->add_flag("--json", opts->json, "also print the plan as executed, as JSON");

@@ -21,6 +21,10 @@ void add_bench_command(CLI::App& app, int* exit_code);  // cmd_bench.cpp
 void add_exec_command(CLI::App& app, int* exit_code);   // cmd_exec.cpp
 void add_tune_command(CLI::App& app, int* exit_code);   // cmd_tune.cpp
 
+// The options run and bench share: the workload file (positional, required), -n/--ranks,
+// --emulate-nodes and --topo (job_options.cpp).
+void add_job_options(CLI::App* sub, std::string* workload, int* ranks, int* nodes, std::string* topology);
+
 // `weftrun plan` as a function, so that `weftrun run` can print the plan where no GPU is found.
 struct PlanOptions {
   std::string workload;  // YAML path
